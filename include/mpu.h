@@ -1,0 +1,19 @@
+/*
+ * mpu.h - the whole public surface of mpu, one header per layer.
+ *
+ *   mpu/result.h   result codes and the last-error message
+ *   mpu/tensor.h   dtypes and the tensor view
+ *   mpu/comm.h     communicators, collectives, the threads and fake backends
+ */
+#ifndef MPU_H
+#define MPU_H
+
+#include "mpu/result.h"
+#include "mpu/tensor.h"
+#include "mpu/comm.h"
+
+#define MPU_VERSION_MAJOR 0
+#define MPU_VERSION_MINOR 1
+#define MPU_VERSION_PATCH 0
+
+#endif

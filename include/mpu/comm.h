@@ -1,0 +1,181 @@
+/*
+ * mpu/comm.h - communicators and collectives, one interface for every backend.
+ *
+ * A communicator (mpu_comm) is one rank's handle on a group of ranks. Every
+ * call below is made by each member with matching arguments, as in MPI and
+ * NCCL, and blocks until this rank's part is done. Backends:
+ *
+ *   threads  ranks are threads of one process (mpu_launch); data moves through
+ *            shared memory. The embedded default.
+ *   fake     this process pretends to be rank R of W (mpu_comm_fake_create); no
+ *            data moves: collectives over more than one rank succeed and leave
+ *            outputs as they are; a communicator of one rank behaves exactly.
+ *
+ * Buffers: counts are in elements of `dtype`. A buffer may be NULL only when
+ * its count is 0. Collectives are out of place unless the in-place form named
+ * at each call is used; any other overlap of input and output is rejected.
+ *
+ * Failures: every call returns MPU_SUCCESS or an error code with a message in
+ * mpu_last_error(). A rank that aborts, fails or exits while others wait for it
+ * makes their calls fail with MPU_ERR_ABORTED naming it; a wait longer than the
+ * timeout fails with MPU_ERR_TIMEOUT naming the ranks that never came. After
+ * such a failure the communicator is broken: later calls on it fail at once.
+ */
+#ifndef MPU_COMM_H
+#define MPU_COMM_H
+
+#include <stddef.h>
+
+#include "mpu/result.h"
+#include "mpu/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mpu_comm mpu_comm;
+
+typedef enum mpu_op {
+  MPU_SUM = 0,
+  MPU_PROD,
+  MPU_MIN,
+  MPU_MAX,
+  MPU_AVG, /* sum / size; integers divide with truncation toward zero */
+  MPU_OP_COUNT
+} mpu_op;
+
+/* "sum", "prod", "min", "max", "avg"; "invalid" otherwise. */
+MPU_API const char *mpu_op_name(mpu_op op);
+MPU_API mpu_result_t mpu_op_from_name(const char *name, mpu_op *out);
+
+/* Color for mpu_comm_split meaning "not in any new communicator". */
+#define MPU_COMM_SPLIT_NOCOLOR (-1)
+
+/* ---- the threads backend ------------------------------------------------- */
+
+/* Options of a threads world. Always start from MPU_LAUNCH_OPTIONS_INIT so a
+ * later version can add fields. */
+typedef struct mpu_launch_options {
+  size_t size;          /* sizeof(mpu_launch_options), set by the initializer */
+  double timeout_s;     /* every wait fails after this long; <= 0: MPU_TIMEOUT or 300 s */
+  int check_calls;      /* 1: also check op and root of each call across ranks;
+                           0: MPU_CHECK_CALLS decides (count, dtype and collective
+                           are always checked: a mismatch there would corrupt memory) */
+  long spin;            /* busy-wait iterations before sleeping; -1: automatic */
+} mpu_launch_options;
+
+#define MPU_LAUNCH_OPTIONS_INIT {sizeof(mpu_launch_options), 0.0, 0, -1}
+
+/* The function each rank runs. `world` spans all nranks; it is owned by the
+ * launcher and stays valid until fn returns (do not destroy it). */
+typedef mpu_result_t (*mpu_rank_fn)(mpu_comm *world, void *arg);
+
+/*
+ * Run fn on nranks threads of this process, each with its own world
+ * communicator, and wait for all of them. results (nranks entries, or NULL)
+ * receives each rank's return value. Returns MPU_SUCCESS when every rank
+ * succeeded; otherwise the failure of the lowest failing rank, whose message
+ * is then this thread's last error. A rank that returns before its peers are
+ * done with it makes their pending and later calls on communicators that
+ * include it fail; a rank that returns an error or aborts fails every pending
+ * and later call in the world. options may be NULL.
+ */
+MPU_API mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_result_t *results,
+                                const mpu_launch_options *options);
+
+/* ---- the fake backend ---------------------------------------------------- */
+
+/* A world communicator in which this process is rank `rank` of `size`
+ * (size >= 1, up to INT32_MAX). Free it with mpu_comm_destroy. */
+MPU_API mpu_result_t mpu_comm_fake_create(int rank, int size, mpu_comm **out);
+
+/* ---- facts about a communicator ----------------------------------------- */
+
+MPU_API mpu_result_t mpu_comm_rank(const mpu_comm *comm, int *rank);
+MPU_API mpu_result_t mpu_comm_size(const mpu_comm *comm, int *size);
+
+/* The rank in the backend's world of member `rank` of comm. */
+MPU_API mpu_result_t mpu_comm_world_rank(const mpu_comm *comm, int rank, int *world_rank);
+
+/* "threads", "fake", ...; "invalid" for a bad handle. */
+MPU_API const char *mpu_comm_backend(const mpu_comm *comm);
+
+/* ---- collectives ---------------------------------------------------------- */
+
+/* recv[i] = op over ranks of send[i], count elements. In place: send == recv.
+ * float16/bfloat16 are reduced in float32 and rounded once. */
+MPU_API mpu_result_t mpu_comm_all_reduce(mpu_comm *comm, const void *send, void *recv,
+                                         size_t count, mpu_dtype dtype, mpu_op op);
+
+/* recv = concatenation over ranks of send (count elements each); recv holds
+ * count * size. In place: send == recv + rank * count elements. */
+MPU_API mpu_result_t mpu_comm_all_gather(mpu_comm *comm, const void *send, void *recv,
+                                         size_t count, mpu_dtype dtype);
+
+/* send holds count * size elements; this rank gets block `rank` of the
+ * reduction. In place: recv == send + rank * count elements. */
+MPU_API mpu_result_t mpu_comm_reduce_scatter(mpu_comm *comm, const void *send, void *recv,
+                                             size_t count, mpu_dtype dtype, mpu_op op);
+
+/* buf at root is copied to buf at every rank. */
+MPU_API mpu_result_t mpu_comm_broadcast(mpu_comm *comm, void *buf, size_t count,
+                                        mpu_dtype dtype, int root);
+
+/* The reduction lands in recv at root only; recv may be NULL elsewhere.
+ * In place at root: send == recv. */
+MPU_API mpu_result_t mpu_comm_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                     mpu_dtype dtype, mpu_op op, int root);
+
+/* Block j of send (count elements) goes to rank j; block i of recv comes from
+ * rank i. send and recv hold count * size elements and must not overlap. */
+MPU_API mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void *recv,
+                                         size_t count, mpu_dtype dtype);
+
+MPU_API mpu_result_t mpu_comm_barrier(mpu_comm *comm);
+
+/* Point to point, for pipeline stages. Messages from one rank to another on
+ * one communicator arrive in the order sent. send returns once the data is
+ * copied out (it does not wait for the matching recv); recv blocks until a
+ * message from peer arrives, and fails with MPU_ERR_MISMATCH if its count or
+ * dtype differs (the message is then dropped). */
+MPU_API mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count,
+                                   mpu_dtype dtype, int peer);
+MPU_API mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
+                                   int peer);
+
+/* ---- making and ending communicators -------------------------------------- */
+
+/*
+ * A new communicator over members[0..n-1] (ranks of comm, distinct, including
+ * the caller), in which member i has rank i. Collective over the members only,
+ * like MPI_Comm_create_group: ranks outside the list do not call it, and
+ * disjoint groups may be created at the same time. *out is set on success only.
+ */
+MPU_API mpu_result_t mpu_comm_create_group(mpu_comm *comm, const int *members, int n,
+                                           mpu_comm **out);
+
+/*
+ * Collective over all of comm, like MPI_Comm_split: ranks with the same color
+ * form a new communicator, ordered by key, then by rank in comm. A rank with
+ * color MPU_COMM_SPLIT_NOCOLOR gets *out = NULL.
+ */
+MPU_API mpu_result_t mpu_comm_split(mpu_comm *comm, int color, int key, mpu_comm **out);
+
+/* Free this rank's handle (not collective). NULL is accepted. The world
+ * communicator of mpu_launch belongs to the launcher and is refused. Peers
+ * still waiting for this rank on comm then fail instead of hanging. */
+MPU_API mpu_result_t mpu_comm_destroy(mpu_comm *comm);
+
+/*
+ * Declare this rank failed, like ncclCommAbort: every pending and later call of
+ * every rank of the world that involves it fails with MPU_ERR_ABORTED naming
+ * it. Safe to call from another thread while this rank waits in a collective.
+ * The handle stays allocated until mpu_comm_destroy (or the launcher) frees it.
+ */
+MPU_API mpu_result_t mpu_comm_abort(mpu_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPU_COMM_H */

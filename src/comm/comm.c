@@ -1,0 +1,417 @@
+/*
+ * comm.c - the public communicator API: argument checks, then the backend's
+ * table of operations.
+ *
+ * Everything a caller can get wrong is caught here, once, for every backend:
+ * a bad or destroyed handle, an invalid dtype or op, a count whose byte size
+ * overflows, a NULL buffer, overlapping buffers that are not the documented
+ * in-place form, a root or peer out of range, a bad member list.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "comm/comm_internal.h"
+#include "core/error.h"
+
+/* ---- live handles: destroy of a freed or foreign pointer is caught ------- */
+
+#define LIVE_BUCKETS 1024
+static mpu_comm *live[LIVE_BUCKETS];
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t bucket_of(const mpu_comm *c) { return ((uintptr_t)c >> 4) % LIVE_BUCKETS; }
+
+static void live_add(mpu_comm *c) {
+  pthread_mutex_lock(&live_lock);
+  c->next_live = live[bucket_of(c)];
+  live[bucket_of(c)] = c;
+  pthread_mutex_unlock(&live_lock);
+}
+
+/* Remove c from the live handles, comparing pointers only (c may be a freed
+ * or foreign pointer). Returns 0 if c was not live; -1 (and keeps it) if c is
+ * the launcher's world communicator and refuse_world is set; 1 if removed. */
+static int live_take(const mpu_comm *c, int refuse_world) {
+  int found = 0;
+  pthread_mutex_lock(&live_lock);
+  for (mpu_comm **p = &live[bucket_of(c)]; *p; p = &(*p)->next_live)
+    if (*p == c) {
+      if (refuse_world && c->owned_by_launcher) {
+        found = -1;
+      } else {
+        *p = c->next_live;
+        found = 1;
+      }
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+  return found;
+}
+
+mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int *world_ranks,
+                        void *impl) {
+  mpu_comm *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  if (world_ranks) {
+    c->world_ranks = malloc((size_t)size * sizeof(int));
+    if (!c->world_ranks) {
+      free(c);
+      return NULL;
+    }
+    memcpy(c->world_ranks, world_ranks, (size_t)size * sizeof(int));
+  }
+  c->magic = MPU_COMM_MAGIC;
+  c->ops = ops;
+  c->rank = rank;
+  c->size = size;
+  c->impl = impl;
+  live_add(c);
+  return c;
+}
+
+void mpu__comm_free(mpu_comm *c) {
+  if (!c) return;
+  live_take(c, 0);
+  c->magic = MPU_COMM_FREED;
+  free(c->world_ranks);
+  free(c);
+}
+
+/* ---- argument checks ----------------------------------------------------- */
+
+static mpu_result_t check_comm(const char *fn, const mpu_comm *c) {
+  if (!c) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", fn);
+  if (c->magic != MPU_COMM_MAGIC)
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "%s: %p is not a live communicator (destroyed, or never created)", fn,
+                      (const void *)c);
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t check_dtype(const char *fn, mpu_dtype dt) {
+  if (!mpu_dtype_size(dt))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", fn, (int)dt);
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t check_op(const char *fn, mpu_op op) {
+  if ((unsigned)op >= MPU_OP_COUNT)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: invalid reduction op %d", fn, (int)op);
+  return MPU_SUCCESS;
+}
+
+/* bytes = count * blocks * size(dt), refused when it overflows. */
+static mpu_result_t check_bytes(const char *fn, size_t count, size_t blocks, mpu_dtype dt,
+                                size_t *bytes) {
+  size_t n;
+  if (__builtin_mul_overflow(count, blocks, &n) ||
+      __builtin_mul_overflow(n, mpu_dtype_size(dt), &n) || n > (size_t)PTRDIFF_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: count %zu x %zu block(s) of %s overflows the address space", fn, count,
+                      blocks, mpu_dtype_name(dt));
+  *bytes = n;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t check_buf(const char *fn, const char *what, const void *p, size_t bytes) {
+  if (!p && bytes)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s buffer is NULL for %zu bytes", fn, what,
+                      bytes);
+  return MPU_SUCCESS;
+}
+
+static int overlap(const void *a, size_t an, const void *b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return an && bn && x < y + bn && y < x + an;
+}
+
+/* send and recv may overlap only as the exact in-place form (send at in_place). */
+static mpu_result_t check_overlap(const char *fn, const void *send, size_t sbytes,
+                                  const void *recv, size_t rbytes, const void *in_place) {
+  if (!overlap(send, sbytes, recv, rbytes) || send == in_place) return MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "%s: send and recv buffers overlap but are not the in-place form", fn);
+}
+
+static mpu_result_t check_rank(const char *fn, const char *what, const mpu_comm *c, int r) {
+  if (r < 0 || r >= c->size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s %d is outside 0..%d", fn, what, r,
+                      c->size - 1);
+  return MPU_SUCCESS;
+}
+
+#define CHECK_ENTRY(fn, c, dt)   \
+  MPU_CHECK(check_comm(fn, c));  \
+  MPU_CHECK(check_dtype(fn, dt))
+
+/* ---- facts ---------------------------------------------------------------- */
+
+const char *mpu_op_name(mpu_op op) {
+  static const char *names[MPU_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
+  return (unsigned)op < MPU_OP_COUNT ? names[op] : "invalid";
+}
+
+mpu_result_t mpu_op_from_name(const char *name, mpu_op *out) {
+  if (!name || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_op_from_name: NULL");
+  for (int i = 0; i < MPU_OP_COUNT; i++)
+    if (!strcasecmp(name, mpu_op_name((mpu_op)i))) return *out = (mpu_op)i, MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "unknown reduction op '%s' (want sum, prod, min, max or avg)", name);
+}
+
+mpu_result_t mpu_comm_rank(const mpu_comm *comm, int *rank) {
+  MPU_CHECK(check_comm("mpu_comm_rank", comm));
+  if (!rank) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_rank: rank is NULL");
+  *rank = comm->rank;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_size(const mpu_comm *comm, int *size) {
+  MPU_CHECK(check_comm("mpu_comm_size", comm));
+  if (!size) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_size: size is NULL");
+  *size = comm->size;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_world_rank(const mpu_comm *comm, int rank, int *world_rank) {
+  MPU_CHECK(check_comm("mpu_comm_world_rank", comm));
+  MPU_CHECK(check_rank("mpu_comm_world_rank", "rank", comm, rank));
+  if (!world_rank)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_world_rank: world_rank is NULL");
+  *world_rank = mpu__comm_world_rank(comm, rank);
+  return MPU_SUCCESS;
+}
+
+const char *mpu_comm_backend(const mpu_comm *comm) {
+  return comm && comm->magic == MPU_COMM_MAGIC ? comm->ops->name : "invalid";
+}
+
+/* ---- collectives ---------------------------------------------------------- */
+
+mpu_result_t mpu_comm_all_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                 mpu_dtype dtype, mpu_op op) {
+  static const char fn[] = "mpu_comm_all_reduce";
+  size_t bytes = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_op(fn, op));
+  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
+  MPU_CHECK(check_buf(fn, "send", send, bytes));
+  MPU_CHECK(check_buf(fn, "recv", recv, bytes));
+  MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
+  return comm->ops->all_reduce(comm, send, recv, count, dtype, op);
+}
+
+mpu_result_t mpu_comm_all_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                 mpu_dtype dtype) {
+  static const char fn[] = "mpu_comm_all_gather";
+  size_t bytes = 0, total = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
+  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
+  MPU_CHECK(check_buf(fn, "send", send, bytes));
+  MPU_CHECK(check_buf(fn, "recv", recv, total));
+  MPU_CHECK(check_overlap(fn, send, bytes, recv, total,
+                          recv ? (const char *)recv + (size_t)comm->rank * bytes : NULL));
+  return comm->ops->all_gather(comm, send, recv, count, dtype);
+}
+
+mpu_result_t mpu_comm_reduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                     mpu_dtype dtype, mpu_op op) {
+  static const char fn[] = "mpu_comm_reduce_scatter";
+  size_t bytes = 0, total = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_op(fn, op));
+  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
+  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
+  MPU_CHECK(check_buf(fn, "send", send, total));
+  MPU_CHECK(check_buf(fn, "recv", recv, bytes));
+  /* in place: recv is this rank's block of send */
+  if (overlap(send, total, recv, bytes) &&
+      (const char *)recv != (const char *)send + (size_t)comm->rank * bytes)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: send and recv buffers overlap but are not the in-place form", fn);
+  return comm->ops->reduce_scatter(comm, send, recv, count, dtype, op);
+}
+
+mpu_result_t mpu_comm_broadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
+                                int root) {
+  static const char fn[] = "mpu_comm_broadcast";
+  size_t bytes = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_rank(fn, "root", comm, root));
+  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
+  MPU_CHECK(check_buf(fn, "data", buf, bytes));
+  return comm->ops->broadcast(comm, buf, count, dtype, root);
+}
+
+mpu_result_t mpu_comm_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
+                             mpu_dtype dtype, mpu_op op, int root) {
+  static const char fn[] = "mpu_comm_reduce";
+  size_t bytes = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_op(fn, op));
+  MPU_CHECK(check_rank(fn, "root", comm, root));
+  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
+  MPU_CHECK(check_buf(fn, "send", send, bytes));
+  if (comm->rank == root) {
+    MPU_CHECK(check_buf(fn, "recv (at root)", recv, bytes));
+    MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
+  }
+  return comm->ops->reduce(comm, send, recv, count, dtype, op, root);
+}
+
+mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                 mpu_dtype dtype) {
+  static const char fn[] = "mpu_comm_all_to_all";
+  size_t total = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
+  MPU_CHECK(check_buf(fn, "send", send, total));
+  MPU_CHECK(check_buf(fn, "recv", recv, total));
+  if (overlap(send, total, recv, total))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: send and recv buffers overlap (all_to_all has no in-place form)", fn);
+  return comm->ops->all_to_all(comm, send, recv, count, dtype);
+}
+
+mpu_result_t mpu_comm_barrier(mpu_comm *comm) {
+  MPU_CHECK(check_comm("mpu_comm_barrier", comm));
+  return comm->ops->barrier(comm);
+}
+
+mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dtype dtype,
+                           int peer) {
+  static const char fn[] = "mpu_comm_send";
+  size_t bytes = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_rank(fn, "peer", comm, peer));
+  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
+  MPU_CHECK(check_buf(fn, "send", buf, bytes));
+  return comm->ops->send(comm, buf, count, dtype, peer);
+}
+
+mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype, int peer) {
+  static const char fn[] = "mpu_comm_recv";
+  size_t bytes = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_rank(fn, "peer", comm, peer));
+  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
+  MPU_CHECK(check_buf(fn, "recv", buf, bytes));
+  return comm->ops->recv(comm, buf, count, dtype, peer);
+}
+
+/* ---- making and ending communicators -------------------------------------- */
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+mpu_result_t mpu_comm_create_group(mpu_comm *comm, const int *members, int n, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_create_group";
+  MPU_CHECK(check_comm(fn, comm));
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  if (!members || n <= 0 || n > comm->size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d members (want 1..%d and a list)", fn, n,
+                      comm->size);
+  int *sorted = malloc((size_t)n * sizeof(int));
+  if (!sorted) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d members", fn, n);
+  memcpy(sorted, members, (size_t)n * sizeof(int));
+  qsort(sorted, (size_t)n, sizeof(int), cmp_int);
+  mpu_result_t r = MPU_SUCCESS;
+  int self = 0;
+  for (int i = 0; i < n && r == MPU_SUCCESS; i++) {
+    if (sorted[i] < 0 || sorted[i] >= comm->size)
+      r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: member rank %d is outside 0..%d", fn,
+                     sorted[i], comm->size - 1);
+    else if (i && sorted[i] == sorted[i - 1])
+      r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: member rank %d is listed twice", fn,
+                     sorted[i]);
+    self |= sorted[i] == comm->rank;
+  }
+  free(sorted);
+  if (r != MPU_SUCCESS) return r;
+  if (!self)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: the calling rank %d is not in the member list (only members call it)",
+                      fn, comm->rank);
+  return comm->ops->create_group(comm, members, n, out);
+}
+
+/* Backend-independent split: everyone learns every (color, key), then each
+ * color's members create their communicator among themselves. */
+typedef struct split_entry {
+  int key, rank;
+} split_entry;
+
+static int cmp_split(const void *a, const void *b) {
+  const split_entry *x = a, *y = b;
+  if (x->key != y->key) return (x->key > y->key) - (x->key < y->key);
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static mpu_result_t generic_split(mpu_comm *comm, int color, int key, mpu_comm **out) {
+  int mine[2] = {color, key};
+  int *all = malloc((size_t)comm->size * 2 * sizeof(int));
+  split_entry *group = malloc((size_t)comm->size * sizeof *group);
+  int *members = malloc((size_t)comm->size * sizeof(int));
+  mpu_result_t r = MPU_SUCCESS;
+  if (!all || !group || !members) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_split: %d ranks", comm->size);
+    goto out;
+  }
+  MPU_CHECK_GOTO(comm->ops->all_gather(comm, mine, all, 2, MPU_INT32), r, out);
+  if (color == MPU_COMM_SPLIT_NOCOLOR) {
+    *out = NULL;
+    goto out;
+  }
+  int n = 0;
+  for (int i = 0; i < comm->size; i++)
+    if (all[2 * i] == color) group[n++] = (split_entry){all[2 * i + 1], i};
+  qsort(group, (size_t)n, sizeof *group, cmp_split);
+  for (int i = 0; i < n; i++) members[i] = group[i].rank;
+  MPU_CHECK_GOTO(comm->ops->create_group(comm, members, n, out), r, out);
+out:
+  free(all);
+  free(group);
+  free(members);
+  return r;
+}
+
+mpu_result_t mpu_comm_split(mpu_comm *comm, int color, int key, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_split";
+  MPU_CHECK(check_comm(fn, comm));
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  if (color < 0 && color != MPU_COMM_SPLIT_NOCOLOR)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: color %d is negative (use MPU_COMM_SPLIT_NOCOLOR to opt out)", fn,
+                      color);
+  if (comm->ops->split) return comm->ops->split(comm, color, key, out);
+  return generic_split(comm, color, key, out);
+}
+
+mpu_result_t mpu_comm_destroy(mpu_comm *comm) {
+  if (!comm) return MPU_SUCCESS;
+  int taken = live_take(comm, 1);
+  if (taken < 0)
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "mpu_comm_destroy: the world communicator belongs to mpu_launch, which "
+                      "frees it when the rank returns");
+  if (!taken)
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "mpu_comm_destroy: %p is not a live communicator (destroyed twice?)",
+                      (void *)comm);
+  comm->ops->destroy(comm);
+  comm->magic = MPU_COMM_FREED;
+  free(comm->world_ranks);
+  free(comm);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_abort(mpu_comm *comm) {
+  MPU_CHECK(check_comm("mpu_comm_abort", comm));
+  return comm->ops->abort(comm);
+}

@@ -1,0 +1,67 @@
+/*
+ * comm_internal.h - what a backend implements: the communicator base struct
+ * and its table of operations.
+ *
+ * The public entry points in comm.c check every argument (handle, dtype, op,
+ * counts, buffers, ranks) before calling into the table, so a backend sees
+ * only valid calls and writes no argument checks of its own.
+ */
+#ifndef MPU_COMM_INTERNAL_H
+#define MPU_COMM_INTERNAL_H
+
+#include <stdint.h>
+
+#include "mpu/comm.h"
+
+#define MPU_COMM_MAGIC UINT64_C(0x6d70752d636f6d6d) /* "mpu-comm" */
+#define MPU_COMM_FREED UINT64_C(0x6d70752d66726565) /* "mpu-free" */
+
+typedef struct mpu__comm_ops {
+  const char *name;
+  mpu_result_t (*all_reduce)(mpu_comm *c, const void *send, void *recv, size_t count,
+                             mpu_dtype dt, mpu_op op);
+  mpu_result_t (*all_gather)(mpu_comm *c, const void *send, void *recv, size_t count,
+                             mpu_dtype dt);
+  mpu_result_t (*reduce_scatter)(mpu_comm *c, const void *send, void *recv, size_t count,
+                                 mpu_dtype dt, mpu_op op);
+  mpu_result_t (*broadcast)(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root);
+  mpu_result_t (*reduce)(mpu_comm *c, const void *send, void *recv, size_t count, mpu_dtype dt,
+                         mpu_op op, int root);
+  mpu_result_t (*all_to_all)(mpu_comm *c, const void *send, void *recv, size_t count,
+                             mpu_dtype dt);
+  mpu_result_t (*barrier)(mpu_comm *c);
+  mpu_result_t (*send)(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
+  mpu_result_t (*recv)(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
+  /* members: n distinct valid ranks of c including c's own rank */
+  mpu_result_t (*create_group)(mpu_comm *c, const int *members, int n, mpu_comm **out);
+  /* NULL: comm.c's generic split (all_gather of colors, then create_group) */
+  mpu_result_t (*split)(mpu_comm *c, int color, int key, mpu_comm **out);
+  mpu_result_t (*abort)(mpu_comm *c);
+  void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
+} mpu__comm_ops;
+
+struct mpu_comm {
+  uint64_t magic;
+  const mpu__comm_ops *ops;
+  int rank;
+  int size;
+  int *world_ranks;      /* world rank of each member; NULL when member i is world rank i */
+  int owned_by_launcher; /* the threads world communicator: only the launcher frees it */
+  void *impl;            /* the backend's state */
+  mpu_comm *next_live;   /* comm.c's registry of live handles (catches double destroy) */
+};
+
+/* A new base communicator. world_ranks (size entries, or NULL for the
+ * identity) is copied. Returns NULL when out of memory. */
+mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int *world_ranks,
+                        void *impl);
+
+/* Free the base (not impl); the handle is poisoned against reuse. */
+void mpu__comm_free(mpu_comm *c);
+
+/* World rank of member r of c (no checks). */
+static inline int mpu__comm_world_rank(const mpu_comm *c, int r) {
+  return c->world_ranks ? c->world_ranks[r] : r;
+}
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * fake.c - the fake backend: this process is rank R of a world of W, and no
+ * data moves.
+ *
+ * Like PyTorch's "fake" process group, collectives over more than one rank
+ * succeed at once and leave outputs as they are; this is what lets a test ask
+ * every parallel-state question as rank 3000 of 4096 on one machine. A
+ * communicator of one rank has nobody to pretend about, so it behaves exactly
+ * (outputs are the inputs). Arguments are still checked by comm.c, so a bad
+ * call fails here as it would on a real backend.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+#include "core/error.h"
+
+static const mpu__comm_ops fake_ops;
+
+static void copy_if_alone(const mpu_comm *c, const void *send, void *recv, size_t bytes) {
+  if (c->size == 1 && send != recv && bytes) memcpy(recv, send, bytes);
+}
+
+static mpu_result_t fake_all_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
+                                    mpu_dtype dt, mpu_op op) {
+  (void)op;
+  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_all_gather(mpu_comm *c, const void *send, void *recv, size_t count,
+                                    mpu_dtype dt) {
+  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_reduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
+                                        mpu_dtype dt, mpu_op op) {
+  (void)op;
+  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_broadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
+                                   int root) {
+  (void)c, (void)buf, (void)count, (void)dt, (void)root;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
+                                mpu_dtype dt, mpu_op op, int root) {
+  (void)op, (void)root;
+  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_all_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
+                                    mpu_dtype dt) {
+  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_barrier(mpu_comm *c) {
+  (void)c;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt,
+                              int peer) {
+  (void)c, (void)buf, (void)count, (void)dt, (void)peer;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
+  (void)c, (void)buf, (void)count, (void)dt, (void)peer;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fake_new(int rank, int size, const int *world_ranks, mpu_comm **out) {
+  mpu_comm *c = mpu__comm_new(&fake_ops, rank, size, world_ranks, NULL);
+  if (!c) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "fake: communicator of %d ranks", size);
+  *out = c;
+  return MPU_SUCCESS;
+}
+
+/* The caller alone decides: the members are known, so no peer is needed. */
+static mpu_result_t fake_create_group(mpu_comm *c, const int *members, int n, mpu_comm **out) {
+  int *wr = malloc((size_t)n * sizeof(int));
+  if (!wr) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "fake: group of %d", n);
+  int me = 0;
+  for (int i = 0; i < n; i++) {
+    wr[i] = mpu__comm_world_rank(c, members[i]);
+    if (members[i] == c->rank) me = i;
+  }
+  mpu_result_t r = fake_new(me, n, wr, out);
+  free(wr);
+  return r;
+}
+
+/* A split needs every rank's color, which a fake rank cannot know. */
+static mpu_result_t fake_split(mpu_comm *c, int color, int key, mpu_comm **out) {
+  (void)key;
+  if (color == MPU_COMM_SPLIT_NOCOLOR) {
+    *out = NULL;
+    return MPU_SUCCESS;
+  }
+  if (c->size == 1) return fake_new(0, 1, c->world_ranks, out);
+  return mpu__error(MPU_ERR_UNSUPPORTED,
+                    "mpu_comm_split: the fake backend cannot learn the other ranks' colors; "
+                    "compute the members and use mpu_comm_create_group");
+}
+
+static mpu_result_t fake_abort(mpu_comm *c) {
+  (void)c;
+  return MPU_SUCCESS;
+}
+
+static void fake_destroy(mpu_comm *c) { (void)c; }
+
+static const mpu__comm_ops fake_ops = {
+    .name = "fake",
+    .all_reduce = fake_all_reduce,
+    .all_gather = fake_all_gather,
+    .reduce_scatter = fake_reduce_scatter,
+    .broadcast = fake_broadcast,
+    .reduce = fake_reduce,
+    .all_to_all = fake_all_to_all,
+    .barrier = fake_barrier,
+    .send = fake_send,
+    .recv = fake_recv,
+    .create_group = fake_create_group,
+    .split = fake_split,
+    .abort = fake_abort,
+    .destroy = fake_destroy,
+};
+
+mpu_result_t mpu_comm_fake_create(int rank, int size, mpu_comm **out) {
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_fake_create: out is NULL");
+  if (size < 1 || rank < 0 || rank >= size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "mpu_comm_fake_create: rank %d of %d (want size >= 1, 0 <= rank < size)",
+                      rank, size);
+  return fake_new(rank, size, NULL, out);
+}

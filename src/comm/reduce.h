@@ -1,0 +1,22 @@
+/*
+ * reduce.h - the element-wise reduction kernels every backend shares.
+ */
+#ifndef MPU_COMM_REDUCE_H
+#define MPU_COMM_REDUCE_H
+
+#include <stddef.h>
+
+#include "mpu/comm.h"
+
+/*
+ * dst[i] = op(srcs[0][i], ..., srcs[n-1][i]) for i < count, reading the
+ * sources in order 0..n-1 so every rank that reduces the same inputs gets the
+ * same bits. float16/bfloat16 accumulate in float32 and round once; integers
+ * wrap on overflow; MPU_AVG divides the sum by `divisor` (the communicator
+ * size, which may differ from n when partial results are combined). dst may be
+ * one of the sources (element for element), never a shifted overlap.
+ */
+void mpu__reduce(void *dst, const void *const *srcs, int n, size_t count, mpu_dtype dtype,
+                 mpu_op op, int divisor);
+
+#endif

@@ -1,0 +1,264 @@
+/*
+ * collectives.c - the threads backend's collectives over shared memory.
+ *
+ * Small calls (what a rank contributes fits in MPU_THREADS_SCRATCH) copy
+ * their input into the group's staging buffer before the barrier and need
+ * that one barrier: afterwards each rank computes its output from the staged
+ * inputs. Large calls publish their buffer pointers instead and work on the
+ * peers' buffers directly (zero-copy), then meet at an exit barrier so no rank
+ * returns, and reuses its buffers, while a peer still reads them.
+ *
+ * Reductions split the work: in a large all_reduce each rank reduces one
+ * chunk of the vector from every input into its own output, then copies the
+ * other chunks from the peers' outputs (reduce-scatter + all-gather over
+ * shared memory). Every chunk is reduced by one rank in rank order, so all
+ * ranks get the same bits.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/reduce.h"
+#include "comm/threads/threads.h"
+#include "core/error.h"
+
+static const char *const kind_names[] = {
+    [TK_ALL_REDUCE] = "all_reduce", [TK_ALL_GATHER] = "all_gather",
+    [TK_REDUCE_SCATTER] = "reduce_scatter", [TK_BROADCAST] = "broadcast",
+    [TK_REDUCE] = "reduce",         [TK_ALL_TO_ALL] = "all_to_all",
+    [TK_BARRIER] = "barrier",
+};
+
+static int has_op(tkind k) {
+  return k == TK_ALL_REDUCE || k == TK_REDUCE_SCATTER || k == TK_REDUCE;
+}
+
+static int has_root(tkind k) { return k == TK_BROADCAST || k == TK_REDUCE; }
+
+static void describe(const tcall *c, char *buf, size_t len) {
+  int n = snprintf(buf, len, "%s(count=%zu, %s", kind_names[c->kind], c->count,
+                   mpu_dtype_name(c->dtype));
+  if (has_op(c->kind) && n > 0 && (size_t)n < len)
+    n += snprintf(buf + n, len - (size_t)n, ", op=%s", mpu_op_name(c->op));
+  if (has_root(c->kind) && n > 0 && (size_t)n < len)
+    n += snprintf(buf + n, len - (size_t)n, ", root=%d", c->root);
+  if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
+}
+
+/* Does b differ from a in a way this group checks? The collective, count and
+ * dtype always (a mismatch there would read or write out of bounds); op and
+ * root when call checking is on. */
+static int differs(const tcall *a, const tcall *b, int check_all) {
+  if (a->kind != b->kind || a->count != b->count || a->dtype != b->dtype) return 1;
+  if (!check_all) return 0;
+  return (has_op(a->kind) && a->op != b->op) || (has_root(a->kind) && a->root != b->root);
+}
+
+/* Every member runs this on the same descriptions, so all reach one verdict. */
+static mpu_result_t compare_calls(const tcomm *tc, int parity, const char *fn) {
+  const tgroup *g = tc->g;
+  const tcall *calls = g->calls[parity];
+  int check_all = g->world->check_calls, first = -1, count = 0;
+  char ranks[256] = "";
+  size_t used = 0;
+  for (int m = 1; m < g->n; m++) {
+    if (!differs(&calls[0], &calls[m], check_all)) continue;
+    if (first < 0) first = m;
+    count++;
+    if (used < sizeof ranks)
+      used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d", count > 1 ? ", " : "",
+                               m);
+  }
+  if (first < 0) return MPU_SUCCESS;
+  char a[128], b[128];
+  describe(&calls[0], a, sizeof a);
+  describe(&calls[first], b, sizeof b);
+  return mpu__error(MPU_ERR_MISMATCH,
+                    "%s: mismatched calls on a communicator of %d ranks: rank 0 (world %d) "
+                    "called %s but rank %d (world %d) called %s; ranks differing from rank 0: %s",
+                    fn, g->n, g->members[0], a, first, g->members[first], b, ranks);
+}
+
+static char *scratch_of(const tgroup *g, int parity, int member) {
+  return g->scratch[parity] + (size_t)member * MPU_THREADS_SCRATCH;
+}
+
+/* Describe the call, stage `stage_bytes` of `stage`, meet every member and
+ * check that they all made this call. Sets *parity for the data phase. */
+static mpu_result_t enter(tcomm *tc, const tcall *call, const void *stage, size_t stage_bytes,
+                          const char *fn, int *parity) {
+  tgroup *g = tc->g;
+  uint64_t seq = ++tc->seq;
+  int p = (int)(seq & 1);
+  g->calls[p][tc->me] = *call;
+  if (stage_bytes) memcpy(scratch_of(g, p, tc->me), stage, stage_bytes);
+  atomic_store(&g->entered[tc->me], seq);
+  MPU_CHECK(mpu__tbarrier(tc, 1, fn));
+  MPU_CHECK(compare_calls(tc, p, fn));
+  *parity = p;
+  return MPU_SUCCESS;
+}
+
+/* Wait until every member is done with this call's buffers. */
+static mpu_result_t leave(tcomm *tc, const char *fn) { return mpu__tbarrier(tc, 0, fn); }
+
+/* First element of chunk k when count elements are cut into n near-equal chunks. */
+static size_t chunk_lo(size_t count, int n, int k) {
+  size_t q = count / (size_t)n, rem = count % (size_t)n;
+  return q * (size_t)k + ((size_t)k < rem ? (size_t)k : rem);
+}
+
+mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
+                              mpu_dtype dt, mpu_op op) {
+  static const char fn[] = "mpu_comm_all_reduce";
+  tcomm *tc = c->impl;
+  tgroup *g = tc->g;
+  int n = g->n, me = tc->me, p;
+  size_t es = mpu_dtype_size(dt), bytes = count * es;
+  if (n == 1) {
+    if (send != recv && bytes) memcpy(recv, send, bytes);
+    return MPU_SUCCESS;
+  }
+  tcall call = {TK_ALL_REDUCE, dt, op, -1, count, send, recv};
+  int small = bytes <= MPU_THREADS_SCRATCH;
+  MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
+  if (small) {
+    for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k);
+    mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
+    return MPU_SUCCESS;
+  }
+  const tcall *calls = g->calls[p];
+  size_t lo = chunk_lo(count, n, me), hi = chunk_lo(count, n, me + 1);
+  for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
+  mpu__reduce((char *)recv + lo * es, tc->ptrs, n, hi - lo, dt, op, n);
+  MPU_CHECK(leave(tc, fn)); /* every chunk is reduced */
+  for (int k = 0; k < n; k++) {
+    if (k == me) continue;
+    size_t klo = chunk_lo(count, n, k), khi = chunk_lo(count, n, k + 1);
+    if (khi > klo)
+      memcpy((char *)recv + klo * es, (const char *)calls[k].recv + klo * es, (khi - klo) * es);
+  }
+  return leave(tc, fn);
+}
+
+mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t count,
+                              mpu_dtype dt) {
+  static const char fn[] = "mpu_comm_all_gather";
+  tcomm *tc = c->impl;
+  tgroup *g = tc->g;
+  int n = g->n, me = tc->me, p;
+  size_t bytes = count * mpu_dtype_size(dt);
+  char *out = recv;
+  if (n == 1) {
+    if (send != recv && bytes) memcpy(recv, send, bytes);
+    return MPU_SUCCESS;
+  }
+  tcall call = {TK_ALL_GATHER, dt, MPU_SUM, -1, count, send, recv};
+  int small = bytes <= MPU_THREADS_SCRATCH;
+  MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
+  if (!bytes) return MPU_SUCCESS;
+  for (int k = 0; k < n; k++) {
+    const void *src = small ? scratch_of(g, p, k) : g->calls[p][k].send;
+    if (k == me && send == out + (size_t)me * bytes) continue; /* in place */
+    memcpy(out + (size_t)k * bytes, src, bytes);
+  }
+  return small ? MPU_SUCCESS : leave(tc, fn);
+}
+
+mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
+                                  mpu_dtype dt, mpu_op op) {
+  static const char fn[] = "mpu_comm_reduce_scatter";
+  tcomm *tc = c->impl;
+  tgroup *g = tc->g;
+  int n = g->n, me = tc->me, p;
+  size_t bytes = count * mpu_dtype_size(dt), total = bytes * (size_t)n;
+  if (n == 1) {
+    if (send != recv && bytes) memcpy(recv, send, bytes);
+    return MPU_SUCCESS;
+  }
+  tcall call = {TK_REDUCE_SCATTER, dt, op, -1, count, send, recv};
+  int small = total <= MPU_THREADS_SCRATCH;
+  MPU_CHECK(enter(tc, &call, send, small ? total : 0, fn, &p));
+  for (int k = 0; k < n; k++) {
+    const char *src = small ? scratch_of(g, p, k) : g->calls[p][k].send;
+    tc->ptrs[k] = src + (size_t)me * bytes;
+  }
+  mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
+  return small ? MPU_SUCCESS : leave(tc, fn);
+}
+
+mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root) {
+  static const char fn[] = "mpu_comm_broadcast";
+  tcomm *tc = c->impl;
+  tgroup *g = tc->g;
+  int p;
+  size_t bytes = count * mpu_dtype_size(dt);
+  if (g->n == 1) return MPU_SUCCESS;
+  tcall call = {TK_BROADCAST, dt, MPU_SUM, root, count, buf, buf};
+  int small = bytes <= MPU_THREADS_SCRATCH;
+  MPU_CHECK(enter(tc, &call, buf, small && tc->me == root ? bytes : 0, fn, &p));
+  /* the root's own description says where its data is (roots may differ
+   * when call checking is off: each rank then copies from the root it named) */
+  if (tc->me != root && bytes)
+    memcpy(buf, small ? scratch_of(g, p, root) : g->calls[p][root].send, bytes);
+  return small ? MPU_SUCCESS : leave(tc, fn);
+}
+
+mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t count, mpu_dtype dt,
+                          mpu_op op, int root) {
+  static const char fn[] = "mpu_comm_reduce";
+  tcomm *tc = c->impl;
+  tgroup *g = tc->g;
+  int n = g->n, me = tc->me, p;
+  size_t es = mpu_dtype_size(dt), bytes = count * es;
+  if (n == 1) {
+    if (send != recv && bytes) memcpy(recv, send, bytes);
+    return MPU_SUCCESS;
+  }
+  tcall call = {TK_REDUCE, dt, op, root, count, send, recv};
+  int small = bytes <= MPU_THREADS_SCRATCH;
+  MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
+  const tcall *calls = g->calls[p];
+  if (small) {
+    if (me != root) return MPU_SUCCESS;
+    for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k);
+    mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
+    return MPU_SUCCESS;
+  }
+  /* large: every rank reduces one chunk straight into the root's output */
+  if (calls[root].kind == TK_REDUCE && calls[root].root == root) {
+    size_t lo = chunk_lo(count, n, me), hi = chunk_lo(count, n, me + 1);
+    for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
+    mpu__reduce((char *)calls[root].recv + lo * es, tc->ptrs, n, hi - lo, dt, op, n);
+  }
+  return leave(tc, fn);
+}
+
+mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
+                              mpu_dtype dt) {
+  static const char fn[] = "mpu_comm_all_to_all";
+  tcomm *tc = c->impl;
+  tgroup *g = tc->g;
+  int n = g->n, me = tc->me, p;
+  size_t bytes = count * mpu_dtype_size(dt), total = bytes * (size_t)n;
+  if (n == 1) {
+    if (bytes) memcpy(recv, send, bytes);
+    return MPU_SUCCESS;
+  }
+  tcall call = {TK_ALL_TO_ALL, dt, MPU_SUM, -1, count, send, recv};
+  int small = total <= MPU_THREADS_SCRATCH;
+  MPU_CHECK(enter(tc, &call, send, small ? total : 0, fn, &p));
+  if (bytes)
+    for (int k = 0; k < n; k++) {
+      const char *src = small ? scratch_of(g, p, k) : g->calls[p][k].send;
+      memcpy((char *)recv + (size_t)k * bytes, src + (size_t)me * bytes, bytes);
+    }
+  return small ? MPU_SUCCESS : leave(tc, fn);
+}
+
+mpu_result_t mpu__tbarrier_call(mpu_comm *c) {
+  tcomm *tc = c->impl;
+  tcall call = {TK_BARRIER, MPU_UINT8, MPU_SUM, -1, 0, NULL, NULL};
+  int p;
+  if (tc->g->n == 1) return MPU_SUCCESS;
+  return enter(tc, &call, NULL, 0, "mpu_comm_barrier", &p);
+}

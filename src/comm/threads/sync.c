@@ -1,0 +1,187 @@
+/*
+ * sync.c - how threads ranks wait for each other: a generation barrier that
+ * spins briefly, then sleeps on a futex, and that can be broken.
+ *
+ * The barrier is one 64-bit word: BROKEN | generation << 32 | arrivals. The
+ * last member to arrive starts the next generation; a waiter that gives up
+ * (timeout, a peer gone, the world poisoned) sets BROKEN with a
+ * compare-and-swap that succeeds only if the generation is still incomplete.
+ * So each call either completes for every member or fails for every member.
+ * A sleeping waiter wakes every SLICE to look for failures, so an abort is
+ * noticed within that time without anyone having to know who sleeps where.
+ */
+
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/threads/threads.h"
+#include "core/error.h"
+
+#define BROKEN (UINT64_C(1) << 63)
+#define GEN_MASK UINT64_C(0x7fffffff)
+#define COUNT_MASK UINT64_C(0xffffffff)
+#define SLICE_S 0.01
+
+static inline uint64_t gen_of(uint64_t s) { return (s >> 32) & GEN_MASK; }
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+double mpu__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected, double seconds) {
+  struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word) {
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+void mpu__treason_text(uint64_t reason, char *buf, size_t len) {
+  tcause cause = (tcause)(reason >> 48);
+  mpu_result_t code = (mpu_result_t)((reason >> 32) & 0xffff);
+  int rank = (int)(uint32_t)reason - 1;
+  switch (cause) {
+  case TC_ABORTED:
+    snprintf(buf, len, "world rank %d called mpu_comm_abort", rank);
+    break;
+  case TC_FAILED:
+    snprintf(buf, len, "world rank %d failed (its function returned %s)", rank,
+             mpu_result_name(code));
+    break;
+  case TC_EXITED:
+    snprintf(buf, len, "world rank %d returned while its peers still waited for it", rank);
+    break;
+  case TC_DESTROYED:
+    snprintf(buf, len, "world rank %d destroyed its communicator while its peers waited for it",
+             rank);
+    break;
+  case TC_TIMEOUT:
+    snprintf(buf, len, "timed out waiting for world rank %d", rank);
+    break;
+  case TC_START:
+    snprintf(buf, len, "world rank %d could not be started", rank);
+    break;
+  default:
+    snprintf(buf, len, "unknown failure");
+  }
+}
+
+static mpu_result_t code_of(uint64_t reason) {
+  return (tcause)(reason >> 48) == TC_TIMEOUT ? MPU_ERR_TIMEOUT : MPU_ERR_ABORTED;
+}
+
+void mpu__tworld_poison(tworld *w, tcause cause, mpu_result_t code, int world_rank) {
+  uint64_t none = 0;
+  atomic_compare_exchange_strong(&w->poison, &none, tc_pack(cause, code, world_rank));
+}
+
+mpu_result_t mpu__tgroup_broken(const tgroup *g, const char *what) {
+  uint64_t reason;
+  char text[200];
+  /* the breaker stores the reason right after winning the break */
+  while (!(reason = atomic_load(&((tgroup *)g)->reason))) cpu_relax();
+  mpu__treason_text(reason, text, sizeof text);
+  return mpu__error(code_of(reason), "%s: communicator of %d ranks is broken: %s", what, g->n,
+                    text);
+}
+
+/* Break generation `gen` of g's barrier for `reason`. Returns 1 if the barrier
+ * is broken (by us or someone else), 0 if the generation completed first. */
+static int try_break(tgroup *g, uint64_t gen, uint64_t reason) {
+  tbarrier *b = &g->bar;
+  uint64_t s = atomic_load(&b->state);
+  for (;;) {
+    if (s & BROKEN) return 1;
+    if (gen_of(s) != gen || (s & COUNT_MASK) >= (uint64_t)g->n) return 0;
+    if (atomic_compare_exchange_weak(&b->state, &s, s | BROKEN)) break;
+  }
+  atomic_store(&g->reason, reason);
+  atomic_fetch_xor(&b->futex, UINT32_C(0x80000000)); /* sleepers must not sleep on */
+  futex_wake_all(&b->futex);
+  return 1;
+}
+
+/* Why this wait should give up now, as a reason word (0: keep waiting). */
+static uint64_t failure(tcomm *tc, double deadline, char *detail, size_t len) {
+  tgroup *g = tc->g;
+  tworld *w = g->world;
+  uint64_t poison = atomic_load(&w->poison);
+  if (poison) return poison;
+  for (int m = 0; m < g->n; m++) {
+    if (atomic_load(&g->entered[m]) >= tc->seq) continue; /* already here */
+    if (atomic_load(&g->departed[m])) return tc_pack(TC_DESTROYED, MPU_ERR_ABORTED, g->members[m]);
+    if (atomic_load(&w->gone[g->members[m]]))
+      return tc_pack(TC_EXITED, MPU_ERR_ABORTED, g->members[m]);
+  }
+  if (mpu__now() < deadline) return 0;
+  size_t used = (size_t)snprintf(detail, len, "; missing ranks of this communicator:");
+  int first = -1;
+  for (int m = 0; m < g->n && used < len; m++)
+    if (atomic_load(&g->entered[m]) < tc->seq) {
+      used += (size_t)snprintf(detail + used, len - used, " %d (world %d)", m, g->members[m]);
+      if (first < 0) first = g->members[m];
+    }
+  return tc_pack(TC_TIMEOUT, MPU_ERR_TIMEOUT, first < 0 ? g->members[tc->me] : first);
+}
+
+mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
+  tgroup *g = tc->g;
+  tbarrier *b = &g->bar;
+  uint64_t s = atomic_fetch_add(&b->state, 1);
+  if (s & BROKEN) return mpu__tgroup_broken(g, what);
+  uint64_t gen = gen_of(s);
+  if ((s & COUNT_MASK) + 1 == (uint64_t)g->n) { /* last to arrive: open the next generation */
+    atomic_store(&b->state, ((gen + 1) & GEN_MASK) << 32);
+    atomic_store(&b->futex, (uint32_t)(gen + 1));
+    if (atomic_load(&b->sleepers)) futex_wake_all(&b->futex);
+    return MPU_SUCCESS;
+  }
+
+  for (long i = 0; i < g->world->spin; i++) {
+    s = atomic_load_explicit(&b->state, memory_order_acquire);
+    if (gen_of(s) != gen) return MPU_SUCCESS;
+    if (s & BROKEN) return mpu__tgroup_broken(g, what);
+    cpu_relax();
+  }
+
+  double deadline = mpu__now() + g->world->timeout_s;
+  char detail[512] = "";
+  for (;;) {
+    s = atomic_load(&b->state);
+    if (gen_of(s) != gen) return MPU_SUCCESS;
+    if (s & BROKEN) return mpu__tgroup_broken(g, what);
+    if (breakable) {
+      uint64_t reason = failure(tc, deadline, detail, sizeof detail);
+      if (reason && try_break(g, gen, reason)) {
+        mpu_result_t r = mpu__tgroup_broken(g, what);
+        if (detail[0] && atomic_load(&g->reason) == reason) {
+          char msg[1024];
+          snprintf(msg, sizeof msg, "%s (after %.3g s)%s", mpu_last_error(),
+                   g->world->timeout_s, detail);
+          mpu__error(r, "%s", msg);
+        }
+        return r;
+      }
+      /* else the generation completed meanwhile: the next check sees it */
+    }
+    atomic_fetch_add(&b->sleepers, 1);
+    s = atomic_load(&b->state);
+    if (gen_of(s) == gen && !(s & BROKEN)) futex_wait(&b->futex, (uint32_t)gen, SLICE_S);
+    atomic_fetch_sub(&b->sleepers, 1);
+  }
+}

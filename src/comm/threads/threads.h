@@ -1,0 +1,174 @@
+/*
+ * threads.h - the threads backend's shared structures.
+ *
+ * A world is n ranks, each a thread of this process. A group is the state the
+ * members of one communicator share: a barrier, each member's description of
+ * its current call, and small staging buffers. Each member holds a handle
+ * (tcomm) on the group with its own call counter.
+ *
+ * One call on a group goes: describe the call in calls[parity][me] (and, for
+ * small messages, stage the data in scratch[parity][me]); arrive at the
+ * barrier; compare the descriptions; move the data; for large messages, wait
+ * at a second barrier so no rank returns while a peer still reads its
+ * buffers. Alternating parity between consecutive calls lets a small call need
+ * one barrier: a member cannot write parity p again before every member has
+ * passed the next call's barrier, i.e. finished reading parity p.
+ *
+ * Only the entry barrier of a call can fail (time out, see a peer abort, exit
+ * or destroy its handle). Once every member has entered, the call completes:
+ * the members are all inside it and need nothing else to finish.
+ */
+#ifndef MPU_COMM_THREADS_H
+#define MPU_COMM_THREADS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "comm/comm_internal.h"
+
+/* Per-member staging buffer for small calls; larger ones go zero-copy. */
+#define MPU_THREADS_SCRATCH 16384
+
+typedef enum tkind {
+  TK_ALL_REDUCE,
+  TK_ALL_GATHER,
+  TK_REDUCE_SCATTER,
+  TK_BROADCAST,
+  TK_REDUCE,
+  TK_ALL_TO_ALL,
+  TK_BARRIER,
+} tkind;
+
+/* Why a group broke: packed into one word so the first breaker's reason is
+ * what everyone reports. */
+typedef enum tcause {
+  TC_NONE = 0,
+  TC_ABORTED,   /* the rank called mpu_comm_abort */
+  TC_FAILED,    /* the rank's function returned an error */
+  TC_EXITED,    /* the rank's function returned while peers waited for it */
+  TC_DESTROYED, /* the rank destroyed its handle while peers waited for it */
+  TC_TIMEOUT,   /* the rank never arrived within the timeout */
+  TC_START,     /* the rank's thread could not be started */
+} tcause;
+
+/* reason word: cause << 48 | result code << 32 | (world rank + 1) */
+static inline uint64_t tc_pack(tcause cause, mpu_result_t code, int world_rank) {
+  return (uint64_t)cause << 48 | (uint64_t)code << 32 | (uint32_t)(world_rank + 1);
+}
+
+/* One member's description of the call it is in. */
+typedef struct tcall {
+  tkind kind;
+  mpu_dtype dtype;
+  mpu_op op;
+  int root;
+  size_t count;
+  const void *send; /* large calls: peers read from here ... */
+  void *recv;       /* ... and, for reduce, write into the root's */
+} tcall;
+
+typedef struct tbarrier {
+  _Atomic uint64_t state;    /* BROKEN | generation << 32 | arrivals */
+  _Atomic uint32_t futex;    /* generation's low bits: what sleepers wait on */
+  _Atomic uint32_t sleepers; /* wake only when someone sleeps */
+} tbarrier;
+
+typedef struct tworld tworld;
+
+typedef struct tgroup {
+  uint64_t id;
+  tworld *world;
+  int n;
+  int *members;                 /* world rank of each member */
+  _Atomic int refs;             /* handles not yet destroyed */
+  tbarrier bar;
+  _Atomic uint64_t reason;      /* why the barrier broke (0: it did not) */
+  tcall *calls[2];              /* [parity][member] */
+  char *scratch[2];             /* [parity][member * MPU_THREADS_SCRATCH] */
+  _Atomic uint64_t *entered;    /* [member]: number of the last call it entered */
+  _Atomic int *departed;        /* [member]: its handle was destroyed */
+} tgroup;
+
+/* One rank's handle: the impl of an mpu_comm of the threads backend. */
+typedef struct tcomm {
+  tgroup *g;
+  int me;
+  uint64_t seq;        /* calls made on this group */
+  const void **ptrs;   /* [n] scratch for the kernels' source lists */
+  mpu_comm *base;
+  struct tcomm *prev, *next; /* the world's list of live handles */
+} tcomm;
+
+typedef struct tmsg {
+  struct tmsg *next;
+  uint64_t group;
+  int src; /* world rank */
+  size_t count;
+  mpu_dtype dtype;
+  char data[];
+} tmsg;
+
+typedef struct tmailbox {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  tmsg *head, *tail;
+} tmailbox;
+
+typedef struct tpending tpending;
+
+struct tworld {
+  int n;
+  double timeout_s;
+  int check_calls;
+  long spin;
+  _Atomic uint64_t poison;   /* first fatal failure in the world (reason word) */
+  _Atomic int *gone;         /* [world rank]: its function returned */
+  tmailbox *boxes;           /* [world rank] */
+  pthread_mutex_t lock;      /* guards pending, handles, next_id */
+  tpending *pending;         /* group creations some members have joined */
+  tcomm *handles;            /* every live handle, freed at the end if leaked */
+  uint64_t next_id;
+};
+
+/* ---- sync.c ---- */
+
+/* Arrive at g's barrier and wait for all members. With `breakable`, a wait
+ * that sees the world poisoned, a member gone or the deadline pass breaks the
+ * barrier for everyone and returns the error; without it (inside a call every
+ * member has entered) the wait only ends when all arrive. */
+mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what);
+
+/* The error for a broken group, from its reason word. */
+mpu_result_t mpu__tgroup_broken(const tgroup *g, const char *what);
+
+/* Record a fatal failure of world_rank (first one wins) and wake sleepers. */
+void mpu__tworld_poison(tworld *w, tcause cause, mpu_result_t code, int world_rank);
+
+/* Text of a reason word ("world rank 3 aborted"). */
+void mpu__treason_text(uint64_t reason, char *buf, size_t len);
+
+/* Monotonic seconds. */
+double mpu__now(void);
+
+/* ---- collectives.c / p2p.c ---- */
+
+mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
+                              mpu_dtype dt, mpu_op op);
+mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t count,
+                              mpu_dtype dt);
+mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
+                                  mpu_dtype dt, mpu_op op);
+mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root);
+mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t count, mpu_dtype dt,
+                          mpu_op op, int root);
+mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
+                              mpu_dtype dt);
+mpu_result_t mpu__tbarrier_call(mpu_comm *c);
+mpu_result_t mpu__tsend(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
+mpu_result_t mpu__trecv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
+
+/* Free every message still queued (world teardown). */
+void mpu__tmailbox_drain(tmailbox *box);
+
+#endif

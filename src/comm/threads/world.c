@@ -1,0 +1,350 @@
+/*
+ * world.c - the threads backend's world: mpu_launch, groups and handles.
+ *
+ * mpu_launch makes a world of n ranks and one group over all of them, starts
+ * one thread per rank with its own handle on that group, and after the last
+ * thread returns frees everything the ranks left behind (handles they did not
+ * destroy, messages never received), so a failing test leaks nothing.
+ *
+ * Group creation is collective over the members only and does not block: the
+ * first member to ask for a member list makes the group and leaves it in the
+ * world's pending list; the others join it. A member that asks for the same
+ * list again joins the next pending group it is not yet part of, so repeated
+ * creations pair up in order. Members meet at the group's first call.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/threads/threads.h"
+#include "core/env.h"
+#include "core/error.h"
+
+struct tpending {
+  tpending *next;
+  uint64_t parent;
+  tgroup *g;
+  int joined;
+  char *has; /* [member]: already joined */
+};
+
+static const mpu__comm_ops threads_ops;
+
+/* ---- groups ---------------------------------------------------------------- */
+
+static void group_free(tgroup *g) {
+  if (!g) return;
+  free(g->members);
+  free(g->calls[0]);
+  free(g->calls[1]);
+  free(g->scratch[0]);
+  free(g->scratch[1]);
+  free((void *)g->entered);
+  free((void *)g->departed);
+  free(g);
+}
+
+/* A group over world ranks members[0..n-1]. Caller holds w->lock (for the id). */
+static tgroup *group_new(tworld *w, const int *members, int n) {
+  tgroup *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->world = w;
+  g->n = n;
+  g->id = ++w->next_id;
+  g->members = malloc((size_t)n * sizeof(int));
+  g->calls[0] = calloc((size_t)n, sizeof(tcall));
+  g->calls[1] = calloc((size_t)n, sizeof(tcall));
+  g->scratch[0] = aligned_alloc(64, (size_t)n * MPU_THREADS_SCRATCH);
+  g->scratch[1] = aligned_alloc(64, (size_t)n * MPU_THREADS_SCRATCH);
+  g->entered = calloc((size_t)n, sizeof *g->entered);
+  g->departed = calloc((size_t)n, sizeof *g->departed);
+  if (!g->members || !g->calls[0] || !g->calls[1] || !g->scratch[0] || !g->scratch[1] ||
+      !g->entered || !g->departed) {
+    group_free(g);
+    return NULL;
+  }
+  memcpy(g->members, members, (size_t)n * sizeof(int));
+  return g;
+}
+
+static void group_release(tgroup *g) {
+  if (atomic_fetch_sub(&g->refs, 1) == 1) group_free(g);
+}
+
+/* ---- handles --------------------------------------------------------------- */
+
+/* A handle for member `me` of g (takes one reference). Caller holds w->lock. */
+static mpu_result_t handle_new(tworld *w, tgroup *g, int me, mpu_comm **out) {
+  tcomm *tc = calloc(1, sizeof *tc);
+  const void **ptrs = calloc((size_t)g->n, sizeof *ptrs);
+  mpu_comm *c = tc && ptrs ? mpu__comm_new(&threads_ops, me, g->n, g->members, tc) : NULL;
+  if (!c) {
+    free(tc);
+    free(ptrs);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "threads: cannot allocate a communicator of %d",
+                      g->n);
+  }
+  tc->g = g;
+  tc->me = me;
+  tc->ptrs = ptrs;
+  tc->base = c;
+  atomic_fetch_add(&g->refs, 1);
+  tc->next = w->handles;
+  if (w->handles) w->handles->prev = tc;
+  w->handles = tc;
+  *out = c;
+  return MPU_SUCCESS;
+}
+
+/* Unlink and free the impl of a handle; the base is freed by the caller. */
+static void handle_release(tcomm *tc) {
+  tgroup *g = tc->g;
+  tworld *w = g->world;
+  atomic_store(&g->departed[tc->me], 1);
+  pthread_mutex_lock(&w->lock);
+  if (tc->prev) tc->prev->next = tc->next;
+  else w->handles = tc->next;
+  if (tc->next) tc->next->prev = tc->prev;
+  pthread_mutex_unlock(&w->lock);
+  free(tc->ptrs);
+  free(tc);
+  group_release(g);
+}
+
+static void threads_destroy(mpu_comm *c) { handle_release(c->impl); }
+
+static mpu_result_t threads_abort(mpu_comm *c) {
+  tcomm *tc = c->impl;
+  mpu__tworld_poison(tc->g->world, TC_ABORTED, MPU_ERR_ABORTED, tc->g->members[tc->me]);
+  return MPU_SUCCESS;
+}
+
+/* ---- group creation ---------------------------------------------------------- */
+
+static mpu_result_t threads_create_group(mpu_comm *c, const int *members, int n,
+                                         mpu_comm **out) {
+  tcomm *tc = c->impl;
+  tworld *w = tc->g->world;
+  int *wr = malloc((size_t)n * sizeof(int));
+  if (!wr) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_create_group: %d members", n);
+  int me = -1;
+  for (int i = 0; i < n; i++) {
+    wr[i] = tc->g->members[members[i]];
+    if (members[i] == c->rank) me = i;
+  }
+
+  mpu_result_t r = MPU_SUCCESS;
+  pthread_mutex_lock(&w->lock);
+  tpending *p, **link = &w->pending;
+  for (p = w->pending; p; link = &p->next, p = p->next)
+    if (p->parent == tc->g->id && p->g->n == n && !p->has[me] &&
+        !memcmp(p->g->members, wr, (size_t)n * sizeof(int)))
+      break;
+  if (!p) {
+    p = calloc(1, sizeof *p);
+    char *has = calloc((size_t)n, 1);
+    tgroup *g = p && has ? group_new(w, wr, n) : NULL;
+    if (!g) {
+      free(p);
+      free(has);
+      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_create_group: group of %d", n);
+      goto out;
+    }
+    p->parent = tc->g->id;
+    p->g = g;
+    p->has = has;
+    p->next = NULL;
+    while (*link) link = &(*link)->next; /* keep creation order */
+    *link = p;
+  }
+  r = handle_new(w, p->g, me, out);
+  if (r != MPU_SUCCESS) {
+    if (p->joined == 0) { /* we made it and nobody holds it: take it back */
+      for (link = &w->pending; *link != p; link = &(*link)->next) {
+      }
+      *link = p->next;
+      group_free(p->g);
+      free(p->has);
+      free(p);
+    }
+    goto out;
+  }
+  p->has[me] = 1;
+  if (++p->joined == n) { /* everyone is in: the group no longer needs finding */
+    for (link = &w->pending; *link != p; link = &(*link)->next) {
+    }
+    *link = p->next;
+    free(p->has);
+    free(p);
+  }
+out:
+  pthread_mutex_unlock(&w->lock);
+  free(wr);
+  return r;
+}
+
+/* ---- the world ------------------------------------------------------------- */
+
+static void world_free(tworld *w) {
+  if (!w) return;
+  while (w->pending) { /* creations some member never joined: each group is
+                          * held by the handles of those who did */
+    tpending *p = w->pending;
+    w->pending = p->next;
+    free(p->has);
+    free(p);
+  }
+  while (w->handles) { /* handles the ranks left behind */
+    mpu_comm *c = w->handles->base;
+    handle_release(w->handles);
+    mpu__comm_free(c);
+  }
+  for (int r = 0; r < w->n && w->boxes; r++) {
+    mpu__tmailbox_drain(&w->boxes[r]);
+    pthread_mutex_destroy(&w->boxes[r].lock);
+    pthread_cond_destroy(&w->boxes[r].cond);
+  }
+  pthread_mutex_destroy(&w->lock);
+  free(w->boxes);
+  free((void *)w->gone);
+  free(w);
+}
+
+static long default_spin(int n) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  /* with a core per rank a peer is about to arrive: spin ~100 us; when ranks
+   * share cores, spinning steals the time the late peer needs: sleep soon */
+  return n <= cpus ? 4000 : 50;
+}
+
+static mpu_result_t world_new(int n, const mpu_launch_options *o, tworld **out) {
+  const mpu__env_values *env = mpu__env();
+  tworld *w = calloc(1, sizeof *w);
+  if (!w) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_launch: world of %d", n);
+  w->n = n;
+  w->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : env->timeout_s;
+  w->check_calls = (o && o->check_calls) || env->check_calls;
+  w->spin = o && o->spin >= 0 ? o->spin : env->spin >= 0 ? env->spin : default_spin(n);
+  pthread_mutex_init(&w->lock, NULL);
+  w->gone = calloc((size_t)n, sizeof *w->gone);
+  w->boxes = calloc((size_t)n, sizeof *w->boxes);
+  if (!w->gone || !w->boxes) {
+    free(w->boxes);
+    w->boxes = NULL;
+    world_free(w);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_launch: world of %d", n);
+  }
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  for (int r = 0; r < n; r++) {
+    pthread_mutex_init(&w->boxes[r].lock, NULL);
+    pthread_cond_init(&w->boxes[r].cond, &ca);
+  }
+  pthread_condattr_destroy(&ca);
+  *out = w;
+  return MPU_SUCCESS;
+}
+
+typedef struct rank_ctx {
+  tworld *w;
+  int rank;
+  mpu_comm *comm;
+  mpu_rank_fn fn;
+  void *arg;
+  mpu_result_t result;
+  char message[1024];
+} rank_ctx;
+
+static void *rank_main(void *p) {
+  rank_ctx *ctx = p;
+  mpu_clear_error();
+  ctx->result = ctx->fn(ctx->comm, ctx->arg);
+  if (ctx->result != MPU_SUCCESS) {
+    snprintf(ctx->message, sizeof ctx->message, "%s", mpu_last_error());
+    mpu__tworld_poison(ctx->w, TC_FAILED, ctx->result, ctx->rank);
+  }
+  atomic_store(&ctx->w->gone[ctx->rank], 1);
+  return NULL;
+}
+
+mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_result_t *results,
+                        const mpu_launch_options *options) {
+  if (nranks <= 0 || !fn)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_launch: %d ranks and fn %s (want >= 1, fn)",
+                      nranks, fn ? "set" : "NULL");
+  if (options && options->size != sizeof *options)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "mpu_launch: options.size is %zu, want %zu (start from "
+                      "MPU_LAUNCH_OPTIONS_INIT)",
+                      options->size, sizeof *options);
+  tworld *w = NULL;
+  MPU_CHECK(world_new(nranks, options, &w));
+  rank_ctx *ctx = calloc((size_t)nranks, sizeof *ctx);
+  pthread_t *threads = calloc((size_t)nranks, sizeof *threads);
+  int *everyone = malloc((size_t)nranks * sizeof(int));
+  tgroup *g = NULL;
+  mpu_result_t r = MPU_SUCCESS;
+  if (!ctx || !threads || !everyone) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_launch: %d ranks", nranks);
+    goto out;
+  }
+  for (int i = 0; i < nranks; i++) everyone[i] = i;
+  pthread_mutex_lock(&w->lock);
+  g = group_new(w, everyone, nranks);
+  for (int i = 0; g && i < nranks && r == MPU_SUCCESS; i++) {
+    r = handle_new(w, g, i, &ctx[i].comm);
+    if (r == MPU_SUCCESS) ctx[i].comm->owned_by_launcher = 1;
+  }
+  pthread_mutex_unlock(&w->lock);
+  if (!g) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_launch: world group of %d", nranks);
+  if (r != MPU_SUCCESS) goto out;
+
+  int started = 0;
+  for (int i = 0; i < nranks; i++, started++) {
+    ctx[i] = (rank_ctx){w, i, ctx[i].comm, fn, arg, MPU_SUCCESS, ""};
+    if (pthread_create(&threads[i], NULL, rank_main, &ctx[i])) {
+      r = mpu__error(MPU_ERR_SYSTEM, "mpu_launch: cannot start the thread of rank %d of %d", i,
+                     nranks);
+      mpu__tworld_poison(w, TC_START, MPU_ERR_SYSTEM, i);
+      break;
+    }
+  }
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  if (r != MPU_SUCCESS) goto out;
+
+  for (int i = 0; i < nranks; i++) {
+    if (results) results[i] = ctx[i].result;
+    if (ctx[i].result != MPU_SUCCESS && r == MPU_SUCCESS)
+      r = mpu__error(ctx[i].result, "rank %d of %d failed: %s", i, nranks, ctx[i].message);
+  }
+out:
+  if (w) {
+    /* the launcher's own handles go too: lift their protection first */
+    for (tcomm *h = w->handles; h; h = h->next) h->base->owned_by_launcher = 0;
+    if (!g || atomic_load(&g->refs) == 0) group_free(g);
+    world_free(w);
+  }
+  free(ctx);
+  free(threads);
+  free(everyone);
+  return r;
+}
+
+static const mpu__comm_ops threads_ops = {
+    .name = "threads",
+    .all_reduce = mpu__tall_reduce,
+    .all_gather = mpu__tall_gather,
+    .reduce_scatter = mpu__treduce_scatter,
+    .broadcast = mpu__tbroadcast,
+    .reduce = mpu__treduce,
+    .all_to_all = mpu__tall_to_all,
+    .barrier = mpu__tbarrier_call,
+    .send = mpu__tsend,
+    .recv = mpu__trecv,
+    .create_group = threads_create_group,
+    .split = NULL,
+    .abort = threads_abort,
+    .destroy = threads_destroy,
+};

@@ -1,0 +1,21 @@
+/*
+ * env.h - the library's environment knobs, read once into one struct.
+ *
+ * Every knob is declared in the table in env.c with its default and meaning;
+ * docs/api.md lists the same table for users.
+ */
+#ifndef MPU_CORE_ENV_H
+#define MPU_CORE_ENV_H
+
+typedef struct mpu__env_values {
+  double timeout_s; /* MPU_TIMEOUT: seconds any wait may last before it fails */
+  int check_calls;  /* MPU_CHECK_CALLS: compare op and root across ranks of each call */
+  long spin;        /* MPU_SPIN: busy-wait iterations before sleeping; -1 = automatic */
+  int debug;        /* MPU_DEBUG: log each error's path (file:line) to stderr */
+} mpu__env_values;
+
+/* The knobs, parsed on first use (thread-safe). A malformed value falls back
+ * to the default and, with MPU_DEBUG=1, says so on stderr. */
+const mpu__env_values *mpu__env(void);
+
+#endif

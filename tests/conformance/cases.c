@@ -1,0 +1,561 @@
+/*
+ * cases.c - the conformance cases: every collective x dtype x op, in place
+ * and not, zero, small, uneven and large counts; groups from create_group and
+ * split; and argument errors that every backend must reject the same way.
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conformance.h"
+
+const int conf_rank_counts[] = {1, 2, 3, 4, 8};
+const int conf_rank_counts_len = 5;
+
+static mpu_result_t conf_fail(void *suite, mpu_comm *world, const char *file, int line,
+                              const char *fmt, ...) {
+  int rank = 0;
+  mpu_comm_rank(world, &rank);
+  char *msg = ((conf_suite *)suite)->message[rank];
+  int n = snprintf(msg, sizeof ((conf_suite *)suite)->message[0], "rank %d: %s:%d: ", rank, file,
+                   line);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg + n, sizeof ((conf_suite *)suite)->message[0] - (size_t)n, fmt, ap);
+  va_end(ap);
+  return MPU_ERR_INTERNAL;
+}
+
+/* Cases keep their buffers in locals freed at `out:`, so a failed check
+ * leaks nothing. */
+#define FAIL(...)                                                    \
+  do {                                                               \
+    res = conf_fail(suite, world, __FILE__, __LINE__, __VA_ARGS__);  \
+    goto out;                                                        \
+  } while (0)
+#define CHECK(cond, ...) \
+  do {                   \
+    if (!(cond)) FAIL(__VA_ARGS__); \
+  } while (0)
+#define CHECK_OK(call)                                                                   \
+  do {                                                                                   \
+    mpu_result_t r_ = (call);                                                            \
+    if (r_ != MPU_SUCCESS) FAIL("%s -> %s: %s", #call, mpu_result_name(r_), mpu_last_error()); \
+  } while (0)
+#define CHECK_ERR(code, call)                                                            \
+  do {                                                                                   \
+    mpu_result_t r_ = (call);                                                            \
+    if (r_ != (code))                                                                    \
+      FAIL("%s -> %s, want %s (%s)", #call, mpu_result_name(r_), mpu_result_name(code),  \
+           mpu_last_error());                                                            \
+    if (!mpu_last_error()[0]) FAIL("%s failed without a message", #call);               \
+  } while (0)
+
+/* ---- values ---------------------------------------------------------------- */
+
+static void set(mpu_dtype dt, void *p, size_t i, double v) {
+  switch (dt) {
+  case MPU_FLOAT32: ((float *)p)[i] = (float)v; break;
+  case MPU_FLOAT64: ((double *)p)[i] = v; break;
+  case MPU_FLOAT16: ((uint16_t *)p)[i] = mpu_float_to_half((float)v); break;
+  case MPU_BFLOAT16: ((uint16_t *)p)[i] = mpu_float_to_bfloat16((float)v); break;
+  case MPU_INT32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)(int64_t)v; break;
+  case MPU_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+  default: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)(int64_t)v; break;
+  }
+}
+
+static double get(mpu_dtype dt, const void *p, size_t i) {
+  switch (dt) {
+  case MPU_FLOAT32: return ((const float *)p)[i];
+  case MPU_FLOAT64: return ((const double *)p)[i];
+  case MPU_FLOAT16: return mpu_half_to_float(((const uint16_t *)p)[i]);
+  case MPU_BFLOAT16: return mpu_bfloat16_to_float(((const uint16_t *)p)[i]);
+  case MPU_INT32: return ((const int32_t *)p)[i];
+  case MPU_INT64: return (double)((const int64_t *)p)[i];
+  default: return ((const uint8_t *)p)[i];
+  }
+}
+
+static double rounded(mpu_dtype dt, double v) {
+  char b[8];
+  set(dt, b, 0, v);
+  return get(dt, b, 0);
+}
+
+/* Element i of rank r's input: small integers, so sums are exact in every dtype. */
+static double value(mpu_op op, int r, size_t i) {
+  if (op == MPU_PROD) return (double)(1 + (r + i) % 2); /* products stay <= 2^8 */
+  return (double)(1 + ((size_t)r * 3 + i * 7) % 5);
+}
+
+/* What op over ranks 0..n-1 of value(op, k, i) must give in dtype dt. */
+static double expected(mpu_dtype dt, mpu_op op, int n, size_t i) {
+  int64_t acc = (int64_t)value(op, 0, i);
+  for (int k = 1; k < n; k++) {
+    int64_t v = (int64_t)value(op, k, i);
+    switch (op) {
+    case MPU_PROD: acc *= v; break;
+    case MPU_MIN: acc = v < acc ? v : acc; break;
+    case MPU_MAX: acc = v > acc ? v : acc; break;
+    default: acc += v; break;
+    }
+  }
+  if (op != MPU_AVG) return rounded(dt, (double)acc);
+  if (dt == MPU_FLOAT64) return (double)acc / n;
+  if (mpu_dtype_is_float(dt)) return rounded(dt, (double)((float)acc / (float)n));
+  return rounded(dt, (double)(acc / n));
+}
+
+static void fill(mpu_dtype dt, void *p, size_t count, mpu_op op, int r, size_t offset) {
+  for (size_t i = 0; i < count; i++) set(dt, p, i, value(op, r, offset + i));
+}
+
+static void *alloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
+
+static void poison_fill(void *p, size_t bytes) { memset(p, 0x5a, bytes); }
+
+/* ---- collectives ------------------------------------------------------------ */
+
+static const size_t reduce_counts[] = {0, 1, 7, 1031, 20001};
+
+static mpu_result_t case_all_reduce(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  void *send = alloc(20001 * 8), *recv = alloc(20001 * 8);
+  CHECK(send && recv, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int op = 0; op < MPU_OP_COUNT; op++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (size_t c = 0; c < sizeof reduce_counts / sizeof *reduce_counts; c++) {
+          size_t count = reduce_counts[c], es = mpu_dtype_size((mpu_dtype)dt);
+          fill((mpu_dtype)dt, send, count, (mpu_op)op, rank, 0);
+          void *out = inplace ? send : recv;
+          if (!inplace) poison_fill(recv, count * es);
+          CHECK_OK(mpu_comm_all_reduce(world, send, out, count, (mpu_dtype)dt, (mpu_op)op));
+          for (size_t i = 0; i < count; i++) {
+            double got = get((mpu_dtype)dt, out, i), want = expected((mpu_dtype)dt, (mpu_op)op, n, i);
+            CHECK(got == want, "all_reduce %s %s count %zu%s: [%zu] = %g, want %g",
+                  mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op), count,
+                  inplace ? " in place" : "", i, got, want);
+          }
+        }
+out:
+  free(send);
+  free(recv);
+  return res;
+}
+
+static mpu_result_t case_all_gather(mpu_comm *world, void *suite) {
+  static const size_t counts[] = {0, 1, 7, 9001};
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  void *send = alloc(9001 * 8), *recv = alloc(9001 * 8 * (size_t)n);
+  CHECK(send && recv, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int inplace = 0; inplace < 2; inplace++)
+      for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        size_t count = counts[c], es = mpu_dtype_size((mpu_dtype)dt);
+        poison_fill(recv, count * es * (size_t)n);
+        void *in = inplace ? (char *)recv + (size_t)rank * count * es : send;
+        fill((mpu_dtype)dt, in, count, MPU_SUM, rank, 0);
+        CHECK_OK(mpu_comm_all_gather(world, in, recv, count, (mpu_dtype)dt));
+        for (int k = 0; k < n; k++)
+          for (size_t i = 0; i < count; i++) {
+            double got = get((mpu_dtype)dt, recv, (size_t)k * count + i);
+            double want = rounded((mpu_dtype)dt, value(MPU_SUM, k, i));
+            CHECK(got == want, "all_gather %s count %zu%s: block %d [%zu] = %g, want %g",
+                  mpu_dtype_name((mpu_dtype)dt), count, inplace ? " in place" : "", k, i, got,
+                  want);
+          }
+      }
+out:
+  free(send);
+  free(recv);
+  return res;
+}
+
+static mpu_result_t case_reduce_scatter(mpu_comm *world, void *suite) {
+  static const size_t counts[] = {0, 1, 7, 3001};
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  void *send = alloc(3001 * 8 * (size_t)n), *recv = alloc(3001 * 8);
+  CHECK(send && recv, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int op = 0; op < MPU_OP_COUNT; op++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+          size_t count = counts[c], es = mpu_dtype_size((mpu_dtype)dt);
+          fill((mpu_dtype)dt, send, count * (size_t)n, (mpu_op)op, rank, 0);
+          void *out = inplace ? (char *)send + (size_t)rank * count * es : recv;
+          if (!inplace) poison_fill(recv, count * es);
+          CHECK_OK(mpu_comm_reduce_scatter(world, send, out, count, (mpu_dtype)dt, (mpu_op)op));
+          for (size_t i = 0; i < count; i++) {
+            double got = get((mpu_dtype)dt, out, i);
+            double want = expected((mpu_dtype)dt, (mpu_op)op, n, (size_t)rank * count + i);
+            CHECK(got == want, "reduce_scatter %s %s count %zu%s: [%zu] = %g, want %g",
+                  mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op), count,
+                  inplace ? " in place" : "", i, got, want);
+          }
+        }
+out:
+  free(send);
+  free(recv);
+  return res;
+}
+
+static mpu_result_t case_broadcast(mpu_comm *world, void *suite) {
+  static const size_t counts[] = {0, 1, 7, 9001};
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  void *buf = alloc(9001 * 8);
+  CHECK(buf, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int root = 0; root < n; root++)
+      for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        size_t count = counts[c], es = mpu_dtype_size((mpu_dtype)dt);
+        if (rank == root) fill((mpu_dtype)dt, buf, count, MPU_SUM, root, 0);
+        else poison_fill(buf, count * es);
+        CHECK_OK(mpu_comm_broadcast(world, buf, count, (mpu_dtype)dt, root));
+        for (size_t i = 0; i < count; i++) {
+          double got = get((mpu_dtype)dt, buf, i);
+          double want = rounded((mpu_dtype)dt, value(MPU_SUM, root, i));
+          CHECK(got == want, "broadcast %s root %d count %zu: [%zu] = %g, want %g",
+                mpu_dtype_name((mpu_dtype)dt), root, count, i, got, want);
+        }
+      }
+out:
+  free(buf);
+  return res;
+}
+
+static mpu_result_t case_reduce(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  void *send = alloc(20001 * 8), *recv = alloc(20001 * 8);
+  CHECK(send && recv, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int op = 0; op < MPU_OP_COUNT; op++)
+      for (int root = 0; root < n; root++)
+        for (size_t c = 0; c < sizeof reduce_counts / sizeof *reduce_counts; c++) {
+          size_t count = reduce_counts[c], es = mpu_dtype_size((mpu_dtype)dt);
+          int inplace = (root + (int)c) % 2; /* both forms, at every root */
+          fill((mpu_dtype)dt, send, count, (mpu_op)op, rank, 0);
+          poison_fill(recv, count * es);
+          void *out = rank != root ? NULL : inplace ? send : recv;
+          CHECK_OK(mpu_comm_reduce(world, send, out, count, (mpu_dtype)dt, (mpu_op)op, root));
+          if (rank != root) {
+            for (size_t i = 0; i < count; i++) /* non-roots' inputs are untouched */
+              CHECK(get((mpu_dtype)dt, send, i) == rounded((mpu_dtype)dt, value((mpu_op)op, rank, i)),
+                    "reduce changed a non-root's input at [%zu]", i);
+            continue;
+          }
+          for (size_t i = 0; i < count; i++) {
+            double got = get((mpu_dtype)dt, out, i), want = expected((mpu_dtype)dt, (mpu_op)op, n, i);
+            CHECK(got == want, "reduce %s %s root %d count %zu: [%zu] = %g, want %g",
+                  mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op), root, count, i, got,
+                  want);
+          }
+        }
+out:
+  free(send);
+  free(recv);
+  return res;
+}
+
+/* Element i of the block rank `from` sends to rank `to`. */
+static double a2a_value(int from, int to, size_t i) {
+  return (double)((from * 31 + to * 7 + (int)(i % 13)) % 97);
+}
+
+static mpu_result_t case_all_to_all(mpu_comm *world, void *suite) {
+  static const size_t counts[] = {0, 1, 7, 3001};
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  void *send = alloc(3001 * 8 * (size_t)n), *recv = alloc(3001 * 8 * (size_t)n);
+  CHECK(send && recv, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+      size_t count = counts[c], es = mpu_dtype_size((mpu_dtype)dt);
+      for (int to = 0; to < n; to++)
+        for (size_t i = 0; i < count; i++)
+          set((mpu_dtype)dt, send, (size_t)to * count + i, a2a_value(rank, to, i));
+      poison_fill(recv, count * es * (size_t)n);
+      CHECK_OK(mpu_comm_all_to_all(world, send, recv, count, (mpu_dtype)dt));
+      for (int from = 0; from < n; from++)
+        for (size_t i = 0; i < count; i++) {
+          double got = get((mpu_dtype)dt, recv, (size_t)from * count + i);
+          double want = rounded((mpu_dtype)dt, a2a_value(from, rank, i));
+          CHECK(got == want, "all_to_all %s count %zu: block from %d [%zu] = %g, want %g",
+                mpu_dtype_name((mpu_dtype)dt), count, from, i, got, want);
+        }
+    }
+out:
+  free(send);
+  free(recv);
+  return res;
+}
+
+static mpu_result_t case_barrier(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  for (int i = 0; i < 50; i++) CHECK_OK(mpu_comm_barrier(world));
+out:
+  return res;
+}
+
+/* A ring in both directions, several messages queued before any is received
+ * (as pipeline stages do), in every dtype, and a zero-length message. */
+static mpu_result_t case_send_recv(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  enum { COUNT = 3000, MSGS = 3 };
+  void *buf = alloc(COUNT * 8);
+  CHECK(buf, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++) {
+    for (int m = 0; m < MSGS; m++) {
+      fill((mpu_dtype)dt, buf, COUNT, MPU_SUM, rank * 10 + m, 0);
+      CHECK_OK(mpu_comm_send(world, buf, COUNT, (mpu_dtype)dt, next));
+      fill((mpu_dtype)dt, buf, COUNT, MPU_SUM, rank * 10 + m + 5, 0);
+      CHECK_OK(mpu_comm_send(world, buf, COUNT, (mpu_dtype)dt, prev));
+    }
+    CHECK_OK(mpu_comm_send(world, NULL, 0, (mpu_dtype)dt, next));
+    for (int m = 0; m < MSGS; m++) {
+      poison_fill(buf, COUNT * 8);
+      CHECK_OK(mpu_comm_recv(world, buf, COUNT, (mpu_dtype)dt, prev));
+      for (size_t i = 0; i < COUNT; i++)
+        CHECK(get((mpu_dtype)dt, buf, i) == rounded((mpu_dtype)dt, value(MPU_SUM, prev * 10 + m, i)),
+              "recv %s message %d from %d: wrong [%zu]", mpu_dtype_name((mpu_dtype)dt), m, prev, i);
+      CHECK_OK(mpu_comm_recv(world, buf, COUNT, (mpu_dtype)dt, next));
+      for (size_t i = 0; i < COUNT; i++)
+        CHECK(get((mpu_dtype)dt, buf, i) ==
+                  rounded((mpu_dtype)dt, value(MPU_SUM, next * 10 + m + 5, i)),
+              "recv %s message %d from %d: wrong [%zu]", mpu_dtype_name((mpu_dtype)dt), m, next, i);
+    }
+    CHECK_OK(mpu_comm_recv(world, NULL, 0, (mpu_dtype)dt, prev));
+  }
+  CHECK_OK(mpu_comm_barrier(world));
+out:
+  free(buf);
+  return res;
+}
+
+/* ---- groups ------------------------------------------------------------------ */
+
+/* all_reduce of world ranks over c: must be the sum of exactly its members. */
+static mpu_result_t sum_over(mpu_comm *c, int64_t *got, int64_t *want) {
+  int size, wr;
+  mpu_result_t r = mpu_comm_size(c, &size);
+  if (r) return r;
+  *want = 0;
+  for (int i = 0; i < size; i++) {
+    if ((r = mpu_comm_world_rank(c, i, &wr))) return r;
+    *want += wr;
+  }
+  int me;
+  if ((r = mpu_comm_rank(c, &me)) || (r = mpu_comm_world_rank(c, me, &wr))) return r;
+  int64_t mine = wr;
+  return mpu_comm_all_reduce(c, &mine, got, 1, MPU_INT64, MPU_SUM);
+}
+
+static mpu_result_t case_split(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  mpu_comm *parity = NULL, *reversed = NULL, *none = NULL, *sub = NULL;
+  int rank, n, r, s;
+  int64_t got, want;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+
+  /* even and odd ranks, ordered by rank */
+  CHECK_OK(mpu_comm_split(world, rank % 2, 0, &parity));
+  CHECK(parity, "split gave no communicator");
+  CHECK_OK(mpu_comm_rank(parity, &r));
+  CHECK_OK(mpu_comm_size(parity, &s));
+  CHECK(r == rank / 2 && s == (n - rank % 2 + 1) / 2, "parity split: rank %d of %d", r, s);
+  CHECK_OK(sum_over(parity, &got, &want));
+  CHECK(got == want, "all_reduce on parity group: %lld, want %lld", (long long)got, (long long)want);
+
+  /* one group, keys reverse the order */
+  CHECK_OK(mpu_comm_split(world, 7, n - rank, &reversed));
+  CHECK_OK(mpu_comm_rank(reversed, &r));
+  CHECK(r == n - 1 - rank, "key order: rank %d, want %d", r, n - 1 - rank);
+  CHECK_OK(sum_over(reversed, &got, &want));
+  CHECK(got == want, "all_reduce on reversed group: %lld, want %lld", (long long)got, (long long)want);
+
+  /* rank 0 opts out; the others form one group */
+  CHECK_OK(mpu_comm_split(world, rank == 0 ? MPU_COMM_SPLIT_NOCOLOR : 1, 0, &none));
+  CHECK((rank == 0) == (none == NULL), "NOCOLOR: got %p on rank %d", (void *)none, rank);
+  if (none) {
+    CHECK_OK(mpu_comm_size(none, &s));
+    CHECK(s == n - 1, "split without rank 0: size %d, want %d", s, n - 1);
+    CHECK_OK(sum_over(none, &got, &want));
+    CHECK(got == want, "all_reduce without rank 0: %lld, want %lld", (long long)got, (long long)want);
+  }
+
+  /* a split of a split */
+  CHECK_OK(mpu_comm_split(parity, 0, 0, &sub));
+  CHECK_OK(sum_over(sub, &got, &want));
+  CHECK(got == want, "all_reduce on split of split: %lld, want %lld", (long long)got, (long long)want);
+out:
+  mpu_comm_destroy(parity);
+  mpu_comm_destroy(reversed);
+  mpu_comm_destroy(none);
+  mpu_comm_destroy(sub);
+  return res;
+}
+
+static mpu_result_t case_create_group(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  mpu_comm *a = NULL, *b = NULL, *pair = NULL, *again = NULL, *rev = NULL;
+  int rank, n, r, members[CONF_MAX_RANKS];
+  int64_t got, want;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+
+  /* overlapping groups used one after the other: A = 0..n-2, B = 1..n-1 */
+  int na = n > 1 ? n - 1 : 1;
+  for (int i = 0; i < na; i++) members[i] = i;
+  if (rank < na) {
+    CHECK_OK(mpu_comm_create_group(world, members, na, &a));
+    CHECK_OK(sum_over(a, &got, &want));
+    CHECK(got == want, "group A: %lld, want %lld", (long long)got, (long long)want);
+  }
+  for (int i = 0; i < na; i++) members[i] = n - na + i;
+  if (rank >= n - na) {
+    CHECK_OK(mpu_comm_create_group(world, members, na, &b));
+    CHECK_OK(sum_over(b, &got, &want));
+    CHECK(got == want, "group B: %lld, want %lld", (long long)got, (long long)want);
+  }
+  /* then A again and B again: ranks in both use them interleaved */
+  if (a) {
+    CHECK_OK(sum_over(a, &got, &want));
+    CHECK(got == want, "group A again: %lld, want %lld", (long long)got, (long long)want);
+  }
+  if (b) {
+    CHECK_OK(sum_over(b, &got, &want));
+    CHECK(got == want, "group B again: %lld, want %lld", (long long)got, (long long)want);
+  }
+
+  /* disjoint pairs created at the same time, then the same pairs again */
+  int partner = rank ^ 1;
+  if (partner < n) {
+    int pm[2] = {rank < partner ? rank : partner, rank < partner ? partner : rank};
+    CHECK_OK(mpu_comm_create_group(world, pm, 2, &pair));
+    CHECK_OK(mpu_comm_create_group(world, pm, 2, &again));
+    CHECK_OK(sum_over(again, &got, &want));
+    CHECK(got == want, "second pair: %lld, want %lld", (long long)got, (long long)want);
+    CHECK_OK(sum_over(pair, &got, &want));
+    CHECK(got == want, "first pair: %lld, want %lld", (long long)got, (long long)want);
+  }
+
+  /* the member order gives the ranks */
+  for (int i = 0; i < n; i++) members[i] = n - 1 - i;
+  CHECK_OK(mpu_comm_create_group(world, members, n, &rev));
+  CHECK_OK(mpu_comm_rank(rev, &r));
+  CHECK(r == n - 1 - rank, "reversed member list: rank %d, want %d", r, n - 1 - rank);
+  int wr;
+  CHECK_OK(mpu_comm_world_rank(rev, 0, &wr));
+  CHECK(wr == n - 1, "member 0 is world rank %d, want %d", wr, n - 1);
+  CHECK_OK(sum_over(rev, &got, &want));
+  CHECK(got == want, "reversed group: %lld, want %lld", (long long)got, (long long)want);
+out:
+  mpu_comm_destroy(a);
+  mpu_comm_destroy(b);
+  mpu_comm_destroy(pair);
+  mpu_comm_destroy(again);
+  mpu_comm_destroy(rev);
+  return res;
+}
+
+/* ---- bad input: local checks, identical on every backend ------------------------- */
+
+static mpu_result_t case_bad_input(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  mpu_comm *dead = NULL;
+  int rank, n;
+  float buf[64] = {0}, out[64];
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  const mpu_result_t BAD = MPU_ERR_INVALID_ARGUMENT;
+
+  CHECK_ERR(BAD, mpu_comm_all_reduce(NULL, buf, out, 1, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_all_reduce(world, NULL, out, 1, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_all_reduce(world, buf, NULL, 1, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_all_reduce(world, buf, out, SIZE_MAX, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_all_reduce(world, buf, out, SIZE_MAX / 2, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_all_reduce(world, buf, out, 1, (mpu_dtype)99, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_all_reduce(world, buf, out, 1, MPU_FLOAT32, (mpu_op)99));
+  CHECK_ERR(BAD, mpu_comm_all_reduce(world, buf, buf + 1, 4, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_all_gather(world, buf, NULL, 1, MPU_FLOAT32));
+  CHECK_ERR(BAD, mpu_comm_all_gather(world, buf, out, SIZE_MAX / 4, MPU_FLOAT32));
+  if (n > 1) /* a send inside recv, but not at this rank's block */
+    CHECK_ERR(BAD, mpu_comm_all_gather(world, out + (rank == 0 ? 1 : 0), out, 1, MPU_FLOAT32));
+  CHECK_ERR(BAD, mpu_comm_reduce_scatter(world, NULL, out, 1, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_reduce_scatter(world, buf, out, SIZE_MAX / 2, MPU_INT64, MPU_SUM));
+  CHECK_ERR(BAD, mpu_comm_broadcast(world, buf, 1, MPU_FLOAT32, -1));
+  CHECK_ERR(BAD, mpu_comm_broadcast(world, buf, 1, MPU_FLOAT32, n));
+  CHECK_ERR(BAD, mpu_comm_broadcast(world, NULL, 1, MPU_FLOAT32, 0));
+  CHECK_ERR(BAD, mpu_comm_reduce(world, buf, out, 1, MPU_FLOAT32, MPU_SUM, n));
+  if (rank == 0) CHECK_ERR(BAD, mpu_comm_reduce(world, buf, NULL, 1, MPU_FLOAT32, MPU_SUM, 0));
+  CHECK_ERR(BAD, mpu_comm_all_to_all(world, buf, buf, 1, MPU_FLOAT32));
+  CHECK_ERR(BAD, mpu_comm_all_to_all(world, buf, out, SIZE_MAX / 2, MPU_FLOAT32));
+  CHECK_ERR(BAD, mpu_comm_send(world, buf, 1, MPU_FLOAT32, n));
+  CHECK_ERR(BAD, mpu_comm_send(world, buf, 1, MPU_FLOAT32, -1));
+  CHECK_ERR(BAD, mpu_comm_recv(world, NULL, 1, MPU_FLOAT32, 0));
+  CHECK_ERR(BAD, mpu_comm_barrier(NULL));
+
+  int dup[2] = {rank, rank}, outside[2] = {rank, n}, other[1] = {(rank + 1) % n};
+  mpu_comm *g = NULL;
+  CHECK_ERR(BAD, mpu_comm_create_group(world, dup, 2, &g));
+  CHECK_ERR(BAD, mpu_comm_create_group(world, outside, 2, &g));
+  CHECK_ERR(BAD, mpu_comm_create_group(world, dup, 0, &g));
+  CHECK_ERR(BAD, mpu_comm_create_group(world, dup, 1, NULL));
+  if (n > 1) CHECK_ERR(BAD, mpu_comm_create_group(world, other, 1, &g));
+  CHECK(g == NULL, "a failed create_group set its output");
+  CHECK_ERR(BAD, mpu_comm_split(world, -5, 0, &g));
+
+  /* a short-lived group (destroying twice is checked single-threaded, in
+   * test_fake: here another rank could reuse the address at once) */
+  int self[1] = {rank};
+  CHECK_OK(mpu_comm_create_group(world, self, 1, &dead));
+  CHECK_OK(mpu_comm_all_reduce(dead, buf, out, 3, MPU_FLOAT32, MPU_MAX));
+  CHECK(out[0] == buf[0] && out[2] == buf[2], "a group of one must copy");
+  CHECK_OK(mpu_comm_destroy(dead));
+  dead = NULL;
+  CHECK_OK(mpu_comm_destroy(NULL));
+
+  /* and after all that the world still works */
+  CHECK_OK(mpu_comm_barrier(world));
+out:
+  return res;
+}
+
+const conf_case conf_cases[] = {
+    {"all_reduce", case_all_reduce},
+    {"all_gather", case_all_gather},
+    {"reduce_scatter", case_reduce_scatter},
+    {"broadcast", case_broadcast},
+    {"reduce", case_reduce},
+    {"all_to_all", case_all_to_all},
+    {"barrier", case_barrier},
+    {"send_recv", case_send_recv},
+    {"split", case_split},
+    {"create_group", case_create_group},
+    {"bad_input", case_bad_input},
+    {NULL, NULL},
+};
