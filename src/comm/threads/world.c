@@ -153,6 +153,7 @@ static mpu_result_t threads_create_group(mpu_comm *c, const int *members, int n,
     }
     p->parent = tc->g->id;
     p->g = g;
+    atomic_store(&g->refs, 1); /* the pending entry's: members may leave before all join */
     p->has = has;
     p->next = NULL;
     while (*link) link = &(*link)->next; /* keep creation order */
@@ -160,11 +161,11 @@ static mpu_result_t threads_create_group(mpu_comm *c, const int *members, int n,
   }
   r = handle_new(w, p->g, me, out);
   if (r != MPU_SUCCESS) {
-    if (p->joined == 0) { /* we made it and nobody holds it: take it back */
+    if (p->joined == 0) { /* we made it and nobody joined: take it back */
       for (link = &w->pending; *link != p; link = &(*link)->next) {
       }
       *link = p->next;
-      group_free(p->g);
+      group_release(p->g);
       free(p->has);
       free(p);
     }
@@ -175,6 +176,7 @@ static mpu_result_t threads_create_group(mpu_comm *c, const int *members, int n,
     for (link = &w->pending; *link != p; link = &(*link)->next) {
     }
     *link = p->next;
+    group_release(p->g);
     free(p->has);
     free(p);
   }
@@ -188,10 +190,10 @@ out:
 
 static void world_free(tworld *w) {
   if (!w) return;
-  while (w->pending) { /* creations some member never joined: each group is
-                          * held by the handles of those who did */
+  while (w->pending) { /* creations some member never joined */
     tpending *p = w->pending;
     w->pending = p->next;
+    group_release(p->g);
     free(p->has);
     free(p);
   }

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up what is missing, build, and run the whole test suite through ctest:
+# once plain (Release), once under AddressSanitizer+UBSan, once under
+# ThreadSanitizer. Valgrind and install checks run in the plain build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+jobs=$(nproc)
+
+run() { # name, cmake args...
+  local dir="build${1:+-$1}"
+  shift
+  echo "==> ${dir}: configure and build" >&2
+  cmake -S . -B "$dir" "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  echo "==> ${dir}: ctest" >&2
+  (cd "$dir" && ctest --output-on-failure -j"$jobs")
+}
+
+run "" -DCMAKE_BUILD_TYPE=Release
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  run asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_SANITIZE=address,undefined -DMPU_SANITIZE_ONLY=ON
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  run tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_SANITIZE=thread -DMPU_SANITIZE_ONLY=ON
+echo "mpu: all test builds passed" >&2
