@@ -1,0 +1,146 @@
+/*
+ * test_fake.c - the fake backend: rank R of a W-rank world on one machine,
+ * where collectives over several ranks move nothing and a group of one is
+ * exact; plus the handle checks that need a single thread (double destroy).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+static void test_create(void **state) {
+  (void)state;
+  mpu_comm *c = NULL;
+  assert_int_equal(mpu_comm_fake_create(4096, 4096, &c), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "rank 4096 of 4096"));
+  assert_int_equal(mpu_comm_fake_create(-1, 8, &c), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_comm_fake_create(0, 0, &c), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_comm_fake_create(0, 1, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(c);
+  assert_int_equal(mpu_comm_fake_create(3000, 4096, &c), MPU_SUCCESS);
+  int r, s, w;
+  assert_int_equal(mpu_comm_rank(c, &r), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_size(c, &s), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_world_rank(c, 17, &w), MPU_SUCCESS);
+  assert_int_equal(r, 3000);
+  assert_int_equal(s, 4096);
+  assert_int_equal(w, 17);
+  assert_string_equal(mpu_comm_backend(c), "fake");
+  assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
+}
+
+/* Over many ranks nothing moves: outputs keep what they held. */
+static void test_collectives_move_nothing(void **state) {
+  (void)state;
+  mpu_comm *c;
+  assert_int_equal(mpu_comm_fake_create(3, 8, &c), MPU_SUCCESS);
+  float in[64], outb[64 * 8];
+  for (int i = 0; i < 64; i++) in[i] = (float)i;
+  memset(outb, 0x11, sizeof outb);
+  unsigned char pattern[sizeof outb];
+  memcpy(pattern, outb, sizeof outb);
+  assert_int_equal(mpu_comm_all_reduce(c, in, outb, 64, MPU_FLOAT32, MPU_SUM), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_all_gather(c, in, outb, 64, MPU_FLOAT32), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_reduce_scatter(c, outb, in, 8, MPU_FLOAT32, MPU_MAX), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_reduce(c, in, outb, 64, MPU_FLOAT32, MPU_SUM, 3), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_all_to_all(c, in, outb, 8, MPU_FLOAT32), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_broadcast(c, outb, 64, MPU_FLOAT32, 0), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_send(c, in, 64, MPU_FLOAT32, 4), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_recv(c, outb, 64, MPU_FLOAT32, 4), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_barrier(c), MPU_SUCCESS);
+  assert_memory_equal(outb, pattern, sizeof outb);
+  for (int i = 0; i < 64; i++) assert_true(in[i] == (float)i);
+  /* and bad calls fail exactly as on a real backend */
+  assert_int_equal(mpu_comm_all_reduce(c, NULL, outb, 1, MPU_FLOAT32, MPU_SUM),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_comm_broadcast(c, outb, 1, MPU_FLOAT32, 8), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_comm_reduce_scatter(c, in, outb, SIZE_MAX / 4, MPU_FLOAT32, MPU_SUM),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_comm_abort(c), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
+}
+
+/* A group of one is exact, as on every backend. */
+static void test_group_of_one(void **state) {
+  (void)state;
+  mpu_comm *c;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &c), MPU_SUCCESS);
+  int32_t in[5] = {1, -2, 3, -4, 5}, res[5] = {0};
+  assert_int_equal(mpu_comm_all_reduce(c, in, res, 5, MPU_INT32, MPU_AVG), MPU_SUCCESS);
+  assert_memory_equal(res, in, sizeof in);
+  memset(res, 0, sizeof res);
+  assert_int_equal(mpu_comm_all_gather(c, in, res, 5, MPU_INT32), MPU_SUCCESS);
+  assert_memory_equal(res, in, sizeof in);
+  memset(res, 0, sizeof res);
+  assert_int_equal(mpu_comm_all_to_all(c, in, res, 5, MPU_INT32), MPU_SUCCESS);
+  assert_memory_equal(res, in, sizeof in);
+  memset(res, 0, sizeof res);
+  assert_int_equal(mpu_comm_reduce(c, in, res, 5, MPU_INT32, MPU_MIN, 0), MPU_SUCCESS);
+  assert_memory_equal(res, in, sizeof in);
+  mpu_comm *s = NULL;
+  assert_int_equal(mpu_comm_split(c, 3, 0, &s), MPU_SUCCESS);
+  assert_non_null(s);
+  assert_int_equal(mpu_comm_destroy(s), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
+}
+
+static void test_groups(void **state) {
+  (void)state;
+  mpu_comm *c, *g = NULL, *s = (mpu_comm *)1;
+  assert_int_equal(mpu_comm_fake_create(3000, 4096, &c), MPU_SUCCESS);
+  int members[3] = {2999, 3000, 3001}, r, n, w;
+  assert_int_equal(mpu_comm_create_group(c, members, 3, &g), MPU_SUCCESS);
+  mpu_comm_rank(g, &r);
+  mpu_comm_size(g, &n);
+  mpu_comm_world_rank(g, 2, &w);
+  assert_int_equal(r, 1);
+  assert_int_equal(n, 3);
+  assert_int_equal(w, 3001);
+  int outside[2] = {1, 2};
+  mpu_comm *bad = NULL;
+  assert_int_equal(mpu_comm_create_group(c, outside, 2, &bad), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(bad);
+  assert_int_equal(mpu_comm_split(c, 1, 0, &s), MPU_ERR_UNSUPPORTED);
+  assert_non_null(strstr(mpu_last_error(), "mpu_comm_create_group"));
+  assert_int_equal(mpu_comm_split(c, MPU_COMM_SPLIT_NOCOLOR, 0, &s), MPU_SUCCESS);
+  assert_null(s);
+  assert_int_equal(mpu_comm_destroy(g), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
+}
+
+static void test_double_destroy(void **state) {
+  (void)state;
+  mpu_comm *c;
+  assert_int_equal(mpu_comm_fake_create(0, 2, &c), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_destroy(c), MPU_ERR_INVALID_USAGE);
+  assert_non_null(strstr(mpu_last_error(), "destroyed twice"));
+  assert_int_equal(mpu_comm_destroy(NULL), MPU_SUCCESS);
+  int stack_thing = 0;
+  assert_int_equal(mpu_comm_destroy((mpu_comm *)&stack_thing), MPU_ERR_INVALID_USAGE);
+}
+
+/* A million-rank world is as cheap as a small one. */
+static void test_huge_world(void **state) {
+  (void)state;
+  mpu_comm *c;
+  assert_int_equal(mpu_comm_fake_create(999999, 1000000, &c), MPU_SUCCESS);
+  float x = 1, y = 2;
+  assert_int_equal(mpu_comm_all_reduce(c, &x, &y, 1, MPU_FLOAT32, MPU_SUM), MPU_SUCCESS);
+  assert_true(y == 2);
+  assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_create),       cmocka_unit_test(test_collectives_move_nothing),
+      cmocka_unit_test(test_group_of_one), cmocka_unit_test(test_groups),
+      cmocka_unit_test(test_double_destroy), cmocka_unit_test(test_huge_world),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
