@@ -12,10 +12,12 @@
  */
 #include "comm/reduce.h"
 
+#include "comm/copy.h"
+
 #include <stdint.h>
 #include <string.h>
 
-#define BLOCK 512
+#define BLOCK 1024
 
 /* Comparisons that let a NaN through, as torch's min/max do. */
 #define MIN_OF(a, b) (((b) < (a) || (b) != (b)) ? (b) : (a))
@@ -50,27 +52,41 @@ static void load_f32(mpu_dtype dt, const void *src, size_t m, float *out) {
   }
 }
 
-static void store_f32(mpu_dtype dt, const float *acc, size_t m, void *dst) {
-  if (dt == MPU_FLOAT16) {
-    uint16_t *d = dst;
-    for (size_t i = 0; i < m; i++) d[i] = mpu_float_to_half(acc[i]);
-  } else if (dt == MPU_BFLOAT16) {
-    uint16_t *d = dst;
-    for (size_t i = 0; i < m; i++) d[i] = mpu_float_to_bfloat16(acc[i]);
-  } else {
-    memcpy(dst, acc, m * sizeof(float));
-  }
+/* Where a finished block goes: every destination, at element offset b. */
+typedef struct sink {
+  void *const *dsts;
+  int ndst;
+  int stream;
+} sink;
+
+static void emit(const sink *k, size_t offset_bytes, const void *block, size_t bytes) {
+  for (int d = 0; d < k->ndst; d++)
+    mpu__copy((char *)k->dsts[d] + offset_bytes, block, bytes, k->stream);
 }
 
-static void reduce_f32(void *dst, const void *const *srcs, int n, size_t count, mpu_dtype dt,
+/* Convert a float block to dt's bytes and emit it. */
+static void store_f32(mpu_dtype dt, const float *acc, size_t m, const sink *k, size_t offset) {
+  uint16_t narrow[BLOCK];
+  if (dt == MPU_FLOAT16) {
+    for (size_t i = 0; i < m; i++) narrow[i] = mpu_float_to_half(acc[i]);
+  } else if (dt == MPU_BFLOAT16) {
+    for (size_t i = 0; i < m; i++) narrow[i] = mpu_float_to_bfloat16(acc[i]);
+  } else {
+    emit(k, offset, acc, m * sizeof(float));
+    return;
+  }
+  emit(k, offset, narrow, m * sizeof(uint16_t));
+}
+
+static void reduce_f32(const sink *k, const void *const *srcs, int n, size_t count, mpu_dtype dt,
                        mpu_op op, int divisor) {
   float acc[BLOCK], tmp[BLOCK];
   size_t es = mpu_dtype_size(dt);
   for (size_t b = 0; b < count; b += BLOCK) {
     size_t m = count - b < BLOCK ? count - b : BLOCK;
     load_f32(dt, (const char *)srcs[0] + b * es, m, acc);
-    for (int k = 1; k < n; k++) {
-      const void *src = (const char *)srcs[k] + b * es;
+    for (int j = 1; j < n; j++) {
+      const void *src = (const char *)srcs[j] + b * es;
       const float *t = tmp;
       if (dt == MPU_FLOAT32)
         t = src; /* no conversion: combine straight from the source */
@@ -80,23 +96,23 @@ static void reduce_f32(void *dst, const void *const *srcs, int n, size_t count, 
     }
     if (op == MPU_AVG)
       for (size_t i = 0; i < m; i++) acc[i] /= (float)divisor;
-    store_f32(dt, acc, m, (char *)dst + b * es);
+    store_f32(dt, acc, m, k, b * es);
   }
 }
 
-static void reduce_f64(double *dst, const void *const *srcs, int n, size_t count, mpu_op op,
+static void reduce_f64(const sink *k, const void *const *srcs, int n, size_t count, mpu_op op,
                        int divisor) {
   double acc[BLOCK];
   for (size_t b = 0; b < count; b += BLOCK) {
     size_t m = count - b < BLOCK ? count - b : BLOCK;
     memcpy(acc, (const double *)srcs[0] + b, m * sizeof(double));
-    for (int k = 1; k < n; k++) {
-      const double *t = (const double *)srcs[k] + b;
+    for (int j = 1; j < n; j++) {
+      const double *t = (const double *)srcs[j] + b;
       COMBINE_FLOAT(acc, t, m, op);
     }
     if (op == MPU_AVG)
       for (size_t i = 0; i < m; i++) acc[i] /= (double)divisor;
-    memcpy(dst + b, acc, m * sizeof(double));
+    emit(k, b * sizeof(double), acc, m * sizeof(double));
   }
 }
 
@@ -112,28 +128,32 @@ static void load_i64(mpu_dtype dt, const void *src, size_t m, int64_t *out) {
   }
 }
 
-/* Narrowing keeps the low bits (wrapping), as the GNU C conversion defines. */
-static void store_i64(mpu_dtype dt, const int64_t *acc, size_t m, void *dst) {
+/* Narrow to dt keeping the low bits (wrapping) and emit. */
+static void store_i64(mpu_dtype dt, const int64_t *acc, size_t m, const sink *k, size_t offset) {
+  union {
+    int32_t i32[BLOCK];
+    uint8_t u8[BLOCK];
+  } narrow;
   if (dt == MPU_INT32) {
-    int32_t *d = dst;
-    for (size_t i = 0; i < m; i++) d[i] = (int32_t)(uint32_t)(uint64_t)acc[i];
+    for (size_t i = 0; i < m; i++) narrow.i32[i] = (int32_t)(uint32_t)(uint64_t)acc[i];
   } else if (dt == MPU_UINT8) {
-    uint8_t *d = dst;
-    for (size_t i = 0; i < m; i++) d[i] = (uint8_t)(uint64_t)acc[i];
+    for (size_t i = 0; i < m; i++) narrow.u8[i] = (uint8_t)(uint64_t)acc[i];
   } else {
-    memcpy(dst, acc, m * sizeof(int64_t));
+    emit(k, offset, acc, m * sizeof(int64_t));
+    return;
   }
+  emit(k, offset, &narrow, m * mpu_dtype_size(dt));
 }
 
-static void reduce_int(void *dst, const void *const *srcs, int n, size_t count, mpu_dtype dt,
+static void reduce_int(const sink *k, const void *const *srcs, int n, size_t count, mpu_dtype dt,
                        mpu_op op, int divisor) {
   int64_t acc[BLOCK], t[BLOCK];
   size_t es = mpu_dtype_size(dt);
   for (size_t b = 0; b < count; b += BLOCK) {
     size_t m = count - b < BLOCK ? count - b : BLOCK;
     load_i64(dt, (const char *)srcs[0] + b * es, m, acc);
-    for (int k = 1; k < n; k++) {
-      load_i64(dt, (const char *)srcs[k] + b * es, m, t);
+    for (int j = 1; j < n; j++) {
+      load_i64(dt, (const char *)srcs[j] + b * es, m, t);
       switch (op) {
       case MPU_SUM:
       case MPU_AVG:
@@ -152,24 +172,32 @@ static void reduce_int(void *dst, const void *const *srcs, int n, size_t count, 
     }
     if (op == MPU_AVG)
       for (size_t i = 0; i < m; i++) acc[i] /= divisor;
-    store_i64(dt, acc, m, (char *)dst + b * es);
+    store_i64(dt, acc, m, k, b * es);
   }
 }
 
-void mpu__reduce(void *dst, const void *const *srcs, int n, size_t count, mpu_dtype dtype,
-                 mpu_op op, int divisor) {
-  if (count == 0 || n <= 0) return;
+void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n, size_t count,
+                    mpu_dtype dtype, mpu_op op, int divisor, int stream) {
+  if (count == 0 || n <= 0 || ndst <= 0) return;
+  sink k = {dsts, ndst, stream};
   switch (dtype) {
   case MPU_FLOAT32:
   case MPU_FLOAT16:
   case MPU_BFLOAT16:
-    reduce_f32(dst, srcs, n, count, dtype, op, divisor);
+    reduce_f32(&k, srcs, n, count, dtype, op, divisor);
     break;
   case MPU_FLOAT64:
-    reduce_f64(dst, srcs, n, count, op, divisor);
+    reduce_f64(&k, srcs, n, count, op, divisor);
     break;
   default:
-    reduce_int(dst, srcs, n, count, dtype, op, divisor);
+    reduce_int(&k, srcs, n, count, dtype, op, divisor);
     break;
   }
+  if (stream) mpu__copy_fence();
+}
+
+void mpu__reduce(void *dst, const void *const *srcs, int n, size_t count, mpu_dtype dtype,
+                 mpu_op op, int divisor) {
+  void *const dsts[1] = {dst};
+  mpu__reduce_to(dsts, 1, srcs, n, count, dtype, op, divisor, 0);
 }

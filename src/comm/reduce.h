@@ -19,4 +19,10 @@
 void mpu__reduce(void *dst, const void *const *srcs, int n, size_t count, mpu_dtype dtype,
                  mpu_op op, int divisor);
 
+/* The same, writing the result to each of dsts[0..ndst-1] (every destination
+ * gets the same bits), with streaming stores when `stream` is set (see
+ * copy.h). A destination may be one of the sources, element for element. */
+void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n, size_t count,
+                    mpu_dtype dtype, mpu_op op, int divisor, int stream);
+
 #endif

@@ -8,15 +8,19 @@
  * peers' buffers directly (zero-copy), then meet at an exit barrier so no rank
  * returns, and reuses its buffers, while a peer still reads them.
  *
- * Reductions split the work: in a large all_reduce each rank reduces one
- * chunk of the vector from every input into its own output, then copies the
- * other chunks from the peers' outputs (reduce-scatter + all-gather over
- * shared memory). Every chunk is reduced by one rank in rank order, so all
- * ranks get the same bits.
+ * Large calls split the work so that every input byte is read once and every
+ * output byte written once, the least memory traffic there is: in an
+ * all_reduce rank k reduces chunk k of the vector from every input and writes
+ * the result into every rank's output; in an all_gather each rank writes its
+ * input into every output; a broadcast's chunks are pushed by different
+ * ranks. Every chunk is reduced by one rank in rank order, so all ranks get
+ * the same bits. Calls that move more than the cache holds write with
+ * streaming stores (copy.h).
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/copy.h"
 #include "comm/reduce.h"
 #include "comm/threads/threads.h"
 #include "core/error.h"
@@ -128,15 +132,12 @@ mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t 
   }
   const tcall *calls = g->calls[p];
   size_t lo = chunk_lo(count, n, me), hi = chunk_lo(count, n, me + 1);
-  for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
-  mpu__reduce((char *)recv + lo * es, tc->ptrs, n, hi - lo, dt, op, n);
-  MPU_CHECK(leave(tc, fn)); /* every chunk is reduced */
   for (int k = 0; k < n; k++) {
-    if (k == me) continue;
-    size_t klo = chunk_lo(count, n, k), khi = chunk_lo(count, n, k + 1);
-    if (khi > klo)
-      memcpy((char *)recv + klo * es, (const char *)calls[k].recv + klo * es, (khi - klo) * es);
+    tc->ptrs[k] = (const char *)calls[k].send + lo * es;
+    tc->dsts[k] = (char *)calls[k].recv + lo * es;
   }
+  mpu__reduce_to(tc->dsts, n, tc->ptrs, n, hi - lo, dt, op, n,
+                 bytes * (size_t)n >= MPU_STREAM_MIN_BYTES);
   return leave(tc, fn);
 }
 
@@ -156,12 +157,19 @@ mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t 
   int small = bytes <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
   if (!bytes) return MPU_SUCCESS;
-  for (int k = 0; k < n; k++) {
-    const void *src = small ? scratch_of(g, p, k) : g->calls[p][k].send;
-    if (k == me && send == out + (size_t)me * bytes) continue; /* in place */
-    memcpy(out + (size_t)k * bytes, src, bytes);
+  if (small) { /* each rank pulls the staged inputs */
+    for (int k = 0; k < n; k++)
+      if (!(k == me && send == out + (size_t)me * bytes)) /* in place: already there */
+        memcpy(out + (size_t)k * bytes, scratch_of(g, p, k), bytes);
+    return MPU_SUCCESS;
   }
-  return small ? MPU_SUCCESS : leave(tc, fn);
+  /* each rank pushes its input into every output */
+  for (int k = 0; k < n; k++) {
+    char *dst = (char *)g->calls[p][k].recv + (size_t)me * bytes;
+    tc->dsts[k] = dst == send ? NULL : dst; /* in place: already there */
+  }
+  mpu__copy_to(tc->dsts, n, send, bytes, bytes * (size_t)n >= MPU_STREAM_MIN_BYTES);
+  return leave(tc, fn);
 }
 
 mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
@@ -182,7 +190,7 @@ mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, siz
     const char *src = small ? scratch_of(g, p, k) : g->calls[p][k].send;
     tc->ptrs[k] = src + (size_t)me * bytes;
   }
-  mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
+  mpu__reduce_to(&recv, 1, tc->ptrs, n, count, dt, op, n, total >= MPU_STREAM_MIN_BYTES);
   return small ? MPU_SUCCESS : leave(tc, fn);
 }
 
@@ -196,11 +204,22 @@ mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
   tcall call = {TK_BROADCAST, dt, MPU_SUM, root, count, buf, buf};
   int small = bytes <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, buf, small && tc->me == root ? bytes : 0, fn, &p));
-  /* the root's own description says where its data is (roots may differ
-   * when call checking is off: each rank then copies from the root it named) */
-  if (tc->me != root && bytes)
-    memcpy(buf, small ? scratch_of(g, p, root) : g->calls[p][root].send, bytes);
-  return small ? MPU_SUCCESS : leave(tc, fn);
+  if (small) {
+    if (tc->me != root && bytes) memcpy(buf, scratch_of(g, p, root), bytes);
+    return MPU_SUCCESS;
+  }
+  /* chunk k of the root's buffer is pushed by rank k to every other rank.
+   * Without call checking the roots named may differ: each rank then pushes
+   * from the root it named, which is wrong data but stays within buffers of
+   * the checked count. */
+  const tcall *calls = g->calls[p];
+  size_t es = mpu_dtype_size(dt);
+  size_t lo = chunk_lo(count, g->n, tc->me), hi = chunk_lo(count, g->n, tc->me + 1);
+  for (int k = 0; k < g->n; k++)
+    tc->dsts[k] = k == root ? NULL : (char *)calls[k].recv + lo * es;
+  mpu__copy_to(tc->dsts, g->n, (const char *)calls[root].send + lo * es, (hi - lo) * es,
+               bytes * (size_t)g->n >= MPU_STREAM_MIN_BYTES);
+  return leave(tc, fn);
 }
 
 mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t count, mpu_dtype dt,
@@ -228,7 +247,8 @@ mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t coun
   if (calls[root].kind == TK_REDUCE && calls[root].root == root) {
     size_t lo = chunk_lo(count, n, me), hi = chunk_lo(count, n, me + 1);
     for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
-    mpu__reduce((char *)calls[root].recv + lo * es, tc->ptrs, n, hi - lo, dt, op, n);
+    void *dst = (char *)calls[root].recv + lo * es;
+    mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, op, n, bytes >= MPU_STREAM_MIN_BYTES);
   }
   return leave(tc, fn);
 }

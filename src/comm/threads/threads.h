@@ -95,7 +95,8 @@ typedef struct tcomm {
   tgroup *g;
   int me;
   uint64_t seq;        /* calls made on this group */
-  const void **ptrs;   /* [n] scratch for the kernels' source lists */
+  const void **ptrs;   /* [n] scratch for the kernels' source lists ... */
+  void **dsts;         /* [n] ... and destination lists */
   mpu_comm *base;
   struct tcomm *prev, *next; /* the world's list of live handles */
 } tcomm;

@@ -78,16 +78,19 @@ static void group_release(tgroup *g) {
 static mpu_result_t handle_new(tworld *w, tgroup *g, int me, mpu_comm **out) {
   tcomm *tc = calloc(1, sizeof *tc);
   const void **ptrs = calloc((size_t)g->n, sizeof *ptrs);
-  mpu_comm *c = tc && ptrs ? mpu__comm_new(&threads_ops, me, g->n, g->members, tc) : NULL;
+  void **dsts = calloc((size_t)g->n, sizeof *dsts);
+  mpu_comm *c = tc && ptrs && dsts ? mpu__comm_new(&threads_ops, me, g->n, g->members, tc) : NULL;
   if (!c) {
     free(tc);
     free(ptrs);
+    free(dsts);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "threads: cannot allocate a communicator of %d",
                       g->n);
   }
   tc->g = g;
   tc->me = me;
   tc->ptrs = ptrs;
+  tc->dsts = dsts;
   tc->base = c;
   atomic_fetch_add(&g->refs, 1);
   tc->next = w->handles;
@@ -108,6 +111,7 @@ static void handle_release(tcomm *tc) {
   if (tc->next) tc->next->prev = tc->prev;
   pthread_mutex_unlock(&w->lock);
   free(tc->ptrs);
+  free(tc->dsts);
   free(tc);
   group_release(g);
 }

@@ -1,0 +1,81 @@
+/*
+ * mpu/bench.h - measuring collectives the way nccl-tests does.
+ *
+ * The numbers `mpu bench` prints come from these calls, so a program can take
+ * the same measurements on its own communicators. Sizes follow nccl-tests:
+ * `bytes` is the whole buffer the collective moves (for all_gather the
+ * gathered output, for reduce_scatter and all_to_all the full input), algbw
+ * is bytes / time and busbw is algbw times the collective's bus factor.
+ */
+#ifndef MPU_BENCH_H
+#define MPU_BENCH_H
+
+#include <stddef.h>
+
+#include "mpu/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mpu_collective {
+  MPU_COLL_ALL_REDUCE = 0,
+  MPU_COLL_ALL_GATHER,
+  MPU_COLL_REDUCE_SCATTER,
+  MPU_COLL_BROADCAST,
+  MPU_COLL_REDUCE,
+  MPU_COLL_ALL_TO_ALL,
+  MPU_COLL_COUNT
+} mpu_collective;
+
+/* "all_reduce", ...; "invalid" otherwise. */
+MPU_API const char *mpu_collective_name(mpu_collective c);
+MPU_API mpu_result_t mpu_collective_from_name(const char *name, mpu_collective *out);
+
+/* busbw / algbw for a collective over n ranks, as nccl-tests defines it:
+ * all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n;
+ * broadcast, reduce 1. */
+MPU_API double mpu_bench_bus_factor(mpu_collective c, int nranks);
+
+typedef struct mpu_bench_config {
+  size_t size;          /* sizeof(mpu_bench_config), set by the initializer */
+  mpu_collective collective;
+  mpu_dtype dtype;
+  mpu_op op;            /* for the reducing collectives */
+  size_t bytes;         /* nccl-tests "size"; rounded down to whole elements per rank */
+  int warmup;           /* untimed iterations */
+  int iters;            /* timed iterations, 1..100000 */
+  int in_place;
+} mpu_bench_config;
+
+#define MPU_BENCH_CONFIG_INIT \
+  {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0}
+
+typedef struct mpu_bench_result {
+  size_t bytes;      /* the size actually measured */
+  size_t count;      /* elements per rank's send buffer (nccl-tests "count") */
+  double time_us;    /* median over iterations of the slowest rank's time */
+  double mean_us;    /* mean of the same */
+  double min_us;
+  double algbw_gbps; /* bytes / time_us, in GB/s (1e9 bytes per second) */
+  double busbw_gbps; /* algbw * bus factor */
+} mpu_bench_result;
+
+/*
+ * Time cfg->iters calls of one collective on comm. Collective over comm: every
+ * rank calls it with the same config, and every rank gets the same result
+ * (the slowest rank's time of each iteration, then the median). Buffers are
+ * allocated and filled here. On error *out is unchanged.
+ */
+MPU_API mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
+                                          mpu_bench_result *out);
+
+/* This thread's memcpy bandwidth in GB/s over buffers of `bytes` (the
+ * reference the benchmark compares busbw with): median of `iters` copies. */
+MPU_API mpu_result_t mpu_bench_memcpy(size_t bytes, int iters, double *gbps);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

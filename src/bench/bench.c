@@ -1,0 +1,187 @@
+/*
+ * bench.c - timing collectives (nccl-tests' definitions) and the memcpy
+ * reference they are compared with.
+ *
+ * Each rank times every iteration of its own call; an all_reduce(max) of the
+ * per-iteration times then gives every rank the slowest rank's time per
+ * iteration, whose median is the reported time. Iterations are not separated
+ * by barriers: as in nccl-tests, ranks stay in step through the collective.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "mpu/bench.h"
+
+static const char *const names[MPU_COLL_COUNT] = {
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"};
+
+const char *mpu_collective_name(mpu_collective c) {
+  return (unsigned)c < MPU_COLL_COUNT ? names[c] : "invalid";
+}
+
+mpu_result_t mpu_collective_from_name(const char *name, mpu_collective *out) {
+  if (!name || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_collective_from_name: NULL");
+  for (int i = 0; i < MPU_COLL_COUNT; i++)
+    if (!strcasecmp(name, names[i])) return *out = (mpu_collective)i, MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "unknown collective '%s' (want all_reduce, all_gather, reduce_scatter, "
+                    "broadcast, reduce or all_to_all)",
+                    name);
+}
+
+double mpu_bench_bus_factor(mpu_collective c, int n) {
+  if (n <= 0) return 0;
+  switch (c) {
+  case MPU_COLL_ALL_REDUCE: return 2.0 * (n - 1) / n;
+  case MPU_COLL_ALL_GATHER:
+  case MPU_COLL_REDUCE_SCATTER:
+  case MPU_COLL_ALL_TO_ALL: return (double)(n - 1) / n;
+  case MPU_COLL_BROADCAST:
+  case MPU_COLL_REDUCE: return 1.0;
+  default: return 0;
+  }
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Benchmark buffers: 2 MiB aligned and backed by huge pages where the kernel
+ * allows, so that large sizes measure memory bandwidth, not TLB misses. The
+ * memcpy reference uses the same buffers, so the comparison stays fair. */
+static void *bench_alloc(size_t bytes) {
+  const size_t huge = (size_t)2 << 20;
+  size_t rounded = (bytes + huge - 1) & ~(huge - 1);
+  void *p = NULL;
+  if (!rounded || posix_memalign(&p, huge, rounded)) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+#endif
+  return p;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* One call of the collective on the bench's buffers. */
+static mpu_result_t call(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
+                         size_t count, int rank, size_t es) {
+  int ip = cfg->in_place;
+  switch (cfg->collective) {
+  case MPU_COLL_ALL_REDUCE:
+    return mpu_comm_all_reduce(c, send, ip ? send : recv, count, cfg->dtype, cfg->op);
+  case MPU_COLL_ALL_GATHER:
+    return mpu_comm_all_gather(c, ip ? (char *)recv + (size_t)rank * count * es : send, recv,
+                               count, cfg->dtype);
+  case MPU_COLL_REDUCE_SCATTER:
+    return mpu_comm_reduce_scatter(c, send, ip ? (char *)send + (size_t)rank * count * es : recv,
+                                   count, cfg->dtype, cfg->op);
+  case MPU_COLL_BROADCAST: return mpu_comm_broadcast(c, send, count, cfg->dtype, 0);
+  case MPU_COLL_REDUCE:
+    return mpu_comm_reduce(c, send, ip ? send : recv, count, cfg->dtype, cfg->op, 0);
+  default: return mpu_comm_all_to_all(c, send, recv, count, cfg->dtype);
+  }
+}
+
+mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
+                                  mpu_bench_result *out) {
+  static const char fn[] = "mpu_bench_collective";
+  int n, rank;
+  MPU_CHECK(mpu_comm_size(comm, &n));
+  MPU_CHECK(mpu_comm_rank(comm, &rank));
+  if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (cfg->size != sizeof *cfg)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: config.size is %zu, want %zu (use "
+                      "MPU_BENCH_CONFIG_INIT)", fn, cfg->size, sizeof *cfg);
+  if ((unsigned)cfg->collective >= MPU_COLL_COUNT || !mpu_dtype_size(cfg->dtype) ||
+      (unsigned)cfg->op >= MPU_OP_COUNT || cfg->iters < 1 || cfg->iters > 100000 ||
+      cfg->warmup < 0)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: collective %d, dtype %d, op %d, %d iterations, %d warm-up", fn,
+                      (int)cfg->collective, (int)cfg->dtype, (int)cfg->op, cfg->iters,
+                      cfg->warmup);
+  size_t es = mpu_dtype_size(cfg->dtype);
+  /* per-rank count: the buffer of nccl-tests' size is split over ranks for
+   * the collectives whose size is a total */
+  int per_total = cfg->collective == MPU_COLL_ALL_GATHER ||
+                  cfg->collective == MPU_COLL_REDUCE_SCATTER ||
+                  cfg->collective == MPU_COLL_ALL_TO_ALL;
+  size_t count = cfg->bytes / es / (per_total ? (size_t)n : 1);
+  size_t send_bytes = count * es * (cfg->collective == MPU_COLL_REDUCE_SCATTER ||
+                                            cfg->collective == MPU_COLL_ALL_TO_ALL
+                                        ? (size_t)n
+                                        : 1);
+  size_t recv_bytes = count * es * (per_total && cfg->collective != MPU_COLL_REDUCE_SCATTER
+                                        ? (size_t)n
+                                        : 1);
+  size_t bytes = count * es * (per_total ? (size_t)n : 1);
+
+  mpu_result_t r = MPU_SUCCESS;
+  char *send = bench_alloc(send_bytes + 64);
+  char *recv = bench_alloc(recv_bytes + 64);
+  double *times = malloc((size_t)cfg->iters * sizeof(double));
+  if (!send || !recv || !times) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu + %zu bytes", fn, send_bytes, recv_bytes);
+    goto out;
+  }
+  memset(send, 0, send_bytes); /* zeros are valid in every dtype and stay finite */
+  memset(recv, 0, recv_bytes);
+  for (int i = 0; i < cfg->warmup; i++) MPU_CHECK_GOTO(call(comm, cfg, send, recv, count, rank, es), r, out);
+  for (int i = 0; i < cfg->iters; i++) {
+    double t0 = now_us();
+    MPU_CHECK_GOTO(call(comm, cfg, send, recv, count, rank, es), r, out);
+    times[i] = now_us() - t0;
+  }
+  MPU_CHECK_GOTO(mpu_comm_all_reduce(comm, times, times, (size_t)cfg->iters, MPU_FLOAT64, MPU_MAX),
+                 r, out);
+  double sum = 0;
+  for (int i = 0; i < cfg->iters; i++) sum += times[i];
+  qsort(times, (size_t)cfg->iters, sizeof(double), cmp_double);
+  double median = cfg->iters % 2 ? times[cfg->iters / 2]
+                                 : 0.5 * (times[cfg->iters / 2 - 1] + times[cfg->iters / 2]);
+  mpu_bench_result res = {bytes, count, median, sum / cfg->iters, times[0], 0, 0};
+  res.algbw_gbps = median > 0 ? (double)bytes / (median * 1e3) : 0;
+  res.busbw_gbps = res.algbw_gbps * mpu_bench_bus_factor(cfg->collective, n);
+  *out = res;
+out:
+  free(send);
+  free(recv);
+  free(times);
+  return r;
+}
+
+mpu_result_t mpu_bench_memcpy(size_t bytes, int iters, double *gbps) {
+  if (!gbps || !bytes || iters < 1 || iters > 100000)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_bench_memcpy: %zu bytes, %d iterations",
+                      bytes, iters);
+  char *a = bench_alloc(bytes), *b = bench_alloc(bytes);
+  double *t = malloc((size_t)iters * sizeof(double));
+  if (!a || !b || !t) {
+    free(a);
+    free(b);
+    free(t);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_bench_memcpy: 2 x %zu bytes", bytes);
+  }
+  memset(a, 1, bytes);
+  memset(b, 2, bytes);
+  memcpy(b, a, bytes); /* warm the pages and caches */
+  for (int i = 0; i < iters; i++) {
+    double t0 = now_us();
+    memcpy(i % 2 ? a : b, i % 2 ? b : a, bytes);
+    t[i] = now_us() - t0;
+  }
+  qsort(t, (size_t)iters, sizeof(double), cmp_double);
+  *gbps = (double)bytes / (t[iters / 2] * 1e3);
+  free(a);
+  free(b);
+  free(t);
+  return MPU_SUCCESS;
+}

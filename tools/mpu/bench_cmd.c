@@ -1,0 +1,270 @@
+/*
+ * bench_cmd.c - `mpu bench`: collective bandwidth and latency, nccl-tests
+ * style, against this machine's single-thread memcpy bandwidth measured in
+ * the same run.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "mpu.h"
+
+#define MAX_ROWS 4096
+
+typedef struct bench_opts {
+  size_t min_bytes, max_bytes, memcpy_bytes;
+  long factor, ranks, warmup, iters;
+  int colls[MPU_COLL_COUNT], ncolls;
+  mpu_dtype dtype;
+  mpu_op op;
+  int in_place;
+  cli_format format;
+  const char *csv;
+} bench_opts;
+
+typedef struct bench_row {
+  mpu_collective coll;
+  mpu_bench_result res;
+} bench_row;
+
+typedef struct bench_run {
+  const bench_opts *o;
+  bench_row rows[MAX_ROWS];
+  int nrows;
+} bench_run;
+
+static void help(void) {
+  printf(
+      "usage: mpu bench [options]\n"
+      "\n"
+      "Time collectives on n thread ranks (the threads backend), as nccl-tests does:\n"
+      "size is the whole buffer (all_gather: the output; reduce_scatter, all_to_all: the input),\n"
+      "time the median over iterations of the slowest rank, algbw = size / time,\n"
+      "busbw = algbw x the collective's bus factor. The same run measures one thread's memcpy\n"
+      "bandwidth and prints each busbw as a fraction of it.\n"
+      "\n"
+      "options:\n"
+      "  -b, --minbytes SIZE     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
+      "  -e, --maxbytes SIZE     largest size (default 64M)\n"
+      "  -f, --stepfactor N      multiply the size by N each step (default 2)\n"
+      "  -n, --ranks N           thread ranks (default 2)\n"
+      "  -c, --collective LIST   all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
+      "                          all_to_all, comma-separated, or all (default all_reduce)\n"
+      "  -d, --dtype TYPE        float32, float64, float16, bfloat16, int32, int64, uint8\n"
+      "  -o, --op OP             sum, prod, min, max, avg (default sum)\n"
+      "  -w, --warmup N          untimed iterations per size (default: by size)\n"
+      "  -i, --iters N           timed iterations per size (default: 500 up to 64 KiB,\n"
+      "                          100 up to 1 MiB, 20 above)\n"
+      "      --in-place          use the in-place form of each collective\n"
+      "      --backend NAME      threads (the only backend with data in this build)\n"
+      "      --memcpy-bytes SIZE buffer size of the memcpy reference (default 64M)\n"
+      "      --csv FILE          also write the rows as CSV\n"
+      "      --format text|json  output format (default text)\n"
+      "  -h, --help              this text\n");
+}
+
+static void parse(int argc, char **argv, bench_opts *o) {
+  static const struct option longs[] = {
+      {"minbytes", required_argument, 0, 'b'},  {"maxbytes", required_argument, 0, 'e'},
+      {"stepfactor", required_argument, 0, 'f'}, {"ranks", required_argument, 0, 'n'},
+      {"collective", required_argument, 0, 'c'}, {"dtype", required_argument, 0, 'd'},
+      {"op", required_argument, 0, 'o'},         {"warmup", required_argument, 0, 'w'},
+      {"iters", required_argument, 0, 'i'},      {"in-place", no_argument, 0, 'I'},
+      {"backend", required_argument, 0, 'B'},    {"memcpy-bytes", required_argument, 0, 'M'},
+      {"csv", required_argument, 0, 'C'},        {"format", required_argument, 0, 'F'},
+      {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+  *o = (bench_opts){8, 64 << 20, 64 << 20, 2, 2, -1, -1, {MPU_COLL_ALL_REDUCE}, 1,
+                    MPU_FLOAT32, MPU_SUM, 0, CLI_TEXT, NULL};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":b:e:f:n:c:d:o:w:i:h", longs, NULL)) != -1) {
+    switch (c) {
+    case 'b':
+      if (cli_parse_size(optarg, &o->min_bytes)) cli_usage_error("bench", "bad --minbytes '%s'", optarg);
+      break;
+    case 'e':
+      if (cli_parse_size(optarg, &o->max_bytes)) cli_usage_error("bench", "bad --maxbytes '%s'", optarg);
+      break;
+    case 'M':
+      if (cli_parse_size(optarg, &o->memcpy_bytes) || !o->memcpy_bytes)
+        cli_usage_error("bench", "bad --memcpy-bytes '%s'", optarg);
+      break;
+    case 'f':
+      if (cli_parse_int(optarg, 2, 1024, &o->factor))
+        cli_usage_error("bench", "--stepfactor wants a whole number 2..1024, not '%s'", optarg);
+      break;
+    case 'n':
+      if (cli_parse_int(optarg, 1, 1024, &o->ranks))
+        cli_usage_error("bench", "--ranks wants 1..1024, not '%s'", optarg);
+      break;
+    case 'w':
+      if (cli_parse_int(optarg, 0, 100000, &o->warmup))
+        cli_usage_error("bench", "--warmup wants 0..100000, not '%s'", optarg);
+      break;
+    case 'i':
+      if (cli_parse_int(optarg, 1, 100000, &o->iters))
+        cli_usage_error("bench", "--iters wants 1..100000, not '%s'", optarg);
+      break;
+    case 'c': {
+      o->ncolls = 0;
+      if (!strcmp(optarg, "all")) {
+        for (int k = 0; k < MPU_COLL_COUNT; k++) o->colls[o->ncolls++] = k;
+        break;
+      }
+      char *list = strdup(optarg), *save = NULL;
+      for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        mpu_collective k;
+        if (mpu_collective_from_name(t, &k) || o->ncolls == MPU_COLL_COUNT) {
+          free(list);
+          cli_usage_error("bench", "unknown collective '%s' in --collective", t);
+        }
+        o->colls[o->ncolls++] = k;
+      }
+      free(list);
+      if (!o->ncolls) cli_usage_error("bench", "--collective names no collective");
+      break;
+    }
+    case 'd':
+      if (mpu_dtype_from_name(optarg, &o->dtype)) cli_usage_error("bench", "unknown dtype '%s'", optarg);
+      break;
+    case 'o':
+      if (mpu_op_from_name(optarg, &o->op)) cli_usage_error("bench", "unknown op '%s'", optarg);
+      break;
+    case 'I': o->in_place = 1; break;
+    case 'B':
+      if (strcmp(optarg, "threads"))
+        cli_usage_error("bench", "backend '%s' is not available (this build has: threads)", optarg);
+      break;
+    case 'C': o->csv = optarg; break;
+    case 'F':
+      if (cli_parse_format(optarg, &o->format)) cli_usage_error("bench", "--format wants text or json, not '%s'", optarg);
+      break;
+    case 'h': help(); exit(0);
+    case ':': cli_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
+    default: cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+  if (o->min_bytes > o->max_bytes)
+    cli_usage_error("bench", "--minbytes is larger than --maxbytes");
+}
+
+static int iters_for(const bench_opts *o, size_t bytes) {
+  if (o->iters > 0) return (int)o->iters;
+  return bytes <= (64 << 10) ? 500 : bytes <= (1 << 20) ? 100 : 20;
+}
+
+static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
+  bench_run *run = arg;
+  const bench_opts *o = run->o;
+  int rank;
+  mpu_comm_rank(world, &rank);
+  for (int k = 0; k < o->ncolls; k++)
+    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= (size_t)o->factor) {
+      mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
+      cfg.collective = (mpu_collective)o->colls[k];
+      cfg.dtype = o->dtype;
+      cfg.op = o->op;
+      cfg.bytes = bytes;
+      cfg.iters = iters_for(o, bytes);
+      cfg.warmup = o->warmup >= 0 ? (int)o->warmup : cfg.iters / 5 + 1;
+      cfg.in_place = o->in_place;
+      mpu_bench_result res;
+      mpu_result_t r = mpu_bench_collective(world, &cfg, &res);
+      if (r) return r;
+      if (rank == 0 && run->nrows < MAX_ROWS) {
+        char sz[32];
+        run->rows[run->nrows++] = (bench_row){cfg.collective, res};
+        cli_progress("mpu bench: %s %s done", mpu_collective_name(cfg.collective),
+                     cli_format_size(bytes, sz, sizeof sz));
+      }
+      if (bytes == 0) break;
+    }
+  return MPU_SUCCESS;
+}
+
+static void print_text(const bench_run *run, double memcpy_gbps) {
+  const bench_opts *o = run->o;
+  char sz[32];
+  printf("# mpu bench: threads backend, %ld ranks, %s, op %s, %s\n", o->ranks,
+         mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->in_place ? "in place" : "out of place");
+  printf("# reference: memcpy, 1 thread, %s buffers: %.2f GB/s\n",
+         cli_format_size(o->memcpy_bytes, sz, sizeof sz), memcpy_gbps);
+  printf("# time: median over iterations of the slowest rank; GB/s = 1e9 bytes/s\n#\n");
+  printf("# %-14s %12s %12s %11s %11s %11s %11s %9s\n", "collective", "size(B)", "count",
+         "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/mem");
+  for (int i = 0; i < run->nrows; i++) {
+    const mpu_bench_result *r = &run->rows[i].res;
+    printf("  %-14s %12zu %12zu %11.2f %11.2f %11.3f %11.3f %8.1f%%\n",
+           mpu_collective_name(run->rows[i].coll), r->bytes, r->count, r->time_us, r->mean_us,
+           r->algbw_gbps, r->busbw_gbps, 100.0 * r->busbw_gbps / memcpy_gbps);
+  }
+}
+
+static void print_json(const bench_run *run, double memcpy_gbps) {
+  const bench_opts *o = run->o;
+  printf("{\"backend\": \"threads\", \"ranks\": %ld, \"dtype\": \"%s\", \"op\": \"%s\", "
+         "\"in_place\": %s,\n \"memcpy\": {\"bytes\": %zu, \"gbps\": %.4f},\n \"rows\": [",
+         o->ranks, mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->in_place ? "true" : "false",
+         o->memcpy_bytes, memcpy_gbps);
+  for (int i = 0; i < run->nrows; i++) {
+    const mpu_bench_result *r = &run->rows[i].res;
+    printf("%s\n  {\"collective\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, "
+           "\"mean_us\": %.3f, \"min_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+           "\"busbw_fraction_of_memcpy\": %.4f}",
+           i ? "," : "", mpu_collective_name(run->rows[i].coll), r->bytes, r->count, r->time_us,
+           r->mean_us, r->min_us, r->algbw_gbps, r->busbw_gbps, r->busbw_gbps / memcpy_gbps);
+  }
+  printf("\n]}\n");
+}
+
+static int write_csv(const bench_run *run, double memcpy_gbps) {
+  const bench_opts *o = run->o;
+  FILE *f = fopen(o->csv, "w");
+  if (!f) {
+    perror(o->csv);
+    return -1;
+  }
+  fprintf(f, "collective,backend,ranks,dtype,bytes,time_us,algbw_gbps,busbw_gbps\n");
+  fprintf(f, "memcpy,threads,1,%s,%zu,%.3f,%.4f,%.4f\n", mpu_dtype_name(o->dtype),
+          o->memcpy_bytes, (double)o->memcpy_bytes / (memcpy_gbps * 1e3), memcpy_gbps,
+          memcpy_gbps);
+  for (int i = 0; i < run->nrows; i++) {
+    const mpu_bench_result *r = &run->rows[i].res;
+    fprintf(f, "%s,threads,%ld,%s,%zu,%.3f,%.4f,%.4f\n", mpu_collective_name(run->rows[i].coll),
+            o->ranks, mpu_dtype_name(o->dtype), r->bytes, r->time_us, r->algbw_gbps,
+            r->busbw_gbps);
+  }
+  return fclose(f);
+}
+
+int cmd_bench(int argc, char **argv) {
+  bench_opts o;
+  parse(argc, argv, &o);
+  double memcpy_gbps;
+  mpu_result_t r = mpu_bench_memcpy(o.memcpy_bytes, 11, &memcpy_gbps);
+  if (r) {
+    fprintf(stderr, "mpu bench: memcpy reference: %s\n", mpu_last_error());
+    return 1;
+  }
+  bench_run *run = calloc(1, sizeof *run);
+  if (!run) {
+    fprintf(stderr, "mpu bench: out of memory\n");
+    return 1;
+  }
+  run->o = &o;
+  r = mpu_launch((int)o.ranks, bench_rank, run, NULL, NULL);
+  cli_progress_done();
+  if (r) {
+    fprintf(stderr, "mpu bench: %s: %s\n", mpu_result_name(r), mpu_last_error());
+    free(run);
+    return 1;
+  }
+  if (o.format == CLI_JSON) print_json(run, memcpy_gbps);
+  else print_text(run, memcpy_gbps);
+  int bad = o.csv && write_csv(run, memcpy_gbps);
+  free(run);
+  return bad ? 1 : 0;
+}

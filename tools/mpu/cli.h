@@ -1,0 +1,37 @@
+/*
+ * cli.h - what every `mpu` subcommand shares: usage errors, number and size
+ * parsing, output formats and the progress line.
+ */
+#ifndef MPU_TOOLS_CLI_H
+#define MPU_TOOLS_CLI_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* Exit status for bad arguments, as the conventions of this tool want. */
+#define CLI_USAGE_EXIT 2
+
+typedef enum cli_format { CLI_TEXT, CLI_JSON } cli_format;
+
+/* Print "mpu <cmd>: <message>" and a hint to stderr; exit with status 2. */
+void cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+/* "16M", "1G", "8", "512K" (powers of 1024; also "KiB", "MB" style suffixes).
+ * Returns 0 on success, -1 if s is not a size or overflows. */
+int cli_parse_size(const char *s, size_t *out);
+
+/* A whole number in [lo, hi]; returns 0 on success, -1 otherwise. */
+int cli_parse_int(const char *s, long lo, long hi, long *out);
+
+/* "text" or "json"; returns 0 on success, -1 otherwise. */
+int cli_parse_format(const char *s, cli_format *out);
+
+/* "16 MiB", "8 B": a short human size for tables and progress lines. */
+const char *cli_format_size(size_t bytes, char *buf, size_t len);
+
+/* Progress on stderr for long runs: nothing for the first 2 seconds, then
+ * one line at most every 2 seconds (rewritten in place on a terminal). */
+void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_progress_done(void);
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * main.c - `mpu`, one tool with subcommands. Each subcommand parses its own
+ * arguments, calls the library and formats what it returns.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "mpu.h"
+
+int cmd_bench(int argc, char **argv);
+
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} commands[] = {
+    {"bench", cmd_bench, "time collectives on the threads backend (nccl-tests style)"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mpu <command> [options]\n"
+          "\n"
+          "mpu %d.%d.%d: model-parallel groups and communicators for C training programs.\n"
+          "\n"
+          "commands:\n",
+          MPU_VERSION_MAJOR, MPU_VERSION_MINOR, MPU_VERSION_PATCH);
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f, "\n'mpu <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE_EXIT;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("mpu %d.%d.%d\n", MPU_VERSION_MAJOR, MPU_VERSION_MINOR, MPU_VERSION_PATCH);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "mpu: unknown command '%s' (see 'mpu --help')\n", argv[1]);
+  return CLI_USAGE_EXIT;
+}
