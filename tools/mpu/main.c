@@ -33,7 +33,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    usage(stderr);
+    fprintf(stderr, "mpu: missing command (see 'mpu --help')\n");
     return CLI_USAGE_EXIT;
   }
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
