@@ -82,6 +82,15 @@ static void test_group_of_one(void **state) {
   memset(res, 0, sizeof res);
   assert_int_equal(mpu_comm_reduce(c, in, res, 5, MPU_INT32, MPU_MIN, 0), MPU_SUCCESS);
   assert_memory_equal(res, in, sizeof in);
+  /* messages to itself arrive, in order, and are checked */
+  int32_t got[5];
+  assert_int_equal(mpu_comm_send(c, in, 5, MPU_INT32, 0), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_send(c, in + 1, 2, MPU_INT32, 0), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_recv(c, got, 5, MPU_INT32, 0), MPU_SUCCESS);
+  assert_memory_equal(got, in, sizeof in);
+  assert_int_equal(mpu_comm_recv(c, got, 3, MPU_INT32, 0), MPU_ERR_MISMATCH);
+  assert_int_equal(mpu_comm_recv(c, got, 2, MPU_INT32, 0), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_send(c, in, 5, MPU_INT32, 0), MPU_SUCCESS); /* freed on destroy */
   mpu_comm *s = NULL;
   assert_int_equal(mpu_comm_split(c, 3, 0, &s), MPU_SUCCESS);
   assert_non_null(s);

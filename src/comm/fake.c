@@ -6,8 +6,9 @@
  * succeed at once and leave outputs as they are; this is what lets a test ask
  * every parallel-state question as rank 3000 of 4096 on one machine. A
  * communicator of one rank has nobody to pretend about, so it behaves exactly
- * (outputs are the inputs). Arguments are still checked by comm.c, so a bad
- * call fails here as it would on a real backend.
+ * (outputs are the inputs), and so do messages a rank sends to itself.
+ * Arguments are still checked by comm.c, so a bad call fails here as it would
+ * on a real backend.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -65,20 +66,63 @@ static mpu_result_t fake_barrier(mpu_comm *c) {
   return MPU_SUCCESS;
 }
 
+/* Messages a rank sent to itself, oldest first: the impl of a fake comm. */
+typedef struct fake_msg {
+  struct fake_msg *next;
+  size_t count;
+  mpu_dtype dtype;
+  char data[];
+} fake_msg;
+
+typedef struct fake_state {
+  fake_msg *head, *tail;
+} fake_state;
+
 static mpu_result_t fake_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt,
                               int peer) {
-  (void)c, (void)buf, (void)count, (void)dt, (void)peer;
+  if (peer != c->rank) return MPU_SUCCESS; /* nobody there to receive it */
+  fake_state *st = c->impl;
+  size_t bytes = count * mpu_dtype_size(dt);
+  fake_msg *m = malloc(sizeof *m + bytes);
+  if (!m) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_send: %zu bytes", bytes);
+  *m = (fake_msg){NULL, count, dt};
+  if (bytes) memcpy(m->data, buf, bytes);
+  if (st->tail) st->tail->next = m;
+  else st->head = m;
+  st->tail = m;
   return MPU_SUCCESS;
 }
 
 static mpu_result_t fake_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
-  (void)c, (void)buf, (void)count, (void)dt, (void)peer;
-  return MPU_SUCCESS;
+  if (peer != c->rank) return MPU_SUCCESS; /* pretend: the buffer keeps what it held */
+  fake_state *st = c->impl;
+  fake_msg *m = st->head;
+  if (!m)
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "mpu_comm_recv: rank %d receives from itself but sent nothing: it would "
+                      "wait forever",
+                      c->rank);
+  st->head = m->next;
+  if (!st->head) st->tail = NULL;
+  mpu_result_t r = MPU_SUCCESS;
+  if (m->count != count || m->dtype != dt)
+    r = mpu__error(MPU_ERR_MISMATCH,
+                   "mpu_comm_recv: expected %zu x %s from rank %d, but it sent %zu x %s (the "
+                   "message is dropped)",
+                   count, mpu_dtype_name(dt), peer, m->count, mpu_dtype_name(m->dtype));
+  else if (count)
+    memcpy(buf, m->data, count * mpu_dtype_size(dt));
+  free(m);
+  return r;
 }
 
 static mpu_result_t fake_new(int rank, int size, const int *world_ranks, mpu_comm **out) {
-  mpu_comm *c = mpu__comm_new(&fake_ops, rank, size, world_ranks, NULL);
-  if (!c) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "fake: communicator of %d ranks", size);
+  fake_state *st = calloc(1, sizeof *st);
+  mpu_comm *c = st ? mpu__comm_new(&fake_ops, rank, size, world_ranks, st) : NULL;
+  if (!c) {
+    free(st);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "fake: communicator of %d ranks", size);
+  }
   *out = c;
   return MPU_SUCCESS;
 }
@@ -115,7 +159,15 @@ static mpu_result_t fake_abort(mpu_comm *c) {
   return MPU_SUCCESS;
 }
 
-static void fake_destroy(mpu_comm *c) { (void)c; }
+static void fake_destroy(mpu_comm *c) {
+  fake_state *st = c->impl;
+  while (st->head) {
+    fake_msg *m = st->head;
+    st->head = m->next;
+    free(m);
+  }
+  free(st);
+}
 
 static const mpu__comm_ops fake_ops = {
     .name = "fake",
