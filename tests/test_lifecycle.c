@@ -46,7 +46,7 @@ static mpu_result_t one_cycle(mpu_comm *world, void *arg) {
 
 int main(int argc, char **argv) {
   int cycles = argc > 1 ? atoi(argv[1]) : 300;
-  long rss_after_warmup = 0;
+  long rss_after_warmup = 0, threads_before = 0;
   for (int i = 0; i < cycles; i++) {
     mpu_result_t r = mpu_launch(1 + i % 4, one_cycle, NULL, NULL, NULL);
     if (r) {
@@ -58,21 +58,27 @@ int main(int argc, char **argv) {
     if (mpu_comm_fake_create(7, 4096, &f) || mpu_comm_create_group(f, members, 2, &g)) return 1;
     mpu_comm_destroy(g);
     mpu_comm_destroy(f);
+    if (i == 0) /* after one launch: a sanitizer's runtime may have started its own thread */
+      threads_before = status_field("Threads:");
     if (i == cycles / 4) rss_after_warmup = status_field("VmRSS:");
   }
   long threads = status_field("Threads:"), rss = status_field("VmRSS:");
-  printf("%d cycles: %ld thread(s) left, VmRSS %ld kB (%ld kB after warm-up)\n", cycles, threads,
-         rss, rss_after_warmup);
-  if (threads != 1) {
-    fprintf(stderr, "FAIL: %ld threads remain after the last launch\n", threads);
+  printf("%d cycles: %ld thread(s) after the first, %ld after the last; VmRSS %ld kB (%ld kB after warm-up)\n",
+         cycles, threads_before, threads, rss, rss_after_warmup);
+  if (threads != threads_before) {
+    fprintf(stderr, "FAIL: %ld threads after the first launch, %ld after the last\n",
+            threads_before, threads);
     return 1;
   }
-  /* allocator noise is a few hundred kB; a leak of one group per cycle is more */
+  /* allocator noise is a few hundred kB; a leak of one group per cycle is more.
+   * (Under a sanitizer freed memory sits in quarantine: LeakSanitizer judges.) */
+#ifndef MPU_SANITIZED
   if (cycles >= 100 && rss - rss_after_warmup > 4096) {
     fprintf(stderr, "FAIL: memory grew by %ld kB over %d cycles\n", rss - rss_after_warmup,
             cycles * 3 / 4);
     return 1;
   }
+#endif
   printf("1 passed, 0 failed\n");
   return 0;
 }

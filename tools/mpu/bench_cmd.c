@@ -116,10 +116,8 @@ static void parse(int argc, char **argv, bench_opts *o) {
       char *list = strdup(optarg), *save = NULL;
       for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         mpu_collective k;
-        if (mpu_collective_from_name(t, &k) || o->ncolls == MPU_COLL_COUNT) {
-          free(list);
-          cli_usage_error("bench", "unknown collective '%s' in --collective", t);
-        }
+        if (mpu_collective_from_name(t, &k) || o->ncolls == MPU_COLL_COUNT)
+          cli_usage_error("bench", "unknown or repeated collective '%s' in --collective", t);
         o->colls[o->ncolls++] = k;
       }
       free(list);
