@@ -318,6 +318,8 @@ static void test_launcher(void **state) {
   (void)state;
   assert_int_equal(mpu_launch(2, destroy_world, NULL, NULL, NULL), MPU_SUCCESS);
   assert_int_equal(mpu_launch(0, nothing, NULL, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_launch(MPU_LAUNCH_MAX_RANKS + 1, nothing, NULL, NULL, NULL),
+                   MPU_ERR_INVALID_ARGUMENT);
   assert_int_equal(mpu_launch(2, NULL, NULL, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
   mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
   o.size = 3;

@@ -15,6 +15,9 @@
  * its count is 0. Collectives are out of place unless the in-place form named
  * at each call is used; any other overlap of input and output is rejected.
  *
+ * Threads: a handle belongs to one rank and is used by one thread at a time
+ * (mpu_comm_abort excepted); different handles may be used concurrently.
+ *
  * Failures: every call returns MPU_SUCCESS or an error code with a message in
  * mpu_last_error(). A rank that aborts, fails or exits while others wait for it
  * makes their calls fail with MPU_ERR_ABORTED naming it; a wait longer than the
@@ -69,6 +72,9 @@ typedef struct mpu_launch_options {
 /* The function each rank runs. `world` spans all nranks; it is owned by the
  * launcher and stays valid until fn returns (do not destroy it). */
 typedef mpu_result_t (*mpu_rank_fn)(mpu_comm *world, void *arg);
+
+/* The most ranks one mpu_launch runs. */
+#define MPU_LAUNCH_MAX_RANKS 4096
 
 /*
  * Run fn on nranks threads of this process, each with its own world

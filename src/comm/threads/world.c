@@ -277,9 +277,10 @@ static void *rank_main(void *p) {
 
 mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_result_t *results,
                         const mpu_launch_options *options) {
-  if (nranks <= 0 || !fn)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_launch: %d ranks and fn %s (want >= 1, fn)",
-                      nranks, fn ? "set" : "NULL");
+  if (nranks <= 0 || nranks > MPU_LAUNCH_MAX_RANKS || !fn)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "mpu_launch: %d ranks and fn %s (want 1..%d ranks and a function)", nranks,
+                      fn ? "set" : "NULL", MPU_LAUNCH_MAX_RANKS);
   if (options && options->size != sizeof *options)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "mpu_launch: options.size is %zu, want %zu (start from "
