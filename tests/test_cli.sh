@@ -25,6 +25,8 @@ expect_usage_error
 expect_usage_error frobnicate
 expect_usage_error bench --bogus
 expect_usage_error bench -n 0
+expect_usage_error bench -n 2,x
+expect_usage_error bench --workers 0
 expect_usage_error bench -b 1Q
 expect_usage_error bench -b 64M -e 8
 expect_usage_error bench -c all_sum
@@ -46,7 +48,7 @@ if command -v python3 >/dev/null; then
   python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["dtype"] == "bfloat16" and d["ranks"] == 2, d
+assert d["dtype"] == "bfloat16" and d["ranks"] == [2], d
 assert [r["bytes"] for r in d["rows"]] == [1024, 2048, 4096], d["rows"]
 assert all(r["busbw_gbps"] > 0 for r in d["rows"])
 ' "$tmp/json" && ok || bad "json output"

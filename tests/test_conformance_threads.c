@@ -13,23 +13,30 @@
 
 #include "conformance/conformance.h"
 
+/* Each case with every rank count, twice: with as many working ranks as the
+ * machine has CPUs (the default), and with a single rank doing every task of
+ * the large calls for all (workers = 1), so both ways of sharing the work are
+ * tested whatever machine this runs on. */
 static void run_case(void **state) {
   const conf_case *c = *state;
   static conf_suite suite;
-  mpu_launch_options opt = MPU_LAUNCH_OPTIONS_INIT;
-  opt.check_calls = 1;
-  opt.timeout_s = 120;
-  for (int i = 0; i < conf_rank_counts_len; i++) {
-    int n = conf_rank_counts[i];
-    mpu_result_t results[CONF_MAX_RANKS];
-    memset(&suite, 0, sizeof suite);
-    mpu_result_t r = mpu_launch(n, c->fn, &suite, results, &opt);
-    if (r != MPU_SUCCESS) {
-      for (int k = 0; k < n; k++)
-        if (suite.message[k][0]) print_error("%s\n", suite.message[k]);
-      fail_msg("%s with %d ranks: %s: %s", c->name, n, mpu_result_name(r), mpu_last_error());
+  for (int workers = 0; workers <= 1; workers++)
+    for (int i = 0; i < conf_rank_counts_len; i++) {
+      mpu_launch_options opt = MPU_LAUNCH_OPTIONS_INIT;
+      opt.check_calls = 1;
+      opt.timeout_s = 120;
+      opt.workers = workers;
+      int n = conf_rank_counts[i];
+      mpu_result_t results[CONF_MAX_RANKS];
+      memset(&suite, 0, sizeof suite);
+      mpu_result_t r = mpu_launch(n, c->fn, &suite, results, &opt);
+      if (r != MPU_SUCCESS) {
+        for (int k = 0; k < n; k++)
+          if (suite.message[k][0]) print_error("%s\n", suite.message[k]);
+        fail_msg("%s with %d ranks, workers %d: %s: %s", c->name, n, workers,
+                 mpu_result_name(r), mpu_last_error());
+      }
     }
-  }
 }
 
 int main(void) {

@@ -65,9 +65,11 @@ typedef struct mpu_launch_options {
                            0: MPU_CHECK_CALLS decides (count, dtype and collective
                            are always checked: a mismatch there would corrupt memory) */
   long spin;            /* busy-wait iterations before sleeping; -1: automatic */
+  int workers;          /* ranks that move data at once in a large collective;
+                           0: as many as there are online CPUs */
 } mpu_launch_options;
 
-#define MPU_LAUNCH_OPTIONS_INIT {sizeof(mpu_launch_options), 0.0, 0, -1}
+#define MPU_LAUNCH_OPTIONS_INIT {sizeof(mpu_launch_options), 0.0, 0, -1, 0}
 
 /* The function each rank runs. `world` spans all nranks; it is owned by the
  * launcher and stays valid until fn returns (do not destroy it). */

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BLOCK 1024
+#define BLOCK 2048
 
 /* Comparisons that let a NaN through, as torch's min/max do. */
 #define MIN_OF(a, b) (((b) < (a) || (b) != (b)) ? (b) : (a))

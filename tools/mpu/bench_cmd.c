@@ -15,7 +15,9 @@
 
 typedef struct bench_opts {
   size_t min_bytes, max_bytes, memcpy_bytes;
-  long factor, ranks, warmup, iters;
+  long factor, warmup, iters, workers;
+  long ranks[16];
+  int nranks;
   int colls[MPU_COLL_COUNT], ncolls;
   mpu_dtype dtype;
   mpu_op op;
@@ -25,12 +27,14 @@ typedef struct bench_opts {
 } bench_opts;
 
 typedef struct bench_row {
+  int ranks;
   mpu_collective coll;
   mpu_bench_result res;
 } bench_row;
 
 typedef struct bench_run {
   const bench_opts *o;
+  int ranks; /* of the launch in progress */
   bench_row rows[MAX_ROWS];
   int nrows;
 } bench_run;
@@ -49,7 +53,8 @@ static void help(void) {
       "  -b, --minbytes SIZE     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
       "  -e, --maxbytes SIZE     largest size (default 64M)\n"
       "  -f, --stepfactor N      multiply the size by N each step (default 2)\n"
-      "  -n, --ranks N           thread ranks (default 2)\n"
+      "  -n, --ranks LIST        thread ranks, or a comma-separated list of counts measured\n"
+      "                          one after the other in this run (default 2)\n"
       "  -c, --collective LIST   all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
       "                          all_to_all, comma-separated, or all (default all_reduce)\n"
       "  -d, --dtype TYPE        float32, float64, float16, bfloat16, int32, int64, uint8\n"
@@ -58,6 +63,7 @@ static void help(void) {
       "  -i, --iters N           timed iterations per size (default: 500 up to 64 KiB,\n"
       "                          100 up to 1 MiB, 20 above)\n"
       "      --in-place          use the in-place form of each collective\n"
+      "      --workers N         ranks that move data at once in large calls (default: CPUs)\n"
       "      --backend NAME      threads (the only backend with data in this build)\n"
       "      --memcpy-bytes SIZE buffer size of the memcpy reference (default 64M)\n"
       "      --csv FILE          also write the rows as CSV\n"
@@ -74,8 +80,9 @@ static void parse(int argc, char **argv, bench_opts *o) {
       {"iters", required_argument, 0, 'i'},      {"in-place", no_argument, 0, 'I'},
       {"backend", required_argument, 0, 'B'},    {"memcpy-bytes", required_argument, 0, 'M'},
       {"csv", required_argument, 0, 'C'},        {"format", required_argument, 0, 'F'},
-      {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
-  *o = (bench_opts){8, 64 << 20, 64 << 20, 2, 2, -1, -1, {MPU_COLL_ALL_REDUCE}, 1,
+      {"workers", required_argument, 0, 'W'},    {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  *o = (bench_opts){8, 64 << 20, 64 << 20, 2, -1, -1, 0, {2}, 1, {MPU_COLL_ALL_REDUCE}, 1,
                     MPU_FLOAT32, MPU_SUM, 0, CLI_TEXT, NULL};
   opterr = 0;
   int c;
@@ -95,9 +102,19 @@ static void parse(int argc, char **argv, bench_opts *o) {
       if (cli_parse_int(optarg, 2, 1024, &o->factor))
         cli_usage_error("bench", "--stepfactor wants a whole number 2..1024, not '%s'", optarg);
       break;
-    case 'n':
-      if (cli_parse_int(optarg, 1, 1024, &o->ranks))
-        cli_usage_error("bench", "--ranks wants 1..1024, not '%s'", optarg);
+    case 'n': {
+      char *list = strdup(optarg), *save = NULL;
+      o->nranks = 0;
+      for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (o->nranks == 16 || cli_parse_int(t, 1, 1024, &o->ranks[o->nranks++]))
+          cli_usage_error("bench", "--ranks wants up to 16 counts of 1..1024, not '%s'", optarg);
+      free(list);
+      if (!o->nranks) cli_usage_error("bench", "--ranks names no count");
+      break;
+    }
+    case 'W':
+      if (cli_parse_int(optarg, 1, 1024, &o->workers))
+        cli_usage_error("bench", "--workers wants 1..1024, not '%s'", optarg);
       break;
     case 'w':
       if (cli_parse_int(optarg, 0, 100000, &o->warmup))
@@ -174,9 +191,9 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
       if (r) return r;
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
-        run->rows[run->nrows++] = (bench_row){cfg.collective, res};
-        cli_progress("mpu bench: %s %s done", mpu_collective_name(cfg.collective),
-                     cli_format_size(bytes, sz, sizeof sz));
+        run->rows[run->nrows++] = (bench_row){run->ranks, cfg.collective, res};
+        cli_progress("mpu bench: %d ranks, %s %s done", run->ranks,
+                     mpu_collective_name(cfg.collective), cli_format_size(bytes, sz, sizeof sz));
       }
       if (bytes == 0) break;
     }
@@ -186,34 +203,37 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
 static void print_text(const bench_run *run, double memcpy_gbps) {
   const bench_opts *o = run->o;
   char sz[32];
-  printf("# mpu bench: threads backend, %ld ranks, %s, op %s, %s\n", o->ranks,
-         mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->in_place ? "in place" : "out of place");
+  printf("# mpu bench: threads backend, %s, op %s, %s\n", mpu_dtype_name(o->dtype),
+         mpu_op_name(o->op), o->in_place ? "in place" : "out of place");
   printf("# reference: memcpy, 1 thread, %s buffers: %.2f GB/s\n",
          cli_format_size(o->memcpy_bytes, sz, sizeof sz), memcpy_gbps);
   printf("# time: median over iterations of the slowest rank; GB/s = 1e9 bytes/s\n#\n");
-  printf("# %-14s %12s %12s %11s %11s %11s %11s %9s\n", "collective", "size(B)", "count",
-         "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/mem");
+  printf("# %-14s %5s %12s %12s %11s %11s %11s %11s %9s\n", "collective", "ranks", "size(B)",
+         "count", "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/mem");
   for (int i = 0; i < run->nrows; i++) {
     const mpu_bench_result *r = &run->rows[i].res;
-    printf("  %-14s %12zu %12zu %11.2f %11.2f %11.3f %11.3f %8.1f%%\n",
-           mpu_collective_name(run->rows[i].coll), r->bytes, r->count, r->time_us, r->mean_us,
-           r->algbw_gbps, r->busbw_gbps, 100.0 * r->busbw_gbps / memcpy_gbps);
+    printf("  %-14s %5d %12zu %12zu %11.2f %11.2f %11.3f %11.3f %8.1f%%\n",
+           mpu_collective_name(run->rows[i].coll), run->rows[i].ranks, r->bytes, r->count,
+           r->time_us, r->mean_us, r->algbw_gbps, r->busbw_gbps, 100.0 * r->busbw_gbps / memcpy_gbps);
   }
 }
 
 static void print_json(const bench_run *run, double memcpy_gbps) {
   const bench_opts *o = run->o;
-  printf("{\"backend\": \"threads\", \"ranks\": %ld, \"dtype\": \"%s\", \"op\": \"%s\", "
-         "\"in_place\": %s,\n \"memcpy\": {\"bytes\": %zu, \"gbps\": %.4f},\n \"rows\": [",
-         o->ranks, mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->in_place ? "true" : "false",
+  printf("{\"backend\": \"threads\", \"ranks\": [");
+  for (int i = 0; i < o->nranks; i++) printf("%s%ld", i ? ", " : "", o->ranks[i]);
+  printf("], \"dtype\": \"%s\", \"op\": \"%s\", \"in_place\": %s,\n \"memcpy\": {\"bytes\": "
+         "%zu, \"gbps\": %.4f},\n \"rows\": [",
+         mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->in_place ? "true" : "false",
          o->memcpy_bytes, memcpy_gbps);
   for (int i = 0; i < run->nrows; i++) {
     const mpu_bench_result *r = &run->rows[i].res;
-    printf("%s\n  {\"collective\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, "
-           "\"mean_us\": %.3f, \"min_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
-           "\"busbw_fraction_of_memcpy\": %.4f}",
-           i ? "," : "", mpu_collective_name(run->rows[i].coll), r->bytes, r->count, r->time_us,
-           r->mean_us, r->min_us, r->algbw_gbps, r->busbw_gbps, r->busbw_gbps / memcpy_gbps);
+    printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"count\": %zu, "
+           "\"time_us\": %.3f, \"mean_us\": %.3f, \"min_us\": %.3f, \"algbw_gbps\": %.4f, "
+           "\"busbw_gbps\": %.4f, \"busbw_fraction_of_memcpy\": %.4f}",
+           i ? "," : "", mpu_collective_name(run->rows[i].coll), run->rows[i].ranks, r->bytes,
+           r->count, r->time_us, r->mean_us, r->min_us, r->algbw_gbps, r->busbw_gbps,
+           r->busbw_gbps / memcpy_gbps);
   }
   printf("\n]}\n");
 }
@@ -231,8 +251,8 @@ static int write_csv(const bench_run *run, double memcpy_gbps) {
           memcpy_gbps);
   for (int i = 0; i < run->nrows; i++) {
     const mpu_bench_result *r = &run->rows[i].res;
-    fprintf(f, "%s,threads,%ld,%s,%zu,%.3f,%.4f,%.4f\n", mpu_collective_name(run->rows[i].coll),
-            o->ranks, mpu_dtype_name(o->dtype), r->bytes, r->time_us, r->algbw_gbps,
+    fprintf(f, "%s,threads,%d,%s,%zu,%.3f,%.4f,%.4f\n", mpu_collective_name(run->rows[i].coll),
+            run->rows[i].ranks, mpu_dtype_name(o->dtype), r->bytes, r->time_us, r->algbw_gbps,
             r->busbw_gbps);
   }
   return fclose(f);
@@ -253,7 +273,12 @@ int cmd_bench(int argc, char **argv) {
     return 1;
   }
   run->o = &o;
-  r = mpu_launch((int)o.ranks, bench_rank, run, NULL, NULL);
+  mpu_launch_options lo = MPU_LAUNCH_OPTIONS_INIT;
+  lo.workers = (int)o.workers;
+  for (int i = 0; i < o.nranks && r == MPU_SUCCESS; i++) {
+    run->ranks = (int)o.ranks[i];
+    r = mpu_launch(run->ranks, bench_rank, run, NULL, &lo);
+  }
   cli_progress_done();
   if (r) {
     fprintf(stderr, "mpu bench: %s: %s\n", mpu_result_name(r), mpu_last_error());

@@ -16,6 +16,11 @@
  * ranks. Every chunk is reduced by one rank in rank order, so all ranks get
  * the same bits. Calls that move more than the cache holds write with
  * streaming stores (copy.h).
+ *
+ * That work comes in n tasks, task k by default done by rank k. When ranks
+ * outnumber the cores, only as many ranks as there are cores work, rank w
+ * taking tasks w, w + W, ...; the others go straight to the exit barrier and
+ * sleep, so the workers run without being time-sliced against them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -105,6 +110,13 @@ static mpu_result_t enter(tcomm *tc, const tcall *call, const void *stage, size_
 /* Wait until every member is done with this call's buffers. */
 static mpu_result_t leave(tcomm *tc, const char *fn) { return mpu__tbarrier(tc, 0, fn); }
 
+/* Loop over this rank's tasks of a large call (see the top of the file). */
+#define FOR_EACH_TASK(k, tc)                                                      \
+  for (int k = (tc)->me, step_ = (tc)->g->world->cpus < (tc)->g->n                \
+                                     ? (tc)->g->world->cpus                      \
+                                     : (tc)->g->n;                               \
+       (tc)->me < step_ && k < (tc)->g->n; k += step_)
+
 /* First element of chunk k when count elements are cut into n near-equal chunks. */
 static size_t chunk_lo(size_t count, int n, int k) {
   size_t q = count / (size_t)n, rem = count % (size_t)n;
@@ -116,7 +128,7 @@ mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t 
   static const char fn[] = "mpu_comm_all_reduce";
   tcomm *tc = c->impl;
   tgroup *g = tc->g;
-  int n = g->n, me = tc->me, p;
+  int n = g->n, p;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
   if (n == 1) {
     if (send != recv && bytes) memcpy(recv, send, bytes);
@@ -130,14 +142,17 @@ mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t 
     mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   }
+  /* task t: reduce chunk t of every input into chunk t of every output */
   const tcall *calls = g->calls[p];
-  size_t lo = chunk_lo(count, n, me), hi = chunk_lo(count, n, me + 1);
-  for (int k = 0; k < n; k++) {
-    tc->ptrs[k] = (const char *)calls[k].send + lo * es;
-    tc->dsts[k] = (char *)calls[k].recv + lo * es;
+  int stream = bytes * (size_t)n >= MPU_STREAM_MIN_BYTES;
+  FOR_EACH_TASK(t, tc) {
+    size_t lo = chunk_lo(count, n, t), hi = chunk_lo(count, n, t + 1);
+    for (int k = 0; k < n; k++) {
+      tc->ptrs[k] = (const char *)calls[k].send + lo * es;
+      tc->dsts[k] = (char *)calls[k].recv + lo * es;
+    }
+    mpu__reduce_to(tc->dsts, n, tc->ptrs, n, hi - lo, dt, op, n, stream);
   }
-  mpu__reduce_to(tc->dsts, n, tc->ptrs, n, hi - lo, dt, op, n,
-                 bytes * (size_t)n >= MPU_STREAM_MIN_BYTES);
   return leave(tc, fn);
 }
 
@@ -163,12 +178,15 @@ mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t 
         memcpy(out + (size_t)k * bytes, scratch_of(g, p, k), bytes);
     return MPU_SUCCESS;
   }
-  /* each rank pushes its input into every output */
-  for (int k = 0; k < n; k++) {
-    char *dst = (char *)g->calls[p][k].recv + (size_t)me * bytes;
-    tc->dsts[k] = dst == send ? NULL : dst; /* in place: already there */
+  /* task t: copy rank t's input into block t of every output */
+  const tcall *calls = g->calls[p];
+  FOR_EACH_TASK(t, tc) {
+    for (int k = 0; k < n; k++) {
+      char *dst = (char *)calls[k].recv + (size_t)t * bytes;
+      tc->dsts[k] = dst == calls[t].send ? NULL : dst; /* in place: already there */
+    }
+    mpu__copy_to(tc->dsts, n, calls[t].send, bytes, bytes * (size_t)n >= MPU_STREAM_MIN_BYTES);
   }
-  mpu__copy_to(tc->dsts, n, send, bytes, bytes * (size_t)n >= MPU_STREAM_MIN_BYTES);
   return leave(tc, fn);
 }
 
@@ -186,12 +204,19 @@ mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, siz
   tcall call = {TK_REDUCE_SCATTER, dt, op, -1, count, send, recv};
   int small = total <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, send, small ? total : 0, fn, &p));
-  for (int k = 0; k < n; k++) {
-    const char *src = small ? scratch_of(g, p, k) : g->calls[p][k].send;
-    tc->ptrs[k] = src + (size_t)me * bytes;
+  if (small) {
+    for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k) + (size_t)me * bytes;
+    mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
+    return MPU_SUCCESS;
   }
-  mpu__reduce_to(&recv, 1, tc->ptrs, n, count, dt, op, n, total >= MPU_STREAM_MIN_BYTES);
-  return small ? MPU_SUCCESS : leave(tc, fn);
+  /* task t: reduce block t of every input into rank t's output */
+  const tcall *calls = g->calls[p];
+  FOR_EACH_TASK(t, tc) {
+    for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + (size_t)t * bytes;
+    mpu__reduce_to(&calls[t].recv, 1, tc->ptrs, n, count, dt, op, n,
+                   total >= MPU_STREAM_MIN_BYTES);
+  }
+  return leave(tc, fn);
 }
 
 mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root) {
@@ -214,11 +239,13 @@ mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
    * the checked count. */
   const tcall *calls = g->calls[p];
   size_t es = mpu_dtype_size(dt);
-  size_t lo = chunk_lo(count, g->n, tc->me), hi = chunk_lo(count, g->n, tc->me + 1);
-  for (int k = 0; k < g->n; k++)
-    tc->dsts[k] = k == root ? NULL : (char *)calls[k].recv + lo * es;
-  mpu__copy_to(tc->dsts, g->n, (const char *)calls[root].send + lo * es, (hi - lo) * es,
-               bytes * (size_t)g->n >= MPU_STREAM_MIN_BYTES);
+  FOR_EACH_TASK(t, tc) { /* task t: chunk t of the root's buffer to every other rank */
+    size_t lo = chunk_lo(count, g->n, t), hi = chunk_lo(count, g->n, t + 1);
+    for (int k = 0; k < g->n; k++)
+      tc->dsts[k] = k == root ? NULL : (char *)calls[k].recv + lo * es;
+    mpu__copy_to(tc->dsts, g->n, (const char *)calls[root].send + lo * es, (hi - lo) * es,
+                 bytes * (size_t)g->n >= MPU_STREAM_MIN_BYTES);
+  }
   return leave(tc, fn);
 }
 
@@ -243,13 +270,13 @@ mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t coun
     mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   }
-  /* large: every rank reduces one chunk straight into the root's output */
-  if (calls[root].kind == TK_REDUCE && calls[root].root == root) {
-    size_t lo = chunk_lo(count, n, me), hi = chunk_lo(count, n, me + 1);
-    for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
-    void *dst = (char *)calls[root].recv + lo * es;
-    mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, op, n, bytes >= MPU_STREAM_MIN_BYTES);
-  }
+  /* large: task t reduces chunk t straight into the root's output */
+  if (calls[root].kind == TK_REDUCE && calls[root].root == root) FOR_EACH_TASK(t, tc) {
+      size_t lo = chunk_lo(count, n, t), hi = chunk_lo(count, n, t + 1);
+      for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
+      void *dst = (char *)calls[root].recv + lo * es;
+      mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, op, n, bytes >= MPU_STREAM_MIN_BYTES);
+    }
   return leave(tc, fn);
 }
 
@@ -267,12 +294,19 @@ mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t 
   tcall call = {TK_ALL_TO_ALL, dt, MPU_SUM, -1, count, send, recv};
   int small = total <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, send, small ? total : 0, fn, &p));
-  if (bytes)
-    for (int k = 0; k < n; k++) {
-      const char *src = small ? scratch_of(g, p, k) : g->calls[p][k].send;
-      memcpy((char *)recv + (size_t)k * bytes, src + (size_t)me * bytes, bytes);
-    }
-  return small ? MPU_SUCCESS : leave(tc, fn);
+  if (small) {
+    for (int k = 0; k < n && bytes; k++)
+      memcpy((char *)recv + (size_t)k * bytes, scratch_of(g, p, k) + (size_t)me * bytes, bytes);
+    return MPU_SUCCESS;
+  }
+  const tcall *calls = g->calls[p];
+  FOR_EACH_TASK(t, tc) /* task t: fill rank t's output, block k from rank k's input */
+  for (int k = 0; k < n; k++)
+    mpu__copy((char *)calls[t].recv + (size_t)k * bytes,
+              (const char *)calls[k].send + (size_t)t * bytes, bytes,
+              total >= MPU_STREAM_MIN_BYTES);
+  if (total >= MPU_STREAM_MIN_BYTES) mpu__copy_fence();
+  return leave(tc, fn);
 }
 
 mpu_result_t mpu__tbarrier_call(mpu_comm *c) {
