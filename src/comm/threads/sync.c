@@ -12,6 +12,7 @@
  */
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -157,6 +158,14 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
     if (gen_of(s) != gen) return MPU_SUCCESS;
     if (s & BROKEN) return mpu__tgroup_broken(g, what);
     cpu_relax();
+  }
+  /* ranks outnumber cores: hand the core to a peer that has work, a few
+   * times, before paying for a sleep and a wake-up */
+  for (int i = 0; i < g->world->yields; i++) {
+    s = atomic_load_explicit(&b->state, memory_order_acquire);
+    if (gen_of(s) != gen) return MPU_SUCCESS;
+    if (s & BROKEN) return mpu__tgroup_broken(g, what);
+    sched_yield();
   }
 
   double deadline = mpu__now() + g->world->timeout_s;

@@ -123,6 +123,7 @@ struct tworld {
   double timeout_s;
   int check_calls;
   long spin;
+  int yields;                /* sched_yield()s before sleeping, when ranks outnumber cores */
   int cpus;                  /* how many ranks work at once in large calls (online CPUs) */
   _Atomic uint64_t poison;   /* first fatal failure in the world (reason word) */
   _Atomic int *gone;         /* [world rank]: its function returned */

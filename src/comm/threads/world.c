@@ -232,8 +232,10 @@ static mpu_result_t world_new(int n, const mpu_launch_options *o, tworld **out) 
   w->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : env->timeout_s;
   w->check_calls = (o && o->check_calls) || env->check_calls;
   w->spin = o && o->spin >= 0 ? o->spin : env->spin >= 0 ? env->spin : default_spin(n);
-  long cpus = o && o->workers > 0 ? o->workers : sysconf(_SC_NPROCESSORS_ONLN);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  long cpus = o && o->workers > 0 ? o->workers : online;
   w->cpus = cpus < 1 ? 1 : cpus > n ? n : (int)cpus;
+  w->yields = n > online ? 100 : 0;
   pthread_mutex_init(&w->lock, NULL);
   w->gone = calloc((size_t)n, sizeof *w->gone);
   w->boxes = calloc((size_t)n, sizeof *w->boxes);
