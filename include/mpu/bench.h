@@ -74,6 +74,12 @@ MPU_API mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config
  * reference the benchmark compares busbw with): median of `iters` copies. */
 MPU_API mpu_result_t mpu_bench_memcpy(size_t bytes, int iters, double *gbps);
 
+/* The same with `threads` threads copying at once, each its own buffers:
+ * *gbps is one thread's bandwidth while all copy (how far the memory system
+ * scales past one core). */
+MPU_API mpu_result_t mpu_bench_memcpy_concurrent(size_t bytes, int iters, int threads,
+                                                 double *gbps);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
  * iteration, whose median is the reported time. Iterations are not separated
  * by barriers: as in nccl-tests, ranks stay in step through the collective.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -158,30 +159,116 @@ out:
   return r;
 }
 
-mpu_result_t mpu_bench_memcpy(size_t bytes, int iters, double *gbps) {
-  if (!gbps || !bytes || iters < 1 || iters > 100000)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_bench_memcpy: %zu bytes, %d iterations",
-                      bytes, iters);
-  char *a = bench_alloc(bytes), *b = bench_alloc(bytes);
-  double *t = malloc((size_t)iters * sizeof(double));
-  if (!a || !b || !t) {
-    free(a);
-    free(b);
-    free(t);
-    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_bench_memcpy: 2 x %zu bytes", bytes);
+/* A start line for concurrent copiers whose size can shrink if a thread
+ * fails to start (a pthread barrier's cannot). */
+typedef struct start_line {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int needed, arrived;
+  unsigned long generation;
+} start_line;
+
+static void start_wait(start_line *l) {
+  pthread_mutex_lock(&l->lock);
+  unsigned long gen = l->generation;
+  if (++l->arrived >= l->needed) {
+    l->arrived = 0;
+    l->generation++;
+    pthread_cond_broadcast(&l->cond);
+  } else {
+    while (gen == l->generation) pthread_cond_wait(&l->cond, &l->lock);
   }
-  memset(a, 1, bytes);
-  memset(b, 2, bytes);
-  memcpy(b, a, bytes); /* warm the pages and caches */
-  for (int i = 0; i < iters; i++) {
+  pthread_mutex_unlock(&l->lock);
+}
+
+typedef struct copier {
+  size_t bytes;
+  int iters;
+  start_line *start; /* NULL when copying alone */
+  double median_us;
+  int failed;
+} copier;
+
+/* One thread's copies: median time of `iters` copies of `bytes`, each copy
+ * started together with the other copiers'. */
+static void *copy_loop(void *arg) {
+  copier *c = arg;
+  char *a = bench_alloc(c->bytes), *b = bench_alloc(c->bytes);
+  double *t = malloc((size_t)c->iters * sizeof(double));
+  c->failed = !a || !b || !t;
+  if (!c->failed) {
+    memset(a, 1, c->bytes);
+    memset(b, 2, c->bytes);
+    memcpy(b, a, c->bytes); /* warm the pages and caches */
+  }
+  for (int i = 0; i < c->iters; i++) {
+    if (c->start) start_wait(c->start); /* even after a failure, so no one waits forever */
+    if (c->failed) continue;
     double t0 = now_us();
-    memcpy(i % 2 ? a : b, i % 2 ? b : a, bytes);
+    memcpy(i % 2 ? a : b, i % 2 ? b : a, c->bytes);
     t[i] = now_us() - t0;
   }
-  qsort(t, (size_t)iters, sizeof(double), cmp_double);
-  *gbps = (double)bytes / (t[iters / 2] * 1e3);
+  if (!c->failed) {
+    qsort(t, (size_t)c->iters, sizeof(double), cmp_double);
+    c->median_us = t[c->iters / 2];
+  }
   free(a);
   free(b);
   free(t);
-  return MPU_SUCCESS;
+  return NULL;
+}
+
+mpu_result_t mpu_bench_memcpy(size_t bytes, int iters, double *gbps) {
+  return mpu_bench_memcpy_concurrent(bytes, iters, 1, gbps);
+}
+
+mpu_result_t mpu_bench_memcpy_concurrent(size_t bytes, int iters, int threads, double *gbps) {
+  if (!gbps || !bytes || iters < 1 || iters > 100000 || threads < 1 || threads > 1024)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "mpu_bench_memcpy: %zu bytes, %d iterations, %d threads", bytes, iters,
+                      threads);
+  copier *c = calloc((size_t)threads, sizeof *c);
+  pthread_t *tid = calloc((size_t)threads, sizeof *tid);
+  start_line line = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, threads, 0, 0};
+  int started = 0;
+  mpu_result_t r = MPU_SUCCESS;
+  if (!c || !tid) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_bench_memcpy: %d threads", threads);
+    goto out;
+  }
+  for (; started < threads; started++) {
+    c[started] = (copier){bytes, iters, threads > 1 ? &line : NULL, 0, 0};
+    if (threads == 1) {
+      copy_loop(&c[0]);
+    } else if (pthread_create(&tid[started], NULL, copy_loop, &c[started])) {
+      r = mpu__error(MPU_ERR_SYSTEM, "mpu_bench_memcpy: cannot start thread %d", started);
+      pthread_mutex_lock(&line.lock); /* let the started ones run without it */
+      line.needed = started;
+      if (started && line.arrived >= started) {
+        line.arrived = 0;
+        line.generation++;
+        pthread_cond_broadcast(&line.cond);
+      }
+      pthread_mutex_unlock(&line.lock);
+      break;
+    }
+  }
+  for (int i = 0; threads > 1 && i < started; i++) pthread_join(tid[i], NULL);
+  if (r == MPU_SUCCESS) {
+    double worst = 0;
+    for (int i = 0; i < threads; i++) {
+      if (c[i].failed) {
+        r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_bench_memcpy: 2 x %zu bytes", bytes);
+        break;
+      }
+      if (c[i].median_us > worst) worst = c[i].median_us;
+    }
+    if (r == MPU_SUCCESS) *gbps = (double)bytes / (worst * 1e3);
+  }
+out:
+  pthread_mutex_destroy(&line.lock);
+  pthread_cond_destroy(&line.cond);
+  free(c);
+  free(tid);
+  return r;
 }

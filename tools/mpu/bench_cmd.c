@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "mpu.h"
@@ -34,6 +35,8 @@ typedef struct bench_row {
 
 typedef struct bench_run {
   const bench_opts *o;
+  int cpus;
+  double memcpy_all_gbps; /* one thread's memcpy bandwidth while every CPU copies */
   int ranks; /* of the launch in progress */
   bench_row rows[MAX_ROWS];
   int nrows;
@@ -207,6 +210,8 @@ static void print_text(const bench_run *run, double memcpy_gbps) {
          mpu_op_name(o->op), o->in_place ? "in place" : "out of place");
   printf("# reference: memcpy, 1 thread, %s buffers: %.2f GB/s\n",
          cli_format_size(o->memcpy_bytes, sz, sizeof sz), memcpy_gbps);
+  printf("#   (%d threads copying at once: %.2f GB/s each, %.2f GB/s together)\n", run->cpus,
+         run->memcpy_all_gbps, run->memcpy_all_gbps * run->cpus);
   printf("# time: median over iterations of the slowest rank; GB/s = 1e9 bytes/s\n#\n");
   printf("# %-14s %5s %12s %12s %11s %11s %11s %11s %9s\n", "collective", "ranks", "size(B)",
          "count", "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/mem");
@@ -223,9 +228,10 @@ static void print_json(const bench_run *run, double memcpy_gbps) {
   printf("{\"backend\": \"threads\", \"ranks\": [");
   for (int i = 0; i < o->nranks; i++) printf("%s%ld", i ? ", " : "", o->ranks[i]);
   printf("], \"dtype\": \"%s\", \"op\": \"%s\", \"in_place\": %s,\n \"memcpy\": {\"bytes\": "
-         "%zu, \"gbps\": %.4f},\n \"rows\": [",
+         "%zu, \"gbps\": %.4f, \"concurrent_threads\": %d, \"concurrent_gbps_each\": %.4f},\n"
+         " \"rows\": [",
          mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->in_place ? "true" : "false",
-         o->memcpy_bytes, memcpy_gbps);
+         o->memcpy_bytes, memcpy_gbps, run->cpus, run->memcpy_all_gbps);
   for (int i = 0; i < run->nrows; i++) {
     const mpu_bench_result *r = &run->rows[i].res;
     printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"count\": %zu, "
@@ -270,6 +276,14 @@ int cmd_bench(int argc, char **argv) {
   bench_run *run = calloc(1, sizeof *run);
   if (!run) {
     fprintf(stderr, "mpu bench: out of memory\n");
+    return 1;
+  }
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  run->cpus = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+  r = mpu_bench_memcpy_concurrent(o.memcpy_bytes, 11, run->cpus, &run->memcpy_all_gbps);
+  if (r) {
+    fprintf(stderr, "mpu bench: memcpy reference: %s\n", mpu_last_error());
+    free(run);
     return 1;
   }
   run->o = &o;
