@@ -4,6 +4,7 @@
  *   mpu/result.h   result codes and the last-error message
  *   mpu/tensor.h   dtypes and the tensor view
  *   mpu/comm.h     communicators, collectives, the threads and fake backends
+ *   mpu/mesh.h     N-d meshes of ranks with named dims, and their communicators
  *   mpu/bench.h    timing collectives as nccl-tests does
  */
 #ifndef MPU_H
@@ -12,6 +13,7 @@
 #include "mpu/result.h"
 #include "mpu/tensor.h"
 #include "mpu/comm.h"
+#include "mpu/mesh.h"
 #include "mpu/bench.h"
 
 #define MPU_VERSION_MAJOR 0
