@@ -55,5 +55,38 @@ assert all(r["busbw_gbps"] > 0 for r in d["rows"])
 else
   grep -q '"rows"' "$tmp/json" && ok || bad "json output"
 fi
+# mpu mesh: the tutorial's mesh, as text and JSON, and the query benchmark
+"$mpu" mesh --help | grep -q -- "--shape" && ok || bad "mpu mesh --help"
+expect_usage_error mesh --shape 2,0
+expect_usage_error mesh --shape 2,4 --names a
+expect_usage_error mesh --shape 2,4 --names a,a
+expect_usage_error mesh --shape 2,4 --rank 8
+"$mpu" mesh --shape 2,4 --names replicate,shard --rank 5 >"$tmp/mesh" || bad "mpu mesh failed"
+grep -q "rank 5 is local rank 1 of \[4, 5, 6, 7\]" "$tmp/mesh" && ok || bad "mesh: shard group of rank 5"
+grep -q "\[0, 4\] \[1, 5\] \[2, 6\] \[3, 7\]" "$tmp/mesh" && ok || bad "mesh: replicate groups"
+"$mpu" mesh --bench --shape 64,128,128 --iters 1000 --format json >"$tmp/meshb" || bad "mesh --bench failed"
+if command -v python3 >/dev/null; then
+  python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["ranks"] == 1048576 and d["group_sizes"] == [64, 128, 128], d
+assert d["memory_bytes"] < 8192, d
+m = json.load(open(sys.argv[2]))
+assert m["dims"][1]["groups"] == [[0, 1, 2, 3], [4, 5, 6, 7]], m
+' "$tmp/meshb" <("$mpu" mesh --shape 2,4 --names replicate,shard --format json) && ok || bad "mesh json"
+fi
+
+# mpu demo hsdp: trains and checks itself against one rank
+"$mpu" demo --help | grep -q hsdp && ok || bad "mpu demo --help"
+expect_usage_error demo
+expect_usage_error demo nosuch
+expect_usage_error demo hsdp --mesh 2x
+expect_usage_error demo hsdp --batch 63
+"$mpu" demo hsdp --steps 5 >"$tmp/hsdp" && ok || bad "demo hsdp exited non-zero"
+grep -q "PASS" "$tmp/hsdp" && ok || bad "demo hsdp did not pass its check"
+[ "$(grep -cE '^ +[0-9]+ ' "$tmp/hsdp")" -eq 5 ] && ok || bad "demo hsdp: want 5 step lines"
+"$mpu" demo hsdp --mesh 1x1 --steps 3 --batch 8 --format json | grep -q '"pass": true' && ok || bad "demo hsdp 1x1"
+"$mpu" demo hsdp --mesh 3x2 --steps 3 --batch 24 | grep -q PASS && ok || bad "demo hsdp 3x2"
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

@@ -9,6 +9,8 @@
 #include "mpu.h"
 
 int cmd_bench(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+int cmd_mesh(int argc, char **argv);
 
 static const struct {
   const char *name;
@@ -16,6 +18,8 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"bench", cmd_bench, "time collectives on the threads backend (nccl-tests style)"},
+    {"demo", cmd_demo, "run a self-checking demo (hsdp)"},
+    {"mesh", cmd_mesh, "show a device mesh's groups, or time its queries (--bench)"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,36 @@
+/*
+ * demo.c - `mpu demo <name>`: small programs that show a layer at work and
+ * check themselves.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cmd_demo_hsdp(int argc, char **argv);
+
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} demos[] = {
+    {"hsdp", cmd_demo_hsdp, "hybrid sharded data parallel on a 2-d device mesh (the DeviceMesh tutorial)"},
+};
+
+static void usage(void) {
+  printf("usage: mpu demo <name> [options]\n\ndemos:\n");
+  for (size_t i = 0; i < sizeof demos / sizeof demos[0]; i++)
+    printf("  %-8s %s\n", demos[i].name, demos[i].summary);
+  printf("\n'mpu demo <name> --help' describes a demo's options.\n");
+}
+
+int cmd_demo(int argc, char **argv) {
+  if (argc < 2) cli_usage_error("demo", "which demo? (hsdp)");
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage();
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof demos / sizeof demos[0]; i++)
+    if (!strcmp(argv[1], demos[i].name)) return demos[i].run(argc - 1, argv + 1);
+  cli_usage_error("demo", "unknown demo '%s'", argv[1]);
+}

@@ -1,0 +1,263 @@
+/*
+ * mesh_cmd.c - `mpu mesh`: see a device mesh's groups, or time its queries.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "mpu.h"
+
+typedef struct mesh_opts {
+  int ndim;
+  int64_t shape[MPU_MESH_MAX_DIMS];
+  char *names[MPU_MESH_MAX_DIMS];
+  int named;
+  long rank, iters;
+  int bench;
+  cli_format format;
+} mesh_opts;
+
+static void help(void) {
+  printf("usage: mpu mesh [options]\n"
+         "\n"
+         "Show an N-d device mesh: a rank's coordinates and groups, and every group along each\n"
+         "dim. With --bench, time building the mesh and answering one rank's queries.\n"
+         "\n"
+         "options:\n"
+         "  --shape A,B,...      mesh shape, up to 8 dims (default 2,4; with --bench 64,128,128)\n"
+         "  --names a,b,...      dim names (default: none; the tutorial's are replicate,shard)\n"
+         "  --rank R             the rank to describe (default 0; with --bench the last rank)\n"
+         "  --bench              time the queries instead of listing groups\n"
+         "  --iters N            timed repetitions of each query with --bench (default 100000)\n"
+         "  --format text|json   output format (default text)\n"
+         "  -h, --help           this text\n");
+}
+
+static void parse(int argc, char **argv, mesh_opts *o) {
+  static const struct option longs[] = {
+      {"shape", required_argument, 0, 's'}, {"names", required_argument, 0, 'n'},
+      {"rank", required_argument, 0, 'r'},  {"bench", no_argument, 0, 'B'},
+      {"iters", required_argument, 0, 'i'}, {"format", required_argument, 0, 'F'},
+      {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+  memset(o, 0, sizeof *o);
+  o->rank = -1;
+  o->iters = 100000;
+  char *shape = NULL, *names = NULL;
+  opterr = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+    switch (c) {
+    case 's': shape = optarg; break;
+    case 'n': names = optarg; break;
+    case 'r':
+      if (cli_parse_int(optarg, 0, INT32_MAX, &o->rank))
+        cli_usage_error("mesh", "--rank wants a rank >= 0, not '%s'", optarg);
+      break;
+    case 'B': o->bench = 1; break;
+    case 'i':
+      if (cli_parse_int(optarg, 1, 100000000, &o->iters))
+        cli_usage_error("mesh", "--iters wants 1..1e8, not '%s'", optarg);
+      break;
+    case 'F':
+      if (cli_parse_format(optarg, &o->format))
+        cli_usage_error("mesh", "--format wants text or json, not '%s'", optarg);
+      break;
+    case 'h': help(); exit(0);
+    case ':': cli_usage_error("mesh", "option '%s' needs a value", argv[optind - 1]);
+    default: cli_usage_error("mesh", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) cli_usage_error("mesh", "unexpected argument '%s'", argv[optind]);
+  static char shape_buf[256], names_buf[512];
+  snprintf(shape_buf, sizeof shape_buf, "%s", shape ? shape : o->bench ? "64,128,128" : "2,4");
+  char *save = NULL;
+  for (char *t = strtok_r(shape_buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    long v;
+    if (o->ndim == MPU_MESH_MAX_DIMS || cli_parse_int(t, 1, INT32_MAX, &v))
+      cli_usage_error("mesh", "--shape wants up to 8 sizes >= 1, not '%s'", shape);
+    o->shape[o->ndim++] = v;
+  }
+  if (!o->ndim) cli_usage_error("mesh", "--shape names no size");
+  if (names) {
+    snprintf(names_buf, sizeof names_buf, "%s", names);
+    int n = 0;
+    for (char *t = strtok_r(names_buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+      if (n < MPU_MESH_MAX_DIMS) o->names[n++] = t;
+      else n++;
+    if (n != o->ndim)
+      cli_usage_error("mesh", "--names has %d names for %d dims", n, o->ndim);
+    o->named = 1;
+  }
+}
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void print_list(const int *v, int64_t n) {
+  printf("[");
+  for (int64_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", v[i]);
+  printf("]");
+}
+
+static int bench(const mesh_opts *o) {
+  mpu_mesh *m = NULL;
+  int reps = 1000;
+  double t0 = now_ns();
+  for (int i = 0; i < reps; i++) {
+    mpu_mesh_free(m);
+    m = NULL;
+    if (mpu_mesh_create(o->ndim, o->shape, o->named ? (const char *const *)o->names : NULL,
+                        NULL, &m)) {
+      fprintf(stderr, "mpu mesh: %s\n", mpu_last_error());
+      return 1;
+    }
+  }
+  double build_ns = (now_ns() - t0) / reps;
+  int64_t numel = mpu_mesh_numel(m);
+  int rank = o->rank >= 0 ? (int)o->rank : (int)(numel - 1);
+  if (!mpu_mesh_contains(m, rank)) {
+    mpu_mesh_free(m);
+    cli_usage_error("mesh", "--rank %d is not in a mesh of %lld ranks", rank, (long long)numel);
+  }
+  int64_t coords[MPU_MESH_MAX_DIMS], local, sink = 0;
+  t0 = now_ns();
+  for (long i = 0; i < o->iters; i++) {
+    mpu_mesh_coords(m, rank - (int)(i & 7), coords); /* vary the rank a little */
+    sink += coords[0];
+  }
+  double coords_ns = (now_ns() - t0) / (double)o->iters;
+  t0 = now_ns();
+  for (long i = 0; i < o->iters; i++) {
+    mpu_mesh_local_rank(m, rank - (int)(i & 7), (int)(i % o->ndim), &local);
+    sink += local;
+  }
+  double local_ns = (now_ns() - t0) / (double)o->iters;
+  double group_ns[MPU_MESH_MAX_DIMS];
+  int64_t gsize[MPU_MESH_MAX_DIMS];
+  int *members = malloc((size_t)numel * sizeof(int) < ((size_t)1 << 24) ? (size_t)numel * sizeof(int) : ((size_t)1 << 24));
+  size_t cap = (size_t)numel < ((size_t)1 << 22) ? (size_t)numel : ((size_t)1 << 22);
+  for (int d = 0; d < o->ndim; d++) {
+    long iters = o->iters / 10 + 1;
+    t0 = now_ns();
+    for (long i = 0; i < iters; i++) {
+      if (mpu_mesh_group(m, rank - (int)(i & 7), &d, 1, members, cap, &gsize[d])) {
+        fprintf(stderr, "mpu mesh: %s\n", mpu_last_error());
+        free(members);
+        mpu_mesh_free(m);
+        return 1;
+      }
+      sink += members[0];
+    }
+    group_ns[d] = (now_ns() - t0) / (double)iters;
+  }
+  char desc[256];
+  mpu_mesh_describe(m, desc, sizeof desc);
+  size_t bytes = mpu_mesh_memory(m);
+  if (o->format == CLI_JSON) {
+    printf("{\"mesh\": \"%s\", \"ranks\": %lld, \"rank\": %d, \"memory_bytes\": %zu, "
+           "\"build_us\": %.3f, \"coords_us\": %.4f, \"local_rank_us\": %.4f, \"group_us\": [",
+           desc, (long long)numel, rank, bytes, build_ns / 1e3, coords_ns / 1e3, local_ns / 1e3);
+    for (int d = 0; d < o->ndim; d++) printf("%s%.4f", d ? ", " : "", group_ns[d] / 1e3);
+    printf("], \"group_sizes\": [");
+    for (int d = 0; d < o->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)gsize[d]);
+    printf("], \"checksum\": %lld}\n", (long long)sink);
+  } else {
+    printf("# mesh %s: %lld ranks, queries for rank %d (mean of %ld repetitions each)\n", desc,
+           (long long)numel, rank, o->iters);
+    printf("  %-28s %12s\n", "what", "time");
+    printf("  %-28s %9.3f us\n", "build the mesh", build_ns / 1e3);
+    printf("  %-28s %9.3f us\n", "coordinates of a rank", coords_ns / 1e3);
+    printf("  %-28s %9.3f us\n", "local rank along a dim", local_ns / 1e3);
+    for (int d = 0; d < o->ndim; d++) {
+      char what[64];
+      snprintf(what, sizeof what, "group along dim %d (%lld)", d, (long long)gsize[d]);
+      printf("  %-28s %9.3f us\n", what, group_ns[d] / 1e3);
+    }
+    printf("  %-28s %9zu B  (independent of the number of ranks)\n", "memory held", bytes);
+    if (sink == 42) printf("\n"); /* keeps the loops from being optimised away */
+  }
+  free(members);
+  mpu_mesh_free(m);
+  return 0;
+}
+
+static int show(const mesh_opts *o) {
+  mpu_mesh *m = NULL;
+  if (mpu_mesh_create(o->ndim, o->shape, o->named ? (const char *const *)o->names : NULL, NULL,
+                      &m))
+    cli_usage_error("mesh", "%s", mpu_last_error());
+  int64_t numel = mpu_mesh_numel(m);
+  if (numel > 4096) {
+    mpu_mesh_free(m);
+    cli_usage_error("mesh", "a mesh of %lld ranks is too big to list (use --bench)", (long long)numel);
+  }
+  int rank = o->rank >= 0 ? (int)o->rank : 0;
+  if (!mpu_mesh_contains(m, rank)) {
+    mpu_mesh_free(m);
+    cli_usage_error("mesh", "--rank %d is not in a mesh of %lld ranks", rank, (long long)numel);
+  }
+  int *all = malloc((size_t)numel * sizeof(int)), *g = malloc((size_t)numel * sizeof(int));
+  int64_t coords[MPU_MESH_MAX_DIMS];
+  mpu_mesh_coords(m, rank, coords);
+  char desc[256];
+  mpu_mesh_describe(m, desc, sizeof desc);
+  int json = o->format == CLI_JSON;
+  if (json) {
+    printf("{\"shape\": [");
+    for (int d = 0; d < o->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)o->shape[d]);
+    printf("], \"names\": [");
+    for (int d = 0; d < o->ndim; d++) printf("%s\"%s\"", d ? ", " : "", mpu_mesh_dim_name(m, d));
+    printf("], \"rank\": %d, \"coords\": [", rank);
+    for (int d = 0; d < o->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)coords[d]);
+    printf("],\n \"dims\": [");
+  } else {
+    printf("mesh %s, %lld ranks\nrank %d: coordinates (", desc, (long long)numel, rank);
+    for (int d = 0; d < o->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)coords[d]);
+    printf(")\n");
+  }
+  for (int d = 0; d < o->ndim; d++) {
+    int64_t n, ng, gs;
+    mpu_mesh_group(m, rank, &d, 1, g, (size_t)numel, &n);
+    mpu_mesh_groups(m, &d, 1, all, (size_t)numel, &ng, &gs);
+    const char *name = mpu_mesh_dim_name(m, d);
+    if (json) {
+      printf("%s\n  {\"dim\": %d, \"name\": \"%s\", \"size\": %lld, \"local_rank\": %lld, "
+             "\"group\": ", d ? "," : "", d, name, (long long)o->shape[d], (long long)coords[d]);
+      print_list(g, n);
+      printf(", \"groups\": [");
+      for (int64_t k = 0; k < ng; k++) {
+        printf("%s", k ? ", " : "");
+        print_list(all + k * gs, gs);
+      }
+      printf("]}");
+    } else {
+      printf("\ndim %d%s%s%s (size %lld): rank %d is local rank %lld of ", d, name[0] ? " '" : "",
+             name, name[0] ? "'" : "", (long long)o->shape[d], rank, (long long)coords[d]);
+      print_list(g, n);
+      printf("\n  all %lld groups:", (long long)ng);
+      for (int64_t k = 0; k < ng; k++) {
+        printf(k % 8 ? " " : "\n    ");
+        print_list(all + k * gs, gs);
+      }
+      printf("\n");
+    }
+  }
+  if (json) printf("\n ]}\n");
+  free(all);
+  free(g);
+  mpu_mesh_free(m);
+  return 0;
+}
+
+int cmd_mesh(int argc, char **argv) {
+  mesh_opts o;
+  parse(argc, argv, &o);
+  return o.bench ? bench(&o) : show(&o);
+}
