@@ -80,6 +80,17 @@ void mpu__comm_free(mpu_comm *c) {
   free(c);
 }
 
+mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *data,
+                          size_t got_count, mpu_dtype got, int peer) {
+  if (got_count != count || got != dt)
+    return mpu__error(MPU_ERR_MISMATCH,
+                      "mpu_comm_recv: expected %zu x %s from rank %d, but it sent %zu x %s (the "
+                      "message is dropped)",
+                      count, mpu_dtype_name(dt), peer, got_count, mpu_dtype_name(got));
+  if (count) memcpy(buf, data, count * mpu_dtype_size(dt));
+  return MPU_SUCCESS;
+}
+
 /* ---- argument checks ----------------------------------------------------- */
 
 static mpu_result_t check_comm(const char *fn, const mpu_comm *c) {

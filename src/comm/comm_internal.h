@@ -59,6 +59,12 @@ mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int 
 /* Free the base (not impl); the handle is poisoned against reuse. */
 void mpu__comm_free(mpu_comm *c);
 
+/* Hand a received message (data, got_count x got) to a recv that asked for
+ * count x dt: copies it, or fails with MPU_ERR_MISMATCH naming both shapes
+ * (the message is dropped either way; the caller frees it). */
+mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *data,
+                          size_t got_count, mpu_dtype got, int peer);
+
 /* World rank of member r of c (no checks). */
 static inline int mpu__comm_world_rank(const mpu_comm *c, int r) {
   return c->world_ranks ? c->world_ranks[r] : r;

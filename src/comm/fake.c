@@ -104,14 +104,7 @@ static mpu_result_t fake_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt
                       c->rank);
   st->head = m->next;
   if (!st->head) st->tail = NULL;
-  mpu_result_t r = MPU_SUCCESS;
-  if (m->count != count || m->dtype != dt)
-    r = mpu__error(MPU_ERR_MISMATCH,
-                   "mpu_comm_recv: expected %zu x %s from rank %d, but it sent %zu x %s (the "
-                   "message is dropped)",
-                   count, mpu_dtype_name(dt), peer, m->count, mpu_dtype_name(m->dtype));
-  else if (count)
-    memcpy(buf, m->data, count * mpu_dtype_size(dt));
+  mpu_result_t r = mpu__deliver(buf, count, dt, m->data, m->count, m->dtype, peer);
   free(m);
   return r;
 }

@@ -108,13 +108,7 @@ mpu_result_t mpu__trecv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int 
   pthread_mutex_unlock(&box->lock);
   if (!m) return r;
 
-  if (m->count != count || m->dtype != dt)
-    r = mpu__error(MPU_ERR_MISMATCH,
-                   "mpu_comm_recv: expected %zu x %s from rank %d, but it sent %zu x %s (the "
-                   "message is dropped)",
-                   count, mpu_dtype_name(dt), peer, m->count, mpu_dtype_name(m->dtype));
-  else if (count)
-    memcpy(buf, m->data, count * mpu_dtype_size(dt));
+  r = mpu__deliver(buf, count, dt, m->data, m->count, m->dtype, peer);
   free(m);
   return r;
 }
