@@ -5,6 +5,7 @@
  *   mpu/tensor.h   dtypes and the tensor view
  *   mpu/comm.h     communicators, collectives, the threads and fake backends
  *   mpu/mesh.h     N-d meshes of ranks with named dims, and their communicators
+ *   mpu/layout.h   Megatron's rank groups by arithmetic (deepspeed and core flavours)
  *   mpu/bench.h    timing collectives as nccl-tests does
  */
 #ifndef MPU_H
@@ -14,6 +15,7 @@
 #include "mpu/tensor.h"
 #include "mpu/comm.h"
 #include "mpu/mesh.h"
+#include "mpu/layout.h"
 #include "mpu/bench.h"
 
 #define MPU_VERSION_MAJOR 0

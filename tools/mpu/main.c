@@ -11,6 +11,7 @@
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_mesh(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 static const struct {
   const char *name;
@@ -20,6 +21,7 @@ static const struct {
     {"bench", cmd_bench, "time collectives on the threads backend (nccl-tests style)"},
     {"demo", cmd_demo, "run a self-checking demo (hsdp)"},
     {"mesh", cmd_mesh, "show a device mesh's groups, or time its queries (--bench)"},
+    {"plan", cmd_plan, "plan a Megatron layout: its rank groups and every getter's answer"},
 };
 
 static void usage(FILE *f) {
