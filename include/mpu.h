@@ -6,6 +6,7 @@
  *   mpu/comm.h     communicators, collectives, the threads and fake backends
  *   mpu/mesh.h     N-d meshes of ranks with named dims, and their communicators
  *   mpu/layout.h   Megatron's rank groups by arithmetic (deepspeed and core flavours)
+ *   mpu/state.h    the parallel state: communicators, getters, seeded streams, test helpers
  *   mpu/bench.h    timing collectives as nccl-tests does
  */
 #ifndef MPU_H
@@ -16,6 +17,7 @@
 #include "mpu/comm.h"
 #include "mpu/mesh.h"
 #include "mpu/layout.h"
+#include "mpu/state.h"
 #include "mpu/bench.h"
 
 #define MPU_VERSION_MAJOR 0

@@ -1,0 +1,176 @@
+/*
+ * mpu/state.h - Megatron's parallel state: the layout's groups as real
+ * communicators, every getter a training loop asks, seeded random streams,
+ * and BioNeMo's testing helpers.
+ *
+ * A state belongs to one rank. mpu_state_init is collective over the world
+ * communicator and makes a communicator for each group this rank belongs to,
+ * among that group's members only. The calling thread's "current" state is
+ * the one getters use when passed NULL, so code written in Megatron's style
+ * (global getters) works after init; a getter with no state returns
+ * MPU_ERR_INVALID_USAGE ("not initialized"), never garbage.
+ *
+ * Answers are those of the original getters right after initialize_model_parallel,
+ * with its quirks (docs/state.md lists them). Where seed 003 is plainly buggy
+ * this library does what a user expects: get_model_parallel_world_size
+ * returns the model-parallel group's size (not None) and get_model_parallel_rank
+ * the rank in it (not 0).
+ */
+#ifndef MPU_STATE_H
+#define MPU_STATE_H
+
+#include <stdint.h>
+
+#include "mpu/comm.h"
+#include "mpu/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- random streams ------------------------------------------------------------ */
+
+/* A counter-free generator (xoshiro256**), seeded by splitmix64: the same seed
+ * gives the same numbers on every backend and machine. */
+typedef struct mpu_rng {
+  uint64_t s[4];
+} mpu_rng;
+
+MPU_API void mpu_rng_seed(mpu_rng *g, uint64_t seed);
+MPU_API uint64_t mpu_rng_next(mpu_rng *g);
+MPU_API float mpu_rng_uniform(mpu_rng *g);                 /* [0, 1), 24 random bits */
+MPU_API float mpu_rng_normal(mpu_rng *g, float mean, float std);
+
+#define MPU_RNG_TRACKER_MAX 8
+#define MPU_MODEL_PARALLEL_RNG "model-parallel-rng"
+
+/* Megatron's RNG state tracker: named streams, each with its own seed. */
+typedef struct mpu_rng_tracker {
+  int n;
+  char names[MPU_RNG_TRACKER_MAX][48];
+  uint64_t seeds[MPU_RNG_TRACKER_MAX];
+  mpu_rng rngs[MPU_RNG_TRACKER_MAX];
+} mpu_rng_tracker;
+
+MPU_API void mpu_rng_tracker_reset(mpu_rng_tracker *t);
+/* Add a stream; fails if the name or the seed is already there (as Megatron's). */
+MPU_API mpu_result_t mpu_rng_tracker_add(mpu_rng_tracker *t, const char *name, uint64_t seed);
+/* The stream called name (Megatron's fork(name)); fails if there is none. */
+MPU_API mpu_result_t mpu_rng_tracker_fork(mpu_rng_tracker *t, const char *name, mpu_rng **out);
+
+/* ---- the state ------------------------------------------------------------------ */
+
+typedef struct mpu_state mpu_state;
+
+/*
+ * initialize_model_parallel: collective over world. cfg->world_size must be
+ * world's size (0 takes it from world). The new state becomes this thread's
+ * current one. On error nothing is left behind (and every rank fails the same
+ * way for a bad config, since the checks are arithmetic).
+ */
+MPU_API mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg,
+                                    mpu_state **out);
+
+/* destroy_model_parallel: free the communicators and the state (NULL
+ * accepted); the thread's current state is cleared if it was this one. */
+MPU_API void mpu_state_destroy(mpu_state *s);
+
+/* This thread's current state (NULL if none) and setting it. */
+MPU_API mpu_state *mpu_state_current(void);
+MPU_API void mpu_state_set_current(mpu_state *s);
+
+/* model_parallel_is_initialized(): is there a state (s, or the current one)? */
+MPU_API int mpu_state_is_initialized(const mpu_state *s);
+
+MPU_API const mpu_layout *mpu_state_layout(const mpu_state *s);
+MPU_API mpu_comm *mpu_state_world(const mpu_state *s);
+
+/* Everything the getters answer now (overrides and virtual rank applied). */
+MPU_API mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info);
+
+/* The communicator of this rank's group of kind (get_*_group()). Fails if the
+ * flavour has no such kind or this rank is in none (embedding groups). */
+MPU_API mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out);
+
+/* Rank and size in this rank's group of kind (torch's get_rank/get_world_size(group)). */
+MPU_API mpu_result_t mpu_state_group_rank(const mpu_state *s, mpu_group_kind kind, int *rank);
+MPU_API mpu_result_t mpu_state_group_size(const mpu_state *s, mpu_group_kind kind, int *size);
+
+/* The getters, Megatron's names in C (s may be NULL: the current state). */
+MPU_API mpu_result_t mpu_state_tp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_tp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_tp_src_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_pp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_pp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_dp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_dp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_dp_src_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_mp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_mp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_is_pp_first_stage(const mpu_state *s, int ignore_virtual, int *yes);
+MPU_API mpu_result_t mpu_state_is_pp_last_stage(const mpu_state *s, int ignore_virtual, int *yes);
+MPU_API mpu_result_t mpu_state_pp_first_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_pp_last_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_pp_next_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_pp_prev_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_is_stage_before_split(const mpu_state *s, int stage, int *yes);
+MPU_API mpu_result_t mpu_state_is_stage_after_split(const mpu_state *s, int stage, int *yes);
+MPU_API mpu_result_t mpu_state_is_stage_at_split(const mpu_state *s, int *yes);
+MPU_API mpu_result_t mpu_state_in_embedding_group(const mpu_state *s, int ignore_virtual, int *yes);
+MPU_API mpu_result_t mpu_state_in_position_embedding_group(const mpu_state *s, int *yes);
+
+/* Virtual pipeline rank and size (-1: none) and their setters. */
+MPU_API mpu_result_t mpu_state_vp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_vp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_set_vp_rank(mpu_state *s, int rank);
+MPU_API mpu_result_t mpu_state_set_vp_size(mpu_state *s, int size);
+MPU_API mpu_result_t mpu_state_split_rank(const mpu_state *s, int *rank); /* -1: none */
+MPU_API mpu_result_t mpu_state_set_split_rank(mpu_state *s, int rank);
+
+/* The _MPU_* overrides Megatron keeps for changing sizes on the fly: once
+ * set, the tp/pp rank and size getters (and what derives from them) answer
+ * with them. -1 clears an override. */
+MPU_API mpu_result_t mpu_state_set_tp_size(mpu_state *s, int size);
+MPU_API mpu_result_t mpu_state_set_tp_rank(mpu_state *s, int rank);
+MPU_API mpu_result_t mpu_state_set_pp_size(mpu_state *s, int size);
+MPU_API mpu_result_t mpu_state_set_pp_rank(mpu_state *s, int rank);
+
+/* model_parallel_cuda_manual_seed, on CPU streams: the default stream gets
+ * seed (equal on all ranks of a tensor-parallel group), the tracker's
+ * "model-parallel-rng" stream seed + 2718 + tp rank. */
+MPU_API mpu_result_t mpu_state_manual_seed(mpu_state *s, uint64_t seed);
+MPU_API mpu_rng *mpu_state_default_rng(mpu_state *s);
+MPU_API mpu_rng_tracker *mpu_state_rng_tracker(mpu_state *s);
+
+/* ---- testing helpers (BioNeMo's megatron_parallel_state_utils) -------------------- */
+
+/* The function a with-state test runs on each rank, inside a fresh state. */
+typedef mpu_result_t (*mpu_state_fn)(mpu_state *state, void *arg);
+
+/*
+ * distributed_model_parallel_state: run fn on nranks thread ranks, each inside
+ * a freshly initialised state of cfg (world_size = nranks) seeded with seed,
+ * and always destroy it afterwards, whether fn succeeds, fails or a rank
+ * aborts, so the next test starts clean. Returns as mpu_launch does.
+ */
+MPU_API mpu_result_t mpu_with_state(int nranks, const mpu_layout_config *cfg, uint64_t seed,
+                                    mpu_state_fn fn, void *arg, mpu_result_t *results,
+                                    const mpu_launch_options *options);
+
+/*
+ * mock_distributed_parallel_state: this thread becomes rank `rank` of a world
+ * of cfg->world_size on the fake backend (no data moves), with a state whose
+ * getters answer as that rank would; it becomes the current state. Free it
+ * with mpu_state_destroy (which also frees the fake world).
+ */
+MPU_API mpu_result_t mpu_state_mock(int rank, const mpu_layout_config *cfg, uint64_t seed,
+                                    mpu_state **out);
+
+/* clean_parallel_state_context: destroy this thread's current state, if any. */
+MPU_API void mpu_state_reset(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,485 @@
+/*
+ * state.c - the parallel state of one rank: a layout, a communicator per
+ * group it belongs to, the getters with Megatron's virtual-stage and
+ * override rules, and the seeded streams.
+ *
+ * The answers right after init come from the layout (mpu_layout_rank_info);
+ * what can change afterwards (virtual rank, split rank, the _MPU_ overrides)
+ * is kept here and applied by the getters exactly where the original reads
+ * it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "mpu/state.h"
+
+#define STATE_MAGIC UINT64_C(0x6d70752d73746174) /* "mpu-stat" */
+
+struct mpu_state {
+  uint64_t magic;
+  mpu_layout *layout;
+  mpu_comm *world;
+  int owns_world;                        /* the mock's fake world */
+  mpu_rank_info base;                    /* the getters' answers at init */
+  mpu_comm *comms[MPU_GROUP_KIND_COUNT]; /* NULL where this rank has no group */
+  int *pipe;                             /* this rank's pipeline, global ranks */
+  int vp_rank, vp_size, split_rank;      /* -1: None */
+  int tp_size_ov, tp_rank_ov, pp_size_ov, pp_rank_ov; /* -1: not overridden */
+  mpu_rng default_rng;
+  mpu_rng_tracker tracker;
+};
+
+static _Thread_local mpu_state *current;
+
+/* ---- random streams ------------------------------------------------------------- */
+
+static uint64_t splitmix(uint64_t *x) {
+  uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+  return z ^ (z >> 31);
+}
+
+void mpu_rng_seed(mpu_rng *g, uint64_t seed) {
+  for (int i = 0; i < 4; i++) g->s[i] = splitmix(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t mpu_rng_next(mpu_rng *g) {
+  uint64_t *s = g->s, result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+float mpu_rng_uniform(mpu_rng *g) { return (float)(mpu_rng_next(g) >> 40) * (1.0f / 16777216.0f); }
+
+float mpu_rng_normal(mpu_rng *g, float mean, float std) {
+  /* Box-Muller on two uniforms in (0, 1] and [0, 1) */
+  double u1 = ((double)(mpu_rng_next(g) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+  double u2 = (double)(mpu_rng_next(g) >> 11) * (1.0 / 9007199254740992.0);
+  double r = __builtin_sqrt(-2.0 * __builtin_log(u1));
+  return mean + std * (float)(r * __builtin_cos(6.283185307179586 * u2));
+}
+
+void mpu_rng_tracker_reset(mpu_rng_tracker *t) {
+  if (t) memset(t, 0, sizeof *t);
+}
+
+mpu_result_t mpu_rng_tracker_add(mpu_rng_tracker *t, const char *name, uint64_t seed) {
+  if (!t || !name || !*name || strlen(name) >= sizeof t->names[0])
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_add: bad tracker or name");
+  for (int i = 0; i < t->n; i++) {
+    if (!strcmp(t->names[i], name))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "rng state %s already exists", name);
+    if (t->seeds[i] == seed)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "seed %llu already exists",
+                        (unsigned long long)seed);
+  }
+  if (t->n == MPU_RNG_TRACKER_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_add: more than %d streams",
+                      MPU_RNG_TRACKER_MAX);
+  strcpy(t->names[t->n], name);
+  t->seeds[t->n] = seed;
+  mpu_rng_seed(&t->rngs[t->n++], seed);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_rng_tracker_fork(mpu_rng_tracker *t, const char *name, mpu_rng **out) {
+  if (!t || !name || !out)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_fork: NULL argument");
+  for (int i = 0; i < t->n; i++)
+    if (!strcmp(t->names[i], name)) return *out = &t->rngs[i], MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT, "rng state %s is not added", name);
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------- */
+
+mpu_state *mpu_state_current(void) { return current; }
+void mpu_state_set_current(mpu_state *s) { current = s; }
+
+void mpu_state_destroy(mpu_state *s) {
+  if (!s || s->magic != STATE_MAGIC) return;
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) mpu_comm_destroy(s->comms[k]);
+  if (s->owns_world) mpu_comm_destroy(s->world);
+  mpu_layout_free(s->layout);
+  free(s->pipe);
+  s->magic = 0;
+  if (current == s) current = NULL;
+  free(s);
+}
+
+mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_state **out) {
+  static const char fn[] = "mpu_state_init";
+  int size, rank;
+  MPU_CHECK(mpu_comm_size(world, &size));
+  MPU_CHECK(mpu_comm_rank(world, &rank));
+  if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (cfg->size != sizeof *cfg)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: config.size is %zu, want %zu", fn,
+                      cfg->size, sizeof *cfg);
+  mpu_layout_config c = *cfg;
+  if (c.world_size == 0) c.world_size = size;
+  if (c.world_size != size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: the config is for a world of %d ranks, the communicator has %d", fn,
+                      c.world_size, size);
+  mpu_state *s = calloc(1, sizeof *s);
+  if (!s) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  s->magic = STATE_MAGIC;
+  s->world = world;
+  s->tp_size_ov = s->tp_rank_ov = s->pp_size_ov = s->pp_rank_ov = -1;
+  s->vp_rank = c.vp ? 0 : -1;
+  s->vp_size = c.vp ? c.vp : -1;
+  s->split_rank = c.split_rank;
+  mpu_result_t r;
+  int *members = NULL;
+  MPU_CHECK_GOTO(mpu_layout_create(&c, &s->layout), r, fail);
+  MPU_CHECK_GOTO(mpu_layout_rank_info(s->layout, rank, &s->base), r, fail);
+  members = malloc((size_t)size * sizeof(int));
+  s->pipe = malloc((size_t)c.pp * sizeof(int));
+  if (!members || !s->pipe) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+    goto fail;
+  }
+  /* every rank walks the kinds in one order, so the members of each group
+   * make their communicator together */
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
+    int n = 0;
+    if (!mpu_layout_has(s->layout, (mpu_group_kind)k)) continue;
+    MPU_CHECK_GOTO(mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, (size_t)size, &n),
+                   r, fail);
+    if (k == MPU_GROUP_PP) memcpy(s->pipe, members, (size_t)n * sizeof(int));
+    if (n) MPU_CHECK_GOTO(mpu_comm_create_group(world, members, n, &s->comms[k]), r, fail);
+  }
+  free(members);
+  mpu_state_manual_seed(s, 0);
+  current = s;
+  *out = s;
+  return MPU_SUCCESS;
+fail:
+  free(members);
+  mpu_state_destroy(s);
+  return r;
+}
+
+/* ---- getters ---------------------------------------------------------------------------- */
+
+/* s, or the current state; an error if neither. */
+static mpu_result_t resolve(const char *fn, const mpu_state *s, const mpu_state **out) {
+  *out = NULL;
+  if (!s) s = current;
+  if (!s)
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "%s: the parallel state is not initialized (call mpu_state_init first)", fn);
+  if (s->magic != STATE_MAGIC)
+    return mpu__error(MPU_ERR_INVALID_USAGE, "%s: %p is not a live state", fn, (const void *)s);
+  *out = s;
+  return MPU_SUCCESS;
+}
+
+#define STATE(fn, s, out_ptr)                              \
+  const mpu_state *st = NULL;                              \
+  MPU_CHECK(resolve(fn, s, &st));                          \
+  if (!(out_ptr)) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL output", fn)
+
+int mpu_state_is_initialized(const mpu_state *s) {
+  const mpu_state *st = s ? s : current;
+  return st && st->magic == STATE_MAGIC;
+}
+
+const mpu_layout *mpu_state_layout(const mpu_state *s) {
+  const mpu_state *st = s ? s : current;
+  return st && st->magic == STATE_MAGIC ? st->layout : NULL;
+}
+
+mpu_comm *mpu_state_world(const mpu_state *s) {
+  const mpu_state *st = s ? s : current;
+  return st && st->magic == STATE_MAGIC ? st->world : NULL;
+}
+
+static int tp_size(const mpu_state *s) { return s->tp_size_ov >= 0 ? s->tp_size_ov : s->base.tp_size; }
+static int tp_rank(const mpu_state *s) { return s->tp_rank_ov >= 0 ? s->tp_rank_ov : s->base.tp_rank; }
+static int pp_size(const mpu_state *s) { return s->pp_size_ov >= 0 ? s->pp_size_ov : s->base.pp_size; }
+static int pp_rank(const mpu_state *s) { return s->pp_rank_ov >= 0 ? s->pp_rank_ov : s->base.pp_rank; }
+
+static int first_stage(const mpu_state *s, int ignore_virtual) {
+  if (!ignore_virtual && s->vp_size >= 0 && s->vp_rank != 0) return 0;
+  return pp_rank(s) == 0;
+}
+
+static int last_stage(const mpu_state *s, int ignore_virtual) {
+  if (!ignore_virtual && s->vp_size >= 0 && s->vp_rank != s->vp_size - 1) return 0;
+  return pp_rank(s) == pp_size(s) - 1;
+}
+
+static int before_split(const mpu_state *s, int stage) {
+  if (pp_size(s) == 1 || s->split_rank < 0) return 1;
+  return stage < s->split_rank;
+}
+
+static int after_split(const mpu_state *s, int stage) {
+  if (pp_size(s) == 1 || s->split_rank < 0) return 1;
+  return stage >= s->split_rank;
+}
+
+static int in_embedding(const mpu_state *s, int ignore_virtual) {
+  const int *e = s->base.embedding_global_ranks;
+  int n = s->base.n_embedding, rank = s->base.rank, in = 0;
+  for (int i = 0; i < n; i++) in |= e[i] == rank;
+  if (!in || ignore_virtual) return in;
+  if (rank == e[0]) return first_stage(s, 0);
+  if (rank == e[n - 1]) return last_stage(s, 0);
+  return 1;
+}
+
+/* pipe[index] with the pipeline size the getters see (overrides may make it odd) */
+static mpu_result_t pipe_at(const char *fn, const mpu_state *s, int index, int *rank) {
+  if (index < 0 || index >= s->base.pp_size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: pipeline position %d is outside this rank's %d-stage pipeline "
+                      "(check the pipeline overrides)",
+                      fn, index, s->base.pp_size);
+  *rank = s->pipe[index];
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info) {
+  STATE("mpu_state_info", s, info);
+  mpu_rank_info x = st->base;
+  x.tp_rank = tp_rank(st);
+  x.tp_size = tp_size(st);
+  if (mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED && x.tp_size > 0)
+    x.tp_src = (x.rank / x.tp_size) * x.tp_size;
+  x.pp_rank = pp_rank(st);
+  x.pp_size = pp_size(st);
+  if (x.pp_size > 0 && x.pp_size <= st->base.pp_size) {
+    x.pp_last = st->pipe[x.pp_size - 1];
+    x.pp_next = st->pipe[(x.pp_rank + 1) % x.pp_size];
+    x.pp_prev = st->pipe[((x.pp_rank - 1) % x.pp_size + x.pp_size) % x.pp_size];
+  }
+  x.vp_rank = st->vp_rank;
+  x.vp_size = st->vp_size;
+  x.in_embedding_group = in_embedding(st, 0);
+  x.is_first_stage = first_stage(st, 1);
+  x.is_last_stage = last_stage(st, 1);
+  x.stage_before_split = before_split(st, x.pp_rank);
+  x.stage_after_split = after_split(st, x.pp_rank);
+  x.stage_at_split = before_split(st, x.pp_rank) && after_split(st, x.pp_rank + 1);
+  *info = x;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out) {
+  STATE("mpu_state_comm", s, out);
+  if (!mpu_layout_has(st->layout, kind))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_state_comm: the %s layout has no %s groups",
+                      mpu_flavor_name(mpu_layout_config_of(st->layout)->flavor),
+                      mpu_group_kind_name(mpu_layout_config_of(st->layout)->flavor, kind));
+  if (!st->comms[kind])
+    return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_state_comm: rank %d is in no %s group",
+                      st->base.rank,
+                      mpu_group_kind_name(mpu_layout_config_of(st->layout)->flavor, kind));
+  *out = st->comms[kind];
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_group_rank(const mpu_state *s, mpu_group_kind kind, int *rank) {
+  mpu_comm *c;
+  MPU_CHECK(mpu_state_comm(s, kind, &c));
+  return mpu_comm_rank(c, rank);
+}
+
+mpu_result_t mpu_state_group_size(const mpu_state *s, mpu_group_kind kind, int *size) {
+  mpu_comm *c;
+  MPU_CHECK(mpu_state_comm(s, kind, &c));
+  return mpu_comm_size(c, size);
+}
+
+#define GETTER(name, expr)                                    \
+  mpu_result_t mpu_state_##name(const mpu_state *s, int *v) { \
+    STATE("mpu_state_" #name, s, v);                          \
+    *v = (expr);                                              \
+    return MPU_SUCCESS;                                       \
+  }
+
+GETTER(tp_rank, tp_rank(st))
+GETTER(tp_size, tp_size(st))
+GETTER(tp_src_rank, mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED
+                        ? (st->base.rank / tp_size(st)) * tp_size(st)
+                        : st->base.tp_src)
+GETTER(pp_rank, pp_rank(st))
+GETTER(pp_size, pp_size(st))
+GETTER(dp_rank, st->base.dp_rank)
+GETTER(dp_size, st->base.dp_size)
+GETTER(dp_src_rank, st->base.dp_src)
+GETTER(mp_rank, st->base.mp_rank)
+GETTER(mp_size, st->base.mp_size)
+GETTER(vp_rank, st->vp_rank)
+GETTER(vp_size, st->vp_size)
+GETTER(split_rank, st->split_rank)
+GETTER(is_stage_at_split, before_split(st, pp_rank(st)) && after_split(st, pp_rank(st) + 1))
+GETTER(in_position_embedding_group, st->base.in_position_embedding_group)
+
+mpu_result_t mpu_state_is_pp_first_stage(const mpu_state *s, int ignore_virtual, int *yes) {
+  STATE("mpu_state_is_pp_first_stage", s, yes);
+  *yes = first_stage(st, ignore_virtual);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_is_pp_last_stage(const mpu_state *s, int ignore_virtual, int *yes) {
+  STATE("mpu_state_is_pp_last_stage", s, yes);
+  *yes = last_stage(st, ignore_virtual);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_in_embedding_group(const mpu_state *s, int ignore_virtual, int *yes) {
+  STATE("mpu_state_in_embedding_group", s, yes);
+  *yes = in_embedding(st, ignore_virtual);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_is_stage_before_split(const mpu_state *s, int stage, int *yes) {
+  STATE("mpu_state_is_stage_before_split", s, yes);
+  *yes = before_split(st, stage < 0 ? pp_rank(st) : stage);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_is_stage_after_split(const mpu_state *s, int stage, int *yes) {
+  STATE("mpu_state_is_stage_after_split", s, yes);
+  *yes = after_split(st, stage < 0 ? pp_rank(st) : stage);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_pp_first_rank(const mpu_state *s, int *rank) {
+  STATE("mpu_state_pp_first_rank", s, rank);
+  return pipe_at("mpu_state_pp_first_rank", st, 0, rank);
+}
+
+mpu_result_t mpu_state_pp_last_rank(const mpu_state *s, int *rank) {
+  STATE("mpu_state_pp_last_rank", s, rank);
+  return pipe_at("mpu_state_pp_last_rank", st, pp_size(st) - 1, rank);
+}
+
+mpu_result_t mpu_state_pp_next_rank(const mpu_state *s, int *rank) {
+  STATE("mpu_state_pp_next_rank", s, rank);
+  int n = pp_size(st);
+  return pipe_at("mpu_state_pp_next_rank", st, n > 0 ? (pp_rank(st) + 1) % n : -1, rank);
+}
+
+mpu_result_t mpu_state_pp_prev_rank(const mpu_state *s, int *rank) {
+  STATE("mpu_state_pp_prev_rank", s, rank);
+  int n = pp_size(st); /* Python's % is never negative */
+  return pipe_at("mpu_state_pp_prev_rank", st, n > 0 ? ((pp_rank(st) - 1) % n + n) % n : -1, rank);
+}
+
+/* ---- setters ----------------------------------------------------------------------------- */
+
+static mpu_result_t mutable_state(const char *fn, mpu_state *s, mpu_state **out) {
+  const mpu_state *st = NULL;
+  MPU_CHECK(resolve(fn, s, &st));
+  *out = (mpu_state *)st;
+  return MPU_SUCCESS;
+}
+
+#define SETTER(name, field, lo)                                                       \
+  mpu_result_t mpu_state_##name(mpu_state *s, int v) {                                \
+    mpu_state *st = NULL;                                                             \
+    MPU_CHECK(mutable_state("mpu_state_" #name, s, &st));                             \
+    if (v < (lo))                                                                     \
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_state_" #name ": %d (want >= %d)", v, lo); \
+    st->field = v;                                                                    \
+    return MPU_SUCCESS;                                                               \
+  }
+
+SETTER(set_vp_rank, vp_rank, -1)
+SETTER(set_vp_size, vp_size, -1)
+SETTER(set_split_rank, split_rank, -1)
+SETTER(set_tp_size, tp_size_ov, -1)
+SETTER(set_tp_rank, tp_rank_ov, -1)
+SETTER(set_pp_size, pp_size_ov, -1)
+SETTER(set_pp_rank, pp_rank_ov, -1)
+
+mpu_result_t mpu_state_manual_seed(mpu_state *s, uint64_t seed) {
+  mpu_state *st = NULL;
+  MPU_CHECK(mutable_state("mpu_state_manual_seed", s, &st));
+  mpu_rng_seed(&st->default_rng, seed); /* data_parallel_seed = seed */
+  mpu_rng_tracker_reset(&st->tracker);
+  return mpu_rng_tracker_add(&st->tracker, MPU_MODEL_PARALLEL_RNG,
+                             seed + 2718 + (uint64_t)tp_rank(st));
+}
+
+mpu_rng *mpu_state_default_rng(mpu_state *s) {
+  mpu_state *st = NULL;
+  return mutable_state("mpu_state_default_rng", s, &st) ? NULL : &st->default_rng;
+}
+
+mpu_rng_tracker *mpu_state_rng_tracker(mpu_state *s) {
+  mpu_state *st = NULL;
+  return mutable_state("mpu_state_rng_tracker", s, &st) ? NULL : &st->tracker;
+}
+
+/* ---- testing helpers ------------------------------------------------------------------------ */
+
+typedef struct with_state_ctx {
+  mpu_layout_config cfg;
+  uint64_t seed;
+  mpu_state_fn fn;
+  void *arg;
+} with_state_ctx;
+
+static mpu_result_t with_state_rank(mpu_comm *world, void *arg) {
+  with_state_ctx *ctx = arg;
+  mpu_state *s = NULL;
+  MPU_CHECK(mpu_state_init(world, &ctx->cfg, &s));
+  mpu_result_t r = mpu_state_manual_seed(s, ctx->seed);
+  if (!r) r = ctx->fn(s, ctx->arg);
+  mpu_state_destroy(s); /* always, so the next test starts clean */
+  return r;
+}
+
+mpu_result_t mpu_with_state(int nranks, const mpu_layout_config *cfg, uint64_t seed,
+                            mpu_state_fn fn, void *arg, mpu_result_t *results,
+                            const mpu_launch_options *options) {
+  if (!cfg || !fn)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_with_state: NULL config or function");
+  if (cfg->size != sizeof *cfg)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_with_state: config.size is %zu, want %zu",
+                      cfg->size, sizeof *cfg);
+  with_state_ctx ctx = {*cfg, seed, fn, arg};
+  ctx.cfg.world_size = nranks;
+  /* a bad config fails here, once, before any thread starts */
+  mpu_layout *check;
+  MPU_CHECK(mpu_layout_create(&ctx.cfg, &check));
+  mpu_layout_free(check);
+  return mpu_launch(nranks, with_state_rank, &ctx, results, options);
+}
+
+mpu_result_t mpu_state_mock(int rank, const mpu_layout_config *cfg, uint64_t seed,
+                            mpu_state **out) {
+  if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_state_mock: NULL argument");
+  mpu_comm *world;
+  MPU_CHECK(mpu_comm_fake_create(rank, cfg->world_size, &world));
+  mpu_state *s = NULL;
+  mpu_result_t r = mpu_state_init(world, cfg, &s);
+  if (r) {
+    mpu_comm_destroy(world);
+    return r;
+  }
+  s->owns_world = 1;
+  r = mpu_state_manual_seed(s, seed);
+  if (r) {
+    mpu_state_destroy(s);
+    return r;
+  }
+  *out = s;
+  return MPU_SUCCESS;
+}
+
+void mpu_state_reset(void) { mpu_state_destroy(current); }
