@@ -142,7 +142,7 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   int *members = NULL;
   MPU_CHECK_GOTO(mpu_layout_create(&c, &s->layout), r, fail);
   MPU_CHECK_GOTO(mpu_layout_rank_info(s->layout, rank, &s->base), r, fail);
-  members = malloc((size_t)size * sizeof(int));
+  members = malloc(((size_t)size + 3) * sizeof(int)); /* embedding groups hold up to 3 */
   s->pipe = malloc((size_t)c.pp * sizeof(int));
   if (!members || !s->pipe) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
@@ -153,8 +153,9 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
     int n = 0;
     if (!mpu_layout_has(s->layout, (mpu_group_kind)k)) continue;
-    MPU_CHECK_GOTO(mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, (size_t)size, &n),
-                   r, fail);
+    MPU_CHECK_GOTO(
+        mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, (size_t)size + 3, &n), r,
+        fail);
     if (k == MPU_GROUP_PP) memcpy(s->pipe, members, (size_t)n * sizeof(int));
     if (n) MPU_CHECK_GOTO(mpu_comm_create_group(world, members, n, &s->comms[k]), r, fail);
   }
@@ -267,11 +268,13 @@ mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info) {
   x.vp_rank = st->vp_rank;
   x.vp_size = st->vp_size;
   x.in_embedding_group = in_embedding(st, 0);
-  x.is_first_stage = first_stage(st, 1);
-  x.is_last_stage = last_stage(st, 1);
-  x.stage_before_split = before_split(st, x.pp_rank);
-  x.stage_after_split = after_split(st, x.pp_rank);
-  x.stage_at_split = before_split(st, x.pp_rank) && after_split(st, x.pp_rank + 1);
+  if (mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED) { /* its getters only */
+    x.is_first_stage = first_stage(st, 1);
+    x.is_last_stage = last_stage(st, 1);
+    x.stage_before_split = before_split(st, x.pp_rank);
+    x.stage_after_split = after_split(st, x.pp_rank);
+    x.stage_at_split = before_split(st, x.pp_rank) && after_split(st, x.pp_rank + 1);
+  }
   *info = x;
   return MPU_SUCCESS;
 }

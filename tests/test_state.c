@@ -1,0 +1,322 @@
+/*
+ * test_state.c - the parallel state: real communicators on thread ranks (an
+ * all_reduce over each group kind sums exactly its members), getters against
+ * the layout, virtual stages and overrides, seeded streams, the with-state
+ * helper's clean-up after failures, and mocking rank 3000 of 4096.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+static mpu_layout_config ds(int tp, int pp, int sp, int vp, int split, int fp8) {
+  mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+  c.flavor = MPU_FLAVOR_DEEPSPEED;
+  c.world_size = 0;
+  c.tp = tp, c.pp = pp, c.sp = sp, c.vp = vp, c.split_rank = split, c.fp8 = fp8;
+  return c;
+}
+
+static mpu_layout_config core(int tp, int pp, int cp, int ep, const char *order) {
+  mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+  c.world_size = 0;
+  c.tp = tp, c.pp = pp, c.cp = cp, c.ep = ep;
+  snprintf(c.order, sizeof c.order, "%s", order ? order : "");
+  return c;
+}
+
+static char messages[64][512];
+
+#define RCHECK(cond, ...)                                                                \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      int r_;                                                                            \
+      mpu_comm_rank(mpu_state_world(s), &r_);                                            \
+      snprintf(messages[r_], sizeof messages[r_], __VA_ARGS__);                          \
+      return MPU_ERR_INTERNAL;                                                           \
+    }                                                                                    \
+  } while (0)
+
+/* Every group kind: the sum of world ranks over the comm is the sum of its members. */
+static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
+  (void)arg;
+  const mpu_layout *l = mpu_state_layout(s);
+  int rank, members[64], n;
+  mpu_comm_rank(mpu_state_world(s), &rank);
+  RCHECK(mpu_state_is_initialized(NULL) && mpu_state_current() == s, "not the current state");
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
+    if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
+    RCHECK(!mpu_layout_group(l, (mpu_group_kind)k, rank, members, 64, &n), "group");
+    mpu_comm *c = NULL;
+    mpu_result_t r = mpu_state_comm(s, (mpu_group_kind)k, &c);
+    if (!n) {
+      RCHECK(r == MPU_ERR_INVALID_USAGE, "kind %d: a comm for a rank in no group", k);
+      continue;
+    }
+    RCHECK(r == MPU_SUCCESS, "kind %d: %s", k, mpu_last_error());
+    int64_t mine = rank, sum = 0, want = 0;
+    for (int i = 0; i < n; i++) want += members[i];
+    RCHECK(!mpu_comm_all_reduce(c, &mine, &sum, 1, MPU_INT64, MPU_SUM), "all_reduce: %s",
+           mpu_last_error());
+    RCHECK(sum == want, "kind %s: sum %lld, want %lld",
+           mpu_group_kind_name(mpu_layout_config_of(l)->flavor, k), (long long)sum,
+           (long long)want);
+    int gr;
+    RCHECK(!mpu_state_group_rank(s, (mpu_group_kind)k, &gr) && members[gr] == rank,
+           "kind %d: group rank %d", k, gr);
+  }
+  /* getters agree with the layout */
+  mpu_rank_info want, got;
+  RCHECK(!mpu_layout_rank_info(l, rank, &want) && !mpu_state_info(s, &got), "info");
+  RCHECK(!memcmp(&want, &got, sizeof want), "state info differs from the layout's");
+  int v;
+  RCHECK(!mpu_state_tp_rank(NULL, &v) && v == want.tp_rank, "tp rank");
+  RCHECK(!mpu_state_pp_next_rank(NULL, &v) && v == want.pp_next, "pp next");
+  RCHECK(!mpu_state_pp_prev_rank(NULL, &v) && v == want.pp_prev, "pp prev");
+  RCHECK(!mpu_state_dp_src_rank(NULL, &v) && v == want.dp_src, "dp src");
+  return MPU_SUCCESS;
+}
+
+static void run(int n, mpu_layout_config c) {
+  memset(messages, 0, sizeof messages);
+  mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+  o.check_calls = 1;
+  o.timeout_s = 60;
+  mpu_result_t r = mpu_with_state(n, &c, 42, groups_move_data, NULL, NULL, &o);
+  if (r) {
+    for (int k = 0; k < n; k++)
+      if (messages[k][0]) print_error("rank %d: %s\n", k, messages[k]);
+    fail_msg("%s", mpu_last_error());
+  }
+}
+
+static void test_communicators(void **state) {
+  (void)state;
+  run(8, ds(2, 2, 1, 0, -1, 0));  /* seed 001's layout */
+  run(16, ds(2, 4, 1, 2, 2, 1));
+  run(8, ds(1, 1, 4, 0, -1, 1));  /* DeepSpeed-Ulysses */
+  run(16, core(2, 2, 2, 2, NULL));
+  run(16, core(2, 2, 1, 4, "tp-ep-dp-pp"));
+  run(1, core(1, 1, 1, 1, NULL));
+}
+
+static void test_before_init(void **state) {
+  (void)state;
+  mpu_state_reset();
+  int v;
+  assert_false(mpu_state_is_initialized(NULL));
+  assert_int_equal(mpu_state_tp_rank(NULL, &v), MPU_ERR_INVALID_USAGE);
+  assert_non_null(strstr(mpu_last_error(), "not initialized"));
+  assert_int_equal(mpu_state_pp_next_rank(NULL, &v), MPU_ERR_INVALID_USAGE);
+  mpu_comm *c;
+  assert_int_equal(mpu_state_comm(NULL, MPU_GROUP_TP, &c), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_state_manual_seed(NULL, 1), MPU_ERR_INVALID_USAGE);
+  assert_null(mpu_state_default_rng(NULL));
+}
+
+/* A failing test, and an aborting one, leave nothing behind: the next runs. */
+static mpu_result_t fails_on_one(mpu_state *s, void *arg) {
+  (void)arg;
+  int rank;
+  mpu_comm_rank(mpu_state_world(s), &rank);
+  if (rank == 1) return MPU_ERR_INTERNAL;
+  mpu_comm *dp;
+  mpu_state_comm(s, MPU_GROUP_DP, &dp);
+  return mpu_comm_barrier(mpu_state_world(s)); /* fails: rank 1 is gone */
+}
+
+static mpu_result_t aborts(mpu_state *s, void *arg) {
+  (void)arg;
+  int rank;
+  mpu_comm_rank(mpu_state_world(s), &rank);
+  if (rank == 2) return mpu_comm_abort(mpu_state_world(s));
+  return mpu_comm_barrier(mpu_state_world(s));
+}
+
+static void test_cleanup(void **state) {
+  (void)state;
+  mpu_layout_config c = ds(2, 2, 1, 0, -1, 0);
+  mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+  o.timeout_s = 30;
+  mpu_result_t results[4];
+  for (int i = 0; i < 20; i++) {
+    assert_int_not_equal(mpu_with_state(4, &c, 1, fails_on_one, NULL, results, &o), MPU_SUCCESS);
+    assert_int_equal(results[1], MPU_ERR_INTERNAL);
+    assert_int_equal(results[0], MPU_ERR_ABORTED);
+    assert_int_not_equal(mpu_with_state(4, &c, 1, aborts, NULL, results, &o), MPU_SUCCESS);
+    assert_int_equal(results[3], MPU_ERR_ABORTED);
+    run(4, c);
+  }
+  assert_null(mpu_state_current());
+  /* a bad config fails before any thread starts, with the original's message */
+  mpu_layout_config bad = ds(3, 1, 1, 0, -1, 0);
+  assert_int_equal(mpu_with_state(8, &bad, 1, groups_move_data, NULL, NULL, &o),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "world_size (8) is not divisible"));
+}
+
+/* Seeds: the default stream is the same on all tp ranks; the tp stream is
+ * seed + 2718 + tp rank and differs between them. */
+static mpu_result_t streams(mpu_state *s, void *arg) {
+  (void)arg;
+  int tp;
+  mpu_state_tp_rank(s, &tp);
+  mpu_rng *def = mpu_state_default_rng(s), *tps = NULL, ref;
+  RCHECK(!mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_MODEL_PARALLEL_RNG, &tps), "fork");
+  uint64_t d = mpu_rng_next(def), t = mpu_rng_next(tps), all_d[8], all_t[8];
+  mpu_rng_seed(&ref, 42 + 2718 + (uint64_t)tp);
+  RCHECK(t == mpu_rng_next(&ref), "tp stream is not seed + 2718 + tp rank");
+  mpu_comm *tpc;
+  mpu_state_comm(s, MPU_GROUP_TP, &tpc);
+  RCHECK(!mpu_comm_all_gather(tpc, &d, all_d, 1, MPU_INT64), "gather");
+  RCHECK(!mpu_comm_all_gather(tpc, &t, all_t, 1, MPU_INT64), "gather");
+  RCHECK(all_d[0] == all_d[1], "default streams differ within a tp group");
+  RCHECK(all_t[0] != all_t[1], "tp streams are equal within a tp group");
+  RCHECK(mpu_rng_tracker_add(mpu_state_rng_tracker(s), MPU_MODEL_PARALLEL_RNG, 7) ==
+             MPU_ERR_INVALID_ARGUMENT,
+         "a second stream of one name was accepted");
+  RCHECK(mpu_rng_tracker_add(mpu_state_rng_tracker(s), "other", 42 + 2718 + (uint64_t)tp) ==
+             MPU_ERR_INVALID_ARGUMENT,
+         "a second stream of one seed was accepted");
+  mpu_rng *none;
+  RCHECK(mpu_rng_tracker_fork(mpu_state_rng_tracker(s), "nope", &none) == MPU_ERR_INVALID_ARGUMENT,
+         "fork of a missing stream");
+  return MPU_SUCCESS;
+}
+
+static void test_streams(void **state) {
+  (void)state;
+  mpu_layout_config c = ds(2, 1, 1, 0, -1, 0);
+  memset(messages, 0, sizeof messages);
+  mpu_result_t r = mpu_with_state(4, &c, 42, streams, NULL, NULL, NULL);
+  if (r) fail_msg("%s / %s / %s", messages[0], messages[1], mpu_last_error());
+  mpu_rng a, b;
+  mpu_rng_seed(&a, 5);
+  mpu_rng_seed(&b, 5);
+  for (int i = 0; i < 100; i++) assert_true(mpu_rng_next(&a) == mpu_rng_next(&b));
+  double sum = 0, sq = 0;
+  for (int i = 0; i < 20000; i++) {
+    float u = mpu_rng_uniform(&a), z = mpu_rng_normal(&b, 0, 1);
+    assert_true(u >= 0 && u < 1);
+    sum += z, sq += (double)z * z;
+  }
+  assert_true(sum / 20000 > -0.05 && sum / 20000 < 0.05);
+  assert_true(sq / 20000 > 0.95 && sq / 20000 < 1.05);
+}
+
+/* Rank 3000 of 4096 on one machine. */
+static void test_mock(void **state) {
+  (void)state;
+  mpu_layout_config c = ds(8, 4, 1, 2, 1, 1);
+  c.world_size = 4096;
+  mpu_state *s = NULL;
+  assert_int_equal(mpu_state_mock(3000, &c, 42, &s), MPU_SUCCESS);
+  assert_ptr_equal(mpu_state_current(), s);
+  mpu_rank_info want, got;
+  assert_int_equal(mpu_layout_rank_info(mpu_state_layout(s), 3000, &want), MPU_SUCCESS);
+  assert_int_equal(mpu_state_info(NULL, &got), MPU_SUCCESS);
+  assert_memory_equal(&want, &got, sizeof want);
+  assert_int_equal(got.tp_rank, 3000 % 8);
+  assert_int_equal(got.pp_rank, 3000 / 1024);
+  int v;
+  mpu_comm *dp;
+  assert_int_equal(mpu_state_comm(NULL, MPU_GROUP_DP, &dp), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_size(dp, &v), MPU_SUCCESS);
+  assert_int_equal(v, 4096 / 32);
+  assert_int_equal(mpu_state_group_rank(NULL, MPU_GROUP_DP, &v), MPU_SUCCESS);
+  assert_int_equal(v, got.dp_rank);
+  float x = 1, y = 0;
+  assert_int_equal(mpu_comm_all_reduce(dp, &x, &y, 1, MPU_FLOAT32, MPU_SUM), MPU_SUCCESS);
+  assert_true(y == 0); /* the fake backend moves nothing */
+
+  /* virtual stages: at virtual rank 0 a last-stage rank is not last */
+  assert_int_equal(mpu_state_is_pp_last_stage(NULL, 0, &v), MPU_SUCCESS);
+  assert_false(v);
+  assert_int_equal(mpu_state_is_pp_last_stage(NULL, 1, &v), MPU_SUCCESS);
+  assert_false(v); /* 3000 is on stage 2 of 4 */
+  assert_int_equal(mpu_state_is_stage_at_split(NULL, &v), MPU_SUCCESS);
+  assert_false(v); /* split rank 1: stage 2 is after it */
+  mpu_state_reset();
+  assert_null(mpu_state_current());
+}
+
+static void test_virtual_and_overrides(void **state) {
+  (void)state;
+  mpu_layout_config c = ds(1, 4, 1, 2, -1, 0);
+  c.world_size = 4;
+  mpu_state *s = NULL;
+  int v;
+  assert_int_equal(mpu_state_mock(3, &c, 1, &s), MPU_SUCCESS); /* the last stage */
+  assert_int_equal(mpu_state_vp_size(s, &v), 0);
+  assert_int_equal(v, 2);
+  assert_int_equal(mpu_state_is_pp_last_stage(s, 0, &v), 0);
+  assert_false(v);
+  assert_int_equal(mpu_state_in_embedding_group(s, 0, &v), 0);
+  assert_false(v);
+  assert_int_equal(mpu_state_in_embedding_group(s, 1, &v), 0);
+  assert_true(v);
+  assert_int_equal(mpu_state_set_vp_rank(s, 1), 0);
+  assert_int_equal(mpu_state_is_pp_last_stage(s, 0, &v), 0);
+  assert_true(v);
+  assert_int_equal(mpu_state_in_embedding_group(s, 0, &v), 0);
+  assert_true(v);
+  assert_int_equal(mpu_state_is_pp_first_stage(s, 1, &v), 0);
+  assert_false(v);
+  /* overrides: the getters answer with them */
+  assert_int_equal(mpu_state_set_pp_rank(s, 0), 0);
+  assert_int_equal(mpu_state_pp_rank(s, &v), 0);
+  assert_int_equal(v, 0);
+  assert_int_equal(mpu_state_pp_next_rank(s, &v), 0);
+  assert_int_equal(v, 1);
+  assert_int_equal(mpu_state_set_pp_size(s, 2), 0);
+  assert_int_equal(mpu_state_pp_last_rank(s, &v), 0);
+  assert_int_equal(v, 1);
+  assert_int_equal(mpu_state_set_pp_size(s, 9), 0);
+  assert_int_equal(mpu_state_pp_last_rank(s, &v), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_state_set_pp_size(s, -1), 0); /* cleared */
+  assert_int_equal(mpu_state_set_tp_size(s, 4), 0);
+  assert_int_equal(mpu_state_tp_size(s, &v), 0);
+  assert_int_equal(v, 4);
+  assert_int_equal(mpu_state_tp_src_rank(s, &v), 0);
+  assert_int_equal(v, 0); /* (3 // 4) * 4 */
+  assert_int_equal(mpu_state_set_tp_rank(s, -7), MPU_ERR_INVALID_ARGUMENT);
+  /* split rank, set afterwards */
+  assert_int_equal(mpu_state_set_pp_rank(s, -1), 0);
+  assert_int_equal(mpu_state_set_split_rank(s, 2), 0);
+  assert_int_equal(mpu_state_is_stage_before_split(s, -1, &v), 0);
+  assert_false(v);
+  assert_int_equal(mpu_state_is_stage_after_split(s, 1, &v), 0);
+  assert_false(v);
+  mpu_state_destroy(s);
+  assert_null(mpu_state_current());
+}
+
+/* Set up and tear down many times (mock and threads). */
+static void test_cycles(void **state) {
+  (void)state;
+  mpu_layout_config c = core(2, 2, 2, 2, NULL);
+  c.world_size = 64;
+  for (int i = 0; i < 1000; i++) {
+    mpu_state *s = NULL;
+    assert_int_equal(mpu_state_mock(i % 64, &c, (uint64_t)i, &s), MPU_SUCCESS);
+    mpu_state_destroy(s);
+  }
+  mpu_layout_config t = ds(2, 2, 1, 0, -1, 0);
+  for (int i = 0; i < 50; i++) run(8, t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_before_init), cmocka_unit_test(test_communicators),
+      cmocka_unit_test(test_cleanup),     cmocka_unit_test(test_streams),
+      cmocka_unit_test(test_mock),        cmocka_unit_test(test_virtual_and_overrides),
+      cmocka_unit_test(test_cycles),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
