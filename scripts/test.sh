@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up what is missing, build, and run the whole test suite through ctest:
 # once plain (Release), once under AddressSanitizer+UBSan, once under
-# ThreadSanitizer. Valgrind and install checks run in the plain build.
+# ThreadSanitizer, and the libFuzzer smoke run (clang, ASan+UBSan). Valgrind
+# and install checks run in the plain build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -22,4 +23,6 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_SANITIZE=address,undefined -DMPU_SANITIZE_ONLY=ON
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   run tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_SANITIZE=thread -DMPU_SANITIZE_ONLY=ON
+CC=clang run fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_FUZZ=ON -DMPU_SANITIZE=address,undefined \
+  -DMPU_BUILD_TESTS=OFF -DMPU_BUILD_TOOLS=OFF -DMPU_BUILD_EXAMPLES=OFF
 echo "mpu: all test builds passed" >&2
