@@ -539,15 +539,54 @@ static int index_in(const int *members, int n, int rank) {
   return -1;
 }
 
-/* The group of kind through rank: *pos = rank's index, *size = its size, *first = members[0]. */
-static mpu_result_t place(const mpu_layout *l, mpu_group_kind kind, int rank, int *buf, int *pos,
-                          int *size, int *first) {
-  int n;
-  MPU_CHECK(mpu_layout_group(l, kind, rank, buf, (size_t)l->cfg.world_size, &n));
-  *pos = index_in(buf, n, rank);
-  *size = n;
-  if (first) *first = n ? buf[0] : -1;
-  return MPU_SUCCESS;
+/* Where rank sits in its group of kind: *pos (its torch rank in the group),
+ * *size, *first (member 0), in O(1) for deepspeed and O(dims) for core, so
+ * the getters do not depend on the size of the world (a data-parallel group
+ * of a million-rank layout has tens of thousands of members). */
+static mpu_result_t locate(const mpu_layout *l, mpu_group_kind kind, int r, int *pos, int *size,
+                           int *first) {
+  const mpu_layout_config *c = &l->cfg;
+  if (c->flavor == MPU_FLAVOR_DEEPSPEED) {
+    int W = c->world_size, per_stage = W / c->pp, k = c->sp > 1 ? c->sp : c->tp;
+    int sdp = c->sp * l->dp, start = (r / per_stage) * per_stage;
+    switch (kind) {
+    case MPU_GROUP_SDP:
+      if (c->sp > 1) {
+        *pos = r % sdp, *size = sdp, *first = r - *pos;
+        return MPU_SUCCESS;
+      }
+      __attribute__((fallthrough)); /* the sdp group is the dp group */
+    case MPU_GROUP_DP: {
+      int j = (r - start) % k;
+      *pos = (r - start - j) / k, *size = per_stage / k, *first = start + j;
+      return MPU_SUCCESS;
+    }
+    case MPU_GROUP_SP: *pos = r % c->sp, *size = c->sp, *first = r - *pos; return MPU_SUCCESS;
+    case MPU_GROUP_MP:
+      if (c->sp > 1) *pos = 0, *size = 1, *first = r;
+      else *pos = (r / per_stage) * c->tp + r % c->tp, *size = c->pp * c->tp,
+           *first = ((r % per_stage) / c->tp) * c->tp;
+      return MPU_SUCCESS;
+    case MPU_GROUP_TP: *pos = r % c->tp, *size = c->tp, *first = r - *pos; return MPU_SUCCESS;
+    case MPU_GROUP_PP: *pos = r / per_stage, *size = c->pp, *first = r % per_stage; return MPU_SUCCESS;
+    default: /* amax */
+      *size = c->tp * l->dp, *pos = r % *size, *first = r - *pos;
+      return MPU_SUCCESS;
+    }
+  }
+  const mpu_mesh *m;
+  int dims[NTOKENS], nd, p = 0, n = 1;
+  int64_t coords[NTOKENS], sz;
+  core_dims(l, kind, &m, dims, &nd);
+  MPU_CHECK(mpu_mesh_coords(m, r, coords));
+  for (int i = 0; i < nd; i++) { /* dims run from the slowest token to the fastest */
+    mpu_mesh_dim_size(m, dims[i], &sz);
+    p = p * (int)sz + (int)coords[dims[i]];
+    n *= (int)sz;
+    coords[dims[i]] = 0;
+  }
+  *pos = p, *size = n;
+  return mpu_mesh_rank_at(m, coords, first);
 }
 
 static int before_split(const mpu_layout *l, int pp_size, int stage) {
@@ -567,31 +606,27 @@ mpu_result_t mpu_layout_rank_info(const mpu_layout *l, int rank, mpu_rank_info *
   if (rank < 0 || rank >= c->world_size)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: rank %d is outside 0..%d", fn, rank,
                       c->world_size - 1);
-  int biggest = 3;
-  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++)
-    if (mpu_layout_max_group_size(l, (mpu_group_kind)k) > biggest)
-      biggest = mpu_layout_max_group_size(l, (mpu_group_kind)k);
-  int *buf = malloc((size_t)biggest * sizeof(int));
-  if (!buf) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  int *pipe = malloc((size_t)c->pp * sizeof(int));
+  if (!pipe) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   mpu_rank_info x;
   memset(&x, -1, sizeof x);
   x.rank = rank;
   mpu_result_t r = MPU_SUCCESS;
   int ds = c->flavor == MPU_FLAVOR_DEEPSPEED, first, n;
-#define PLACE(kind, pos, size, first_) \
-  MPU_CHECK_GOTO(place(l, kind, rank, buf, pos, size, first_), r, out)
+#define LOCATE(kind, pos, size, first_) MPU_CHECK_GOTO(locate(l, kind, rank, pos, size, first_), r, out)
 
-  PLACE(MPU_GROUP_TP, &x.tp_rank, &x.tp_size, &first);
+  LOCATE(MPU_GROUP_TP, &x.tp_rank, &x.tp_size, &first);
   x.tp_src = ds ? (rank / x.tp_size) * x.tp_size : first; /* deepspeed computes it */
-  PLACE(MPU_GROUP_PP, &x.pp_rank, &x.pp_size, NULL);
-  x.pp_first = buf[0];
-  x.pp_last = buf[x.pp_size - 1];
-  x.pp_next = buf[(x.pp_rank + 1) % x.pp_size];
-  x.pp_prev = buf[(x.pp_rank - 1 + x.pp_size) % x.pp_size];
+  MPU_CHECK_GOTO(pipeline_of(l, rank, pipe, &x.pp_size), r, out);
+  x.pp_rank = index_in(pipe, x.pp_size, rank);
+  x.pp_first = pipe[0];
+  x.pp_last = pipe[x.pp_size - 1];
+  x.pp_next = pipe[(x.pp_rank + 1) % x.pp_size];
+  x.pp_prev = pipe[(x.pp_rank - 1 + x.pp_size) % x.pp_size];
   x.vp_rank = c->vp ? 0 : -1;
   x.vp_size = c->vp ? c->vp : -1;
-  x.n_embedding = embedding_of(l, MPU_GROUP_EMBEDDING, buf, x.pp_size, x.embedding_global_ranks);
-  x.n_position_embedding = embedding_of(l, MPU_GROUP_POSITION_EMBEDDING, buf, x.pp_size,
+  x.n_embedding = embedding_of(l, MPU_GROUP_EMBEDDING, pipe, x.pp_size, x.embedding_global_ranks);
+  x.n_position_embedding = embedding_of(l, MPU_GROUP_POSITION_EMBEDDING, pipe, x.pp_size,
                                         x.position_embedding_global_ranks);
   /* is_rank_in_embedding_group(): the first and last ranks count only on the
    * first and last virtual stage (the virtual rank is 0 after init) */
@@ -605,15 +640,15 @@ mpu_result_t mpu_layout_rank_info(const mpu_layout *l, int rank, mpu_rank_info *
   }
   x.in_position_embedding_group =
       index_in(x.position_embedding_global_ranks, x.n_position_embedding, rank) >= 0;
-  PLACE(MPU_GROUP_DP, &x.dp_rank, &x.dp_size, &x.dp_src);
-  PLACE(MPU_GROUP_MP, &x.mp_rank, &x.mp_size, NULL);
+  LOCATE(MPU_GROUP_DP, &x.dp_rank, &x.dp_size, &x.dp_src);
+  LOCATE(MPU_GROUP_MP, &x.mp_rank, &x.mp_size, &first);
   if (ds) {
     x.is_first_stage = x.pp_rank == 0;
     x.is_last_stage = x.pp_rank == x.pp_size - 1;
-    PLACE(MPU_GROUP_SP, &x.sp_rank, &n, NULL);
+    LOCATE(MPU_GROUP_SP, &x.sp_rank, &n, &first);
     x.sp_size = c->sp; /* set explicitly by the original */
     x.sp_src = (rank / x.sp_size) * x.sp_size;
-    PLACE(MPU_GROUP_SDP, &x.sdp_rank, &x.sdp_size, NULL);
+    LOCATE(MPU_GROUP_SDP, &x.sdp_rank, &x.sdp_size, &first);
     /* get_data_parallel_world_size/group answer with the sequence-data group */
     x.dp_rank = x.sdp_rank;
     x.dp_size = x.sdp_size;
@@ -622,18 +657,18 @@ mpu_result_t mpu_layout_rank_info(const mpu_layout *l, int rank, mpu_rank_info *
     x.stage_at_split = before_split(l, x.pp_size, x.pp_rank) &&
                        after_split(l, x.pp_size, x.pp_rank + 1);
   } else {
-    PLACE(MPU_GROUP_DP_CP, &x.dp_cp_rank, &x.dp_cp_size, &x.dp_cp_src);
-    PLACE(MPU_GROUP_CP, &x.cp_rank, &x.cp_size, NULL);
+    LOCATE(MPU_GROUP_DP_CP, &x.dp_cp_rank, &x.dp_cp_size, &x.dp_cp_src);
+    LOCATE(MPU_GROUP_CP, &x.cp_rank, &x.cp_size, &first);
     int tp_ep_size;
-    PLACE(MPU_GROUP_TP_EP, &x.tp_ep_rank, &tp_ep_size, NULL);
+    LOCATE(MPU_GROUP_TP_EP, &x.tp_ep_rank, &tp_ep_size, &first);
     x.ep_rank = x.tp_ep_rank / x.tp_size; /* as the original derives them */
     x.ep_size = tp_ep_size / x.tp_size;
-    PLACE(MPU_GROUP_DP_MODULO_EP, &x.dp_modulo_ep_rank, &x.dp_modulo_ep_size, NULL);
+    LOCATE(MPU_GROUP_DP_MODULO_EP, &x.dp_modulo_ep_rank, &x.dp_modulo_ep_size, &first);
   }
-#undef PLACE
+#undef LOCATE
   *info = x;
 out:
-  free(buf);
+  free(pipe);
   return r;
 }
 

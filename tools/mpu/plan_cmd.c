@@ -15,6 +15,7 @@ typedef struct plan_opts {
   mpu_layout_config cfg;
   long rank;
   int per_rank;
+  int bench;
   plan_format format;
 } plan_opts;
 
@@ -40,6 +41,9 @@ static void help(void) {
          "  --rank R                  print rank R's answers to every getter\n"
          "  --per-rank                with --format json: every rank's answers too\n"
          "  --format text|json|svg    output format (default text)\n"
+         "  --bench                   time one rank's groups and getters at 4,096 and 1,048,576\n"
+         "                            ranks, and initialising the state of 64 thread ranks\n"
+         "                            (tp 4, pp 4, dp 4) against every rank creating every group\n"
          "  -h, --help                this text\n");
 }
 
@@ -52,6 +56,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
       {"cp", required_argument, 0, 'c'},     {"ep", required_argument, 0, 'e'},
       {"order", required_argument, 0, 'o'},  {"rank", required_argument, 0, 'r'},
       {"per-rank", no_argument, 0, 'R'},     {"format", required_argument, 0, 'F'},
+      {"bench", no_argument, 0, 'B'},
       {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   mpu_layout_config init = MPU_LAYOUT_CONFIG_INIT;
   o->cfg = init;
@@ -94,6 +99,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
         cli_usage_error("plan", "--rank wants a rank >= 0, not '%s'", optarg);
       break;
     case 'R': o->per_rank = 1; break;
+    case 'B': o->bench = 1; break;
     case 'F':
       if (!strcmp(optarg, "text")) o->format = PLAN_TEXT;
       else if (!strcmp(optarg, "json")) o->format = PLAN_JSON;
@@ -111,7 +117,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
     }
   }
   if (optind < argc) cli_usage_error("plan", "unexpected argument '%s'", argv[optind]);
-  if (!o->cfg.world_size) cli_usage_error("plan", "--world-size is required");
+  if (!o->cfg.world_size && !o->bench) cli_usage_error("plan", "--world-size is required");
 }
 
 /* kinds in the order mpu plan lists them, per flavour */
@@ -295,9 +301,124 @@ static void svg(const mpu_layout *l, int *buf) {
   free(tpg);
 }
 
+/* ---- --bench ------------------------------------------------------------------------ */
+
+#include <time.h>
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+typedef struct init_bench {
+  mpu_layout_config cfg;
+  int megatron_way;
+  double us; /* rank 0's time between two barriers around the initialisation */
+} init_bench;
+
+/* Megatron's way: every rank walks every group of every kind; members create
+ * it, and as torch's new_group is collective over the whole world, everyone
+ * then meets at a world barrier. */
+static mpu_result_t every_rank_every_group(mpu_comm *world, const mpu_layout *l, int rank,
+                                           mpu_comm **made, int *nmade) {
+  int W = mpu_layout_config_of(l)->world_size, *m = malloc(((size_t)W + 3) * sizeof(int)), n,
+      count;
+  mpu_result_t r = m ? MPU_SUCCESS : MPU_ERR_OUT_OF_MEMORY;
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++) {
+    if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
+    mpu_layout_num_groups(l, (mpu_group_kind)k, &count);
+    for (int g = 0; g < count && !r; g++) {
+      mpu_layout_group_at(l, (mpu_group_kind)k, g, m, (size_t)W + 3, &n);
+      for (int i = 0; i < n && !r; i++)
+        if (m[i] == rank) r = mpu_comm_create_group(world, m, n, &made[(*nmade)++]);
+      if (!r) r = mpu_comm_barrier(world);
+    }
+  }
+  free(m);
+  return r;
+}
+
+static mpu_result_t init_rank(mpu_comm *world, void *arg) {
+  init_bench *b = arg;
+  int rank;
+  mpu_comm_rank(world, &rank);
+  mpu_state *s = NULL;
+  mpu_comm *made[64];
+  int nmade = 0;
+  mpu_layout *l = NULL;
+  mpu_result_t r = mpu_layout_create(&b->cfg, &l);
+  if (r) return r;
+  mpu_comm_barrier(world);
+  double t0 = now_us();
+  r = b->megatron_way ? every_rank_every_group(world, l, rank, made, &nmade)
+                      : mpu_state_init(world, &b->cfg, &s);
+  if (!r) r = mpu_comm_barrier(world);
+  if (rank == 0) b->us = now_us() - t0;
+  for (int i = 0; i < nmade; i++) mpu_comm_destroy(made[i]);
+  mpu_state_destroy(s);
+  mpu_layout_free(l);
+  return r;
+}
+
+static int bench(void) {
+  printf("# mpu plan --bench: one rank's groups and getters (mpu_layout_rank_info), mean of "
+         "repeated calls for the last rank\n");
+  printf("  %-10s %-44s %12s\n", "flavour", "layout", "time");
+  for (int f = 0; f < 2; f++)
+    for (int big = 0; big < 2; big++) {
+      mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+      c.flavor = f ? MPU_FLAVOR_CORE : MPU_FLAVOR_DEEPSPEED;
+      c.world_size = big ? 1 << 20 : 4096;
+      c.tp = 8, c.pp = 8;
+      if (f) c.cp = 2, c.ep = 4;
+      else c.fp8 = 1;
+      mpu_layout *l;
+      if (mpu_layout_create(&c, &l)) fail("layout");
+      mpu_rank_info info;
+      int iters = 20000;
+      double t0 = now_us();
+      for (int i = 0; i < iters; i++)
+        if (mpu_layout_rank_info(l, c.world_size - 1 - (i & 7), &info)) fail("rank info");
+      double us = (now_us() - t0) / iters;
+      char desc[64];
+      snprintf(desc, sizeof desc, "W %d, tp 8, pp 8, %s", c.world_size,
+               f ? "cp 2, ep 4" : "fp8");
+      printf("  %-10s %-44s %9.2f us\n", mpu_flavor_name(c.flavor), desc, us);
+      mpu_layout_free(l);
+    }
+  printf("\n# initialising the parallel state of 64 thread ranks (tp 4, pp 4, dp 4), threads "
+         "backend,\n# rank 0's time between barriers, median of 5\n");
+  for (int f = 0; f < 2; f++) {
+    double t[2][5];
+    for (int way = 0; way < 2; way++)
+      for (int rep = 0; rep < 5; rep++) {
+        init_bench b = {MPU_LAYOUT_CONFIG_INIT, way, 0};
+        b.cfg.flavor = f ? MPU_FLAVOR_CORE : MPU_FLAVOR_DEEPSPEED;
+        b.cfg.world_size = 64, b.cfg.tp = 4, b.cfg.pp = 4;
+        if (mpu_launch(64, init_rank, &b, NULL, NULL)) fail("init bench");
+        t[way][rep] = b.us;
+        cli_progress("mpu plan --bench: state initialisation %d/20", f * 10 + way * 5 + rep + 1);
+      }
+    for (int way = 0; way < 2; way++) /* median of 5 */
+      for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++)
+          if (t[way][j] < t[way][i]) {
+            double x = t[way][i];
+            t[way][i] = t[way][j];
+            t[way][j] = x;
+          }
+    printf("  %-10s mpu (members only) %10.0f us   every rank every group %10.0f us   (%.1fx)\n",
+           f ? "core" : "deepspeed", t[0][2], t[1][2], t[1][2] / t[0][2]);
+  }
+  cli_progress_done();
+  return 0;
+}
+
 int cmd_plan(int argc, char **argv) {
   plan_opts o;
   parse(argc, argv, &o);
+  if (o.bench) return bench();
   mpu_layout *l = NULL;
   if (mpu_layout_create(&o.cfg, &l)) {
     fprintf(stderr, "mpu plan: %s\n", mpu_last_error());
