@@ -88,5 +88,50 @@ grep -q "PASS" "$tmp/hsdp" && ok || bad "demo hsdp did not pass its check"
 "$mpu" demo hsdp --mesh 1x1 --steps 3 --batch 8 --format json | grep -q '"pass": true' && ok || bad "demo hsdp 1x1"
 "$mpu" demo hsdp --mesh 3x2 --steps 3 --batch 24 | grep -q PASS && ok || bad "demo hsdp 3x2"
 
+# mpu plan: groups, getters, invalid layouts (exit 2, one line naming the check, empty stdout)
+"$mpu" plan --help | grep -q -- "--split-rank" && ok || bad "mpu plan --help"
+expect_usage_error plan
+expect_usage_error plan --world-size 10 --tp 4
+expect_usage_error plan --flavor deepspeed --world-size 8 --tp 2 --sp 2
+expect_usage_error plan --world-size 16 --tp 2 --pp 2 --ep 2 --order tp-ep-pp-dp
+expect_usage_error plan --world-size 8 --rank 8
+expect_usage_error plan --world-size 8 --format yaml
+"$mpu" plan --world-size 10 --tp 4 2>"$tmp/err" >/dev/null
+grep -q "world_size (10) is not divisible by tensor_model_parallel_size (4)" "$tmp/err" \
+  && ok || bad "plan: the failed check's message"
+"$mpu" plan --flavor deepspeed --world-size 16 --tp 2 --pp 4 >"$tmp/plan" || bad "plan text failed"
+grep -q "\[0, 2\] \[1, 3\] \[4, 6\] \[5, 7\] \[8, 10\] \[9, 11\] \[12, 14\] \[13, 15\]" "$tmp/plan" \
+  && ok || bad "plan: the docstring's data-parallel groups"
+grep -q "stage 3   \[12 13\] \[14 15\]" "$tmp/plan" && ok || bad "plan: rank grid"
+"$mpu" plan --flavor deepspeed --world-size 8 --tp 2 --pp 2 --rank 6 | grep -q "pipeline  rank 1 of 2, first 2, last 6" \
+  && ok || bad "plan --rank"
+"$mpu" plan --world-size 16 --tp 2 --pp 2 --format svg | grep -q "<svg" && ok || bad "plan svg"
+if command -v python3 >/dev/null; then
+  python3 -c '
+import json, subprocess, sys
+mpu = sys.argv[1]
+d = json.loads(subprocess.check_output([mpu, "plan", "--flavor", "deepspeed", "--world-size", "8",
+    "--tp", "2", "--pp", "2", "--per-rank", "--format", "json"]))
+g = d["groups"]
+assert set(g) == {"dp", "sp", "sdp", "mp", "tp", "pp", "embedding", "position_embedding", "amax"}, g.keys()
+assert g["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]] and g["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+assert g["sp"] == [[r] for r in range(8)] and g["amax"] == []
+r6 = d["per_rank"][6]
+assert r6["rank"] == 6 and r6["tp_src"] == 6 and r6["pp_first"] == 2 and r6["is_last_stage"] is True
+assert r6["embedding_global_ranks"] == [2, 6] and r6["in_embedding_group"] is True
+assert len(d["per_rank"]) == 8 and all(p["rank"] == i for i, p in enumerate(d["per_rank"]))
+c = json.loads(subprocess.check_output([mpu, "plan", "--world-size", "16", "--tp", "2", "--pp", "2",
+    "--cp", "2", "--ep", "2", "--per-rank", "--format", "json"]))
+need = {"dp", "dp_cp", "cp", "tp_pp", "tp_ep_pp", "tp", "pp", "embedding", "position_embedding",
+        "tp_dp_cp", "tp_dp", "tp_cp", "tp_ep", "ep", "dp_modulo_ep", "dp_cp_modulo_ep"}
+assert set(c["groups"]) == need, c["groups"].keys()
+assert c["groups"]["tp_ep"][0] == [0, 1, 4, 5]
+p5 = c["per_rank"][5]
+assert p5["ep_rank"] == 1 and p5["ep_size"] == 2 and p5["tp_ep_rank"] == 3 and p5["cp_rank"] == 0
+for grp in c["groups"].values():
+    for x in grp: assert x == sorted(x)
+' "$mpu" && ok || bad "plan json"
+fi
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
