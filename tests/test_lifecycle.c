@@ -44,6 +44,14 @@ static mpu_result_t one_cycle(mpu_comm *world, void *arg) {
   return mpu_comm_destroy(half);
 }
 
+static mpu_result_t state_cycle(mpu_state *s, void *arg) {
+  (void)arg;
+  mpu_comm *tp;
+  double x = 1, y;
+  mpu_result_t r = mpu_state_comm(s, MPU_GROUP_TP, &tp);
+  return r ? r : mpu_comm_all_reduce(tp, &x, &y, 1, MPU_FLOAT64, MPU_SUM);
+}
+
 int main(int argc, char **argv) {
   int cycles = argc > 1 ? atoi(argv[1]) : 300;
   long rss_after_warmup = 0, threads_before = 0;
@@ -53,6 +61,18 @@ int main(int argc, char **argv) {
       fprintf(stderr, "cycle %d: %s: %s\n", i, mpu_result_name(r), mpu_last_error());
       return 1;
     }
+    /* a parallel state on thread ranks and a mocked one, set up and torn down */
+    mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
+    cfg.tp = 2;
+    if (mpu_with_state(4, &cfg, (uint64_t)i, state_cycle, NULL, NULL, NULL)) {
+      fprintf(stderr, "cycle %d: with-state: %s\n", i, mpu_last_error());
+      return 1;
+    }
+    mpu_state *mock;
+    cfg.world_size = 4096;
+    cfg.pp = 4;
+    if (mpu_state_mock(i % 4096, &cfg, 42, &mock)) return 1;
+    mpu_state_destroy(mock);
     mpu_comm *f, *g;
     int members[2] = {7, 8};
     if (mpu_comm_fake_create(7, 4096, &f) || mpu_comm_create_group(f, members, 2, &g)) return 1;

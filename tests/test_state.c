@@ -80,6 +80,9 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
   RCHECK(!mpu_state_pp_next_rank(NULL, &v) && v == want.pp_next, "pp next");
   RCHECK(!mpu_state_pp_prev_rank(NULL, &v) && v == want.pp_prev, "pp prev");
   RCHECK(!mpu_state_dp_src_rank(NULL, &v) && v == want.dp_src, "dp src");
+  RCHECK(!mpu_state_src_rank(NULL, MPU_GROUP_DP, &v) && v == want.dp_src, "dp src by kind");
+  RCHECK(!mpu_state_src_rank(NULL, MPU_GROUP_TP, &v) && v == want.tp_src, "tp src by kind");
+  RCHECK(!mpu_state_src_rank(NULL, MPU_GROUP_PP, &v) && v == want.pp_first, "pp src by kind");
   return MPU_SUCCESS;
 }
 

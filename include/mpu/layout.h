@@ -113,6 +113,12 @@ MPU_API int mpu_layout_max_group_size(const mpu_layout *layout, mpu_group_kind k
 MPU_API mpu_result_t mpu_layout_group(const mpu_layout *layout, mpu_group_kind kind, int rank,
                                       int *out, size_t cap, int *n);
 
+/* Where rank sits in its group of kind without listing it: *pos (its rank
+ * in the group), *size, *first (the group's member 0). O(1) for deepspeed,
+ * O(dims) for core. Not for the embedding kinds (use mpu_layout_group). */
+MPU_API mpu_result_t mpu_layout_locate(const mpu_layout *layout, mpu_group_kind kind, int rank,
+                                       int *pos, int *size, int *first);
+
 /* Every group of kind, in the order Megatron creates them: count, then each. */
 MPU_API mpu_result_t mpu_layout_num_groups(const mpu_layout *layout, mpu_group_kind kind,
                                            int *count);

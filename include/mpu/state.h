@@ -96,6 +96,11 @@ MPU_API mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu
 MPU_API mpu_result_t mpu_state_group_rank(const mpu_state *s, mpu_group_kind kind, int *rank);
 MPU_API mpu_result_t mpu_state_group_size(const mpu_state *s, mpu_group_kind kind, int *size);
 
+/* The source rank of this rank's group of kind: the global rank broadcasts
+ * start from (get_*_src_rank). As the originals compute it: the group's first
+ * member, except deepspeed's tp and sp, which are (rank // size) * size. */
+MPU_API mpu_result_t mpu_state_src_rank(const mpu_state *s, mpu_group_kind kind, int *rank);
+
 /* The getters, Megatron's names in C (s may be NULL: the current state). */
 MPU_API mpu_result_t mpu_state_tp_rank(const mpu_state *s, int *rank);
 MPU_API mpu_result_t mpu_state_tp_size(const mpu_state *s, int *size);

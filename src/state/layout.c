@@ -599,6 +599,20 @@ static int after_split(const mpu_layout *l, int pp_size, int stage) {
   return stage >= l->cfg.split_rank;
 }
 
+mpu_result_t mpu_layout_locate(const mpu_layout *l, mpu_group_kind kind, int rank, int *pos,
+                               int *size, int *first) {
+  static const char fn[] = "mpu_layout_locate";
+  MPU_CHECK(check_kind(fn, l, kind));
+  if (kind == MPU_GROUP_EMBEDDING || kind == MPU_GROUP_POSITION_EMBEDDING)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: embedding groups hold only some ranks; use mpu_layout_group", fn);
+  if (!pos || !size || !first) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL output", fn);
+  if (rank < 0 || rank >= l->cfg.world_size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: rank %d is outside 0..%d", fn, rank,
+                      l->cfg.world_size - 1);
+  return locate(l, kind, rank, pos, size, first);
+}
+
 mpu_result_t mpu_layout_rank_info(const mpu_layout *l, int rank, mpu_rank_info *info) {
   static const char fn[] = "mpu_layout_rank_info";
   if (!l || !info) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);

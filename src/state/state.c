@@ -305,6 +305,18 @@ mpu_result_t mpu_state_group_size(const mpu_state *s, mpu_group_kind kind, int *
   return mpu_comm_size(c, size);
 }
 
+mpu_result_t mpu_state_src_rank(const mpu_state *s, mpu_group_kind kind, int *rank) {
+  STATE("mpu_state_src_rank", s, rank);
+  int ds = mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED;
+  if (ds && kind == MPU_GROUP_TP) return mpu_state_tp_src_rank(st, rank);
+  if (ds && kind == MPU_GROUP_SP) {
+    *rank = (st->base.rank / st->base.sp_size) * st->base.sp_size;
+    return MPU_SUCCESS;
+  }
+  int pos, size;
+  return mpu_layout_locate(st->layout, kind, st->base.rank, &pos, &size, rank);
+}
+
 #define GETTER(name, expr)                                    \
   mpu_result_t mpu_state_##name(const mpu_state *s, int *v) { \
     STATE("mpu_state_" #name, s, v);                          \
