@@ -63,6 +63,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
   o->cfg.world_size = 0;
   o->rank = -1;
   o->per_rank = 0;
+  o->bench = 0;
   o->format = PLAN_TEXT;
   opterr = 0;
   optind = 1;
