@@ -427,8 +427,9 @@ int cmd_plan(int argc, char **argv) {
   }
   const mpu_layout_config *c = mpu_layout_config_of(l);
   if (o.rank >= c->world_size) {
+    int world = c->world_size;
     mpu_layout_free(l);
-    cli_usage_error("plan", "--rank %ld is not a rank of a world of %d", o.rank, c->world_size);
+    cli_usage_error("plan", "--rank %ld is not a rank of a world of %d", o.rank, world);
   }
   int *buf = malloc(((size_t)c->world_size + 3) * sizeof(int));
   if (!buf) fail("out of memory");
