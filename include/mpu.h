@@ -7,6 +7,7 @@
  *   mpu/mesh.h     N-d meshes of ranks with named dims, and their communicators
  *   mpu/layout.h   Megatron's rank groups by arithmetic (deepspeed and core flavours)
  *   mpu/state.h    the parallel state: communicators, getters, seeded streams, test helpers
+ *   mpu/regions.h  tensor-parallel regions as (forward, backward) pairs
  *   mpu/bench.h    timing collectives as nccl-tests does
  */
 #ifndef MPU_H
@@ -18,6 +19,7 @@
 #include "mpu/mesh.h"
 #include "mpu/layout.h"
 #include "mpu/state.h"
+#include "mpu/regions.h"
 #include "mpu/bench.h"
 
 #define MPU_VERSION_MAJOR 0

@@ -8,6 +8,7 @@
 #include "cli.h"
 
 int cmd_demo_hsdp(int argc, char **argv);
+int cmd_demo_mappings(int argc, char **argv);
 
 static const struct {
   const char *name;
@@ -15,6 +16,7 @@ static const struct {
   const char *summary;
 } demos[] = {
     {"hsdp", cmd_demo_hsdp, "hybrid sharded data parallel on a 2-d device mesh (the DeviceMesh tutorial)"},
+    {"mappings", cmd_demo_mappings, "seed 001's walkthrough of the tensor-parallel mappings"},
 };
 
 static void usage(void) {
@@ -25,7 +27,7 @@ static void usage(void) {
 }
 
 int cmd_demo(int argc, char **argv) {
-  if (argc < 2) cli_usage_error("demo", "which demo? (hsdp)");
+  if (argc < 2) cli_usage_error("demo", "which demo? (hsdp, mappings)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage();
     return 0;
