@@ -133,5 +133,28 @@ for grp in c["groups"].values():
 ' "$mpu" && ok || bad "plan json"
 fi
 
+# mpu demo mappings: seed 001's values (tp 2, pp 2, 8 ranks)
+expect_usage_error demo mappings --tp 3
+expect_usage_error demo mappings --world-size 6 --tp 4
+"$mpu" demo mappings >"$tmp/map" && ok || bad "demo mappings failed"
+grep -q "rank 6 > Before reduce: tensor(\[6.\])  After reduce: tensor(\[13.\])" "$tmp/map" && ok || bad "mappings text"
+if command -v python3 >/dev/null; then
+  python3 -c '
+import json, subprocess, sys
+d = json.loads(subprocess.check_output([sys.argv[1], "demo", "mappings", "--format", "json"]))
+assert sorted(d, key=int) == [str(r) for r in range(8)]
+for r in (6, 7):
+    assert d[str(r)]["reduce"]["output"] == [13]
+    assert d[str(r)]["copy_to"]["copy_grad"] == [13]
+    assert d[str(r)]["reduce_from"]["loss"] == 170
+    assert d[str(r)]["scatter_to"]["x_grad"] == [6, 7]
+assert d["6"]["reduce_from"]["x_grad"] == [12] and d["7"]["reduce_from"]["x_grad"] == [14]
+assert d["3"]["split"]["output"] == [1] and d["2"]["gather"]["output"] == [2, 3]
+sp = d["6"]["sp_gather"]
+assert len(sp["output"]) == 8 and sp["input_grad"][0] == [15, 17, 19]
+assert d["6"]["sp_gather_no_tp_output_grad"]["input_grad"][0] == [7, 8, 9]
+' "$mpu" && ok || bad "mappings json"
+fi
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

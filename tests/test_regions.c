@@ -1,0 +1,189 @@
+/*
+ * test_regions.c - every region's forward and backward on 8 thread ranks
+ * with tp = 1, 2, 4, 8, against values derived by hand (the seed's for
+ * tp = 2: _reduce on ranks 6 and 7 gives 13, copy_to's gradient is 13,
+ * reduce_from's loss 170 with gradients 12 and 14, scatter_to's gradient
+ * [6, 7]); and the errors: shapes that do not divide, wrong output shapes,
+ * NULL data.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+static char messages[8][512];
+
+#define RCHECK(cond, ...)                                                    \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      snprintf(messages[r], sizeof messages[r], __VA_ARGS__);                \
+      return MPU_ERR_INTERNAL;                                               \
+    }                                                                        \
+  } while (0)
+#define ROK(call)                                                            \
+  do {                                                                       \
+    mpu_result_t e_ = (call);                                                \
+    RCHECK(!e_, "%s: %s", #call, mpu_last_error());                          \
+  } while (0)
+
+static mpu_tensor vec(float *d, int n) {
+  mpu_tensor t;
+  int64_t s[1] = {n};
+  mpu_tensor_init(&t, d, MPU_FLOAT32, 1, s);
+  return t;
+}
+
+static mpu_tensor mat(float *d, int rows, int cols) {
+  mpu_tensor t;
+  int64_t s[2] = {rows, cols};
+  mpu_tensor_init(&t, d, MPU_FLOAT32, 2, s);
+  return t;
+}
+
+static mpu_result_t regions_rank(mpu_state *s, void *arg) {
+  (void)arg;
+  int r, T, tr;
+  mpu_comm_rank(mpu_state_world(s), &r);
+  mpu_state_tp_size(s, &T);
+  mpu_state_tp_rank(s, &tr);
+  mpu_comm *tp;
+  ROK(mpu_state_comm(s, MPU_GROUP_TP, &tp));
+  int g0 = r - tr; /* the group is g0 .. g0 + T - 1 */
+  float group_sum = (float)(T * g0 + T * (T - 1) / 2), sq = 0;
+  for (int k = 0; k < T; k++) sq += (float)((g0 + k) * (g0 + k));
+  float a[64], b[64], c[64];
+  mpu_tensor x, y, z;
+
+  /* _reduce([r]) */
+  a[0] = (float)r, x = vec(a, 1), y = vec(b, 1);
+  ROK(mpu_primitive_run(MPU_PRIM_ALL_REDUCE, tp, &x, &y));
+  RCHECK(b[0] == group_sum, "_reduce: %g, want %g", b[0], group_sum);
+  /* copy_to: identity forward, all-reduce backward */
+  ROK(mpu_region_forward(MPU_COPY_TO_TP, tp, &x, &y));
+  RCHECK(b[0] == (float)r, "copy_to forward");
+  ROK(mpu_region_backward(MPU_COPY_TO_TP, tp, &x, &y, 0));
+  RCHECK(b[0] == group_sum, "copy_to backward: %g, want %g", b[0], group_sum);
+  /* reduce_from(r * x), loss 2z: z = sum of squares, gradient 2 r */
+  a[0] = (float)(r * r);
+  ROK(mpu_region_forward(MPU_REDUCE_FROM_TP, tp, &x, &y));
+  RCHECK(b[0] == sq, "reduce_from forward: %g, want %g", b[0], sq);
+  a[0] = 2;
+  ROK(mpu_region_backward(MPU_REDUCE_FROM_TP, tp, &x, &y, 0));
+  RCHECK(b[0] * (float)r == 2.0f * (float)r, "reduce_from backward");
+  if (T == 2 && r >= 6) RCHECK(2 * sq == 170 && 2 * r == (r == 6 ? 12 : 14), "seed values");
+  /* scatter_to [1..T] -> [tr + 1]; backward of [r] gathers the group */
+  for (int k = 0; k < T; k++) a[k] = (float)(k + 1);
+  x = vec(a, T), y = vec(b, 1);
+  ROK(mpu_region_forward(MPU_SCATTER_TO_TP, tp, &x, &y));
+  RCHECK(b[0] == (float)(tr + 1), "scatter_to forward");
+  c[0] = (float)r, z = vec(c, 1);
+  mpu_tensor gx = vec(a, T);
+  ROK(mpu_region_backward(MPU_SCATTER_TO_TP, tp, &z, &gx, 0));
+  for (int k = 0; k < T; k++) RCHECK(a[k] == (float)(g0 + k), "scatter_to backward [%d]", k);
+  /* gather_from [r] -> the group; backward splits */
+  a[0] = (float)r, x = vec(a, 1), y = vec(b, T);
+  ROK(mpu_region_forward(MPU_GATHER_FROM_TP, tp, &x, &y));
+  for (int k = 0; k < T; k++) RCHECK(b[k] == (float)(g0 + k), "gather_from forward [%d]", k);
+  for (int k = 0; k < T; k++) b[k] = (float)(100 * k + r);
+  ROK(mpu_region_backward(MPU_GATHER_FROM_TP, tp, &y, &x, 0));
+  RCHECK(a[0] == (float)(100 * tr + r), "gather_from backward");
+
+  /* sequence parallel: x (rows, 2), x[i][j] = 100 r + 10 i + j */
+  int rows = T > 4 ? T : 4;
+  float xs[16 * 2], os[64 * 2], gs[16 * 2];
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < 2; j++) xs[i * 2 + j] = (float)(100 * r + 10 * i + j);
+  x = mat(xs, rows, 2);
+  /* scatter: this rank's rows; backward: gather */
+  y = mat(os, rows / T, 2);
+  ROK(mpu_region_forward(MPU_SCATTER_TO_SP, tp, &x, &y));
+  for (int i = 0; i < rows / T; i++)
+    RCHECK(os[i * 2] == (float)(100 * r + 10 * (tr * rows / T + i)), "sp scatter row %d", i);
+  z = mat(gs, rows, 2);
+  ROK(mpu_region_backward(MPU_SCATTER_TO_SP, tp, &y, &z, 0));
+  for (int k = 0; k < T; k++) /* block k is rank g0+k's chunk k */
+    RCHECK(gs[k * (rows / T) * 2] == (float)(100 * (g0 + k) + 10 * (k * rows / T)), "sp scatter back");
+  /* gather: all ranks' rows; backward reduce-scatter (sums) or split (own) */
+  y = mat(os, rows * T, 2);
+  ROK(mpu_region_forward(MPU_GATHER_FROM_SP, tp, &x, &y));
+  for (int k = 0; k < T; k++) RCHECK(os[k * rows * 2] == (float)(100 * (g0 + k)), "sp gather");
+  ROK(mpu_region_backward(MPU_GATHER_FROM_SP, tp, &y, &z, 0)); /* grad = gathered x */
+  for (int i = 0; i < rows; i++) { /* every rank sent the same gathered rows: T times block tr */
+    float want = (float)T * (float)(100 * (g0 + tr) + 10 * i);
+    RCHECK(gs[i * 2] == want, "sp gather backward row %d: %g, want %g", i, gs[i * 2], want);
+  }
+  ROK(mpu_region_backward(MPU_GATHER_FROM_SP, tp, &y, &z, MPU_NO_TP_OUTPUT_GRAD));
+  for (int i = 0; i < rows; i++) RCHECK(gs[i * 2] == (float)(100 * (g0 + tr) + 10 * i), "split back");
+  /* reduce-scatter: the group's sum of this rank's block */
+  y = mat(os, rows / T, 2);
+  ROK(mpu_region_forward(MPU_REDUCE_SCATTER_TO_SP, tp, &x, &y));
+  for (int i = 0; i < rows / T; i++) {
+    float want = 100 * group_sum + (float)T * (float)(10 * (tr * rows / T + i));
+    RCHECK(os[i * 2] == want, "sp reduce-scatter row %d: %g, want %g", i, os[i * 2], want);
+  }
+
+  /* bad shapes are refused, with a message */
+  if (T > 1) {
+    float odd[3] = {0};
+    mpu_tensor three = vec(odd, 3), one = vec(b, 1);
+    RCHECK(mpu_region_forward(MPU_SCATTER_TO_TP, tp, &three, &one) == MPU_ERR_INVALID_ARGUMENT &&
+               strstr(mpu_last_error(), "not divisible"),
+           "a split that does not divide");
+    mpu_tensor wrong = vec(b, 5);
+    RCHECK(mpu_region_forward(MPU_GATHER_FROM_TP, tp, &one, &wrong) == MPU_ERR_INVALID_ARGUMENT &&
+               strstr(mpu_last_error(), "want"),
+           "a wrong output shape");
+  }
+  mpu_tensor null_data = vec(a, 1);
+  null_data.data = NULL;
+  RCHECK(mpu_region_forward(MPU_COPY_TO_TP, tp, &null_data, &y) == MPU_ERR_INVALID_ARGUMENT,
+         "NULL data");
+  RCHECK(mpu_region_forward((mpu_region)42, tp, &x, &y) == MPU_ERR_INVALID_ARGUMENT, "bad region");
+  return mpu_comm_barrier(mpu_state_world(s));
+}
+
+static void test_regions(void **state) {
+  (void)state;
+  for (int T = 1; T <= 8; T *= 2) {
+    mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+    c.flavor = MPU_FLAVOR_DEEPSPEED;
+    c.tp = T;
+    c.pp = T == 2 ? 2 : 1; /* tp 2 runs the seed's layout, tp 2 x pp 2 */
+    memset(messages, 0, sizeof messages);
+    mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+    o.check_calls = 1;
+    o.timeout_s = 60;
+    mpu_result_t r = mpu_with_state(8, &c, 1, regions_rank, NULL, NULL, &o);
+    if (r) {
+      for (int k = 0; k < 8; k++)
+        if (messages[k][0]) print_error("tp %d rank %d: %s\n", T, k, messages[k]);
+      fail_msg("tp %d: %s", T, mpu_last_error());
+    }
+  }
+}
+
+static void test_table(void **state) {
+  (void)state;
+  assert_int_equal(mpu_region_forward_op(MPU_COPY_TO_TP), MPU_PRIM_IDENTITY);
+  assert_int_equal(mpu_region_backward_op(MPU_COPY_TO_TP, 0), MPU_PRIM_ALL_REDUCE);
+  assert_int_equal(mpu_region_backward_op(MPU_GATHER_FROM_SP, 0), MPU_PRIM_REDUCE_SCATTER_FIRST);
+  assert_int_equal(mpu_region_backward_op(MPU_GATHER_FROM_SP, MPU_NO_TP_OUTPUT_GRAD),
+                   MPU_PRIM_SPLIT_FIRST);
+  assert_int_equal(mpu_region_backward_op(MPU_REDUCE_SCATTER_TO_SP, 0), MPU_PRIM_GATHER_FIRST);
+  assert_string_equal(mpu_region_name(MPU_SCATTER_TO_TP), "scatter_to_tp");
+  float d[6];
+  mpu_tensor t = mat(d, 3, 2), out;
+  assert_int_equal(mpu_primitive_shape(MPU_PRIM_GATHER_LAST, 4, &t, &out), MPU_SUCCESS);
+  assert_int_equal(out.shape[1], 8);
+  assert_int_equal(mpu_primitive_shape(MPU_PRIM_SPLIT_FIRST, 2, &t, &out), MPU_ERR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_table), cmocka_unit_test(test_regions)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
