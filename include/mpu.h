@@ -8,6 +8,7 @@
  *   mpu/layout.h   Megatron's rank groups by arithmetic (deepspeed and core flavours)
  *   mpu/state.h    the parallel state: communicators, getters, seeded streams, test helpers
  *   mpu/regions.h  tensor-parallel regions as (forward, backward) pairs
+ *   mpu/layers.h   tensor-parallel layers: linear, embedding, cross entropy, broadcast_data
  *   mpu/bench.h    timing collectives as nccl-tests does
  */
 #ifndef MPU_H
@@ -20,6 +21,7 @@
 #include "mpu/layout.h"
 #include "mpu/state.h"
 #include "mpu/regions.h"
+#include "mpu/layers.h"
 #include "mpu/bench.h"
 
 #define MPU_VERSION_MAJOR 0

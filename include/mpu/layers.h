@@ -1,0 +1,152 @@
+/*
+ * mpu/layers.h - Megatron's tensor-parallel layers (layers.py,
+ * cross_entropy.py, data.py) on the regions, with explicit forward and
+ * backward calls in llm.c's style.
+ *
+ * Activations are float32, row-major, N tokens per row; shapes are given in
+ * the comments as (rows, cols). Each layer owns its parameters and their
+ * gradients; backward *adds* into the gradients (zero them with
+ * mpu_*_zero_grad between steps) and saves nothing but what forward keeps.
+ *
+ * Weights are initialised as Megatron's CPU path does: the whole (master)
+ * weight is drawn from a seeded stream, identical on every rank, then this
+ * rank keeps its slice. So a layer with tp = T holds exactly the slices of
+ * the single-rank layer made with the same seed. Biases start at zero.
+ * Matrix products use BLAS (cblas_sgemm).
+ */
+#ifndef MPU_LAYERS_H
+#define MPU_LAYERS_H
+
+#include <stdint.h>
+
+#include "mpu/comm.h"
+#include "mpu/regions.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- ColumnParallelLinear: Y = X A^T + b, A (out, in) split along out ------------------ */
+
+typedef struct mpu_column_linear {
+  mpu_comm *tp;
+  int tp_size, tp_rank;
+  int in, out, out_local;    /* out_local = out / tp_size */
+  int has_bias, gather_output, sequence_parallel;
+  float *weight, *dweight;   /* (out_local, in): rows [tp_rank * out_local, ...) of A */
+  float *bias, *dbias;       /* (out_local) */
+  float *x_total;            /* saved: the forward's full input (N, in) */
+  int n;                     /* tokens of the last forward (all of them, N) */
+} mpu_column_linear;
+
+/* Draw the master weight (out, in) from N(0, init_std) with a stream seeded
+ * by seed, keep this rank's rows. out must divide by the group size. */
+MPU_API mpu_result_t mpu_column_linear_init(mpu_column_linear *l, mpu_comm *tp, int in, int out,
+                                            int has_bias, int gather_output,
+                                            int sequence_parallel, uint64_t seed, float init_std);
+MPU_API void mpu_column_linear_free(mpu_column_linear *l);
+MPU_API void mpu_column_linear_zero_grad(mpu_column_linear *l);
+
+/* x: (N, in), or (N / tp, in) this rank's rows with sequence parallelism.
+ * y: (N, out) with gather_output, else (N, out_local). n_local = x's rows. */
+MPU_API mpu_result_t mpu_column_linear_forward(mpu_column_linear *l, const float *x, int n_local,
+                                               float *y);
+/* dy shaped as y; dx shaped as x. */
+MPU_API mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, float *dx);
+
+/* ---- RowParallelLinear: Y = X A^T + b, A (out, in) split along in --------------------- */
+
+typedef struct mpu_row_linear {
+  mpu_comm *tp;
+  int tp_size, tp_rank;
+  int in, out, in_local;     /* in_local = in / tp_size */
+  int has_bias, input_is_parallel, sequence_parallel;
+  float *weight, *dweight;   /* (out, in_local): columns [tp_rank * in_local, ...) of A */
+  float *bias, *dbias;       /* (out), not split; its gradient is summed over the group
+                                with sequence parallelism (Megatron's sequence-parallel
+                                gradient all-reduce) */
+  float *x_local;            /* saved: this rank's input part (N, in_local) */
+  int n;
+} mpu_row_linear;
+
+MPU_API mpu_result_t mpu_row_linear_init(mpu_row_linear *l, mpu_comm *tp, int in, int out,
+                                         int has_bias, int input_is_parallel,
+                                         int sequence_parallel, uint64_t seed, float init_std);
+MPU_API void mpu_row_linear_free(mpu_row_linear *l);
+MPU_API void mpu_row_linear_zero_grad(mpu_row_linear *l);
+
+/* x: (N, in_local) if input_is_parallel else (N, in). y: (N / tp, out) with
+ * sequence parallelism (reduce-scatter), else (N, out) (all-reduce). */
+MPU_API mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, float *y);
+MPU_API mpu_result_t mpu_row_linear_backward(mpu_row_linear *l, const float *dy, float *dx);
+
+/* ---- VocabParallelEmbedding: rows of a (vocab, hidden) table split along vocab ------- */
+
+typedef struct mpu_vocab_embedding {
+  mpu_comm *tp;
+  int tp_size, tp_rank;
+  int vocab, hidden, vocab_start, vocab_end; /* this rank holds ids [start, end) */
+  float *weight, *dweight;                   /* (vocab_end - vocab_start, hidden) */
+  const int64_t *ids;                        /* saved by forward (not owned) */
+  int n;
+} mpu_vocab_embedding;
+
+MPU_API mpu_result_t mpu_vocab_embedding_init(mpu_vocab_embedding *e, mpu_comm *tp, int vocab,
+                                              int hidden, uint64_t seed, float init_std);
+MPU_API void mpu_vocab_embedding_free(mpu_vocab_embedding *e);
+MPU_API void mpu_vocab_embedding_zero_grad(mpu_vocab_embedding *e);
+/* out (n, hidden): ids outside this rank's range give zeros, then the group
+ * all-reduces (reduce_from). An id outside 0..vocab-1 is an error. ids must
+ * stay valid until backward. */
+MPU_API mpu_result_t mpu_vocab_embedding_forward(mpu_vocab_embedding *e, const int64_t *ids,
+                                                 int n, float *out);
+MPU_API mpu_result_t mpu_vocab_embedding_backward(mpu_vocab_embedding *e, const float *dout);
+
+/* ---- vocab-parallel cross entropy (Megatron core) ------------------------------------- */
+
+typedef struct mpu_vocab_cross_entropy {
+  mpu_comm *tp;
+  int n, vocab_local, vocab_start;
+  float label_smoothing;
+  float *softmax;       /* (n, vocab_local), saved by forward */
+  int64_t *targets;     /* (n) copy */
+} mpu_vocab_cross_entropy;
+
+/*
+ * loss[i] for logits (n, vocab_local) split along vocab over tp: max, sum of
+ * exponentials and the target's logit all-reduced across the group. With
+ * label_smoothing in (0, 1) the loss is (1 - s) loss - s mean(log_probs) with
+ * s = smoothing * V / (V - 1), where V and the mean are over *this rank's*
+ * partition, exactly as Megatron core computes it.
+ */
+MPU_API mpu_result_t mpu_vocab_cross_entropy_forward(mpu_vocab_cross_entropy *ce, mpu_comm *tp,
+                                                     const float *logits, const int64_t *targets,
+                                                     int n, int vocab_local,
+                                                     float label_smoothing, float *loss);
+/* dlogits (n, vocab_local) for dloss (n). */
+MPU_API mpu_result_t mpu_vocab_cross_entropy_backward(mpu_vocab_cross_entropy *ce,
+                                                      const float *dloss, float *dlogits);
+MPU_API void mpu_vocab_cross_entropy_free(mpu_vocab_cross_entropy *ce);
+
+/* ---- GeLU (tanh approximation, as Megatron's fused bias_gelu) ------------------------- */
+
+MPU_API void mpu_gelu_forward(const float *x, float *y, size_t n);
+MPU_API void mpu_gelu_backward(const float *x, const float *dy, float *dx, size_t n);
+
+/* ---- broadcast_data (data.py) ------------------------------------------------------------ */
+
+/*
+ * Broadcast int64 tensors from the group's rank 0 to the group: first every
+ * tensor's shape, then all data in one buffer, as Megatron's broadcast_data.
+ * On rank 0, tensors[k] are the inputs (kept); on the others each
+ * tensors[k] is filled with a newly allocated tensor (free with
+ * mpu_tensor_free). keys name the tensors in errors.
+ */
+MPU_API mpu_result_t mpu_broadcast_data(mpu_comm *tp, int nkeys, const char *const *keys,
+                                        mpu_tensor *tensors);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

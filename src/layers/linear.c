@@ -1,0 +1,282 @@
+/*
+ * linear.c - ColumnParallelLinear and RowParallelLinear (layers.py), and the
+ * GeLU between them.
+ *
+ *   column: forward  x --(copy_to, or gather along dim 0 with sequence
+ *           parallelism)--> x A_r^T + b_r --(gather along the last dim if
+ *           gather_output)--> y;  backward runs the regions' backward in
+ *           reverse: all-reduce (or reduce-scatter) of dx.
+ *   row:    forward  x --(scatter_to unless input_is_parallel)--> x_r A_r^T
+ *           --(all-reduce, or reduce-scatter with sequence parallelism)--> + b.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "layers/layers_internal.h"
+#include "mpu/layers.h"
+
+mpu_result_t mpu__layer_comm(mpu_comm *tp, int *size, int *rank) {
+  MPU_CHECK(mpu_comm_size(tp, size));
+  return mpu_comm_rank(tp, rank);
+}
+
+/* The master (rows, cols) weight from N(0, std) seeded by seed; this rank
+ * keeps rows [r0, r0 + nr) and columns [c0, c0 + nc). */
+mpu_result_t mpu__master_slice(uint64_t seed, float std, int rows, int cols, int r0, int nr,
+                               int c0, int nc, float *out) {
+  mpu_rng g;
+  mpu_rng_seed(&g, seed);
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++) {
+      float v = mpu_rng_normal(&g, 0.0f, std);
+      if (i >= r0 && i < r0 + nr && j >= c0 && j < c0 + nc) out[(size_t)(i - r0) * nc + (j - c0)] = v;
+    }
+  return MPU_SUCCESS;
+}
+
+/* A (rows, cols) float32 view over p. */
+mpu_tensor mpu__view(float *p, int rows, int cols) {
+  mpu_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = p;
+  t.dtype = MPU_FLOAT32;
+  t.ndim = 2;
+  t.shape[0] = rows;
+  t.shape[1] = cols;
+  return t;
+}
+
+mpu_result_t mpu__run(mpu_primitive prim, mpu_comm *tp, float *in, int in_rows, int in_cols,
+                      float *out, int out_rows, int out_cols) {
+  mpu_tensor a = mpu__view(in, in_rows, in_cols), b = mpu__view(out, out_rows, out_cols);
+  return mpu_primitive_run(prim, tp, &a, &b);
+}
+
+static mpu_result_t need(void *p, const char *what) {
+  return p ? MPU_SUCCESS : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", what);
+}
+
+/* ---- column ---------------------------------------------------------------------------- */
+
+mpu_result_t mpu_column_linear_init(mpu_column_linear *l, mpu_comm *tp, int in, int out,
+                                    int has_bias, int gather_output, int sequence_parallel,
+                                    uint64_t seed, float init_std) {
+  static const char fn[] = "mpu_column_linear_init";
+  if (!l) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
+  memset(l, 0, sizeof *l);
+  MPU_CHECK(mpu__layer_comm(tp, &l->tp_size, &l->tp_rank));
+  if (in < 1 || out < 1 || out % l->tp_size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: in %d, out %d (out must divide by the %d tensor-parallel ranks)", fn,
+                      in, out, l->tp_size);
+  l->tp = tp, l->in = in, l->out = out, l->out_local = out / l->tp_size;
+  l->has_bias = has_bias, l->gather_output = gather_output, l->sequence_parallel = sequence_parallel;
+  size_t w = (size_t)l->out_local * in;
+  l->weight = malloc(w * sizeof(float));
+  l->dweight = calloc(w, sizeof(float));
+  l->bias = calloc((size_t)l->out_local, sizeof(float));
+  l->dbias = calloc((size_t)l->out_local, sizeof(float));
+  if (!l->weight || !l->dweight || !l->bias || !l->dbias) {
+    mpu_column_linear_free(l);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d x %d", fn, out, in);
+  }
+  return mpu__master_slice(seed, init_std, out, in, l->tp_rank * l->out_local, l->out_local, 0,
+                           in, l->weight);
+}
+
+void mpu_column_linear_free(mpu_column_linear *l) {
+  if (!l) return;
+  free(l->weight), free(l->dweight), free(l->bias), free(l->dbias), free(l->x_total);
+  memset(l, 0, sizeof *l);
+}
+
+void mpu_column_linear_zero_grad(mpu_column_linear *l) {
+  memset(l->dweight, 0, (size_t)l->out_local * l->in * sizeof(float));
+  memset(l->dbias, 0, (size_t)l->out_local * sizeof(float));
+}
+
+mpu_result_t mpu_column_linear_forward(mpu_column_linear *l, const float *x, int n_local,
+                                       float *y) {
+  static const char fn[] = "mpu_column_linear_forward";
+  if (!l || !l->weight || !x || !y || n_local < 1)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or %d rows", fn, n_local);
+  int N = l->sequence_parallel ? n_local * l->tp_size : n_local;
+  float *saved = realloc(l->x_total, (size_t)N * l->in * sizeof(float));
+  MPU_CHECK(need(saved, fn));
+  l->x_total = saved;
+  l->n = N;
+  /* the input every rank multiplies: gathered along the sequence, or copied */
+  MPU_CHECK(mpu__run(l->sequence_parallel ? MPU_PRIM_GATHER_FIRST : MPU_PRIM_IDENTITY, l->tp,
+                     (float *)x, n_local, l->in, l->x_total, N, l->in));
+  float *yl = l->gather_output && l->tp_size > 1 ? malloc((size_t)N * l->out_local * sizeof(float)) : y;
+  MPU_CHECK(need(yl, fn));
+  for (int i = 0; i < N; i++) /* y = b, then += x A^T */
+    memcpy(yl + (size_t)i * l->out_local, l->bias, (size_t)l->out_local * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, l->out_local, l->in, 1.0f, l->x_total,
+              l->in, l->weight, l->in, l->has_bias ? 1.0f : 0.0f, yl, l->out_local);
+  mpu_result_t r = MPU_SUCCESS;
+  if (yl != y) {
+    r = mpu__run(MPU_PRIM_GATHER_LAST, l->tp, yl, N, l->out_local, y, N, l->out);
+    free(yl);
+  }
+  return r;
+}
+
+mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, float *dx) {
+  static const char fn[] = "mpu_column_linear_backward";
+  if (!l || !l->x_total || !dy || !dx)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or no forward yet", fn);
+  int N = l->n;
+  const float *dyl = dy;
+  float *split = NULL, *dxp = malloc((size_t)N * l->in * sizeof(float));
+  mpu_result_t r = need(dxp, fn);
+  if (!r && l->gather_output && l->tp_size > 1) { /* gather_output's backward: keep my columns */
+    split = malloc((size_t)N * l->out_local * sizeof(float));
+    r = need(split, fn);
+    if (!r) r = mpu__run(MPU_PRIM_SPLIT_LAST, l->tp, (float *)dy, N, l->out, split, N, l->out_local);
+    dyl = split;
+  }
+  if (!r) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, l->out_local, l->in, N, 1.0f, dyl,
+                l->out_local, l->x_total, l->in, 1.0f, l->dweight, l->in);
+    if (l->has_bias)
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < l->out_local; j++) l->dbias[j] += dyl[(size_t)i * l->out_local + j];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, l->in, l->out_local, 1.0f, dyl,
+                l->out_local, l->weight, l->in, 0.0f, dxp, l->in);
+    /* copy_to's backward (all-reduce), or the sequence gather's (reduce-scatter) */
+    if (l->sequence_parallel)
+      r = mpu__run(MPU_PRIM_REDUCE_SCATTER_FIRST, l->tp, dxp, N, l->in, dx, N / l->tp_size, l->in);
+    else
+      r = mpu__run(MPU_PRIM_ALL_REDUCE, l->tp, dxp, N, l->in, dx, N, l->in);
+  }
+  free(split);
+  free(dxp);
+  return r;
+}
+
+/* ---- row -------------------------------------------------------------------------------- */
+
+mpu_result_t mpu_row_linear_init(mpu_row_linear *l, mpu_comm *tp, int in, int out, int has_bias,
+                                 int input_is_parallel, int sequence_parallel, uint64_t seed,
+                                 float init_std) {
+  static const char fn[] = "mpu_row_linear_init";
+  if (!l) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
+  memset(l, 0, sizeof *l);
+  MPU_CHECK(mpu__layer_comm(tp, &l->tp_size, &l->tp_rank));
+  if (in < 1 || out < 1 || in % l->tp_size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: in %d, out %d (in must divide by the %d tensor-parallel ranks)", fn,
+                      in, out, l->tp_size);
+  if (sequence_parallel && !input_is_parallel)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: sequence parallelism needs input_is_parallel (as Megatron asserts)", fn);
+  l->tp = tp, l->in = in, l->out = out, l->in_local = in / l->tp_size;
+  l->has_bias = has_bias, l->input_is_parallel = input_is_parallel;
+  l->sequence_parallel = sequence_parallel;
+  size_t w = (size_t)out * l->in_local;
+  l->weight = malloc(w * sizeof(float));
+  l->dweight = calloc(w, sizeof(float));
+  l->bias = calloc((size_t)out, sizeof(float));
+  l->dbias = calloc((size_t)out, sizeof(float));
+  if (!l->weight || !l->dweight || !l->bias || !l->dbias) {
+    mpu_row_linear_free(l);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d x %d", fn, out, in);
+  }
+  return mpu__master_slice(seed, init_std, out, in, 0, out, l->tp_rank * l->in_local, l->in_local,
+                           l->weight);
+}
+
+void mpu_row_linear_free(mpu_row_linear *l) {
+  if (!l) return;
+  free(l->weight), free(l->dweight), free(l->bias), free(l->dbias), free(l->x_local);
+  memset(l, 0, sizeof *l);
+}
+
+void mpu_row_linear_zero_grad(mpu_row_linear *l) {
+  memset(l->dweight, 0, (size_t)l->out * l->in_local * sizeof(float));
+  memset(l->dbias, 0, (size_t)l->out * sizeof(float));
+}
+
+mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, float *y) {
+  static const char fn[] = "mpu_row_linear_forward";
+  if (!l || !l->weight || !x || !y || n < 1)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or %d rows", fn, n);
+  if (l->sequence_parallel && n % l->tp_size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: %d rows do not divide by the %d ranks of the sequence split", fn, n,
+                      l->tp_size);
+  float *saved = realloc(l->x_local, (size_t)n * l->in_local * sizeof(float));
+  MPU_CHECK(need(saved, fn));
+  l->x_local = saved;
+  l->n = n;
+  MPU_CHECK(mpu__run(l->input_is_parallel ? MPU_PRIM_IDENTITY : MPU_PRIM_SPLIT_LAST, l->tp,
+                     (float *)x, n, l->input_is_parallel ? l->in_local : l->in, l->x_local, n,
+                     l->in_local));
+  float *yp = malloc((size_t)n * l->out * sizeof(float));
+  MPU_CHECK(need(yp, fn));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, l->out, l->in_local, 1.0f, l->x_local,
+              l->in_local, l->weight, l->in_local, 0.0f, yp, l->out);
+  int rows = l->sequence_parallel ? n / l->tp_size : n;
+  mpu_result_t r = mpu__run(l->sequence_parallel ? MPU_PRIM_REDUCE_SCATTER_FIRST : MPU_PRIM_ALL_REDUCE,
+                            l->tp, yp, n, l->out, y, rows, l->out);
+  free(yp);
+  if (!r && l->has_bias) /* the bias is added once, after the reduction */
+    for (int i = 0; i < rows; i++)
+      for (int j = 0; j < l->out; j++) y[(size_t)i * l->out + j] += l->bias[j];
+  return r;
+}
+
+mpu_result_t mpu_row_linear_backward(mpu_row_linear *l, const float *dy, float *dx) {
+  static const char fn[] = "mpu_row_linear_backward";
+  if (!l || !l->x_local || !dy || !dx)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or no forward yet", fn);
+  int n = l->n, rows = l->sequence_parallel ? n / l->tp_size : n;
+  float *dyf = malloc((size_t)n * l->out * sizeof(float));
+  float *dxl = malloc((size_t)n * l->in_local * sizeof(float));
+  float *db = calloc((size_t)l->out, sizeof(float));
+  mpu_result_t r = (!dyf || !dxl || !db) ? mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn) : MPU_SUCCESS;
+  /* the reduction's backward: identity, or a gather along the sequence */
+  if (!r)
+    r = mpu__run(l->sequence_parallel ? MPU_PRIM_GATHER_FIRST : MPU_PRIM_IDENTITY, l->tp,
+                 (float *)dy, rows, l->out, dyf, n, l->out);
+  if (!r && l->has_bias) {
+    for (int i = 0; i < rows; i++)
+      for (int j = 0; j < l->out; j++) db[j] += dy[(size_t)i * l->out + j];
+    if (l->sequence_parallel) /* each rank saw its rows only */
+      r = mpu_comm_all_reduce(l->tp, db, db, (size_t)l->out, MPU_FLOAT32, MPU_SUM);
+    for (int j = 0; !r && j < l->out; j++) l->dbias[j] += db[j];
+  }
+  if (!r) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, l->out, l->in_local, n, 1.0f, dyf,
+                l->out, l->x_local, l->in_local, 1.0f, l->dweight, l->in_local);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, l->in_local, l->out, 1.0f, dyf,
+                l->out, l->weight, l->in_local, 0.0f, dxl, l->in_local);
+    r = mpu__run(l->input_is_parallel ? MPU_PRIM_IDENTITY : MPU_PRIM_GATHER_LAST, l->tp, dxl, n,
+                 l->in_local, dx, n, l->input_is_parallel ? l->in_local : l->in);
+  }
+  free(dyf);
+  free(dxl);
+  free(db);
+  return r;
+}
+
+/* ---- GeLU ---------------------------------------------------------------------------------- */
+
+void mpu_gelu_forward(const float *x, float *y, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(0.79788456f * v * (1.0f + 0.044715f * v * v)));
+  }
+}
+
+void mpu_gelu_backward(const float *x, const float *dy, float *dx, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i], t = tanhf(0.79788456f * v * (1.0f + 0.044715f * v * v));
+    float ff = 0.5f * v * ((1.0f - t * t) * (0.79788456f + 0.1070322243f * v * v)) + 0.5f * (1.0f + t);
+    dx[i] = ff * dy[i];
+  }
+}

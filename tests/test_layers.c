@@ -1,0 +1,322 @@
+/*
+ * test_layers.c - the parallel layers: each single-rank layer against finite
+ * differences, and each layer with tp = 2 and 4 (with and without sequence
+ * parallelism) against the single-rank layer of the same seed, outputs and
+ * gradients to 1e-5; broadcast_data; bad shapes and ids.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+#define N 8      /* tokens */
+#define IN 8
+#define OUT 12
+#define VOCAB 16
+
+static char messages[8][512];
+
+#define RCHECK(cond, ...)                                                   \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      snprintf(messages[rank], sizeof messages[rank], __VA_ARGS__);         \
+      return MPU_ERR_INTERNAL;                                              \
+    }                                                                       \
+  } while (0)
+#define ROK(call)                                                           \
+  do {                                                                      \
+    mpu_result_t e_ = (call);                                               \
+    RCHECK(!e_, "%s: %s", #call, mpu_last_error());                        \
+  } while (0)
+
+static int close_to(float a, float b) { return fabsf(a - b) <= 1e-5f * (1.0f + fabsf(b)); }
+
+static void fill(float *x, int n, int salt) {
+  for (int i = 0; i < n; i++) x[i] = sinf(0.37f * (float)i + (float)salt) * 0.8f;
+}
+
+/* ---- single rank vs finite differences ------------------------------------------------- */
+
+static mpu_comm *alone(void) {
+  mpu_comm *c = NULL;
+  mpu_comm_fake_create(0, 1, &c);
+  return c;
+}
+
+/* loss = sum(w * y) for a fixed w; d loss / d x by the layer vs central differences */
+static void test_column_row_finite_differences(void **state) {
+  (void)state;
+  mpu_comm *c = alone();
+  mpu_column_linear col;
+  mpu_row_linear row;
+  assert_int_equal(mpu_column_linear_init(&col, c, IN, OUT, 1, 0, 0, 7, 0.3f), MPU_SUCCESS);
+  assert_int_equal(mpu_row_linear_init(&row, c, OUT, IN, 1, 0, 0, 8, 0.3f), MPU_SUCCESS);
+  for (int j = 0; j < OUT; j++) col.bias[j] = 0.01f * (float)j;
+  float x[N * IN], h[N * OUT], g[N * OUT], y[N * IN], w[N * IN], dy[N * IN], dg[N * OUT],
+      dh[N * OUT], dx[N * IN];
+  fill(x, N * IN, 1);
+  fill(w, N * IN, 2);
+  /* y = row(gelu(col(x))), loss = sum(w * y) */
+  #define LOSS(out)                                                          \
+    do {                                                                     \
+      assert_int_equal(mpu_column_linear_forward(&col, x, N, h), 0);         \
+      mpu_gelu_forward(h, g, N * OUT);                                       \
+      assert_int_equal(mpu_row_linear_forward(&row, g, N, y), 0);            \
+      double s_ = 0;                                                         \
+      for (int i_ = 0; i_ < N * IN; i_++) s_ += (double)w[i_] * y[i_];       \
+      out = s_;                                                              \
+    } while (0)
+  double base;
+  LOSS(base);
+  assert_true(isfinite(base));
+  memcpy(dy, w, sizeof dy);
+  assert_int_equal(mpu_row_linear_backward(&row, dy, dg), 0);
+  mpu_gelu_backward(h, dg, dh, N * OUT);
+  assert_int_equal(mpu_column_linear_backward(&col, dh, dx), 0);
+  const float eps = 1e-2f;
+  for (int i = 0; i < N * IN; i += 5) { /* input gradient */
+    float keep = x[i];
+    double up, down;
+    x[i] = keep + eps;
+    LOSS(up);
+    x[i] = keep - eps;
+    LOSS(down);
+    x[i] = keep;
+    double fd = (up - down) / (2 * eps);
+    if (fabs(fd - dx[i]) > 2e-3 * (1 + fabs(fd))) fail_msg("dx[%d]: %g, finite difference %g", i, dx[i], fd);
+  }
+  for (int i = 0; i < OUT * IN; i += 7) { /* a weight gradient */
+    float keep = col.weight[i];
+    double up, down;
+    col.weight[i] = keep + eps;
+    LOSS(up);
+    col.weight[i] = keep - eps;
+    LOSS(down);
+    col.weight[i] = keep;
+    double fd = (up - down) / (2 * eps);
+    if (fabs(fd - col.dweight[i]) > 2e-3 * (1 + fabs(fd)))
+      fail_msg("dA[%d]: %g, finite difference %g", i, col.dweight[i], fd);
+  }
+  for (int j = 0; j < IN; j++) { /* the row bias gradient: sum of w over rows */
+    float want = 0;
+    for (int i = 0; i < N; i++) want += w[i * IN + j];
+    assert_true(close_to(row.dbias[j], want));
+  }
+  mpu_column_linear_free(&col);
+  mpu_row_linear_free(&row);
+  mpu_comm_destroy(c);
+}
+
+static void test_cross_entropy_finite_differences(void **state) {
+  (void)state;
+  mpu_comm *c = alone();
+  float logits[N * VOCAB], loss[N], dl[N], g[N * VOCAB];
+  int64_t t[N];
+  fill(logits, N * VOCAB, 3);
+  for (int i = 0; i < N; i++) t[i] = (i * 5) % VOCAB, dl[i] = 1;
+  for (int ls = 0; ls < 2; ls++) {
+    float smoothing = ls ? 0.1f : 0.0f;
+    mpu_vocab_cross_entropy ce = {0};
+    assert_int_equal(mpu_vocab_cross_entropy_forward(&ce, c, logits, t, N, VOCAB, smoothing, loss), 0);
+    /* plain cross entropy by hand for row 0 */
+    if (!ls) {
+      double m = -1e30, s = 0;
+      for (int j = 0; j < VOCAB; j++) m = fmax(m, logits[j]);
+      for (int j = 0; j < VOCAB; j++) s += exp(logits[j] - m);
+      assert_true(fabs(loss[0] - (log(s) + m - logits[t[0]])) < 1e-5);
+    }
+    assert_int_equal(mpu_vocab_cross_entropy_backward(&ce, dl, g), 0);
+    const float eps = 1e-2f;
+    for (int i = 0; i < N * VOCAB; i += 3) {
+      float keep = logits[i], up[N], down[N];
+      mpu_vocab_cross_entropy tmp = {0};
+      logits[i] = keep + eps;
+      mpu_vocab_cross_entropy_forward(&tmp, c, logits, t, N, VOCAB, smoothing, up);
+      logits[i] = keep - eps;
+      mpu_vocab_cross_entropy_forward(&tmp, c, logits, t, N, VOCAB, smoothing, down);
+      logits[i] = keep;
+      mpu_vocab_cross_entropy_free(&tmp);
+      double fd = (up[i / VOCAB] - down[i / VOCAB]) / (2 * eps);
+      if (fabs(fd - g[i]) > 2e-3) fail_msg("smoothing %g: dlogits[%d] %g vs %g", smoothing, i, g[i], fd);
+    }
+    mpu_vocab_cross_entropy_free(&ce);
+  }
+  mpu_comm_destroy(c);
+}
+
+/* ---- tp = 2, 4 against tp = 1 ---------------------------------------------------------- */
+
+static mpu_result_t parallel_vs_single(mpu_comm *tp, void *arg) {
+  (void)arg;
+  int rank, T;
+  mpu_comm_rank(tp, &rank);
+  mpu_comm_size(tp, &T);
+  mpu_comm *one;
+  int self = rank;
+  ROK(mpu_comm_create_group(tp, &self, 1, &one));
+  float x[N * IN], w[N * IN], ref_h[N * OUT], ref_y[N * IN], ref_dx[N * IN], ref_dh[N * OUT];
+  float h[N * OUT], y[N * IN], dx[N * IN], dh[N * OUT], dy[N * IN];
+  fill(x, N * IN, 4);
+  fill(w, N * IN, 5);
+  for (int sp = 0; sp < 2; sp++) {
+    /* the single-rank reference: col (gather) -> row (input not parallel) */
+    mpu_column_linear c1, cT;
+    mpu_row_linear r1, rT;
+    ROK(mpu_column_linear_init(&c1, one, IN, OUT, 1, 1, 0, 11, 0.2f));
+    ROK(mpu_row_linear_init(&r1, one, OUT, IN, 1, 0, 0, 12, 0.2f));
+    for (int j = 0; j < OUT; j++) c1.bias[j] = 0.1f * (float)j;
+    for (int j = 0; j < IN; j++) r1.bias[j] = -0.05f * (float)j;
+    ROK(mpu_column_linear_forward(&c1, x, N, ref_h));
+    ROK(mpu_row_linear_forward(&r1, ref_h, N, ref_y));
+    ROK(mpu_row_linear_backward(&r1, w, ref_dh));
+    ROK(mpu_column_linear_backward(&c1, ref_dh, ref_dx));
+    /* tensor parallel: col (no gather) -> row (input parallel); sequence parallel
+     * splits the tokens at the column's input and the row's output */
+    ROK(mpu_column_linear_init(&cT, tp, IN, OUT, 1, 0, sp, 11, 0.2f));
+    ROK(mpu_row_linear_init(&rT, tp, OUT, IN, 1, 1, sp, 12, 0.2f));
+    int ol = OUT / T, rows = sp ? N / T : N, r0 = sp ? rank * rows : 0;
+    for (int j = 0; j < ol; j++) cT.bias[j] = 0.1f * (float)(rank * ol + j);
+    for (int j = 0; j < IN; j++) rT.bias[j] = -0.05f * (float)j;
+    for (int k = 0; k < ol * IN; k++) /* weights are exact slices of the master */
+      RCHECK(cT.weight[k] == c1.weight[rank * ol * IN + k], "column weight slice [%d]", k);
+    ROK(mpu_column_linear_forward(&cT, x + r0 * IN, rows, h));
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < ol; j++)
+        RCHECK(close_to(h[i * ol + j], ref_h[i * OUT + rank * ol + j]), "sp %d: column output", sp);
+    ROK(mpu_row_linear_forward(&rT, h, N, y));
+    for (int i = 0; i < rows * IN; i++)
+      RCHECK(close_to(y[i], ref_y[r0 * IN + i]), "sp %d: row output [%d] %g vs %g", sp, i, y[i],
+             ref_y[r0 * IN + i]);
+    memcpy(dy, w + r0 * IN, (size_t)rows * IN * sizeof(float));
+    ROK(mpu_row_linear_backward(&rT, dy, dh));
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < ol; j++)
+        RCHECK(close_to(dh[i * ol + j], ref_dh[i * OUT + rank * ol + j]), "sp %d: dh", sp);
+    ROK(mpu_column_linear_backward(&cT, dh, dx));
+    for (int i = 0; i < rows * IN; i++)
+      RCHECK(close_to(dx[i], ref_dx[r0 * IN + i]), "sp %d: dx [%d] %g vs %g", sp, i, dx[i],
+             ref_dx[r0 * IN + i]);
+    for (int k = 0; k < ol * IN; k++)
+      RCHECK(close_to(cT.dweight[k], c1.dweight[rank * ol * IN + k]), "sp %d: column dA", sp);
+    for (int j = 0; j < ol; j++)
+      RCHECK(close_to(cT.dbias[j], c1.dbias[rank * ol + j]), "sp %d: column db", sp);
+    for (int o = 0; o < IN; o++) {
+      for (int k = 0; k < ol; k++)
+        RCHECK(close_to(rT.dweight[o * ol + k], r1.dweight[o * OUT + rank * ol + k]), "row dA");
+      RCHECK(close_to(rT.dbias[o], r1.dbias[o]), "sp %d: row db %g vs %g", sp, rT.dbias[o], r1.dbias[o]);
+    }
+    mpu_column_linear_free(&c1), mpu_column_linear_free(&cT);
+    mpu_row_linear_free(&r1), mpu_row_linear_free(&rT);
+  }
+
+  /* embedding: masked rows, all-reduced; gradients land on the owner */
+  mpu_vocab_embedding e1, eT;
+  ROK(mpu_vocab_embedding_init(&e1, one, VOCAB, IN, 21, 1.0f));
+  ROK(mpu_vocab_embedding_init(&eT, tp, VOCAB, IN, 21, 1.0f));
+  int64_t ids[N];
+  for (int i = 0; i < N; i++) ids[i] = (i * 7 + 3) % VOCAB;
+  float o1[N * IN], oT[N * IN];
+  ROK(mpu_vocab_embedding_forward(&e1, ids, N, o1));
+  ROK(mpu_vocab_embedding_forward(&eT, ids, N, oT));
+  for (int i = 0; i < N * IN; i++) RCHECK(oT[i] == o1[i], "embedding output");
+  ROK(mpu_vocab_embedding_backward(&e1, w));
+  ROK(mpu_vocab_embedding_backward(&eT, w));
+  int per = VOCAB / T;
+  for (int k = 0; k < per * IN; k++)
+    RCHECK(close_to(eT.dweight[k], e1.dweight[rank * per * IN + k]), "embedding grad");
+  int64_t badid = VOCAB;
+  RCHECK(mpu_vocab_embedding_forward(&eT, &badid, 1, oT) == MPU_ERR_INVALID_ARGUMENT,
+         "an id outside the vocabulary");
+  mpu_vocab_embedding_free(&e1), mpu_vocab_embedding_free(&eT);
+
+  /* cross entropy over a split vocabulary */
+  float logits[N * VOCAB], l1[N], lT[N], g1[N * VOCAB], gT[N * VOCAB], dl[N];
+  int64_t t[N];
+  fill(logits, N * VOCAB, 6);
+  for (int i = 0; i < N; i++) t[i] = (i * 3 + 1) % VOCAB, dl[i] = 0.5f;
+  mpu_vocab_cross_entropy ce1 = {0}, ceT = {0};
+  ROK(mpu_vocab_cross_entropy_forward(&ce1, one, logits, t, N, VOCAB, 0, l1));
+  float mine[N * VOCAB];
+  for (int i = 0; i < N; i++)
+    memcpy(mine + i * per, logits + i * VOCAB + rank * per, (size_t)per * sizeof(float));
+  ROK(mpu_vocab_cross_entropy_forward(&ceT, tp, mine, t, N, per, 0, lT));
+  for (int i = 0; i < N; i++) RCHECK(close_to(lT[i], l1[i]), "cross entropy loss [%d]", i);
+  ROK(mpu_vocab_cross_entropy_backward(&ce1, dl, g1));
+  ROK(mpu_vocab_cross_entropy_backward(&ceT, dl, gT));
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < per; j++)
+      RCHECK(close_to(gT[i * per + j], g1[i * VOCAB + rank * per + j]), "cross entropy grad");
+  mpu_vocab_cross_entropy_free(&ce1), mpu_vocab_cross_entropy_free(&ceT);
+
+  /* broadcast_data from the group's rank 0 */
+  int64_t tokens[6] = {1, 2, 3, 4, 5, 6}, labels[2] = {7, 8};
+  mpu_tensor data[2];
+  const char *keys[2] = {"tokens", "labels"};
+  if (rank == 0) {
+    int64_t s1[2] = {2, 3}, s2[1] = {2};
+    mpu_tensor_init(&data[0], tokens, MPU_INT64, 2, s1);
+    mpu_tensor_init(&data[1], labels, MPU_INT64, 1, s2);
+  }
+  ROK(mpu_broadcast_data(tp, 2, keys, data));
+  RCHECK(data[0].ndim == 2 && data[0].shape[1] == 3 && ((int64_t *)data[0].data)[5] == 6,
+         "broadcast tokens");
+  RCHECK(data[1].shape[0] == 2 && ((int64_t *)data[1].data)[1] == 8, "broadcast labels");
+  if (rank != 0) mpu_tensor_free(&data[0]), mpu_tensor_free(&data[1]);
+  mpu_comm_destroy(one);
+  return MPU_SUCCESS;
+}
+
+static void test_parallel_matches_single(void **state) {
+  (void)state;
+  for (int T = 1; T <= 4; T *= 2) {
+    memset(messages, 0, sizeof messages);
+    mpu_result_t r = mpu_launch(T, parallel_vs_single, NULL, NULL, NULL);
+    if (r) {
+      for (int k = 0; k < T; k++)
+        if (messages[k][0]) print_error("tp %d rank %d: %s\n", T, k, messages[k]);
+      fail_msg("tp %d: %s", T, mpu_last_error());
+    }
+  }
+}
+
+static void test_bad_input(void **state) {
+  (void)state;
+  mpu_comm *c = NULL;
+  assert_int_equal(mpu_comm_fake_create(0, 4, &c), MPU_SUCCESS);
+  mpu_column_linear col;
+  assert_int_equal(mpu_column_linear_init(&col, c, 8, 6, 1, 0, 0, 1, 0.1f), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "out must divide"));
+  mpu_row_linear row;
+  assert_int_equal(mpu_row_linear_init(&row, c, 6, 8, 1, 1, 0, 1, 0.1f), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_row_linear_init(&row, c, 8, 8, 1, 0, 1, 1, 0.1f), MPU_ERR_INVALID_ARGUMENT);
+  mpu_vocab_embedding e;
+  assert_int_equal(mpu_vocab_embedding_init(&e, c, 10, 4, 1, 1.0f), MPU_ERR_INVALID_ARGUMENT);
+  float x[4] = {0}, y[4];
+  assert_int_equal(mpu_column_linear_forward(NULL, x, 1, y), MPU_ERR_INVALID_ARGUMENT);
+  mpu_vocab_cross_entropy ce = {0};
+  int64_t t[1] = {99};
+  float loss[1];
+  assert_int_equal(mpu_vocab_cross_entropy_forward(&ce, c, x, t, 1, 4, 0, loss),
+                   MPU_ERR_INVALID_ARGUMENT);
+  t[0] = 1;
+  assert_int_equal(mpu_vocab_cross_entropy_forward(&ce, c, x, t, 1, 4, 1.5f, loss),
+                   MPU_ERR_INVALID_ARGUMENT);
+  mpu_comm_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_column_row_finite_differences),
+      cmocka_unit_test(test_cross_entropy_finite_differences),
+      cmocka_unit_test(test_parallel_matches_single),
+      cmocka_unit_test(test_bad_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
