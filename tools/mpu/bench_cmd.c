@@ -71,7 +71,10 @@ static void help(void) {
       "      --memcpy-bytes SIZE buffer size of the memcpy reference (default 64M)\n"
       "      --csv FILE          also write the rows as CSV\n"
       "      --format text|json  output format (default text)\n"
-      "  -h, --help              this text\n");
+      "  -h, --help              this text\n"
+      "\n"
+      "mpu bench --block [--hidden LIST] [--tokens N] times a tensor-parallel MLP block instead\n"
+      "(see 'mpu bench --block --help').\n");
 }
 
 static void parse(int argc, char **argv, bench_opts *o) {
@@ -264,7 +267,11 @@ static int write_csv(const bench_run *run, double memcpy_gbps) {
   return fclose(f);
 }
 
+int cmd_bench_block(int argc, char **argv);
+
 int cmd_bench(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--block")) return cmd_bench_block(argc, argv);
   bench_opts o;
   parse(argc, argv, &o);
   double memcpy_gbps;

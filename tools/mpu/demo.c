@@ -9,6 +9,7 @@
 
 int cmd_demo_hsdp(int argc, char **argv);
 int cmd_demo_mappings(int argc, char **argv);
+int cmd_demo_train(int argc, char **argv);
 
 static const struct {
   const char *name;
@@ -17,6 +18,7 @@ static const struct {
 } demos[] = {
     {"hsdp", cmd_demo_hsdp, "hybrid sharded data parallel on a 2-d device mesh (the DeviceMesh tutorial)"},
     {"mappings", cmd_demo_mappings, "seed 001's walkthrough of the tensor-parallel mappings"},
+    {"train", cmd_demo_train, "train with tp x pp x dp on thread ranks, checked against one rank"},
 };
 
 static void usage(void) {
@@ -27,7 +29,7 @@ static void usage(void) {
 }
 
 int cmd_demo(int argc, char **argv) {
-  if (argc < 2) cli_usage_error("demo", "which demo? (hsdp, mappings)");
+  if (argc < 2) cli_usage_error("demo", "which demo? (hsdp, mappings, train)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage();
     return 0;
