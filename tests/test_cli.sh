@@ -156,5 +156,15 @@ assert d["6"]["sp_gather_no_tp_output_grad"]["input_grad"][0] == [7, 8, 9]
 ' "$mpu" && ok || bad "mappings json"
 fi
 
+# mpu demo train: the main job, and its self-check
+expect_usage_error demo train --tp 3
+expect_usage_error demo train --layers 3 --pp 2
+"$mpu" demo train --steps 8 >"$tmp/train" && ok || bad "demo train exited non-zero"
+grep -q "PASS" "$tmp/train" && ok || bad "demo train did not pass its check"
+"$mpu" demo train --tp 4 --pp 1 --dp 2 --steps 5 --format json | grep -q '"pass": true' && ok || bad "demo train tp 4"
+"$mpu" demo train --tp 1 --pp 4 --dp 1 --layers 4 --steps 5 | grep -q PASS && ok || bad "demo train pp 4"
+# mpu bench --block, tiny
+"$mpu" bench --block --hidden 64 --tokens 64 --iters 1 --format json | grep -q '"tp": 2' && ok || bad "bench --block"
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
