@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -71,6 +72,34 @@ const char *cli_format_size(size_t bytes, char *buf, size_t len) {
   while (u < 4 && v >= 1024 && v % 1024 == 0) v /= 1024, u++;
   snprintf(buf, len, "%zu %s", v, units[u]);
   return buf;
+}
+
+int cli_loss_check(cli_format format, const char *what, const char *loss_key, const double *loss,
+                   const double *ref, long steps, double tol) {
+  double worst = 0;
+  int finite = 1;
+  for (long s = 0; s < steps; s++) {
+    finite &= isfinite(loss[s]) && isfinite(ref[s]);
+    worst = fmax(worst, fabs(loss[s] - ref[s]) / fmax(fabs(ref[s]), 1e-30));
+  }
+  int pass = finite && worst <= tol; /* a diverged (NaN) run fails too */
+  if (format == CLI_JSON) {
+    printf("\"steps\": [");
+    for (long s = 0; s < steps; s++)
+      printf("%s\n  {\"step\": %ld, \"%s\": %.9g, \"single_rank_loss\": %.9g}", s ? "," : "",
+             s + 1, loss_key, loss[s], ref[s]);
+    printf("\n ],\n \"max_relative_difference\": %.3g, \"tolerance\": %g, \"pass\": %s}\n", worst,
+           tol, pass ? "true" : "false");
+    return pass;
+  }
+  printf("%5s  %14s  %16s  %9s\n", "step", "loss", "single-rank loss", "rel. diff");
+  for (long s = 0; s < steps; s++)
+    printf("%5ld  %14.9f  %16.9f  %9.2e\n", s + 1, loss[s], ref[s],
+           fabs(loss[s] - ref[s]) / fmax(fabs(ref[s]), 1e-30));
+  printf("check: %s agree with one rank to %g relative at every step (largest difference %.2e): "
+         "%s\n",
+         what, tol, worst, pass ? "PASS" : "FAIL");
+  return pass;
 }
 
 static double started = -1, last_shown;

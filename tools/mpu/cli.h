@@ -29,6 +29,17 @@ int cli_parse_format(const char *s, cli_format *out);
 /* "16 MiB", "8 B": a short human size for tables and progress lines. */
 const char *cli_format_size(size_t bytes, char *buf, size_t len);
 
+/*
+ * The demos' self-check: compare each step's loss with a reference run and
+ * print the result. Text: a table and a "check: ... PASS|FAIL" line that
+ * starts with `what`. JSON: `"steps": [...], "max_relative_difference": ...,
+ * "tolerance": ..., "pass": ...}` closing an object the caller opened (each
+ * step holds `loss_key` and "single_rank_loss"). Returns 1 if every step is
+ * finite and within tol (relative), else 0.
+ */
+int cli_loss_check(cli_format format, const char *what, const char *loss_key, const double *loss,
+                   const double *ref, long steps, double tol);
+
 /* Progress on stderr for long runs: nothing for the first 2 seconds, then
  * one line at most every 2 seconds (rewritten in place on a terminal). */
 void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -314,32 +314,13 @@ int cmd_demo_train(int argc, char **argv) {
     free(loss), free(ref);
     return 1;
   }
-  double worst = 0;
-  int finite = 1;
-  for (int s = 0; s < o.steps; s++) {
-    finite &= isfinite(loss[s]) && isfinite(ref[s]);
-    worst = fmax(worst, fabs(loss[s] - ref[s]) / fmax(fabs(ref[s]), 1e-30));
-  }
-  int pass = finite && worst <= 1e-4; /* a diverged (NaN) run fails too */
-  if (o.format == CLI_JSON) {
-    printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"ranks\": %ld, \"steps\": [", o.tp, o.pp, o.dp, world);
-    for (int s = 0; s < o.steps; s++)
-      printf("%s\n  {\"step\": %d, \"loss\": %.9g, \"single_rank_loss\": %.9g}", s ? "," : "", s + 1,
-             loss[s], ref[s]);
-    printf("\n ],\n \"max_relative_difference\": %.3g, \"tolerance\": 1e-04, \"pass\": %s}\n", worst,
-           pass ? "true" : "false");
-  } else {
+  if (o.format == CLI_JSON)
+    printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"ranks\": %ld,\n ", o.tp, o.pp, o.dp, world);
+  else
     printf("# %ld thread ranks: tp %ld x pp %ld x dp %ld; %ld blocks, hidden %ld, vocab %ld; "
            "%ld micro-batches of %ld tokens per replica; SGD lr %g\n",
            world, o.tp, o.pp, o.dp, o.layers, o.hidden, o.vocab, o.micro, o.tokens, o.lr);
-    printf("%5s  %14s  %16s  %9s\n", "step", "loss", "single-rank loss", "rel. diff");
-    for (int s = 0; s < o.steps; s++)
-      printf("%5d  %14.9f  %16.9f  %9.2e\n", s + 1, loss[s], ref[s],
-             fabs(loss[s] - ref[s]) / fmax(fabs(ref[s]), 1e-30));
-    printf("check: losses agree with one rank to 1e-4 relative at every step (largest difference "
-           "%.2e): %s\n",
-           worst, pass ? "PASS" : "FAIL");
-  }
+  int pass = cli_loss_check(o.format, "losses", "loss", loss, ref, o.steps, 1e-4);
   free(loss), free(ref);
   return pass ? 0 : 1;
 }
