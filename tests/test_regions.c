@@ -127,6 +127,15 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
     RCHECK(os[i * 2] == want, "sp reduce-scatter row %d: %g, want %g", i, os[i * 2], want);
   }
 
+  /* all-to-all: block k of rank j's rows arrives at rank k as block j; twice is the identity */
+  float a2a[16 * 2], back[16 * 2];
+  mpu_tensor ta = mat(a2a, rows, 2), tb = mat(back, rows, 2);
+  ROK(mpu_region_forward(MPU_ALL_TO_ALL, tp, &x, &ta));
+  for (int k = 0; k < T; k++)
+    RCHECK(a2a[k * (rows / T) * 2] == (float)(100 * (g0 + k) + 10 * (tr * rows / T)), "all_to_all");
+  ROK(mpu_region_backward(MPU_ALL_TO_ALL, tp, &ta, &tb, 0));
+  RCHECK(!memcmp(back, xs, (size_t)rows * 2 * sizeof(float)), "all_to_all twice");
+
   /* bad shapes are refused, with a message */
   if (T > 1) {
     float odd[3] = {0};

@@ -15,6 +15,7 @@
  *                                                             (split if tensor_parallel_output_grad
  *                                                              is false)
  *   reduce_scatter_to_sp           reduce-scatter, first dim  gather, first dim
+ *   all_to_all                     all-to-all, first dim      all-to-all, first dim
  *
  * The communicator is the tensor-parallel group's (mpu_state_comm(s,
  * MPU_GROUP_TP, ...)). With a group of one every region is the identity,
@@ -42,6 +43,8 @@ typedef enum mpu_primitive {
   MPU_PRIM_SPLIT_FIRST,          /* _split_along_first_dim */
   MPU_PRIM_GATHER_FIRST,         /* _gather_along_first_dim */
   MPU_PRIM_REDUCE_SCATTER_FIRST, /* _reduce_scatter_along_first_dim */
+  MPU_PRIM_ALL_TO_ALL_FIRST,     /* all_to_all: block j of dim 0 goes to rank j; the blocks
+                                    received are stacked along dim 0 (same shape) */
   MPU_PRIM_COUNT
 } mpu_primitive;
 
@@ -64,6 +67,7 @@ typedef enum mpu_region {
   MPU_SCATTER_TO_SP,
   MPU_GATHER_FROM_SP,
   MPU_REDUCE_SCATTER_TO_SP,
+  MPU_ALL_TO_ALL,           /* DeepSpeed-Ulysses / expert dispatch: all-to-all both ways */
   MPU_REGION_COUNT
 } mpu_region;
 

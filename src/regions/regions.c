@@ -25,11 +25,12 @@ static const struct {
     [MPU_GATHER_FROM_SP] = {"gather_from_sp", MPU_PRIM_GATHER_FIRST, MPU_PRIM_REDUCE_SCATTER_FIRST},
     [MPU_REDUCE_SCATTER_TO_SP] = {"reduce_scatter_to_sp", MPU_PRIM_REDUCE_SCATTER_FIRST,
                                   MPU_PRIM_GATHER_FIRST},
+    [MPU_ALL_TO_ALL] = {"all_to_all", MPU_PRIM_ALL_TO_ALL_FIRST, MPU_PRIM_ALL_TO_ALL_FIRST},
 };
 
 static const char *const prim_names[MPU_PRIM_COUNT] = {
     "identity", "all_reduce", "split (last dim)", "gather (last dim)", "split (first dim)",
-    "gather (first dim)", "reduce_scatter (first dim)"};
+    "gather (first dim)", "reduce_scatter (first dim)", "all_to_all (first dim)"};
 
 const char *mpu_region_name(mpu_region r) {
   return (unsigned)r < MPU_REGION_COUNT ? regions[r].name : "invalid";
@@ -58,6 +59,14 @@ mpu_result_t mpu_primitive_shape(mpu_primitive prim, int size, const mpu_tensor 
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s needs a tensor with a dim, not %s",
                       prim_names[prim], mpu_tensor_describe(in, d, sizeof d));
   int dim = prim == MPU_PRIM_SPLIT_LAST || prim == MPU_PRIM_GATHER_LAST ? in->ndim - 1 : 0;
+  if (prim == MPU_PRIM_ALL_TO_ALL_FIRST) { /* same shape; dim 0 must divide */
+    if (in->shape[0] % size)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s of %s over %d ranks: dim 0 (size %lld) is not divisible by %d",
+                        prim_names[prim], mpu_tensor_describe(in, d, sizeof d), size,
+                        (long long)in->shape[0], size);
+    return MPU_SUCCESS;
+  }
   int splits = prim == MPU_PRIM_SPLIT_LAST || prim == MPU_PRIM_SPLIT_FIRST ||
                prim == MPU_PRIM_REDUCE_SCATTER_FIRST;
   if (splits) {
@@ -109,6 +118,8 @@ mpu_result_t mpu_primitive_run(mpu_primitive prim, mpu_comm *comm, const mpu_ten
   case MPU_PRIM_REDUCE_SCATTER_FIRST:
     return mpu_comm_reduce_scatter(comm, in->data, out->data, mpu_tensor_numel(out), in->dtype,
                                    MPU_SUM);
+  case MPU_PRIM_ALL_TO_ALL_FIRST:
+    return mpu_comm_all_to_all(comm, in->data, out->data, count / (size_t)n, in->dtype);
   default: { /* gather along the last dim: all_gather the blocks, then concatenate */
     char *stacked = malloc(bytes * (size_t)n + 1);
     mpu_tensor parts[64], *p = n <= 64 ? parts : malloc((size_t)n * sizeof *p);
