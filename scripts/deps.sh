@@ -3,7 +3,7 @@
 # Sourced or run by scripts/run.sh and scripts/test.sh; safe to run again.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev valgrind python3 clang libclang-rt-14-dev)
+packages=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev valgrind python3 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -97,6 +97,11 @@ MPU_API mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_resul
  * (size >= 1, up to INT32_MAX). Free it with mpu_comm_destroy. */
 MPU_API mpu_result_t mpu_comm_fake_create(int rank, int size, mpu_comm **out);
 
+/* ---- the MPI backend ------------------------------------------------------ */
+
+/* 1 if this build has the MPI backend (see mpu/comm_mpi.h), else 0. */
+MPU_API int mpu_mpi_available(void);
+
 /* ---- facts about a communicator ----------------------------------------- */
 
 MPU_API mpu_result_t mpu_comm_rank(const mpu_comm *comm, int *rank);
