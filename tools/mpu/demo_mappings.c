@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "mpu.h"
 
@@ -25,6 +26,7 @@ static const char *const sc_names[SC_COUNT] = {
 
 typedef struct mappings_run {
   int world, tp, pp;
+  tool_backend backend;
   cli_format format;
   char (*json)[SC_COUNT][OUT_MAX]; /* [rank][scenario] */
   char (*text)[SC_COUNT][OUT_MAX];
@@ -229,6 +231,12 @@ static mpu_result_t mappings_rank(mpu_state *s, void *arg) {
     if (r) return r;
     TRY(mpu_comm_barrier(mpu_state_world(s)));
   }
+  if (run->backend == TOOL_MPI) { /* every process filled its own row: bring them all to each */
+    TRY(mpu_comm_all_gather(mpu_state_world(s), run->json[c.rank], run->json, sizeof run->json[0],
+                            MPU_UINT8));
+    TRY(mpu_comm_all_gather(mpu_state_world(s), run->text[c.rank], run->text, sizeof run->text[0],
+                            MPU_UINT8));
+  }
   return MPU_SUCCESS;
 }
 
@@ -242,6 +250,8 @@ static void help(void) {
          "options:\n"
          "  --world-size W      ranks (default 8)\n"
          "  --tp T, --pp P      tensor and pipeline parallel sizes (default 2, 2)\n"
+         "  --backend threads|mpi  thread ranks (default), or the processes of an MPI job\n"
+         "                      (mpirun -n W mpu demo mappings --backend mpi)\n"
          "  --format text|json  text mirrors the seed's printouts; json is an object keyed by\n"
          "                      global rank, one object per scenario (default text)\n"
          "  -h, --help          this text\n");
@@ -251,8 +261,9 @@ int cmd_demo_mappings(int argc, char **argv) {
   static const struct option longs[] = {
       {"world-size", required_argument, 0, 'w'}, {"tp", required_argument, 0, 't'},
       {"pp", required_argument, 0, 'p'},         {"format", required_argument, 0, 'F'},
+      {"backend", required_argument, 0, 'B'},
       {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
-  mappings_run run = {8, 2, 2, CLI_TEXT, NULL, NULL};
+  mappings_run run = {8, 2, 2, TOOL_THREADS, CLI_TEXT, NULL, NULL};
   long v;
   int c;
   opterr = 0;
@@ -271,6 +282,7 @@ int cmd_demo_mappings(int argc, char **argv) {
       if (cli_parse_format(optarg, &run.format))
         cli_usage_error("demo mappings", "--format wants text or json, not '%s'", optarg);
       break;
+    case 'B': run.backend = tool_parse_backend("demo mappings", optarg); break;
     case 'h': help(); return 0;
     case ':': cli_usage_error("demo mappings", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("demo mappings", "unknown option '%s'", argv[optind - 1]);
@@ -293,12 +305,14 @@ int cmd_demo_mappings(int argc, char **argv) {
     fprintf(stderr, "mpu demo mappings: out of memory\n");
     return 1;
   }
-  mpu_result_t r = mpu_with_state(run.world, &cfg, 42, mappings_rank, &run, NULL, NULL);
-  if (r) {
-    fprintf(stderr, "mpu demo mappings: %s: %s\n", mpu_result_name(r), mpu_last_error());
+  int printer = 0;
+  mpu_result_t r = tool_run(run.backend, run.world, &cfg, 42, mappings_rank, &run, &printer);
+  if (r || !printer) {
+    if (r) fprintf(stderr, "mpu demo mappings: %s: %s\n", mpu_result_name(r), mpu_last_error());
     free(run.json);
     free(run.text);
-    return 1;
+    tool_backend_done(run.backend);
+    return r ? 1 : 0;
   }
   if (run.format == CLI_JSON) {
     printf("{");
@@ -319,5 +333,6 @@ int cmd_demo_mappings(int argc, char **argv) {
   }
   free(run.json);
   free(run.text);
+  tool_backend_done(run.backend);
   return 0;
 }

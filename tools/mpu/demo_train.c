@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "mpu.h"
 
@@ -27,6 +28,7 @@ typedef struct train_opts {
   double lr;
   long seed;
   cli_format format;
+  tool_backend backend;
 } train_opts;
 
 typedef struct train_run {
@@ -201,11 +203,13 @@ static mpu_result_t train_rank(mpu_state *s, void *arg) {
       sgd(head.weight, head.dweight, (size_t)head.out_local * head.in, lr);
       TRY(mpu_comm_all_reduce(dpc, &step_loss, &step_loss, 1, MPU_FLOAT64, MPU_AVG));
       if (dp_rank == 0 && tp_rank == 0) {
-        run->loss[step] = step_loss;
+        run->loss[step] = step_loss; /* other processes' copies stay 0 (MPI: summed below) */
         cli_progress("mpu demo train: step %d of %ld, loss %.6f", step + 1, o->steps, step_loss);
       }
     }
   }
+  if (o->backend == TOOL_MPI) /* the losses live in one process: give them to all */
+    TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
 out:
   mpu_vocab_embedding_free(&emb);
   mpu_column_linear_free(&head);
@@ -239,6 +243,8 @@ static void help(void) {
          "  --layers L              blocks, a multiple of P (default 2)\n"
          "  --lr LR                 learning rate (default 1.0)\n"
          "  --seed S                seed of parameters and data (default 1234)\n"
+         "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
+         "                          (mpirun -n TPxPPxDP mpu demo train --backend mpi)\n"
          "  --format text|json      output format (default text)\n"
          "  -h, --help              this text\n");
 }
@@ -251,8 +257,9 @@ int cmd_demo_train(int argc, char **argv) {
       {"hidden", required_argument, 0, 'H'}, {"vocab", required_argument, 0, 'V'},
       {"layers", required_argument, 0, 'L'}, {"lr", required_argument, 0, 'l'},
       {"seed", required_argument, 0, 'S'},   {"format", required_argument, 0, 'F'},
-      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-  train_opts o = {2, 2, 2, 60, 4, 16, 32, 64, 2, 1.0, 1234, CLI_TEXT};
+      {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  train_opts o = {2, 2, 2, 60, 4, 16, 32, 64, 2, 1.0, 1234, CLI_TEXT, TOOL_THREADS};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['s'] = &o.steps;
   fields['m'] = &o.micro, fields['k'] = &o.tokens, fields['H'] = &o.hidden;
@@ -278,6 +285,7 @@ int cmd_demo_train(int argc, char **argv) {
       if (cli_parse_format(optarg, &o.format))
         cli_usage_error("demo train", "--format wants text or json, not '%s'", optarg);
       break;
+    case 'B': o.backend = tool_parse_backend("demo train", optarg); break;
     case 'h': help(); return 0;
     case ':': cli_usage_error("demo train", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("demo train", "unknown option '%s'", argv[optind - 1]);
@@ -299,20 +307,24 @@ int cmd_demo_train(int argc, char **argv) {
   cfg.flavor = MPU_FLAVOR_DEEPSPEED;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
   train_run run = {&o, (int)o.dp, loss};
-  mpu_result_t r = mpu_with_state((int)world, &cfg, (uint64_t)o.seed, train_rank, &run, NULL, NULL);
+  int printer = 0;
+  mpu_result_t r = tool_run(o.backend, (int)world, &cfg, (uint64_t)o.seed, train_rank, &run, &printer);
   /* the reference: one rank, every replica's micro-batches one after the other */
   train_opts one = o;
   one.tp = one.pp = one.dp = 1;
+  one.backend = TOOL_THREADS; /* the reference always runs here, on one thread rank */
   one.micro = o.micro * o.dp;
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
   cfg1.flavor = MPU_FLAVOR_DEEPSPEED;
   train_run run1 = {&one, 1, ref};
-  if (!r) r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, train_rank, &run1, NULL, NULL);
+  if (!r && printer) r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, train_rank, &run1, NULL, NULL);
   cli_progress_done();
-  if (r) {
-    fprintf(stderr, "mpu demo train: %s: %s\n", mpu_result_name(r), mpu_last_error());
+  if (r || !printer) {
+    if (r) fprintf(stderr, "mpu demo train: %s: %s\n", mpu_result_name(r), mpu_last_error());
     free(loss), free(ref);
-    return 1;
+    int status = tool_share_status(o.backend, r ? 1 : 0);
+    tool_backend_done(o.backend);
+    return status;
   }
   if (o.format == CLI_JSON)
     printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"ranks\": %ld,\n ", o.tp, o.pp, o.dp, world);
@@ -322,5 +334,7 @@ int cmd_demo_train(int argc, char **argv) {
            world, o.tp, o.pp, o.dp, o.layers, o.hidden, o.vocab, o.micro, o.tokens, o.lr);
   int pass = cli_loss_check(o.format, "losses", "loss", loss, ref, o.steps, 1e-4);
   free(loss), free(ref);
-  return pass ? 0 : 1;
+  int status = tool_share_status(o.backend, pass ? 0 : 1);
+  tool_backend_done(o.backend);
+  return status;
 }

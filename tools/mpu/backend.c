@@ -1,0 +1,75 @@
+/*
+ * backend.c - the demos' two ways of running ranks.
+ */
+#include "backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#ifdef MPU_TOOL_MPI
+#include "mpu/comm_mpi.h"
+#endif
+
+static mpu_comm *mpi_world;
+
+tool_backend tool_parse_backend(const char *cmd, const char *name) {
+  if (!strcmp(name, "threads")) return TOOL_THREADS;
+  if (!strcmp(name, "mpi")) {
+    if (!mpu_mpi_available()) cli_usage_error(cmd, "this build has no MPI backend");
+    return TOOL_MPI;
+  }
+  cli_usage_error(cmd, "--backend wants threads or mpi, not '%s'", name);
+}
+
+mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, uint64_t seed,
+                      mpu_state_fn fn, void *arg, int *printer) {
+  if (b == TOOL_THREADS) {
+    *printer = 1;
+    return mpu_with_state(nranks, cfg, seed, fn, arg, NULL, NULL);
+  }
+#ifdef MPU_TOOL_MPI
+  mpu_result_t r = MPU_SUCCESS;
+  int rank = 0, size = 0;
+  if (!mpi_world) r = mpu_comm_mpi_world(NULL, NULL, &mpi_world);
+  if (!r) r = mpu_comm_rank(mpi_world, &rank);
+  if (!r) r = mpu_comm_size(mpi_world, &size);
+  *printer = rank == 0;
+  if (r) return r;
+  if (size != nranks) {
+    fprintf(stderr, "mpu: the MPI job has %d processes, the layout wants %d (mpirun -n %d)\n",
+            size, nranks, nranks);
+    return MPU_ERR_INVALID_ARGUMENT;
+  }
+  mpu_layout_config c = *cfg;
+  c.world_size = size;
+  mpu_state *s = NULL;
+  if ((r = mpu_state_init(mpi_world, &c, &s))) return r;
+  r = mpu_state_manual_seed(s, seed);
+  if (!r) r = fn(s, arg);
+  mpu_state_destroy(s);
+  return r;
+#else
+  (void)nranks, (void)cfg, (void)seed, (void)fn, (void)arg, (void)printer;
+  return MPU_ERR_UNSUPPORTED;
+#endif
+}
+
+int tool_share_status(tool_backend b, int status) {
+  if (b == TOOL_THREADS || !mpi_world) return status;
+  int32_t s = status;
+  mpu_comm_broadcast(mpi_world, &s, 1, MPU_INT32, 0);
+  return s;
+}
+
+void tool_backend_done(tool_backend b) {
+#ifdef MPU_TOOL_MPI
+  if (b == TOOL_MPI && mpi_world) {
+    mpu_comm_destroy(mpi_world);
+    mpi_world = NULL;
+    mpu_mpi_finalize();
+  }
+#else
+  (void)b;
+#endif
+}

@@ -1,0 +1,31 @@
+/*
+ * backend.h - how the demos run their ranks: as threads of this process, or
+ * as the processes of an MPI job (under mpirun).
+ */
+#ifndef MPU_TOOLS_BACKEND_H
+#define MPU_TOOLS_BACKEND_H
+
+#include "mpu.h"
+
+typedef enum tool_backend { TOOL_THREADS = 0, TOOL_MPI = 1 } tool_backend;
+
+/* "threads" or "mpi" (exits 2 with a message if unknown or not built). */
+tool_backend tool_parse_backend(const char *cmd, const char *name);
+
+/*
+ * Run fn in a fresh parallel state of cfg with nranks ranks: nranks threads
+ * (mpu_with_state), or this process as one rank of the MPI job, whose size
+ * must be nranks. *printer is set on the one rank that prints (the main
+ * thread, or MPI rank 0). For MPI the job's world stays up until
+ * tool_backend_done.
+ */
+mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, uint64_t seed,
+                      mpu_state_fn fn, void *arg, int *printer);
+
+/* MPI: share an int (e.g. the exit status) from rank 0 with every rank. */
+int tool_share_status(tool_backend b, int status);
+
+/* MPI: finalize (after the last collective). */
+void tool_backend_done(tool_backend b);
+
+#endif
