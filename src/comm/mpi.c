@@ -135,6 +135,13 @@ static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const void *send, void *recv
   size_t total = count * (size_t)c->size, es = mpu_dtype_size(dt);
   if (total > INT32_MAX) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: %zu elements", fn, total);
   int wide = is16(dt);
+  if (!wide && (const char *)recv != (const char *)send + (size_t)c->rank * count * es) {
+    MPU_CHECK(check(MPI_Reduce_scatter_block(send, recv, (int)count, type_of(dt), op_of(op),
+                                             comm_of(c)),
+                    fn));
+    if (op == MPU_AVG) divide(recv, count, dt, c->size);
+    return MPU_SUCCESS;
+  }
   /* a scratch input (widened) and output (for the in-place block and 16-bit) */
   float *in = wide ? malloc((total ? total : 1) * sizeof(float)) : NULL;
   void *out = malloc((count ? count : 1) * (wide ? sizeof(float) : es));

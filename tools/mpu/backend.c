@@ -55,6 +55,16 @@ mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, 
 #endif
 }
 
+mpu_comm *tool_mpi_world(void) {
+#ifdef MPU_TOOL_MPI
+  if (!mpi_world && mpu_comm_mpi_world(NULL, NULL, &mpi_world)) {
+    fprintf(stderr, "mpu: MPI: %s\n", mpu_last_error());
+    return NULL;
+  }
+#endif
+  return mpi_world;
+}
+
 int tool_share_status(tool_backend b, int status) {
   if (b == TOOL_THREADS || !mpi_world) return status;
   int32_t s = status;

@@ -22,6 +22,10 @@ tool_backend tool_parse_backend(const char *cmd, const char *name);
 mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, uint64_t seed,
                       mpu_state_fn fn, void *arg, int *printer);
 
+/* MPI: the job's world communicator (initialising MPI on first use); NULL
+ * with a message on stderr if it cannot be had. */
+mpu_comm *tool_mpi_world(void);
+
 /* MPI: share an int (e.g. the exit status) from rank 0 with every rank. */
 int tool_share_status(tool_backend b, int status);
 

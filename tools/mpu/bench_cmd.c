@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
+#include "bench_mpi.h"
 #include "cli.h"
 #include "mpu.h"
 
@@ -25,12 +27,14 @@ typedef struct bench_opts {
   int in_place;
   cli_format format;
   const char *csv;
+  tool_backend backend;
 } bench_opts;
 
 typedef struct bench_row {
   int ranks;
   mpu_collective coll;
   mpu_bench_result res;
+  double raw_us; /* MPI: the raw MPI call, same sizes and timing; -1 otherwise */
 } bench_row;
 
 typedef struct bench_run {
@@ -67,7 +71,9 @@ static void help(void) {
       "                          100 up to 1 MiB, 20 above)\n"
       "      --in-place          use the in-place form of each collective\n"
       "      --workers N         ranks that move data at once in large calls (default: CPUs)\n"
-      "      --backend NAME      threads (the only backend with data in this build)\n"
+      "      --backend NAME      threads, or mpi: this process is one rank of an MPI job\n"
+      "                          (mpirun -n N mpu bench --backend mpi); each row also times\n"
+      "                          the raw MPI call and prints mpu's overhead\n"
       "      --memcpy-bytes SIZE buffer size of the memcpy reference (default 64M)\n"
       "      --csv FILE          also write the rows as CSV\n"
       "      --format text|json  output format (default text)\n"
@@ -89,7 +95,7 @@ static void parse(int argc, char **argv, bench_opts *o) {
       {"workers", required_argument, 0, 'W'},    {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *o = (bench_opts){8, 64 << 20, 64 << 20, 2, -1, -1, 0, {2}, 1, {MPU_COLL_ALL_REDUCE}, 1,
-                    MPU_FLOAT32, MPU_SUM, 0, CLI_TEXT, NULL};
+                    MPU_FLOAT32, MPU_SUM, 0, CLI_TEXT, NULL, TOOL_THREADS};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":b:e:f:n:c:d:o:w:i:h", longs, NULL)) != -1) {
@@ -154,10 +160,7 @@ static void parse(int argc, char **argv, bench_opts *o) {
       if (mpu_op_from_name(optarg, &o->op)) cli_usage_error("bench", "unknown op '%s'", optarg);
       break;
     case 'I': o->in_place = 1; break;
-    case 'B':
-      if (strcmp(optarg, "threads"))
-        cli_usage_error("bench", "backend '%s' is not available (this build has: threads)", optarg);
-      break;
+    case 'B': o->backend = tool_parse_backend("bench", optarg); break;
     case 'C': o->csv = optarg; break;
     case 'F':
       if (cli_parse_format(optarg, &o->format)) cli_usage_error("bench", "--format wants text or json, not '%s'", optarg);
@@ -195,9 +198,12 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
       mpu_bench_result res;
       mpu_result_t r = mpu_bench_collective(world, &cfg, &res);
       if (r) return r;
+      double raw = o->backend == TOOL_MPI ? bench_raw_mpi(cfg.collective, cfg.dtype, cfg.op, bytes,
+                                                          cfg.iters, cfg.warmup)
+                                          : -1;
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
-        run->rows[run->nrows++] = (bench_row){run->ranks, cfg.collective, res};
+        run->rows[run->nrows++] = (bench_row){run->ranks, cfg.collective, res, raw};
         cli_progress("mpu bench: %d ranks, %s %s done", run->ranks,
                      mpu_collective_name(cfg.collective), cli_format_size(bytes, sz, sizeof sz));
       }
@@ -209,20 +215,26 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
 static void print_text(const bench_run *run, double memcpy_gbps) {
   const bench_opts *o = run->o;
   char sz[32];
-  printf("# mpu bench: threads backend, %s, op %s, %s\n", mpu_dtype_name(o->dtype),
+  int mpi = o->backend == TOOL_MPI;
+  printf("# mpu bench: %s backend, %s, op %s, %s\n", mpi ? "mpi" : "threads", mpu_dtype_name(o->dtype),
          mpu_op_name(o->op), o->in_place ? "in place" : "out of place");
   printf("# reference: memcpy, 1 thread, %s buffers: %.2f GB/s\n",
          cli_format_size(o->memcpy_bytes, sz, sizeof sz), memcpy_gbps);
   printf("#   (%d threads copying at once: %.2f GB/s each, %.2f GB/s together)\n", run->cpus,
          run->memcpy_all_gbps, run->memcpy_all_gbps * run->cpus);
   printf("# time: median over iterations of the slowest rank; GB/s = 1e9 bytes/s\n#\n");
-  printf("# %-14s %5s %12s %12s %11s %11s %11s %11s %9s\n", "collective", "ranks", "size(B)",
-         "count", "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/mem");
+  printf("# %-14s %5s %12s %12s %11s %11s %11s %11s %9s%s\n", "collective", "ranks", "size(B)",
+         "count", "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/mem",
+         mpi ? "     mpi(us)   overhead" : "");
   for (int i = 0; i < run->nrows; i++) {
     const mpu_bench_result *r = &run->rows[i].res;
-    printf("  %-14s %5d %12zu %12zu %11.2f %11.2f %11.3f %11.3f %8.1f%%\n",
+    printf("  %-14s %5d %12zu %12zu %11.2f %11.2f %11.3f %11.3f %8.1f%%",
            mpu_collective_name(run->rows[i].coll), run->rows[i].ranks, r->bytes, r->count,
            r->time_us, r->mean_us, r->algbw_gbps, r->busbw_gbps, 100.0 * r->busbw_gbps / memcpy_gbps);
+    double raw = run->rows[i].raw_us;
+    if (mpi && raw >= 0)
+      printf(" %11.2f %+8.2fus %+6.1f%%", raw, r->time_us - raw, 100.0 * (r->time_us - raw) / raw);
+    printf("\n");
   }
 }
 
@@ -239,10 +251,10 @@ static void print_json(const bench_run *run, double memcpy_gbps) {
     const mpu_bench_result *r = &run->rows[i].res;
     printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"count\": %zu, "
            "\"time_us\": %.3f, \"mean_us\": %.3f, \"min_us\": %.3f, \"algbw_gbps\": %.4f, "
-           "\"busbw_gbps\": %.4f, \"busbw_fraction_of_memcpy\": %.4f}",
+           "\"busbw_gbps\": %.4f, \"busbw_fraction_of_memcpy\": %.4f, \"raw_mpi_us\": %.3f}",
            i ? "," : "", mpu_collective_name(run->rows[i].coll), run->rows[i].ranks, r->bytes,
            r->count, r->time_us, r->mean_us, r->min_us, r->algbw_gbps, r->busbw_gbps,
-           r->busbw_gbps / memcpy_gbps);
+           r->busbw_gbps / memcpy_gbps, run->rows[i].raw_us);
   }
   printf("\n]}\n");
 }
@@ -260,8 +272,8 @@ static int write_csv(const bench_run *run, double memcpy_gbps) {
           memcpy_gbps);
   for (int i = 0; i < run->nrows; i++) {
     const mpu_bench_result *r = &run->rows[i].res;
-    fprintf(f, "%s,threads,%d,%s,%zu,%.3f,%.4f,%.4f\n", mpu_collective_name(run->rows[i].coll),
-            run->rows[i].ranks, mpu_dtype_name(o->dtype), r->bytes, r->time_us, r->algbw_gbps,
+    fprintf(f, "%s,%s,%d,%s,%zu,%.3f,%.4f,%.4f\n", mpu_collective_name(run->rows[i].coll),
+            o->backend == TOOL_MPI ? "mpi" : "threads", run->rows[i].ranks, mpu_dtype_name(o->dtype), r->bytes, r->time_us, r->algbw_gbps,
             r->busbw_gbps);
   }
   return fclose(f);
@@ -294,13 +306,32 @@ int cmd_bench(int argc, char **argv) {
     return 1;
   }
   run->o = &o;
-  mpu_launch_options lo = MPU_LAUNCH_OPTIONS_INIT;
-  lo.workers = (int)o.workers;
-  for (int i = 0; i < o.nranks && r == MPU_SUCCESS; i++) {
-    run->ranks = (int)o.ranks[i];
-    r = mpu_launch(run->ranks, bench_rank, run, NULL, &lo);
+  int printer = 1;
+  if (o.backend == TOOL_MPI) { /* this process is one rank of the job */
+    mpu_comm *world = tool_mpi_world();
+    if (!world) {
+      free(run);
+      return 1;
+    }
+    mpu_comm_size(world, &run->ranks);
+    int rank;
+    mpu_comm_rank(world, &rank);
+    printer = rank == 0;
+    r = bench_rank(world, run);
+  } else {
+    mpu_launch_options lo = MPU_LAUNCH_OPTIONS_INIT;
+    lo.workers = (int)o.workers;
+    for (int i = 0; i < o.nranks && r == MPU_SUCCESS; i++) {
+      run->ranks = (int)o.ranks[i];
+      r = mpu_launch(run->ranks, bench_rank, run, NULL, &lo);
+    }
   }
   cli_progress_done();
+  if (!printer) {
+    free(run);
+    tool_backend_done(o.backend);
+    return r ? 1 : 0;
+  }
   if (r) {
     fprintf(stderr, "mpu bench: %s: %s\n", mpu_result_name(r), mpu_last_error());
     free(run);
@@ -310,5 +341,6 @@ int cmd_bench(int argc, char **argv) {
   else print_text(run, memcpy_gbps);
   int bad = o.csv && write_csv(run, memcpy_gbps);
   free(run);
+  tool_backend_done(o.backend);
   return bad ? 1 : 0;
 }
