@@ -286,33 +286,34 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[i], "--block")) return cmd_bench_block(argc, argv);
   bench_opts o;
   parse(argc, argv, &o);
-  double memcpy_gbps;
-  mpu_result_t r = mpu_bench_memcpy(o.memcpy_bytes, 11, &memcpy_gbps);
-  if (r) {
-    fprintf(stderr, "mpu bench: memcpy reference: %s\n", mpu_last_error());
-    return 1;
+  /* the memcpy reference is measured by one process (rank 0 of an MPI job,
+   * the others waiting), so the copies do not compete with each other */
+  int measure = 1;
+  mpu_comm *world = NULL;
+  if (o.backend == TOOL_MPI) {
+    if (!(world = tool_mpi_world())) return 1;
+    int rank;
+    mpu_comm_rank(world, &rank);
+    measure = rank == 0;
   }
+  double memcpy_gbps = 0;
   bench_run *run = calloc(1, sizeof *run);
-  if (!run) {
-    fprintf(stderr, "mpu bench: out of memory\n");
-    return 1;
-  }
+  mpu_result_t r = run ? MPU_SUCCESS : MPU_ERR_OUT_OF_MEMORY;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  run->cpus = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
-  r = mpu_bench_memcpy_concurrent(o.memcpy_bytes, 11, run->cpus, &run->memcpy_all_gbps);
+  if (run) run->cpus = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+  if (!r && measure) r = mpu_bench_memcpy(o.memcpy_bytes, 11, &memcpy_gbps);
+  if (!r && measure)
+    r = mpu_bench_memcpy_concurrent(o.memcpy_bytes, 11, run->cpus, &run->memcpy_all_gbps);
+  if (world) mpu_comm_barrier(world);
   if (r) {
-    fprintf(stderr, "mpu bench: memcpy reference: %s\n", mpu_last_error());
+    fprintf(stderr, "mpu bench: memcpy reference: %s\n", run ? mpu_last_error() : "out of memory");
     free(run);
+    tool_backend_done(o.backend);
     return 1;
   }
   run->o = &o;
   int printer = 1;
   if (o.backend == TOOL_MPI) { /* this process is one rank of the job */
-    mpu_comm *world = tool_mpi_world();
-    if (!world) {
-      free(run);
-      return 1;
-    }
     mpu_comm_size(world, &run->ranks);
     int rank;
     mpu_comm_rank(world, &rank);
