@@ -303,6 +303,8 @@ int cmd_demo_mappings(int argc, char **argv) {
   run.text = calloc((size_t)run.world, sizeof *run.text);
   if (!run.json || !run.text) {
     fprintf(stderr, "mpu demo mappings: out of memory\n");
+    free(run.json);
+    free(run.text);
     return 1;
   }
   int printer = 0;
