@@ -25,66 +25,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/copy.h"
-#include "comm/reduce.h"
+#include "comm/base/copy.h"
+#include "comm/base/reduce.h"
 #include "comm/threads/threads.h"
 #include "core/error.h"
-
-static const char *const kind_names[] = {
-    [TK_ALL_REDUCE] = "all_reduce", [TK_ALL_GATHER] = "all_gather",
-    [TK_REDUCE_SCATTER] = "reduce_scatter", [TK_BROADCAST] = "broadcast",
-    [TK_REDUCE] = "reduce",         [TK_ALL_TO_ALL] = "all_to_all",
-    [TK_BARRIER] = "barrier",
-};
-
-static int has_op(tkind k) {
-  return k == TK_ALL_REDUCE || k == TK_REDUCE_SCATTER || k == TK_REDUCE;
-}
-
-static int has_root(tkind k) { return k == TK_BROADCAST || k == TK_REDUCE; }
-
-static void describe(const tcall *c, char *buf, size_t len) {
-  int n = snprintf(buf, len, "%s(count=%zu, %s", kind_names[c->kind], c->count,
-                   mpu_dtype_name(c->dtype));
-  if (has_op(c->kind) && n > 0 && (size_t)n < len)
-    n += snprintf(buf + n, len - (size_t)n, ", op=%s", mpu_op_name(c->op));
-  if (has_root(c->kind) && n > 0 && (size_t)n < len)
-    n += snprintf(buf + n, len - (size_t)n, ", root=%d", c->root);
-  if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
-}
-
-/* Does b differ from a in a way this group checks? The collective, count and
- * dtype always (a mismatch there would read or write out of bounds); op and
- * root when call checking is on. */
-static int differs(const tcall *a, const tcall *b, int check_all) {
-  if (a->kind != b->kind || a->count != b->count || a->dtype != b->dtype) return 1;
-  if (!check_all) return 0;
-  return (has_op(a->kind) && a->op != b->op) || (has_root(a->kind) && a->root != b->root);
-}
 
 /* Every member runs this on the same descriptions, so all reach one verdict. */
 static mpu_result_t compare_calls(const tcomm *tc, int parity, const char *fn) {
   const tgroup *g = tc->g;
-  const tcall *calls = g->calls[parity];
-  int check_all = g->world->check_calls, first = -1, count = 0;
-  char ranks[256] = "";
-  size_t used = 0;
-  for (int m = 1; m < g->n; m++) {
-    if (!differs(&calls[0], &calls[m], check_all)) continue;
-    if (first < 0) first = m;
-    count++;
-    if (used < sizeof ranks)
-      used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d", count > 1 ? ", " : "",
-                               m);
-  }
-  if (first < 0) return MPU_SUCCESS;
-  char a[128], b[128];
-  describe(&calls[0], a, sizeof a);
-  describe(&calls[first], b, sizeof b);
-  return mpu__error(MPU_ERR_MISMATCH,
-                    "%s: mismatched calls on a communicator of %d ranks: rank 0 (world %d) "
-                    "called %s but rank %d (world %d) called %s; ranks differing from rank 0: %s",
-                    fn, g->n, g->members[0], a, first, g->members[first], b, ranks);
+  return mpu__sig_compare(fn, &g->calls[parity][0].sig, sizeof(tcall), g->n, g->members,
+                          g->world->check_calls ? MPU__CHECK_ALL : MPU__CHECK_SAFETY);
 }
 
 static char *scratch_of(const tgroup *g, int parity, int member) {
@@ -134,7 +84,7 @@ mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t 
     if (send != recv && bytes) memcpy(recv, send, bytes);
     return MPU_SUCCESS;
   }
-  tcall call = {TK_ALL_REDUCE, dt, op, -1, count, send, recv};
+  tcall call = {mpu__sig_make(MPU__ALL_REDUCE, count, dt, op, -1), send, recv};
   int small = bytes <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
   if (small) {
@@ -168,7 +118,7 @@ mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t 
     if (send != recv && bytes) memcpy(recv, send, bytes);
     return MPU_SUCCESS;
   }
-  tcall call = {TK_ALL_GATHER, dt, MPU_SUM, -1, count, send, recv};
+  tcall call = {mpu__sig_make(MPU__ALL_GATHER, count, dt, MPU_SUM, -1), send, recv};
   int small = bytes <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
   if (!bytes) return MPU_SUCCESS;
@@ -201,7 +151,7 @@ mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, siz
     if (send != recv && bytes) memcpy(recv, send, bytes);
     return MPU_SUCCESS;
   }
-  tcall call = {TK_REDUCE_SCATTER, dt, op, -1, count, send, recv};
+  tcall call = {mpu__sig_make(MPU__REDUCE_SCATTER, count, dt, op, -1), send, recv};
   int small = total <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, send, small ? total : 0, fn, &p));
   if (small) {
@@ -226,7 +176,7 @@ mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
   int p;
   size_t bytes = count * mpu_dtype_size(dt);
   if (g->n == 1) return MPU_SUCCESS;
-  tcall call = {TK_BROADCAST, dt, MPU_SUM, root, count, buf, buf};
+  tcall call = {mpu__sig_make(MPU__BROADCAST, count, dt, MPU_SUM, root), buf, buf};
   int small = bytes <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, buf, small && tc->me == root ? bytes : 0, fn, &p));
   if (small) {
@@ -260,7 +210,7 @@ mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t coun
     if (send != recv && bytes) memcpy(recv, send, bytes);
     return MPU_SUCCESS;
   }
-  tcall call = {TK_REDUCE, dt, op, root, count, send, recv};
+  tcall call = {mpu__sig_make(MPU__REDUCE, count, dt, op, root), send, recv};
   int small = bytes <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
   const tcall *calls = g->calls[p];
@@ -271,7 +221,7 @@ mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t coun
     return MPU_SUCCESS;
   }
   /* large: task t reduces chunk t straight into the root's output */
-  if (calls[root].kind == TK_REDUCE && calls[root].root == root) FOR_EACH_TASK(t, tc) {
+  if (calls[root].sig.kind == MPU__REDUCE && calls[root].sig.root == root) FOR_EACH_TASK(t, tc) {
       size_t lo = chunk_lo(count, n, t), hi = chunk_lo(count, n, t + 1);
       for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
       void *dst = (char *)calls[root].recv + lo * es;
@@ -291,7 +241,7 @@ mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t 
     if (bytes) memcpy(recv, send, bytes);
     return MPU_SUCCESS;
   }
-  tcall call = {TK_ALL_TO_ALL, dt, MPU_SUM, -1, count, send, recv};
+  tcall call = {mpu__sig_make(MPU__ALL_TO_ALL, count, dt, MPU_SUM, -1), send, recv};
   int small = total <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, &call, send, small ? total : 0, fn, &p));
   if (small) {
@@ -311,7 +261,7 @@ mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t 
 
 mpu_result_t mpu__tbarrier_call(mpu_comm *c) {
   tcomm *tc = c->impl;
-  tcall call = {TK_BARRIER, MPU_UINT8, MPU_SUM, -1, 0, NULL, NULL};
+  tcall call = {mpu__sig_make(MPU__BARRIER, 0, MPU_UINT8, MPU_SUM, -1), NULL, NULL};
   int p;
   if (tc->g->n == 1) return MPU_SUCCESS;
   return enter(tc, &call, NULL, 0, "mpu_comm_barrier", &p);

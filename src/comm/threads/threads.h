@@ -25,20 +25,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "comm/base/signature.h"
 #include "comm/comm_internal.h"
 
 /* Per-member staging buffer for small calls; larger ones go zero-copy. */
 #define MPU_THREADS_SCRATCH 16384
-
-typedef enum tkind {
-  TK_ALL_REDUCE,
-  TK_ALL_GATHER,
-  TK_REDUCE_SCATTER,
-  TK_BROADCAST,
-  TK_REDUCE,
-  TK_ALL_TO_ALL,
-  TK_BARRIER,
-} tkind;
 
 /* Why a group broke: packed into one word so the first breaker's reason is
  * what everyone reports. */
@@ -59,11 +50,7 @@ static inline uint64_t tc_pack(tcause cause, mpu_result_t code, int world_rank) 
 
 /* One member's description of the call it is in. */
 typedef struct tcall {
-  tkind kind;
-  mpu_dtype dtype;
-  mpu_op op;
-  int root;
-  size_t count;
+  mpu__sig sig;     /* compared across members at the entry barrier */
   const void *send; /* large calls: peers read from here ... */
   void *recv;       /* ... and, for reduce, write into the root's */
 } tcall;

@@ -5,7 +5,7 @@
  * output is bigger than the cache, this saves the read-for-ownership of each
  * destination line, a third of the memory traffic of a copy.
  */
-#include "comm/copy.h"
+#include "comm/base/copy.h"
 
 #include <stdint.h>
 #include <string.h>

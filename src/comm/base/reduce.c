@@ -1,18 +1,35 @@
 /*
- * reduce.c - element-wise reduction kernels.
+ * reduce.c - the reduction rules of mpu, for every backend.
+ *
+ * This file is the one place where "op over ranks" is defined; every backend
+ * reduces through it (threads in shared memory, MPI after moving the bytes),
+ * so equal inputs give equal bits everywhere. The rules (docs/api.md has
+ * them as a table):
+ *
+ *   order     the sources are combined left to right, rank 0 first:
+ *             ((x0 op x1) op x2) ... - never a tree, so float sums do not
+ *             depend on the backend's algorithm.
+ *   float32   accumulated in float32; float64 in float64.
+ *   16-bit    float16 and bfloat16 are widened to float32 (exact), combined
+ *             in float32, and rounded once, to nearest even.
+ *   avg       floats: the float sum divided by the size in the accumulator
+ *             type. Integers: the exact sum (int64 for int32/uint8, 128 bits
+ *             for int64) divided by the size, truncated toward zero - so the
+ *             average of {200, 200} in uint8 is 200.
+ *   sum/prod  integers wrap modulo 2^bits (two's complement), never
+ *             undefined; floats follow IEEE 754 (inf - inf is NaN).
+ *   min/max   a NaN in any source makes the result NaN (as torch's); the
+ *             NaN kept is the last one in rank order. Integers compare
+ *             exactly.
  *
  * Work goes in blocks small enough for L1: each block of every source is
  * loaded (converted to the accumulator type where needed), combined into an
  * accumulator, then stored once. So each source is read once and dst written
  * once, whatever n is, and 16-bit floats are rounded a single time.
- *
- * Accumulators: float for float32/float16/bfloat16, double for float64,
- * int64 for the integers (sums and products computed in uint64 so overflow
- * wraps instead of being undefined).
  */
-#include "comm/reduce.h"
+#include "comm/base/reduce.h"
 
-#include "comm/copy.h"
+#include "comm/base/copy.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -176,6 +193,21 @@ static void reduce_int(const sink *k, const void *const *srcs, int n, size_t cou
   }
 }
 
+/* The average of int64 values: the exact sum in 128 bits, then the division;
+ * the quotient lies between the smallest and largest input, so it fits. */
+static void avg_i64(const sink *k, const void *const *srcs, int n, size_t count, int divisor) {
+  int64_t out[BLOCK];
+  for (size_t b = 0; b < count; b += BLOCK) {
+    size_t m = count - b < BLOCK ? count - b : BLOCK;
+    for (size_t i = 0; i < m; i++) {
+      __int128 acc = 0;
+      for (int j = 0; j < n; j++) acc += ((const int64_t *)srcs[j])[b + i];
+      out[i] = (int64_t)(acc / divisor);
+    }
+    emit(k, b * sizeof(int64_t), out, m * sizeof(int64_t));
+  }
+}
+
 void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n, size_t count,
                     mpu_dtype dtype, mpu_op op, int divisor, int stream) {
   if (count == 0 || n <= 0 || ndst <= 0) return;
@@ -188,6 +220,10 @@ void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n,
     break;
   case MPU_FLOAT64:
     reduce_f64(&k, srcs, n, count, op, divisor);
+    break;
+  case MPU_INT64:
+    if (op == MPU_AVG) avg_i64(&k, srcs, n, count, divisor);
+    else reduce_int(&k, srcs, n, count, dtype, op, divisor);
     break;
   default:
     reduce_int(&k, srcs, n, count, dtype, op, divisor);
