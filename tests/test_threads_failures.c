@@ -129,10 +129,14 @@ static void test_op_root_mismatch(void **state) {
   mpu_launch_options o = opts(30, 1);
   assert_int_equal(mpu_launch(2, op_root_mismatch, &check, NULL, &o), MPU_SUCCESS);
   assert_contains(out.message[0], "op=max");
-  /* without call checking op and root are the caller's business */
+  /* checking is on by default (MPU_CHECK_CALLS unset) */
+  reset();
+  o = opts(30, MPU_CHECKS_DEFAULT);
+  assert_int_equal(mpu_launch(2, op_root_mismatch, &check, NULL, &o), MPU_SUCCESS);
+  /* with call checking off op and root are the caller's business */
   check = 0;
   reset();
-  o = opts(30, 0);
+  o = opts(30, MPU_CHECKS_OFF);
   assert_int_equal(mpu_launch(2, op_root_mismatch, &check, NULL, &o), MPU_SUCCESS);
 }
 

@@ -46,10 +46,12 @@ typedef struct mpu_bench_config {
   int warmup;           /* untimed iterations */
   int iters;            /* timed iterations, 1..100000 */
   int in_place;
+  int native;           /* 1: also time the backend library's own call (MPI_Allreduce, ...)
+                           on the same buffers, iteration by iteration interleaved */
 } mpu_bench_config;
 
 #define MPU_BENCH_CONFIG_INIT \
-  {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0}
+  {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0, 0}
 
 typedef struct mpu_bench_result {
   size_t bytes;      /* the size actually measured */
@@ -59,6 +61,9 @@ typedef struct mpu_bench_result {
   double min_us;
   double algbw_gbps; /* bytes / time_us, in GB/s (1e9 bytes per second) */
   double busbw_gbps; /* algbw * bus factor */
+  double native_us;  /* with config.native: median of the library's own call; -1 when the
+                        backend has none (threads) or it cannot do this call (16-bit sums) */
+  double native_mean_us;
 } mpu_bench_result;
 
 /*

@@ -51,6 +51,19 @@ typedef enum mpu_op {
 MPU_API const char *mpu_op_name(mpu_op op);
 MPU_API mpu_result_t mpu_op_from_name(const char *name, mpu_op *out);
 
+/* Call checking: before any byte moves, the ranks of a collective agree that
+ * they all made the same call (collective, count, dtype, op, root), and a
+ * mismatch fails on every rank with MPU_ERR_MISMATCH naming the differing
+ * ranks (like TORCH_DISTRIBUTED_DEBUG=DETAIL). Free on the threads backend;
+ * one small all_gather per call on MPI, which also gives MPI its timeouts. */
+enum {
+  MPU_CHECKS_DEFAULT = 0, /* MPU_CHECK_CALLS decides; on unless it is 0 */
+  MPU_CHECKS_ON = 1,
+  MPU_CHECKS_OFF = -1, /* threads: collective, count and dtype are still compared
+                          (free, and memory safety needs them); MPI: none, and
+                          collectives have no timeout: raw MPI speed */
+};
+
 /* Color for mpu_comm_split meaning "not in any new communicator". */
 #define MPU_COMM_SPLIT_NOCOLOR (-1)
 
@@ -61,9 +74,7 @@ MPU_API mpu_result_t mpu_op_from_name(const char *name, mpu_op *out);
 typedef struct mpu_launch_options {
   size_t size;          /* sizeof(mpu_launch_options), set by the initializer */
   double timeout_s;     /* every wait fails after this long; <= 0: MPU_TIMEOUT or 300 s */
-  int check_calls;      /* 1: also check op and root of each call across ranks;
-                           0: MPU_CHECK_CALLS decides (count, dtype and collective
-                           are always checked: a mismatch there would corrupt memory) */
+  int check_calls;      /* MPU_CHECKS_DEFAULT, _ON or _OFF (see above) */
   long spin;            /* busy-wait iterations before sleeping; -1: automatic */
   int workers;          /* ranks that move data at once in a large collective;
                            0: as many as there are online CPUs */
@@ -99,8 +110,30 @@ MPU_API mpu_result_t mpu_comm_fake_create(int rank, int size, mpu_comm **out);
 
 /* ---- the MPI backend ------------------------------------------------------ */
 
-/* 1 if this build has the MPI backend (see mpu/comm_mpi.h), else 0. */
+/* 1 if this build has the MPI backend, else 0. The calls below need no
+ * <mpi.h>; in a build without MPI they fail with MPU_ERR_UNSUPPORTED.
+ * mpu/comm_mpi.h adds mpu_comm_from_mpi for a caller's own MPI_Comm. */
 MPU_API int mpu_mpi_available(void);
+
+/* Options of an MPI communicator. Start from MPU_MPI_OPTIONS_INIT. */
+typedef struct mpu_mpi_options {
+  size_t size;       /* sizeof(mpu_mpi_options), set by the initializer */
+  double timeout_s;  /* checked calls and recv fail after this long; <= 0: MPU_TIMEOUT or 300 s */
+  int check_calls;   /* MPU_CHECKS_DEFAULT, _ON or _OFF */
+} mpu_mpi_options;
+
+#define MPU_MPI_OPTIONS_INIT {sizeof(mpu_mpi_options), 0.0, MPU_CHECKS_DEFAULT}
+
+/* Initialise MPI unless the caller already has (then its thread level must be
+ * at least MPI_THREAD_FUNNELED), and give a communicator over (a duplicate
+ * of) MPI_COMM_WORLD. argc/argv may be NULL. options may be NULL. */
+MPU_API mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out);
+MPU_API mpu_result_t mpu_comm_mpi_world_ex(int *argc, char ***argv,
+                                           const mpu_mpi_options *options, mpu_comm **out);
+
+/* Finalize MPI if mpu_comm_mpi_world initialised it (destroy the
+ * communicators first). Frees what timed-out calls left with MPI. */
+MPU_API mpu_result_t mpu_mpi_finalize(void);
 
 /* ---- facts about a communicator ----------------------------------------- */
 

@@ -23,17 +23,11 @@
 extern "C" {
 #endif
 
-/* Initialise MPI unless the caller already has (then its thread level must
- * be at least MPI_THREAD_FUNNELED), and give a communicator over
- * MPI_COMM_WORLD. */
-MPU_API mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out);
-
-/* A communicator over (a duplicate of) an MPI communicator the caller has. */
+/* A communicator over (a duplicate of) an MPI communicator the caller has.
+ * options may be NULL (the defaults). */
 MPU_API mpu_result_t mpu_comm_from_mpi(MPI_Comm comm, mpu_comm **out);
-
-/* Finalize MPI if mpu_comm_mpi_world initialised it (destroy the
- * communicators first). */
-MPU_API mpu_result_t mpu_mpi_finalize(void);
+MPU_API mpu_result_t mpu_comm_from_mpi_ex(MPI_Comm comm, const mpu_mpi_options *options,
+                                          mpu_comm **out);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "comm/comm_internal.h"
 #include "core/error.h"
 #include "mpu/bench.h"
 
@@ -92,6 +93,31 @@ static mpu_result_t call(mpu_comm *c, const mpu_bench_config *cfg, void *send, v
   }
 }
 
+/* The backend library's own call on the same buffers (mpu bench's reference). */
+static mpu_result_t call_native(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
+                                size_t count, int rank, size_t es) {
+  int ip = cfg->in_place, kind = (int)cfg->collective + 1; /* mpu__kind order */
+  switch (cfg->collective) {
+  case MPU_COLL_ALL_REDUCE:
+  case MPU_COLL_REDUCE:
+    return mpu__comm_native(c, kind, send, ip ? send : recv, count, cfg->dtype, cfg->op, 0);
+  case MPU_COLL_ALL_GATHER:
+    return mpu__comm_native(c, kind, ip ? (char *)recv + (size_t)rank * count * es : send, recv,
+                            count, cfg->dtype, cfg->op, 0);
+  case MPU_COLL_REDUCE_SCATTER:
+    return mpu__comm_native(c, kind, send,
+                            ip ? (char *)send + (size_t)rank * count * es : recv, count,
+                            cfg->dtype, cfg->op, 0);
+  case MPU_COLL_BROADCAST: return mpu__comm_native(c, kind, send, send, count, cfg->dtype, cfg->op, 0);
+  default: return mpu__comm_native(c, kind, send, recv, count, cfg->dtype, cfg->op, 0);
+  }
+}
+
+static double median_of(double *t, int n) {
+  qsort(t, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
                                   mpu_bench_result *out) {
   static const char fn[] = "mpu_bench_collective";
@@ -128,27 +154,48 @@ mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
   mpu_result_t r = MPU_SUCCESS;
   char *send = bench_alloc(send_bytes + 64);
   char *recv = bench_alloc(recv_bytes + 64);
-  double *times = malloc((size_t)cfg->iters * sizeof(double));
+  /* times[0..iters) mpu's call, times[iters..2 iters) the native one */
+  double *times = malloc(2 * (size_t)cfg->iters * sizeof(double));
   if (!send || !recv || !times) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu + %zu bytes", fn, send_bytes, recv_bytes);
     goto out;
   }
   memset(send, 0, send_bytes); /* zeros are valid in every dtype and stay finite */
   memset(recv, 0, recv_bytes);
-  for (int i = 0; i < cfg->warmup; i++) MPU_CHECK_GOTO(call(comm, cfg, send, recv, count, rank, es), r, out);
-  for (int i = 0; i < cfg->iters; i++) {
-    double t0 = now_us();
-    MPU_CHECK_GOTO(call(comm, cfg, send, recv, count, rank, es), r, out);
-    times[i] = now_us() - t0;
+  /* native only if every rank's backend can (all ranks agree, or none runs it) */
+  int32_t native = 0;
+  if (cfg->native) {
+    native = call_native(comm, cfg, send, recv, count, rank, es) == MPU_SUCCESS;
+    MPU_CHECK_GOTO(mpu_comm_all_reduce(comm, &native, &native, 1, MPU_INT32, MPU_MIN), r, out);
   }
-  MPU_CHECK_GOTO(mpu_comm_all_reduce(comm, times, times, (size_t)cfg->iters, MPU_FLOAT64, MPU_MAX),
-                 r, out);
-  double sum = 0;
-  for (int i = 0; i < cfg->iters; i++) sum += times[i];
-  qsort(times, (size_t)cfg->iters, sizeof(double), cmp_double);
-  double median = cfg->iters % 2 ? times[cfg->iters / 2]
-                                 : 0.5 * (times[cfg->iters / 2 - 1] + times[cfg->iters / 2]);
-  mpu_bench_result res = {bytes, count, median, sum / cfg->iters, times[0], 0, 0};
+  for (int i = 0; i < cfg->warmup; i++) {
+    MPU_CHECK_GOTO(call(comm, cfg, send, recv, count, rank, es), r, out);
+    if (native) MPU_CHECK_GOTO(call_native(comm, cfg, send, recv, count, rank, es), r, out);
+  }
+  for (int i = 0; i < cfg->iters; i++) {
+    /* interleaved, each going first every other iteration, so drift in the
+     * machine's speed (another job, clocks) touches both the same way */
+    for (int k = 0; k < 1 + native; k++) {
+      int which = native && (i & 1) ? 1 - k : k;
+      double t0 = now_us();
+      if (which) MPU_CHECK_GOTO(call_native(comm, cfg, send, recv, count, rank, es), r, out);
+      else MPU_CHECK_GOTO(call(comm, cfg, send, recv, count, rank, es), r, out);
+      times[(size_t)which * (size_t)cfg->iters + (size_t)i] = now_us() - t0;
+    }
+  }
+  size_t ntimes = (size_t)cfg->iters * (size_t)(1 + native);
+  MPU_CHECK_GOTO(mpu_comm_all_reduce(comm, times, times, ntimes, MPU_FLOAT64, MPU_MAX), r, out);
+  double sum = 0, native_sum = 0;
+  for (int i = 0; i < cfg->iters; i++) {
+    sum += times[i];
+    if (native) native_sum += times[cfg->iters + i];
+  }
+  double median = median_of(times, cfg->iters);
+  mpu_bench_result res = {bytes, count, median, sum / cfg->iters, times[0], 0, 0, -1, -1};
+  if (native) {
+    res.native_us = median_of(times + cfg->iters, cfg->iters);
+    res.native_mean_us = native_sum / cfg->iters;
+  }
   res.algbw_gbps = median > 0 ? (double)bytes / (median * 1e3) : 0;
   res.busbw_gbps = res.algbw_gbps * mpu_bench_bus_factor(cfg->collective, n);
   *out = res;

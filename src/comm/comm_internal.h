@@ -37,6 +37,11 @@ typedef struct mpu__comm_ops {
   /* NULL: comm.c's generic split (all_gather of colors, then create_group) */
   mpu_result_t (*split)(mpu_comm *c, int color, int key, mpu_comm **out);
   mpu_result_t (*abort)(mpu_comm *c);
+  /* Optional: the backend library's own call for a collective (MPI_Allreduce,
+   * ...) on the same arguments, which mpu bench times next to mpu's call.
+   * MPU_ERR_UNSUPPORTED where the library has no such call (16-bit sums). */
+  mpu_result_t (*native)(mpu_comm *c, int kind, const void *send, void *recv, size_t count,
+                         mpu_dtype dt, mpu_op op, int root);
   void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
 } mpu__comm_ops;
 
@@ -59,11 +64,22 @@ mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int 
 /* Free the base (not impl); the handle is poisoned against reuse. */
 void mpu__comm_free(mpu_comm *c);
 
+/* MPU_SUCCESS if a message of got_count x got answers a recv of count x dt;
+ * else MPU_ERR_MISMATCH naming both shapes (the one rule of every backend). */
+mpu_result_t mpu__recv_mismatch(size_t count, mpu_dtype dt, size_t got_count, mpu_dtype got,
+                                int peer);
+
 /* Hand a received message (data, got_count x got) to a recv that asked for
  * count x dt: copies it, or fails with MPU_ERR_MISMATCH naming both shapes
  * (the message is dropped either way; the caller frees it). */
 mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *data,
                           size_t got_count, mpu_dtype got, int peer);
+
+/* The backend library's own call for collective `kind` (an mpu__kind), for
+ * benchmarks; MPU_ERR_UNSUPPORTED where there is none. Arguments unchecked
+ * beyond the handle: the benchmark passes ones it checked with mpu's call. */
+mpu_result_t mpu__comm_native(mpu_comm *comm, int kind, const void *send, void *recv,
+                              size_t count, mpu_dtype dt, mpu_op op, int root);
 
 /* World rank of member r of c (no checks). */
 static inline int mpu__comm_world_rank(const mpu_comm *c, int r) {

@@ -1,13 +1,41 @@
 /*
- * mpi.c - the MPI backend: each collective maps to its MPI counterpart on a
- * duplicate of the caller's communicator (errors returned, not fatal).
+ * mpi.c - the MPI backend: MPI moves the bytes, comm/base reduces them.
  *
- * float16 / bfloat16 reductions go through float32: the inputs are widened,
- * reduced by MPI in float32, and rounded once. avg is a sum followed by a
- * division (MPI has no average). The in-place forms map to MPI_IN_PLACE where
- * MPI's meaning matches, and to a scratch copy where it does not
- * (reduce_scatter's block of a full vector).
+ * Results must be the bits every backend gives, so reductions never use
+ * MPI's own operators (whose tree order, NaN and overflow rules are MPI's):
+ *   all_reduce      small: all_gather every input, reduce locally in rank order;
+ *                   large: all_to_all so rank k holds chunk k of every input,
+ *                   reduce it in rank order, all_gather the chunks (the
+ *                   bandwidth of a ring all-reduce; the threads backend's split)
+ *   reduce_scatter  all_to_all of the blocks, then the local reduction
+ *   reduce          small: gather the inputs at the root; large: as all_reduce
+ *                   with a gather of the chunks to the root
+ * Bytes move as unsigned integers of the element's width, so a NaN's payload
+ * or a float16 travels untouched.
+ *
+ * Safety (call checking, on by default): each collective first all_gathers
+ * its signature with a non-blocking MPI_Iallgather polled against the
+ * timeout, so mismatched calls fail on every rank with MPU_ERR_MISMATCH and a
+ * rank that never comes ends the wait with MPU_ERR_TIMEOUT. The data phase
+ * then also runs non-blocking under the timeout (a rank that arrives after
+ * its peers gave up must not hang either). A timed-out communicator is
+ * broken: every later call fails at once. MPI cannot cancel a collective, so
+ * the buffers of the timed-out request stay with MPI: the library's are
+ * handed to the orphan list (freed when the request completes or at
+ * mpu_mpi_finalize), the caller's must not be reused (docs/mpi.md).
+ * With checking off, collectives are the plain blocking MPI calls.
+ *
+ * Point to point: send is eager (MPI_Isend of a private copy, tag = a base +
+ * the dtype); recv matches a message with MPI_Improbe, polled against the
+ * timeout, checks its dtype (the tag) and size before receiving it straight
+ * into the caller's buffer, and drops a mismatched one as the threads backend
+ * does. destroy never waits: sends still in flight are cancelled or orphaned.
  */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "comm/comm_internal.h"
 #include "core/error.h"
 
@@ -15,17 +43,82 @@
 
 int mpu_mpi_available(void) { return 0; }
 
+static mpu_result_t no_mpi(const char *fn) {
+  return mpu__error(MPU_ERR_UNSUPPORTED, "%s: this build of mpu has no MPI backend", fn);
+}
+
+mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out) {
+  (void)argc, (void)argv, (void)out;
+  return no_mpi("mpu_comm_mpi_world");
+}
+
+mpu_result_t mpu_comm_mpi_world_ex(int *argc, char ***argv, const mpu_mpi_options *options,
+                                   mpu_comm **out) {
+  (void)argc, (void)argv, (void)options, (void)out;
+  return no_mpi("mpu_comm_mpi_world_ex");
+}
+
+mpu_result_t mpu_mpi_finalize(void) { return no_mpi("mpu_mpi_finalize"); }
+
 #else
 
-#include <stdlib.h>
-#include <string.h>
+#include <sched.h>
 
+#include "comm/base/reduce.h"
+#include "comm/base/signature.h"
+#include "core/env.h"
 #include "mpu/comm_mpi.h"
 
 int mpu_mpi_available(void) { return 1; }
 
-/* A send in flight: MPI_Isend of a private copy, so send returns at once
- * (eager, as on the threads backend) whatever size the message has. */
+/* Calls whose inputs together fit here gather everything and reduce locally:
+ * one collective, latency-bound anyway. */
+#define SMALL_BYTES ((size_t)32 << 10)
+#define P2P_TAG 7000 /* + dtype: the tag tells recv what was sent */
+
+/* ---- orphans: buffers MPI may still touch after we stopped waiting ------- */
+
+#define ORPHAN_BUFS 4
+
+typedef struct orphan {
+  struct orphan *next;
+  MPI_Request req;
+  void *bufs[ORPHAN_BUFS];
+} orphan;
+
+static orphan *orphans;
+
+/* Keep bufs until req completes (or MPI is finalised). Without memory for the
+ * record, the buffers leak: freeing them under MPI would be worse. */
+static void orphan_add(MPI_Request req, void *a, void *b, void *c, void *d) {
+  orphan *o = malloc(sizeof *o);
+  if (!o) return;
+  *o = (orphan){orphans, req, {a, b, c, d}};
+  orphans = o;
+}
+
+static void orphan_free(orphan *o) {
+  for (int i = 0; i < ORPHAN_BUFS; i++) free(o->bufs[i]);
+  free(o);
+}
+
+/* Free the orphans whose requests have completed (all of them at finalize). */
+static void orphans_progress(int all) {
+  for (orphan **p = &orphans; *p;) {
+    int done = all;
+    if (!done) MPI_Test(&(*p)->req, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      orphan *o = *p;
+      *p = o->next;
+      orphan_free(o);
+    } else {
+      p = &(*p)->next;
+    }
+  }
+}
+
+/* ---- the communicator ----------------------------------------------------- */
+
 typedef struct pending_send {
   MPI_Request req;
   void *copy;
@@ -33,27 +126,24 @@ typedef struct pending_send {
 
 typedef struct mpi_impl {
   MPI_Comm comm;
+  int checked;        /* signature handshake and timeouts on collectives */
+  double timeout_s;
+  mpu_result_t broken; /* the failure that broke it (0: not broken) */
+  char why[320];
   pending_send *sends;
   int nsends, cap;
+  mpu__sig *sig;      /* this rank's signature, then every member's [1 + size] */
+  char *scratch;      /* the reductions' staging buffer */
+  size_t scratch_cap;
+  int *v;             /* [4 * size]: counts and displacements of the v-collectives */
+  const void **ptrs;  /* [size]: the local reduction's sources */
 } mpi_impl;
-
-/* Free the sends that have completed (wait for all of them with `all`). */
-static void progress_sends(mpi_impl *m, int all) {
-  int kept = 0;
-  for (int i = 0; i < m->nsends; i++) {
-    int done = 0;
-    if (all) MPI_Wait(&m->sends[i].req, MPI_STATUS_IGNORE), done = 1;
-    else MPI_Test(&m->sends[i].req, &done, MPI_STATUS_IGNORE);
-    if (done) free(m->sends[i].copy);
-    else m->sends[kept++] = m->sends[i];
-  }
-  m->nsends = kept;
-}
 
 static const mpu__comm_ops mpi_ops;
 static int we_initialised;
 
-static MPI_Comm comm_of(const mpu_comm *c) { return ((const mpi_impl *)c->impl)->comm; }
+static mpi_impl *impl_of(const mpu_comm *c) { return c->impl; }
+static MPI_Comm comm_of(const mpu_comm *c) { return impl_of(c)->comm; }
 
 static mpu_result_t check(int err, const char *what) {
   if (err == MPI_SUCCESS) return MPU_SUCCESS;
@@ -63,162 +153,299 @@ static mpu_result_t check(int err, const char *what) {
   return mpu__error(MPU_ERR_BACKEND, "%s: MPI error: %.*s", what, len, text);
 }
 
-static MPI_Datatype type_of(mpu_dtype dt) {
-  switch (dt) {
-  case MPU_FLOAT32: return MPI_FLOAT;
-  case MPU_FLOAT64: return MPI_DOUBLE;
-  case MPU_INT32: return MPI_INT32_T;
-  case MPU_INT64: return MPI_INT64_T;
-  case MPU_UINT8: return MPI_UINT8_T;
-  default: return MPI_UINT16_T; /* 16-bit floats, moved as bits */
+/* The type that moves elements of dt as bits. */
+static MPI_Datatype bits_of(mpu_dtype dt) {
+  switch (mpu_dtype_size(dt)) {
+  case 1: return MPI_UINT8_T;
+  case 2: return MPI_UINT16_T;
+  case 4: return MPI_UINT32_T;
+  default: return MPI_UINT64_T;
   }
 }
 
-static MPI_Op op_of(mpu_op op) {
-  switch (op) {
-  case MPU_PROD: return MPI_PROD;
-  case MPU_MIN: return MPI_MIN;
-  case MPU_MAX: return MPI_MAX;
-  default: return MPI_SUM; /* sum, and avg before its division */
+/* MPI counts and displacements are int: count x blocks elements must fit. */
+static mpu_result_t fits(const char *fn, size_t count, int blocks) {
+  size_t elements;
+  if (!__builtin_mul_overflow(count, (size_t)blocks, &elements) && elements <= INT32_MAX)
+    return MPU_SUCCESS;
+  return mpu__error(MPU_ERR_UNSUPPORTED,
+                    "%s: %zu x %d elements in one MPI call (MPI counts are int; split the call)",
+                    fn, count, blocks);
+}
+
+static mpu_result_t scratch(mpu_comm *c, size_t bytes, const char *fn, char **out) {
+  mpi_impl *m = impl_of(c);
+  if (bytes > m->scratch_cap) {
+    char *grown = realloc(m->scratch, bytes);
+    if (!grown) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes of scratch", fn, bytes);
+    m->scratch = grown;
+    m->scratch_cap = bytes;
   }
+  *out = m->scratch;
+  return MPU_SUCCESS;
 }
 
-static int is16(mpu_dtype dt) { return dt == MPU_FLOAT16 || dt == MPU_BFLOAT16; }
-
-static void widen(mpu_dtype dt, const void *in, float *out, size_t n) {
-  const uint16_t *h = in;
-  for (size_t i = 0; i < n; i++)
-    out[i] = dt == MPU_FLOAT16 ? mpu_half_to_float(h[i]) : mpu_bfloat16_to_float(h[i]);
+static mpu_result_t broken_error(const mpi_impl *m, const char *fn) {
+  return mpu__error(m->broken, "%s: communicator is broken: %s", fn, m->why);
 }
 
-static void narrow(mpu_dtype dt, const float *in, void *out, size_t n) {
-  uint16_t *h = out;
-  for (size_t i = 0; i < n; i++)
-    h[i] = dt == MPU_FLOAT16 ? mpu_float_to_half(in[i]) : mpu_float_to_bfloat16(in[i]);
-}
-
-/* avg = sum / size, in the dtype's own arithmetic (integers truncate) */
-static void divide(void *buf, size_t n, mpu_dtype dt, int size) {
-  for (size_t i = 0; i < n; i++) switch (dt) {
-    case MPU_FLOAT32: ((float *)buf)[i] /= (float)size; break;
-    case MPU_FLOAT64: ((double *)buf)[i] /= (double)size; break;
-    case MPU_INT32: ((int32_t *)buf)[i] /= size; break;
-    case MPU_INT64: ((int64_t *)buf)[i] /= size; break;
-    default: ((uint8_t *)buf)[i] = (uint8_t)(((uint8_t *)buf)[i] / size); break;
+/* Wait for req, polling, no longer than the timeout. On timeout the
+ * communicator breaks and the request, with the library's buffers it may
+ * still use, goes to the orphans. */
+static mpu_result_t wait_for(mpu_comm *c, MPI_Request *req, const char *fn, const char *phase) {
+  mpi_impl *m = impl_of(c);
+  double start = MPI_Wtime();
+  for (long spins = 0;; spins++) {
+    int done = 0;
+    MPU_CHECK(check(MPI_Test(req, &done, MPI_STATUS_IGNORE), fn));
+    if (done) return MPU_SUCCESS;
+    if ((spins & 63) == 63) {
+      if (MPI_Wtime() - start > m->timeout_s) break;
+      sched_yield(); /* ranks may outnumber cores: let the late one run */
     }
+  }
+  snprintf(m->why, sizeof m->why,
+           "%s timed out after %.3g s %s (communicator of %d ranks; MPI cannot name the "
+           "missing ones)",
+           fn, m->timeout_s, phase, c->size);
+  m->broken = MPU_ERR_TIMEOUT;
+  orphan_add(*req, m->sig, m->scratch, m->v, NULL); /* MPI may still write them */
+  m->sig = NULL, m->scratch = NULL, m->v = NULL, m->scratch_cap = 0;
+  return mpu__error(MPU_ERR_TIMEOUT, "%s", m->why);
+}
+
+/* Start of every collective: refuse on a broken communicator, and with
+ * checking on agree on the call's signature with every member. */
+static mpu_result_t enter(mpu_comm *c, mpu__sig sig, const char *fn) {
+  mpi_impl *m = impl_of(c);
+  if (m->broken) return broken_error(m, fn);
+  if (orphans) orphans_progress(0);
+  if (!m->checked || c->size == 1) return MPU_SUCCESS;
+  MPI_Request req;
+  m->sig[0] = sig;
+  MPU_CHECK(check(MPI_Iallgather(&m->sig[0], (int)sizeof sig, MPI_BYTE, &m->sig[1],
+                                 (int)sizeof sig, MPI_BYTE, m->comm, &req),
+                  fn));
+  MPU_CHECK(wait_for(c, &req, fn, "waiting for every rank to enter the call"));
+  return mpu__sig_compare(fn, &m->sig[1], sizeof sig, c->size, c->world_ranks, MPU__CHECK_ALL);
+}
+
+/* ---- the moves: blocking calls, or non-blocking ones under the timeout ---- */
+
+#define DATA_PHASE "in the data phase (a peer left the call)"
+
+static mpu_result_t x_allgather(mpu_comm *c, const char *fn, const void *s, void *r, int n,
+                                MPI_Datatype t) {
+  MPI_Request q;
+  if (!impl_of(c)->checked) return check(MPI_Allgather(s, n, t, r, n, t, comm_of(c)), fn);
+  MPU_CHECK(check(MPI_Iallgather(s, n, t, r, n, t, comm_of(c), &q), fn));
+  return wait_for(c, &q, fn, DATA_PHASE);
+}
+
+static mpu_result_t x_allgatherv(mpu_comm *c, const char *fn, void *r, const int *counts,
+                                 const int *displs, MPI_Datatype t) {
+  MPI_Request q;
+  if (!impl_of(c)->checked)
+    return check(MPI_Allgatherv(MPI_IN_PLACE, 0, t, r, counts, displs, t, comm_of(c)), fn);
+  MPU_CHECK(check(MPI_Iallgatherv(MPI_IN_PLACE, 0, t, r, counts, displs, t, comm_of(c), &q), fn));
+  return wait_for(c, &q, fn, DATA_PHASE);
+}
+
+static mpu_result_t x_alltoall(mpu_comm *c, const char *fn, const void *s, void *r, int n,
+                               MPI_Datatype t) {
+  MPI_Request q;
+  if (!impl_of(c)->checked) return check(MPI_Alltoall(s, n, t, r, n, t, comm_of(c)), fn);
+  MPU_CHECK(check(MPI_Ialltoall(s, n, t, r, n, t, comm_of(c), &q), fn));
+  return wait_for(c, &q, fn, DATA_PHASE);
+}
+
+static mpu_result_t x_alltoallv(mpu_comm *c, const char *fn, const void *s, const int *sc,
+                                const int *sd, void *r, const int *rc, const int *rd,
+                                MPI_Datatype t) {
+  MPI_Request q;
+  if (!impl_of(c)->checked)
+    return check(MPI_Alltoallv(s, sc, sd, t, r, rc, rd, t, comm_of(c)), fn);
+  MPU_CHECK(check(MPI_Ialltoallv(s, sc, sd, t, r, rc, rd, t, comm_of(c), &q), fn));
+  return wait_for(c, &q, fn, DATA_PHASE);
+}
+
+static mpu_result_t x_bcast(mpu_comm *c, const char *fn, void *b, int n, MPI_Datatype t,
+                            int root) {
+  MPI_Request q;
+  if (!impl_of(c)->checked) return check(MPI_Bcast(b, n, t, root, comm_of(c)), fn);
+  MPU_CHECK(check(MPI_Ibcast(b, n, t, root, comm_of(c), &q), fn));
+  return wait_for(c, &q, fn, DATA_PHASE);
+}
+
+static mpu_result_t x_gather(mpu_comm *c, const char *fn, const void *s, void *r, int n,
+                             MPI_Datatype t, int root) {
+  MPI_Request q;
+  if (!impl_of(c)->checked) return check(MPI_Gather(s, n, t, r, n, t, root, comm_of(c)), fn);
+  MPU_CHECK(check(MPI_Igather(s, n, t, r, n, t, root, comm_of(c), &q), fn));
+  return wait_for(c, &q, fn, DATA_PHASE);
+}
+
+static mpu_result_t x_gatherv(mpu_comm *c, const char *fn, const void *s, int n, void *r,
+                              const int *counts, const int *displs, MPI_Datatype t, int root) {
+  MPI_Request q;
+  if (!impl_of(c)->checked)
+    return check(MPI_Gatherv(s, n, t, r, counts, displs, t, root, comm_of(c)), fn);
+  MPU_CHECK(check(MPI_Igatherv(s, n, t, r, counts, displs, t, root, comm_of(c), &q), fn));
+  return wait_for(c, &q, fn, DATA_PHASE);
+}
+
+/* ---- reductions ------------------------------------------------------------ */
+
+/* The chunk plan of a large reduction over count elements: rank k owns chunk
+ * k; v = [send counts | send displs | recv counts | recv displs], where each
+ * rank sends chunk k of its input to rank k and receives its own chunk from
+ * every rank, stacked in rank order. Returns this rank's chunk length. */
+static int plan_chunks(mpu_comm *c, size_t count) {
+  int n = c->size, *v = impl_of(c)->v;
+  size_t lo = mpu__chunk_lo(count, n, c->rank), mine = mpu__chunk_lo(count, n, c->rank + 1) - lo;
+  for (int k = 0; k < n; k++) {
+    size_t a = mpu__chunk_lo(count, n, k), b = mpu__chunk_lo(count, n, k + 1);
+    v[k] = (int)(b - a);
+    v[n + k] = (int)a;
+    v[2 * n + k] = (int)mine;
+    v[3 * n + k] = (int)((size_t)k * mine);
+  }
+  return (int)mine;
+}
+
+/* Sources for the local reduction: the size blocks of `bytes` stacked at base. */
+static const void *const *blocks(mpu_comm *c, const char *base, size_t bytes) {
+  const void **ptrs = impl_of(c)->ptrs;
+  for (int k = 0; k < c->size; k++) ptrs[k] = base + (size_t)k * bytes;
+  return ptrs;
+}
+
+/* Every member's chunk of the inputs, in rank order, lands in the scratch
+ * (which has room for `spare` more chunks after them); *mine is this rank's
+ * chunk length. */
+static mpu_result_t exchange_chunks(mpu_comm *c, const char *fn, const void *send, size_t count,
+                                    mpu_dtype dt, int spare, int *mine, char **stacked) {
+  int n = c->size, *v = impl_of(c)->v;
+  *mine = plan_chunks(c, count);
+  size_t chunk = (size_t)*mine * mpu_dtype_size(dt);
+  MPU_CHECK(scratch(c, (size_t)(n + spare) * chunk + 1, fn, stacked));
+  return x_alltoallv(c, fn, send, v, v + n, *stacked, v + 2 * n, v + 3 * n, bits_of(dt));
 }
 
 static mpu_result_t mpi_all_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
                                    mpu_dtype dt, mpu_op op) {
   static const char fn[] = "mpu_comm_all_reduce";
-  if (count > INT32_MAX) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: %zu elements (MPI counts are int)", fn, count);
-  if (is16(dt)) {
-    float *f = malloc((count ? count : 1) * sizeof(float));
-    if (!f) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
-    widen(dt, send, f, count);
-    mpu_result_t r = check(MPI_Allreduce(MPI_IN_PLACE, f, (int)count, MPI_FLOAT, op_of(op), comm_of(c)), fn);
-    if (!r && op == MPU_AVG) divide(f, count, MPU_FLOAT32, c->size);
-    if (!r) narrow(dt, f, recv, count);
-    free(f);
-    return r;
+  int n = c->size;
+  size_t es = mpu_dtype_size(dt), bytes = count * es;
+  MPU_CHECK(enter(c, mpu__sig_make(MPU__ALL_REDUCE, count, dt, op, -1), fn));
+  MPU_CHECK(fits(fn, count, n));
+  char *stacked = NULL;
+  if (bytes * (size_t)n <= SMALL_BYTES) {
+    MPU_CHECK(scratch(c, bytes * (size_t)n + 1, fn, &stacked));
+    MPU_CHECK(x_allgather(c, fn, send, stacked, (int)count, bits_of(dt)));
+    mpu__reduce(recv, blocks(c, stacked, bytes), n, count, dt, op, n);
+    return MPU_SUCCESS;
   }
-  MPU_CHECK(check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, type_of(dt),
-                                op_of(op), comm_of(c)),
-                  fn));
-  if (op == MPU_AVG) divide(recv, count, dt, c->size);
-  return MPU_SUCCESS;
+  int mine;
+  MPU_CHECK(exchange_chunks(c, fn, send, count, dt, 0, &mine, &stacked));
+  int *v = impl_of(c)->v;
+  mpu__reduce((char *)recv + (size_t)v[n + c->rank] * es,
+              blocks(c, stacked, (size_t)mine * es), n, (size_t)mine, dt, op, n);
+  return x_allgatherv(c, fn, recv, v, v + n, bits_of(dt));
 }
 
 static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
                                        mpu_dtype dt, mpu_op op) {
   static const char fn[] = "mpu_comm_reduce_scatter";
-  size_t total = count * (size_t)c->size, es = mpu_dtype_size(dt);
-  if (total > INT32_MAX) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: %zu elements", fn, total);
-  int wide = is16(dt);
-  if (!wide && (const char *)recv != (const char *)send + (size_t)c->rank * count * es) {
-    MPU_CHECK(check(MPI_Reduce_scatter_block(send, recv, (int)count, type_of(dt), op_of(op),
-                                             comm_of(c)),
-                    fn));
-    if (op == MPU_AVG) divide(recv, count, dt, c->size);
-    return MPU_SUCCESS;
-  }
-  /* a scratch input (widened) and output (for the in-place block and 16-bit) */
-  float *in = wide ? malloc((total ? total : 1) * sizeof(float)) : NULL;
-  void *out = malloc((count ? count : 1) * (wide ? sizeof(float) : es));
-  mpu_result_t r = (wide && !in) || !out ? mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn) : MPU_SUCCESS;
-  if (!r) {
-    if (wide) widen(dt, send, in, total);
-    r = check(MPI_Reduce_scatter_block(wide ? (const void *)in : send, out, (int)count,
-                                       wide ? MPI_FLOAT : type_of(dt), op_of(op), comm_of(c)),
-              fn);
-  }
-  if (!r && op == MPU_AVG) divide(out, count, wide ? MPU_FLOAT32 : dt, c->size);
-  if (!r) {
-    if (wide) narrow(dt, out, recv, count);
-    else if (count) memcpy(recv, out, count * es);
-  }
-  free(in);
-  free(out);
-  return r;
+  int n = c->size;
+  size_t bytes = count * mpu_dtype_size(dt);
+  MPU_CHECK(enter(c, mpu__sig_make(MPU__REDUCE_SCATTER, count, dt, op, -1), fn));
+  MPU_CHECK(fits(fn, count, n));
+  char *stacked = NULL;
+  MPU_CHECK(scratch(c, bytes * (size_t)n + 1, fn, &stacked));
+  MPU_CHECK(x_alltoall(c, fn, send, stacked, (int)count, bits_of(dt)));
+  mpu__reduce(recv, blocks(c, stacked, bytes), n, count, dt, op, n);
+  return MPU_SUCCESS;
 }
 
 static mpu_result_t mpi_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
                                mpu_dtype dt, mpu_op op, int root) {
   static const char fn[] = "mpu_comm_reduce";
-  if (count > INT32_MAX) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: %zu elements", fn, count);
-  int me = c->rank == root;
-  if (is16(dt)) {
-    float *f = malloc((count ? count : 1) * sizeof(float));
-    if (!f) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
-    widen(dt, send, f, count);
-    mpu_result_t r = check(MPI_Reduce(me ? MPI_IN_PLACE : f, me ? f : NULL, (int)count, MPI_FLOAT,
-                                      op_of(op), root, comm_of(c)),
-                           fn);
-    if (!r && me && op == MPU_AVG) divide(f, count, MPU_FLOAT32, c->size);
-    if (!r && me) narrow(dt, f, recv, count);
-    free(f);
-    return r;
+  int n = c->size, me = c->rank == root;
+  size_t es = mpu_dtype_size(dt), bytes = count * es;
+  MPU_CHECK(enter(c, mpu__sig_make(MPU__REDUCE, count, dt, op, root), fn));
+  MPU_CHECK(fits(fn, count, n));
+  char *stacked = NULL;
+  if (bytes * (size_t)n <= SMALL_BYTES) {
+    MPU_CHECK(scratch(c, bytes * (size_t)n + 1, fn, &stacked));
+    MPU_CHECK(x_gather(c, fn, send, stacked, (int)count, bits_of(dt), root));
+    if (me) mpu__reduce(recv, blocks(c, stacked, bytes), n, count, dt, op, n);
+    return MPU_SUCCESS;
   }
-  const void *s = me && send == recv ? MPI_IN_PLACE : send;
-  MPU_CHECK(check(MPI_Reduce(s, me ? recv : NULL, (int)count, type_of(dt), op_of(op), root, comm_of(c)), fn));
-  if (me && op == MPU_AVG) divide(recv, count, dt, c->size);
-  return MPU_SUCCESS;
+  int mine;
+  MPU_CHECK(exchange_chunks(c, fn, send, count, dt, 1, &mine, &stacked));
+  int *v = impl_of(c)->v;
+  size_t chunk = (size_t)mine * es;
+  /* the root reduces its chunk in place in recv; the others after the stack */
+  char *dst = me ? (char *)recv + (size_t)v[n + c->rank] * es : stacked + (size_t)n * chunk;
+  mpu__reduce(dst, blocks(c, stacked, chunk), n, (size_t)mine, dt, op, n);
+  return x_gatherv(c, fn, me ? MPI_IN_PLACE : dst, mine, recv, v, v + n, bits_of(dt), root);
 }
+
+/* ---- moves ------------------------------------------------------------------ */
 
 static mpu_result_t mpi_all_gather(mpu_comm *c, const void *send, void *recv, size_t count,
                                    mpu_dtype dt) {
-  if (count > INT32_MAX / (size_t)c->size)
-    return mpu__error(MPU_ERR_UNSUPPORTED, "mpu_comm_all_gather: %zu elements", count);
+  static const char fn[] = "mpu_comm_all_gather";
+  MPU_CHECK(enter(c, mpu__sig_make(MPU__ALL_GATHER, count, dt, MPU_SUM, -1), fn));
+  MPU_CHECK(fits(fn, count, c->size));
   const char *in_place = (const char *)recv + (size_t)c->rank * count * mpu_dtype_size(dt);
-  return check(MPI_Allgather(send == in_place ? MPI_IN_PLACE : send, (int)count, type_of(dt), recv,
-                             (int)count, type_of(dt), comm_of(c)),
-               "mpu_comm_all_gather");
+  return x_allgather(c, fn, send == in_place ? MPI_IN_PLACE : send, recv, (int)count,
+                     bits_of(dt));
 }
 
 static mpu_result_t mpi_broadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root) {
-  if (count > INT32_MAX) return mpu__error(MPU_ERR_UNSUPPORTED, "mpu_comm_broadcast: %zu", count);
-  return check(MPI_Bcast(buf, (int)count, type_of(dt), root, comm_of(c)), "mpu_comm_broadcast");
+  static const char fn[] = "mpu_comm_broadcast";
+  MPU_CHECK(enter(c, mpu__sig_make(MPU__BROADCAST, count, dt, MPU_SUM, root), fn));
+  MPU_CHECK(fits(fn, count, 1));
+  return x_bcast(c, fn, buf, (int)count, bits_of(dt), root);
 }
 
 static mpu_result_t mpi_all_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
                                    mpu_dtype dt) {
-  if (count > INT32_MAX / (size_t)c->size)
-    return mpu__error(MPU_ERR_UNSUPPORTED, "mpu_comm_all_to_all: %zu elements", count);
-  return check(MPI_Alltoall(send, (int)count, type_of(dt), recv, (int)count, type_of(dt), comm_of(c)),
-               "mpu_comm_all_to_all");
+  static const char fn[] = "mpu_comm_all_to_all";
+  MPU_CHECK(enter(c, mpu__sig_make(MPU__ALL_TO_ALL, count, dt, MPU_SUM, -1), fn));
+  MPU_CHECK(fits(fn, count, c->size));
+  return x_alltoall(c, fn, send, recv, (int)count, bits_of(dt));
 }
 
 static mpu_result_t mpi_barrier(mpu_comm *c) {
-  return check(MPI_Barrier(comm_of(c)), "mpu_comm_barrier");
+  static const char fn[] = "mpu_comm_barrier";
+  MPU_CHECK(enter(c, mpu__sig_make(MPU__BARRIER, 0, MPU_UINT8, MPU_SUM, -1), fn));
+  if (impl_of(c)->checked) return MPU_SUCCESS; /* nobody leaves the handshake early */
+  return check(MPI_Barrier(comm_of(c)), fn);
 }
 
-#define P2P_TAG 7001
+/* ---- point to point ---------------------------------------------------------- */
+
+/* Free the sends that have completed. */
+static void progress_sends(mpi_impl *m) {
+  int kept = 0;
+  for (int i = 0; i < m->nsends; i++) {
+    int done = 0;
+    MPI_Test(&m->sends[i].req, &done, MPI_STATUS_IGNORE);
+    if (done) free(m->sends[i].copy);
+    else m->sends[kept++] = m->sends[i];
+  }
+  m->nsends = kept;
+}
 
 static mpu_result_t mpi_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
   static const char fn[] = "mpu_comm_send";
-  mpi_impl *m = c->impl;
-  if (count > INT32_MAX) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: %zu", fn, count);
-  progress_sends(m, 0);
+  mpi_impl *m = impl_of(c);
+  if (m->broken) return broken_error(m, fn);
+  MPU_CHECK(fits(fn, count, 1));
+  progress_sends(m);
   if (m->nsends == m->cap) {
     int cap = m->cap ? 2 * m->cap : 8;
     pending_send *grown = realloc(m->sends, (size_t)cap * sizeof *grown);
@@ -230,7 +457,8 @@ static mpu_result_t mpi_send(mpu_comm *c, const void *buf, size_t count, mpu_dty
   if (!copy) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, bytes);
   if (bytes) memcpy(copy, buf, bytes);
   pending_send *p = &m->sends[m->nsends];
-  mpu_result_t r = check(MPI_Isend(copy, (int)count, type_of(dt), peer, P2P_TAG, m->comm, &p->req), fn);
+  mpu_result_t r =
+      check(MPI_Isend(copy, (int)count, bits_of(dt), peer, P2P_TAG + (int)dt, m->comm, &p->req), fn);
   if (r) {
     free(copy);
     return r;
@@ -242,27 +470,45 @@ static mpu_result_t mpi_send(mpu_comm *c, const void *buf, size_t count, mpu_dty
 
 static mpu_result_t mpi_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
   static const char fn[] = "mpu_comm_recv";
+  mpi_impl *m = impl_of(c);
+  if (m->broken) return broken_error(m, fn);
+  MPU_CHECK(fits(fn, count, 1));
+  progress_sends(m);
+  MPI_Message msg;
   MPI_Status st;
-  int got = 0;
-  progress_sends(c->impl, 0);
-  MPU_CHECK(check(MPI_Probe(peer, P2P_TAG, comm_of(c), &st), fn));
-  MPU_CHECK(check(MPI_Get_count(&st, type_of(dt), &got), fn));
-  if (got == MPI_UNDEFINED || (size_t)got != count) { /* drop it, as the threads backend does */
-    int bytes = 0;
-    MPI_Get_count(&st, MPI_BYTE, &bytes);
-    char *sink = malloc(bytes > 0 ? (size_t)bytes : 1);
-    if (sink) MPI_Recv(sink, bytes, MPI_BYTE, peer, P2P_TAG, comm_of(c), MPI_STATUS_IGNORE);
-    free(sink);
-    return mpu__error(MPU_ERR_MISMATCH,
-                      "%s: expected %zu x %s from rank %d, but it sent %d bytes (the message is "
-                      "dropped)",
-                      fn, count, mpu_dtype_name(dt), peer, bytes);
+  double start = MPI_Wtime();
+  for (long spins = 0;; spins++) {
+    int found = 0;
+    MPU_CHECK(check(MPI_Improbe(peer, MPI_ANY_TAG, m->comm, &found, &msg, &st), fn));
+    if (found) break;
+    if ((spins & 63) == 63) {
+      if (MPI_Wtime() - start > m->timeout_s) {
+        /* nothing of ours is pending: the communicator stays usable */
+        return mpu__error(MPU_ERR_TIMEOUT, "%s: no message from rank %d within %.3g s", fn, peer,
+                          m->timeout_s);
+      }
+      sched_yield();
+    }
   }
-  return check(MPI_Recv(buf, (int)count, type_of(dt), peer, P2P_TAG, comm_of(c), MPI_STATUS_IGNORE), fn);
+  int bytes = 0;
+  MPI_Get_count(&st, MPI_BYTE, &bytes);
+  int tag_dt = st.MPI_TAG - P2P_TAG;
+  mpu_dtype got = tag_dt >= 0 && tag_dt < MPU_DTYPE_COUNT ? (mpu_dtype)tag_dt : dt;
+  size_t got_count = (size_t)bytes / mpu_dtype_size(got);
+  mpu_result_t r = mpu__recv_mismatch(count, dt, got_count, got, peer);
+  if (r) { /* drop it, as every backend does */
+    char *sink = malloc(bytes > 0 ? (size_t)bytes : 1);
+    MPI_Mrecv(sink ? (void *)sink : NULL, sink ? bytes : 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    free(sink);
+    return r;
+  }
+  return check(MPI_Mrecv(buf, (int)count, bits_of(dt), &msg, MPI_STATUS_IGNORE), fn);
 }
 
-/* A handle over newcomm (taken); its members' ranks in MPI_COMM_WORLD. */
-static mpu_result_t wrap(MPI_Comm newcomm, mpu_comm **out) {
+/* ---- making and ending communicators --------------------------------------- */
+
+/* A handle over newcomm (taken), with the settings of `like` (or opts). */
+static mpu_result_t wrap(MPI_Comm newcomm, int checked, double timeout_s, mpu_comm **out) {
   static const char fn[] = "mpi backend";
   int rank, size;
   MPI_Comm_set_errhandler(newcomm, MPI_ERRORS_RETURN);
@@ -271,7 +517,12 @@ static mpu_result_t wrap(MPI_Comm newcomm, mpu_comm **out) {
   mpi_impl *impl = calloc(1, sizeof *impl);
   int *mine = malloc((size_t)size * sizeof(int)), *world = malloc((size_t)size * sizeof(int));
   mpu_comm *c = NULL;
-  if (impl && mine && world) {
+  if (impl) {
+    impl->sig = calloc((size_t)size + 1, sizeof *impl->sig);
+    impl->v = calloc(4 * (size_t)size, sizeof(int));
+    impl->ptrs = calloc((size_t)size, sizeof *impl->ptrs);
+  }
+  if (impl && impl->sig && impl->v && impl->ptrs && mine && world) {
     MPI_Group g, wg;
     MPI_Comm_group(newcomm, &g);
     MPI_Comm_group(MPI_COMM_WORLD, &wg);
@@ -280,11 +531,14 @@ static mpu_result_t wrap(MPI_Comm newcomm, mpu_comm **out) {
     MPI_Group_free(&g);
     MPI_Group_free(&wg);
     impl->comm = newcomm;
+    impl->checked = checked;
+    impl->timeout_s = timeout_s;
     c = mpu__comm_new(&mpi_ops, rank, size, world, impl);
   }
   free(mine);
   free(world);
   if (!c) {
+    if (impl) free(impl->sig), free(impl->v), free(impl->ptrs);
     free(impl);
     MPI_Comm_free(&newcomm);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: communicator of %d", fn, size);
@@ -295,6 +549,8 @@ static mpu_result_t wrap(MPI_Comm newcomm, mpu_comm **out) {
 
 static mpu_result_t mpi_create_group(mpu_comm *c, const int *members, int n, mpu_comm **out) {
   static const char fn[] = "mpu_comm_create_group";
+  mpi_impl *m = impl_of(c);
+  if (m->broken) return broken_error(m, fn);
   MPI_Group parent, group;
   MPI_Comm newcomm = MPI_COMM_NULL;
   MPU_CHECK(check(MPI_Comm_group(comm_of(c), &parent), fn));
@@ -303,19 +559,22 @@ static mpu_result_t mpi_create_group(mpu_comm *c, const int *members, int n, mpu
   if (r) return r;
   r = check(MPI_Comm_create_group(comm_of(c), group, 4242, &newcomm), fn);
   MPI_Group_free(&group);
-  return r ? r : wrap(newcomm, out);
+  return r ? r : wrap(newcomm, m->checked, m->timeout_s, out);
 }
 
 static mpu_result_t mpi_split(mpu_comm *c, int color, int key, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_split";
+  mpi_impl *m = impl_of(c);
+  if (m->broken) return broken_error(m, fn);
   MPI_Comm newcomm = MPI_COMM_NULL;
   MPU_CHECK(check(MPI_Comm_split(comm_of(c), color == MPU_COMM_SPLIT_NOCOLOR ? MPI_UNDEFINED : color,
                                  key, &newcomm),
-                  "mpu_comm_split"));
+                  fn));
   if (newcomm == MPI_COMM_NULL) {
     *out = NULL;
     return MPU_SUCCESS;
   }
-  return wrap(newcomm, out);
+  return wrap(newcomm, m->checked, m->timeout_s, out);
 }
 
 static mpu_result_t mpi_abort(mpu_comm *c) {
@@ -323,12 +582,80 @@ static mpu_result_t mpi_abort(mpu_comm *c) {
   return MPU_SUCCESS;
 }
 
+/* Never blocks: a send nobody received is cancelled, or left to MPI with its
+ * buffer in the orphans. */
 static void mpi_destroy(mpu_comm *c) {
-  mpi_impl *impl = c->impl;
-  progress_sends(impl, 1); /* the sends must complete before their buffers go */
-  free(impl->sends);
-  MPI_Comm_free(&impl->comm);
-  free(impl);
+  mpi_impl *m = c->impl;
+  progress_sends(m);
+  for (int i = 0; i < m->nsends; i++) {
+    int done = 0;
+    MPI_Cancel(&m->sends[i].req);
+    MPI_Test(&m->sends[i].req, &done, MPI_STATUS_IGNORE);
+    if (done) free(m->sends[i].copy);
+    else orphan_add(m->sends[i].req, m->sends[i].copy, NULL, NULL, NULL);
+  }
+  free(m->sends);
+  free(m->sig);
+  free(m->scratch);
+  free(m->v);
+  free(m->ptrs);
+  MPI_Comm_free(&m->comm); /* local in MPI: pending requests still complete */
+  free(m);
+}
+
+/* ---- the raw MPI call, for mpu bench ------------------------------------------ */
+
+static MPI_Datatype native_type(mpu_dtype dt) {
+  switch (dt) {
+  case MPU_FLOAT32: return MPI_FLOAT;
+  case MPU_FLOAT64: return MPI_DOUBLE;
+  case MPU_INT32: return MPI_INT32_T;
+  case MPU_INT64: return MPI_INT64_T;
+  case MPU_UINT8: return MPI_UINT8_T;
+  default: return MPI_DATATYPE_NULL; /* MPI cannot reduce 16-bit floats */
+  }
+}
+
+static MPI_Op native_op(mpu_op op) {
+  switch (op) {
+  case MPU_PROD: return MPI_PROD;
+  case MPU_MIN: return MPI_MIN;
+  case MPU_MAX: return MPI_MAX;
+  default: return MPI_SUM; /* MPI has no average: the sum is the nearest call */
+  }
+}
+
+static mpu_result_t mpi_native(mpu_comm *c, int kind, const void *send, void *recv, size_t count,
+                               mpu_dtype dt, mpu_op op, int root) {
+  static const char fn[] = "raw MPI call";
+  int n = c->size, reducing = kind == MPU__ALL_REDUCE || kind == MPU__REDUCE_SCATTER ||
+                              kind == MPU__REDUCE;
+  MPI_Datatype t = reducing ? native_type(dt) : bits_of(dt);
+  if (t == MPI_DATATYPE_NULL)
+    return mpu__error(MPU_ERR_UNSUPPORTED, "%s: MPI has no %s reduction", fn, mpu_dtype_name(dt));
+  MPU_CHECK(fits(fn, count, n));
+  int k = (int)count;
+  size_t bytes = count * mpu_dtype_size(dt);
+  MPI_Comm w = comm_of(c);
+  switch (kind) {
+  case MPU__ALL_REDUCE:
+    return check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, k, t, native_op(op), w), fn);
+  case MPU__ALL_GATHER: {
+    const void *s = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
+    return check(MPI_Allgather(s, k, t, recv, k, t, w), fn);
+  }
+  case MPU__REDUCE_SCATTER:
+    if ((const char *)recv == (const char *)send + (size_t)c->rank * bytes)
+      return mpu__error(MPU_ERR_UNSUPPORTED, "%s: MPI's in-place reduce_scatter differs", fn);
+    return check(MPI_Reduce_scatter_block(send, recv, k, t, native_op(op), w), fn);
+  case MPU__BROADCAST: return check(MPI_Bcast(recv, k, t, root, w), fn);
+  case MPU__REDUCE: {
+    const void *s = c->rank == root && send == recv ? MPI_IN_PLACE : send;
+    return check(MPI_Reduce(s, recv, k, t, native_op(op), root, w), fn);
+  }
+  case MPU__ALL_TO_ALL: return check(MPI_Alltoall(send, k, t, recv, k, t, w), fn);
+  default: return check(MPI_Barrier(w), fn);
+  }
 }
 
 static const mpu__comm_ops mpi_ops = {
@@ -345,24 +672,49 @@ static const mpu__comm_ops mpi_ops = {
     .create_group = mpi_create_group,
     .split = mpi_split,
     .abort = mpi_abort,
+    .native = mpi_native,
     .destroy = mpi_destroy,
 };
 
-mpu_result_t mpu_comm_from_mpi(MPI_Comm comm, mpu_comm **out) {
+/* ---- entry points --------------------------------------------------------------- */
+
+static mpu_result_t check_options(const char *fn, const mpu_mpi_options *o) {
+  if (!o) return MPU_SUCCESS;
+  if (o->size != sizeof *o)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: options.size is %zu, want %zu (start from MPU_MPI_OPTIONS_INIT)", fn,
+                      o->size, sizeof *o);
+  if (o->check_calls < MPU_CHECKS_OFF || o->check_calls > MPU_CHECKS_ON)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: options.check_calls is %d (want MPU_CHECKS_DEFAULT, _ON or _OFF)", fn,
+                      o->check_calls);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_from_mpi_ex(MPI_Comm comm, const mpu_mpi_options *options, mpu_comm **out) {
   static const char fn[] = "mpu_comm_from_mpi";
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: MPI is not initialised", fn);
   if (!out || comm == MPI_COMM_NULL)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL output or MPI_COMM_NULL", fn);
+  MPU_CHECK(check_options(fn, options));
   MPI_Comm dup;
   MPU_CHECK(check(MPI_Comm_dup(comm, &dup), fn));
-  return wrap(dup, out);
+  return wrap(dup, mpu__env_check_calls(options ? options->check_calls : MPU_CHECKS_DEFAULT),
+              mpu__env_timeout(options ? options->timeout_s : 0), out);
 }
 
-mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out) {
+mpu_result_t mpu_comm_from_mpi(MPI_Comm comm, mpu_comm **out) {
+  return mpu_comm_from_mpi_ex(comm, NULL, out);
+}
+
+mpu_result_t mpu_comm_mpi_world_ex(int *argc, char ***argv, const mpu_mpi_options *options,
+                                   mpu_comm **out) {
   static const char fn[] = "mpu_comm_mpi_world";
   int initialised = 0, provided = 0;
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  MPU_CHECK(check_options(fn, options));
   MPI_Initialized(&initialised);
   if (!initialised) {
     MPU_CHECK(check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), fn));
@@ -373,7 +725,11 @@ mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out) {
   if (provided < MPI_THREAD_FUNNELED)
     return mpu__error(MPU_ERR_UNSUPPORTED, "%s: MPI gives thread level %d, mpu needs FUNNELED", fn,
                       provided);
-  return mpu_comm_from_mpi(MPI_COMM_WORLD, out);
+  return mpu_comm_from_mpi_ex(MPI_COMM_WORLD, options, out);
+}
+
+mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out) {
+  return mpu_comm_mpi_world_ex(argc, argv, NULL, out);
 }
 
 mpu_result_t mpu_mpi_finalize(void) {
@@ -381,6 +737,8 @@ mpu_result_t mpu_mpi_finalize(void) {
   MPI_Finalized(&finalized);
   if (we_initialised && !finalized) MPU_CHECK(check(MPI_Finalize(), "mpu_mpi_finalize"));
   we_initialised = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) orphans_progress(1); /* MPI holds nothing any more */
   return MPU_SUCCESS;
 }
 

@@ -4,7 +4,10 @@
  */
 #include "core/env.h"
 
+#include "mpu/comm.h"
+
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +21,7 @@ typedef struct knob {
 /* Keep in step with docs/api.md ("Environment"). */
 static const knob knobs[] = {
     {"MPU_TIMEOUT", "300", "seconds a rank waits for its peers before the call fails"},
-    {"MPU_CHECK_CALLS", "0", "1: every collective also checks that all ranks passed the same op and root"},
+    {"MPU_CHECK_CALLS", "1", "1: every collective first checks that all ranks made the same call (0: off)"},
     {"MPU_SPIN", "-1", "busy-wait iterations before a waiting rank sleeps (-1: automatic)"},
     {"MPU_DEBUG", "0", "1: log the file:line path of every error to stderr"},
 };
@@ -36,8 +39,8 @@ static double as_double(int i) {
   char *end;
   errno = 0;
   double d = strtod(s, &end);
-  if (errno || *end || d <= 0) {
-    fprintf(stderr, "mpu: ignoring %s=%s (want a positive number; %s)\n", knobs[i].name, s,
+  if (errno || *end || !(d > 0) || !isfinite(d)) {
+    fprintf(stderr, "mpu: ignoring %s=%s (want a positive finite number; %s)\n", knobs[i].name, s,
             knobs[i].meaning);
     d = strtod(knobs[i].fallback, NULL);
   }
@@ -67,4 +70,14 @@ static void load(void) {
 const mpu__env_values *mpu__env(void) {
   pthread_once(&once, load);
   return &values;
+}
+
+int mpu__env_check_calls(int mode) {
+  if (mode == MPU_CHECKS_ON) return 1;
+  if (mode == MPU_CHECKS_OFF) return 0;
+  return mpu__env()->check_calls;
+}
+
+double mpu__env_timeout(double timeout_s) {
+  return timeout_s > 0 && isfinite(timeout_s) ? timeout_s : mpu__env()->timeout_s;
 }

@@ -9,7 +9,7 @@
 
 typedef struct mpu__env_values {
   double timeout_s; /* MPU_TIMEOUT: seconds any wait may last before it fails */
-  int check_calls;  /* MPU_CHECK_CALLS: compare op and root across ranks of each call */
+  int check_calls;  /* MPU_CHECK_CALLS: agree on each collective's signature first */
   long spin;        /* MPU_SPIN: busy-wait iterations before sleeping; -1 = automatic */
   int debug;        /* MPU_DEBUG: log each error's path (file:line) to stderr */
 } mpu__env_values;
@@ -17,5 +17,11 @@ typedef struct mpu__env_values {
 /* The knobs, parsed on first use (thread-safe). A malformed value falls back
  * to the default and, with MPU_DEBUG=1, says so on stderr. */
 const mpu__env_values *mpu__env(void);
+
+/* A communicator's settings from its options and the knobs, the same rule on
+ * every backend: an option given wins, else the knob, else the default.
+ * mode is MPU_CHECKS_DEFAULT, _ON or _OFF; timeout_s <= 0 means "not given". */
+int mpu__env_check_calls(int mode);
+double mpu__env_timeout(double timeout_s);
 
 #endif

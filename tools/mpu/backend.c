@@ -7,11 +7,8 @@
 #include <string.h>
 
 #include "cli.h"
-#ifdef MPU_TOOL_MPI
-#include "mpu/comm_mpi.h"
-#endif
 
-static mpu_comm *mpi_world;
+static mpu_comm *mpi_world, *mpi_unchecked;
 
 tool_backend tool_parse_backend(const char *cmd, const char *name) {
   if (!strcmp(name, "threads")) return TOOL_THREADS;
@@ -28,7 +25,6 @@ mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, 
     *printer = 1;
     return mpu_with_state(nranks, cfg, seed, fn, arg, NULL, NULL);
   }
-#ifdef MPU_TOOL_MPI
   mpu_result_t r = MPU_SUCCESS;
   int rank = 0, size = 0;
   if (!mpi_world) r = mpu_comm_mpi_world(NULL, NULL, &mpi_world);
@@ -49,20 +45,25 @@ mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, 
   if (!r) r = fn(s, arg);
   mpu_state_destroy(s);
   return r;
-#else
-  (void)nranks, (void)cfg, (void)seed, (void)fn, (void)arg, (void)printer;
-  return MPU_ERR_UNSUPPORTED;
-#endif
 }
 
 mpu_comm *tool_mpi_world(void) {
-#ifdef MPU_TOOL_MPI
   if (!mpi_world && mpu_comm_mpi_world(NULL, NULL, &mpi_world)) {
     fprintf(stderr, "mpu: MPI: %s\n", mpu_last_error());
     return NULL;
   }
-#endif
   return mpi_world;
+}
+
+mpu_comm *tool_mpi_world_unchecked(void) {
+  mpu_mpi_options o = MPU_MPI_OPTIONS_INIT;
+  o.check_calls = MPU_CHECKS_OFF;
+  if (!tool_mpi_world()) return NULL;
+  if (!mpi_unchecked && mpu_comm_mpi_world_ex(NULL, NULL, &o, &mpi_unchecked)) {
+    fprintf(stderr, "mpu: MPI: %s\n", mpu_last_error());
+    return NULL;
+  }
+  return mpi_unchecked;
 }
 
 int tool_share_status(tool_backend b, int status) {
@@ -73,13 +74,10 @@ int tool_share_status(tool_backend b, int status) {
 }
 
 void tool_backend_done(tool_backend b) {
-#ifdef MPU_TOOL_MPI
   if (b == TOOL_MPI && mpi_world) {
+    mpu_comm_destroy(mpi_unchecked);
     mpu_comm_destroy(mpi_world);
-    mpi_world = NULL;
+    mpi_world = mpi_unchecked = NULL;
     mpu_mpi_finalize();
   }
-#else
-  (void)b;
-#endif
 }

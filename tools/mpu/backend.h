@@ -26,6 +26,9 @@ mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, 
  * with a message on stderr if it cannot be had. */
 mpu_comm *tool_mpi_world(void);
 
+/* MPI: a second world communicator with call checking off (raw MPI speed). */
+mpu_comm *tool_mpi_world_unchecked(void);
+
 /* MPI: share an int (e.g. the exit status) from rank 0 with every rank. */
 int tool_share_status(tool_backend b, int status);
 

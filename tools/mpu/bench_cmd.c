@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "bench_mpi.h"
 #include "cli.h"
 #include "mpu.h"
 
@@ -33,8 +32,8 @@ typedef struct bench_opts {
 typedef struct bench_row {
   int ranks;
   mpu_collective coll;
-  mpu_bench_result res;
-  double raw_us; /* MPI: the raw MPI call, same sizes and timing; -1 otherwise */
+  mpu_bench_result res;    /* MPI: call checking off, with the raw MPI call interleaved */
+  mpu_bench_result checked; /* MPI: the same call with call checking on */
 } bench_row;
 
 typedef struct bench_run {
@@ -42,6 +41,7 @@ typedef struct bench_run {
   int cpus;
   double memcpy_all_gbps; /* one thread's memcpy bandwidth while every CPU copies */
   int ranks; /* of the launch in progress */
+  mpu_comm *checked; /* MPI: the world with call checking on (bench_rank gets the unchecked one) */
   bench_row rows[MAX_ROWS];
   int nrows;
 } bench_run;
@@ -72,8 +72,9 @@ static void help(void) {
       "      --in-place          use the in-place form of each collective\n"
       "      --workers N         ranks that move data at once in large calls (default: CPUs)\n"
       "      --backend NAME      threads, or mpi: this process is one rank of an MPI job\n"
-      "                          (mpirun -n N mpu bench --backend mpi); each row also times\n"
-      "                          the raw MPI call and prints mpu's overhead\n"
+      "                          (mpirun -n N mpu bench --backend mpi); each row is mpu with\n"
+      "                          call checking off, the raw MPI call timed interleaved with it\n"
+      "                          on the same buffers, and mpu with call checking on\n"
       "      --memcpy-bytes SIZE buffer size of the memcpy reference (default 64M)\n"
       "      --csv FILE          also write the rows as CSV\n"
       "      --format text|json  output format (default text)\n"
@@ -195,15 +196,17 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
       cfg.iters = iters_for(o, bytes);
       cfg.warmup = o->warmup >= 0 ? (int)o->warmup : cfg.iters / 5 + 1;
       cfg.in_place = o->in_place;
-      mpu_bench_result res;
+      cfg.native = o->backend == TOOL_MPI;
+      mpu_bench_result res, checked = {0};
       mpu_result_t r = mpu_bench_collective(world, &cfg, &res);
       if (r) return r;
-      double raw = o->backend == TOOL_MPI ? bench_raw_mpi(cfg.collective, cfg.dtype, cfg.op, bytes,
-                                                          cfg.iters, cfg.warmup)
-                                          : -1;
+      if (run->checked) {
+        cfg.native = 0;
+        if ((r = mpu_bench_collective(run->checked, &cfg, &checked))) return r;
+      }
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
-        run->rows[run->nrows++] = (bench_row){run->ranks, cfg.collective, res, raw};
+        run->rows[run->nrows++] = (bench_row){run->ranks, cfg.collective, res, checked};
         cli_progress("mpu bench: %d ranks, %s %s done", run->ranks,
                      mpu_collective_name(cfg.collective), cli_format_size(bytes, sz, sizeof sz));
       }
@@ -222,25 +225,32 @@ static void print_text(const bench_run *run, double memcpy_gbps) {
          cli_format_size(o->memcpy_bytes, sz, sizeof sz), memcpy_gbps);
   printf("#   (%d threads copying at once: %.2f GB/s each, %.2f GB/s together)\n", run->cpus,
          run->memcpy_all_gbps, run->memcpy_all_gbps * run->cpus);
-  printf("# time: median over iterations of the slowest rank; GB/s = 1e9 bytes/s\n#\n");
+  printf("# time: median over iterations of the slowest rank; GB/s = 1e9 bytes/s\n");
+  if (mpi)
+    printf("# mpu: call checking off; mpi: the raw MPI call (MPI_Allreduce, ...) timed interleaved\n"
+           "#   with it on the same buffers; checked: mpu with call checking on (the default)\n");
+  printf("#\n");
   printf("# %-14s %5s %12s %12s %11s %11s %11s %11s %9s%s\n", "collective", "ranks", "size(B)",
          "count", "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/mem",
-         mpi ? "     mpi(us)   overhead" : "");
+         mpi ? "     mpi(us)   overhead  checked(us)  +check" : "");
   for (int i = 0; i < run->nrows; i++) {
     const mpu_bench_result *r = &run->rows[i].res;
     printf("  %-14s %5d %12zu %12zu %11.2f %11.2f %11.3f %11.3f %8.1f%%",
            mpu_collective_name(run->rows[i].coll), run->rows[i].ranks, r->bytes, r->count,
            r->time_us, r->mean_us, r->algbw_gbps, r->busbw_gbps, 100.0 * r->busbw_gbps / memcpy_gbps);
-    double raw = run->rows[i].raw_us;
+    double raw = r->native_us, chk = run->rows[i].checked.time_us;
     if (mpi && raw >= 0)
       printf(" %11.2f %+8.2fus %+6.1f%%", raw, r->time_us - raw, 100.0 * (r->time_us - raw) / raw);
+    else if (mpi)
+      printf(" %11s %10s %7s", "-", "-", "-");
+    if (mpi) printf(" %12.2f %+6.1f%%", chk, 100.0 * (chk - r->time_us) / r->time_us);
     printf("\n");
   }
 }
 
 static void print_json(const bench_run *run, double memcpy_gbps) {
   const bench_opts *o = run->o;
-  printf("{\"backend\": \"threads\", \"ranks\": [");
+  printf("{\"backend\": \"%s\", \"ranks\": [", o->backend == TOOL_MPI ? "mpi" : "threads");
   for (int i = 0; i < o->nranks; i++) printf("%s%ld", i ? ", " : "", o->ranks[i]);
   printf("], \"dtype\": \"%s\", \"op\": \"%s\", \"in_place\": %s,\n \"memcpy\": {\"bytes\": "
          "%zu, \"gbps\": %.4f, \"concurrent_threads\": %d, \"concurrent_gbps_each\": %.4f},\n"
@@ -251,10 +261,12 @@ static void print_json(const bench_run *run, double memcpy_gbps) {
     const mpu_bench_result *r = &run->rows[i].res;
     printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"count\": %zu, "
            "\"time_us\": %.3f, \"mean_us\": %.3f, \"min_us\": %.3f, \"algbw_gbps\": %.4f, "
-           "\"busbw_gbps\": %.4f, \"busbw_fraction_of_memcpy\": %.4f, \"raw_mpi_us\": %.3f}",
+           "\"busbw_gbps\": %.4f, \"busbw_fraction_of_memcpy\": %.4f, \"raw_mpi_us\": %.3f, "
+           "\"checked_us\": %.3f}",
            i ? "," : "", mpu_collective_name(run->rows[i].coll), run->rows[i].ranks, r->bytes,
            r->count, r->time_us, r->mean_us, r->min_us, r->algbw_gbps, r->busbw_gbps,
-           r->busbw_gbps / memcpy_gbps, run->rows[i].raw_us);
+           r->busbw_gbps / memcpy_gbps, r->native_us,
+           o->backend == TOOL_MPI ? run->rows[i].checked.time_us : -1.0);
   }
   printf("\n]}\n");
 }
@@ -291,7 +303,7 @@ int cmd_bench(int argc, char **argv) {
   int measure = 1;
   mpu_comm *world = NULL;
   if (o.backend == TOOL_MPI) {
-    if (!(world = tool_mpi_world())) return 1;
+    if (!(world = tool_mpi_world_unchecked())) return 1;
     int rank;
     mpu_comm_rank(world, &rank);
     measure = rank == 0;
@@ -318,6 +330,7 @@ int cmd_bench(int argc, char **argv) {
     int rank;
     mpu_comm_rank(world, &rank);
     printer = rank == 0;
+    run->checked = tool_mpi_world();
     r = bench_rank(world, run);
   } else {
     mpu_launch_options lo = MPU_LAUNCH_OPTIONS_INIT;

@@ -80,13 +80,18 @@ void mpu__comm_free(mpu_comm *c) {
   free(c);
 }
 
+mpu_result_t mpu__recv_mismatch(size_t count, mpu_dtype dt, size_t got_count, mpu_dtype got,
+                                int peer) {
+  if (got_count == count && got == dt) return MPU_SUCCESS;
+  return mpu__error(MPU_ERR_MISMATCH,
+                    "mpu_comm_recv: expected %zu x %s from rank %d, but it sent %zu x %s (the "
+                    "message is dropped)",
+                    count, mpu_dtype_name(dt), peer, got_count, mpu_dtype_name(got));
+}
+
 mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *data,
                           size_t got_count, mpu_dtype got, int peer) {
-  if (got_count != count || got != dt)
-    return mpu__error(MPU_ERR_MISMATCH,
-                      "mpu_comm_recv: expected %zu x %s from rank %d, but it sent %zu x %s (the "
-                      "message is dropped)",
-                      count, mpu_dtype_name(dt), peer, got_count, mpu_dtype_name(got));
+  MPU_CHECK(mpu__recv_mismatch(count, dt, got_count, got, peer));
   if (count) memcpy(buf, data, count * mpu_dtype_size(dt));
   return MPU_SUCCESS;
 }
@@ -425,4 +430,13 @@ mpu_result_t mpu_comm_destroy(mpu_comm *comm) {
 mpu_result_t mpu_comm_abort(mpu_comm *comm) {
   MPU_CHECK(check_comm("mpu_comm_abort", comm));
   return comm->ops->abort(comm);
+}
+
+mpu_result_t mpu__comm_native(mpu_comm *comm, int kind, const void *send, void *recv,
+                              size_t count, mpu_dtype dt, mpu_op op, int root) {
+  MPU_CHECK(check_comm("native call", comm));
+  if (!comm->ops->native)
+    return mpu__error(MPU_ERR_UNSUPPORTED, "the %s backend has no native library call",
+                      comm->ops->name);
+  return comm->ops->native(comm, kind, send, recv, count, dt, op, root);
 }

@@ -25,4 +25,12 @@ void mpu__reduce(void *dst, const void *const *srcs, int n, size_t count, mpu_dt
 void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n, size_t count,
                     mpu_dtype dtype, mpu_op op, int divisor, int stream);
 
+/* First element of chunk k when count elements are cut into n near-equal
+ * chunks (the first count % n chunks one longer): how the backends share the
+ * work of a large reduction. Chunk k is [lo(k), lo(k + 1)). */
+static inline size_t mpu__chunk_lo(size_t count, int n, int k) {
+  size_t q = count / (size_t)n, rem = count % (size_t)n;
+  return q * (size_t)k + ((size_t)k < rem ? (size_t)k : rem);
+}
+
 #endif

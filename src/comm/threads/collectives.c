@@ -67,11 +67,6 @@ static mpu_result_t leave(tcomm *tc, const char *fn) { return mpu__tbarrier(tc, 
                                      : (tc)->g->n;                               \
        (tc)->me < step_ && k < (tc)->g->n; k += step_)
 
-/* First element of chunk k when count elements are cut into n near-equal chunks. */
-static size_t chunk_lo(size_t count, int n, int k) {
-  size_t q = count / (size_t)n, rem = count % (size_t)n;
-  return q * (size_t)k + ((size_t)k < rem ? (size_t)k : rem);
-}
 
 mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
                               mpu_dtype dt, mpu_op op) {
@@ -96,7 +91,7 @@ mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t 
   const tcall *calls = g->calls[p];
   int stream = bytes * (size_t)n >= MPU_STREAM_MIN_BYTES;
   FOR_EACH_TASK(t, tc) {
-    size_t lo = chunk_lo(count, n, t), hi = chunk_lo(count, n, t + 1);
+    size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
     for (int k = 0; k < n; k++) {
       tc->ptrs[k] = (const char *)calls[k].send + lo * es;
       tc->dsts[k] = (char *)calls[k].recv + lo * es;
@@ -190,7 +185,7 @@ mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
   const tcall *calls = g->calls[p];
   size_t es = mpu_dtype_size(dt);
   FOR_EACH_TASK(t, tc) { /* task t: chunk t of the root's buffer to every other rank */
-    size_t lo = chunk_lo(count, g->n, t), hi = chunk_lo(count, g->n, t + 1);
+    size_t lo = mpu__chunk_lo(count, g->n, t), hi = mpu__chunk_lo(count, g->n, t + 1);
     for (int k = 0; k < g->n; k++)
       tc->dsts[k] = k == root ? NULL : (char *)calls[k].recv + lo * es;
     mpu__copy_to(tc->dsts, g->n, (const char *)calls[root].send + lo * es, (hi - lo) * es,
@@ -222,7 +217,7 @@ mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t coun
   }
   /* large: task t reduces chunk t straight into the root's output */
   if (calls[root].sig.kind == MPU__REDUCE && calls[root].sig.root == root) FOR_EACH_TASK(t, tc) {
-      size_t lo = chunk_lo(count, n, t), hi = chunk_lo(count, n, t + 1);
+      size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
       for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
       void *dst = (char *)calls[root].recv + lo * es;
       mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, op, n, bytes >= MPU_STREAM_MIN_BYTES);

@@ -229,8 +229,8 @@ static mpu_result_t world_new(int n, const mpu_launch_options *o, tworld **out) 
   tworld *w = calloc(1, sizeof *w);
   if (!w) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_launch: world of %d", n);
   w->n = n;
-  w->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : env->timeout_s;
-  w->check_calls = (o && o->check_calls) || env->check_calls;
+  w->timeout_s = mpu__env_timeout(o ? o->timeout_s : 0);
+  w->check_calls = mpu__env_check_calls(o ? o->check_calls : MPU_CHECKS_DEFAULT);
   w->spin = o && o->spin >= 0 ? o->spin : env->spin >= 0 ? env->spin : default_spin(n);
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   long cpus = o && o->workers > 0 ? o->workers : online;
@@ -290,6 +290,10 @@ mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_result_t *res
                       "mpu_launch: options.size is %zu, want %zu (start from "
                       "MPU_LAUNCH_OPTIONS_INIT)",
                       options->size, sizeof *options);
+  if (options && (options->check_calls < MPU_CHECKS_OFF || options->check_calls > MPU_CHECKS_ON))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "mpu_launch: options.check_calls is %d (want MPU_CHECKS_DEFAULT, _ON or _OFF)",
+                      options->check_calls);
   tworld *w = NULL;
   MPU_CHECK(world_new(nranks, options, &w));
   rank_ctx *ctx = calloc((size_t)nranks, sizeof *ctx);
