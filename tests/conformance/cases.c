@@ -13,7 +13,7 @@
 const int conf_rank_counts[] = {1, 2, 3, 4, 8};
 const int conf_rank_counts_len = 5;
 
-static mpu_result_t conf_fail(void *suite, mpu_comm *world, const char *file, int line,
+mpu_result_t conf_failf(void *suite, mpu_comm *world, const char *file, int line,
                               const char *fmt, ...) {
   int rank = 0;
   mpu_comm_rank(world, &rank);
@@ -31,7 +31,7 @@ static mpu_result_t conf_fail(void *suite, mpu_comm *world, const char *file, in
  * leaks nothing. */
 #define FAIL(...)                                                    \
   do {                                                               \
-    res = conf_fail(suite, world, __FILE__, __LINE__, __VA_ARGS__);  \
+    res = conf_failf(suite, world, __FILE__, __LINE__, __VA_ARGS__);  \
     goto out;                                                        \
   } while (0)
 #define CHECK(cond, ...) \
@@ -557,5 +557,6 @@ const conf_case conf_cases[] = {
     {"split", case_split},
     {"create_group", case_create_group},
     {"bad_input", case_bad_input},
+    {"edge_values", conf_case_edge_values},
     {NULL, NULL},
 };

@@ -27,6 +27,16 @@ typedef struct conf_case {
   conf_case_fn fn;
 } conf_case;
 
+/* Record "rank R: file:line: message" as this rank's failure; returns
+ * MPU_ERR_INTERNAL. */
+mpu_result_t conf_failf(void *suite, mpu_comm *world, const char *file, int line,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* edge.c: the dtype edge cases (a case of the suite), and every rank's raw
+ * outputs of them for comparing backends byte for byte. */
+mpu_result_t conf_case_edge_values(mpu_comm *world, void *suite);
+mpu_result_t conf_edge_outputs(mpu_comm *world, char *buf, size_t cap, size_t *used);
+
 /* Every case, ending with {NULL, NULL}. */
 extern const conf_case conf_cases[];
 
