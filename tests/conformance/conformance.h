@@ -22,9 +22,12 @@ typedef struct conf_suite {
 
 typedef mpu_result_t (*conf_case_fn)(mpu_comm *world, void *suite);
 
+enum { CONF_NEEDS_SPLIT = 1 }; /* the fake backend has no split */
+
 typedef struct conf_case {
   const char *name;
   conf_case_fn fn;
+  unsigned needs;
 } conf_case;
 
 /* Record "rank R: file:line: message" as this rank's failure; returns
