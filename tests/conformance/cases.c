@@ -558,5 +558,5 @@ const conf_case conf_cases[] = {
     {"create_group", case_create_group, 0},
     {"bad_input", case_bad_input, 0},
     {"edge_values", conf_case_edge_values, 0},
-    {NULL, NULL},
+    {NULL, NULL, 0},
 };

@@ -20,7 +20,9 @@
  *             undefined; floats follow IEEE 754 (inf - inf is NaN).
  *   min/max   a NaN in any source makes the result NaN (as torch's); the
  *             NaN kept is the last one in rank order. Integers compare
- *             exactly.
+ *             exactly; equal values keep the earlier rank's (-0 vs +0).
+ *   one rank  a communicator of one gives its input back bit for bit,
+ *             whatever the op (no NaN is quieted, nothing is rounded).
  *
  * Work goes in blocks small enough for L1: each block of every source is
  * loaded (converted to the accumulator type where needed), combined into an
@@ -78,7 +80,8 @@ typedef struct sink {
 
 static void emit(const sink *k, size_t offset_bytes, const void *block, size_t bytes) {
   for (int d = 0; d < k->ndst; d++)
-    mpu__copy((char *)k->dsts[d] + offset_bytes, block, bytes, k->stream);
+    if ((char *)k->dsts[d] + offset_bytes != block) /* in place with one source */
+      mpu__copy((char *)k->dsts[d] + offset_bytes, block, bytes, k->stream);
 }
 
 /* Convert a float block to dt's bytes and emit it. */
@@ -212,6 +215,11 @@ void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n,
                     mpu_dtype dtype, mpu_op op, int divisor, int stream) {
   if (count == 0 || n <= 0 || ndst <= 0) return;
   sink k = {dsts, ndst, stream};
+  if (n == 1 && divisor == 1) { /* one rank: its input, bit for bit (a signalling NaN too) */
+    emit(&k, 0, srcs[0], count * mpu_dtype_size(dtype));
+    if (stream) mpu__copy_fence();
+    return;
+  }
   switch (dtype) {
   case MPU_FLOAT32:
   case MPU_FLOAT16:
