@@ -11,6 +11,7 @@
  * Floats are compared bit for bit, except that any NaN matches a NaN.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,13 +82,25 @@ static const int64_t u8_table[] = {200, 255, 0, 1, 128, 3, 254};
 
 #define LEN(a) (sizeof(a) / sizeof *(a))
 
+/* The float table encoded in 16 bits, once (the search is slow under valgrind). */
+static uint16_t half_table[LEN(f_table)], bf16_table[LEN(f_table)];
+static pthread_once_t encoded = PTHREAD_ONCE_INIT;
+
+static void encode_tables(void) {
+  for (size_t k = 0; k < LEN(f_table); k++) {
+    half_table[k] = to_half(f_table[k]);
+    bf16_table[k] = to_bf16(f_table[k]);
+  }
+}
+
 /* Element i of rank r's input, as dt's bits at p[at]. */
 static void put_at(mpu_dtype dt, void *p, size_t at, size_t i, int r) {
+  pthread_once(&encoded, encode_tables);
   switch (dt) {
   case MPU_FLOAT32: ((float *)p)[at] = (float)f_table[entry(i, r, LEN(f_table))]; break;
   case MPU_FLOAT64: ((double *)p)[at] = f_table[entry(i, r, LEN(f_table))]; break;
-  case MPU_FLOAT16: ((uint16_t *)p)[at] = to_half(f_table[entry(i, r, LEN(f_table))]); break;
-  case MPU_BFLOAT16: ((uint16_t *)p)[at] = to_bf16(f_table[entry(i, r, LEN(f_table))]); break;
+  case MPU_FLOAT16: ((uint16_t *)p)[at] = half_table[entry(i, r, LEN(f_table))]; break;
+  case MPU_BFLOAT16: ((uint16_t *)p)[at] = bf16_table[entry(i, r, LEN(f_table))]; break;
   case MPU_INT32: ((int32_t *)p)[at] = (int32_t)i32_table[entry(i, r, LEN(i32_table))]; break;
   case MPU_INT64: ((int64_t *)p)[at] = i64_table[entry(i, r, LEN(i64_table))]; break;
   default: ((uint8_t *)p)[at] = (uint8_t)u8_table[entry(i, r, LEN(u8_table))]; break;

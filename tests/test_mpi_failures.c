@@ -1,0 +1,187 @@
+/*
+ * test_mpi_failures.c - the MPI backend's safety, under mpirun with 3 or more
+ * processes: with call checking on, mismatched collectives (count, dtype, op,
+ * root, kind, a collective against a barrier) fail with MPU_ERR_MISMATCH on
+ * every rank within a second and leave the communicator usable; a rank that
+ * never arrives ends its peers' wait with MPU_ERR_TIMEOUT within the timeout
+ * plus a second, the communicator is then broken, and the late rank does not
+ * hang either; point-to-point dtype and count mismatches are caught; recv
+ * times out; destroy returns at once with sends nobody received.
+ *
+ * Each scenario uses a fresh communicator; a healthy one (`ctl`) keeps the
+ * ranks in step between scenarios and adds up the failures.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpu.h"
+
+static int rank, size, failures;
+static mpu_comm *ctl;
+
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                               \
+      fprintf(stderr, " (last error: %s)\n", mpu_last_error());   \
+      failures++;                                                 \
+    }                                                             \
+  } while (0)
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static mpu_comm *fresh(double timeout_s, int checks) {
+  mpu_mpi_options o = MPU_MPI_OPTIONS_INIT;
+  o.timeout_s = timeout_s;
+  o.check_calls = checks;
+  mpu_comm *c = NULL;
+  mpu_result_t r = mpu_comm_mpi_world_ex(NULL, NULL, &o, &c);
+  CHECK(r == MPU_SUCCESS, "mpu_comm_mpi_world_ex -> %s", mpu_result_name(r));
+  return c;
+}
+
+static void sync_all(void) { mpu_comm_barrier(ctl); }
+
+/* ---- mismatched collectives ------------------------------------------------ */
+
+typedef enum { COUNT, DTYPE, OP, ROOT, KIND, BARRIER } mismatch;
+static const char *const names[] = {"count", "dtype", "op", "root", "kind", "barrier"};
+
+/* Rank 1 makes a call that differs from everyone else's in one way. */
+static mpu_result_t mismatched_call(mpu_comm *c, mismatch m) {
+  float buf[64] = {0}, out[64];
+  int odd = rank == 1;
+  switch (m) {
+  case COUNT: return mpu_comm_all_reduce(c, buf, out, odd ? 8 : 16, MPU_FLOAT32, MPU_SUM);
+  case DTYPE: return mpu_comm_all_reduce(c, buf, out, 16, odd ? MPU_INT32 : MPU_FLOAT32, MPU_SUM);
+  case OP: return mpu_comm_all_reduce(c, buf, out, 16, MPU_FLOAT32, odd ? MPU_MAX : MPU_SUM);
+  case ROOT: return mpu_comm_broadcast(c, buf, 16, MPU_FLOAT32, odd ? 1 : 0);
+  case KIND:
+    return odd ? mpu_comm_all_gather(c, buf, out, 4, MPU_FLOAT32)
+               : mpu_comm_all_reduce(c, buf, out, 16, MPU_FLOAT32, MPU_SUM);
+  default:
+    return odd ? mpu_comm_barrier(c) : mpu_comm_all_reduce(c, buf, out, 16, MPU_FLOAT32, MPU_SUM);
+  }
+}
+
+static void test_mismatches(void) {
+  mpu_comm *c = fresh(30, MPU_CHECKS_ON);
+  for (int m = COUNT; m <= BARRIER; m++) {
+    sync_all();
+    double t0 = now();
+    mpu_result_t r = mismatched_call(c, (mismatch)m);
+    double took = now() - t0;
+    CHECK(r == MPU_ERR_MISMATCH, "%s mismatch -> %s, want MPU_ERR_MISMATCH", names[m],
+          mpu_result_name(r));
+    CHECK(strstr(mpu_last_error(), "ranks differing from rank 0: 1") != NULL,
+          "%s mismatch: the message does not name rank 1: %s", names[m], mpu_last_error());
+    CHECK(took < 1.0, "%s mismatch took %.3f s", names[m], took);
+    /* every rank saw the same verdict: the communicator still works */
+    int32_t one = 1, sum = 0;
+    r = mpu_comm_all_reduce(c, &one, &sum, 1, MPU_INT32, MPU_SUM);
+    CHECK(r == MPU_SUCCESS && sum == size, "after a %s mismatch: %s, sum %d", names[m],
+          mpu_result_name(r), sum);
+  }
+  mpu_comm_destroy(c);
+}
+
+/* ---- a rank that never arrives -------------------------------------------------- */
+
+static void test_timeout(void) {
+  const double timeout = 0.5;
+  mpu_comm *c = fresh(timeout, MPU_CHECKS_ON);
+  int32_t x = 1, y = 0;
+  sync_all();
+  if (rank != size - 1) {
+    double t0 = now();
+    mpu_result_t r = mpu_comm_all_reduce(c, &x, &y, 1, MPU_INT32, MPU_SUM);
+    double took = now() - t0;
+    CHECK(r == MPU_ERR_TIMEOUT, "absent rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
+    CHECK(took >= timeout && took < timeout + 1.0, "absent rank: failed after %.3f s", took);
+    /* broken: later calls fail at once */
+    t0 = now();
+    r = mpu_comm_barrier(c);
+    CHECK(r == MPU_ERR_TIMEOUT && now() - t0 < 0.1, "broken communicator: %s after %.3f s",
+          mpu_result_name(r), now() - t0);
+    CHECK(strstr(mpu_last_error(), "broken") != NULL, "no 'broken' in: %s", mpu_last_error());
+  }
+  sync_all(); /* the others have given up; now the last rank comes, late */
+  if (rank == size - 1) {
+    double t0 = now();
+    mpu_result_t r = mpu_comm_all_reduce(c, &x, &y, 1, MPU_INT32, MPU_SUM);
+    double took = now() - t0;
+    CHECK(r == MPU_ERR_TIMEOUT, "late rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
+    CHECK(took < timeout + 1.0, "late rank: failed after %.3f s", took);
+  }
+  double t0 = now();
+  mpu_comm_destroy(c);
+  CHECK(now() - t0 < 1.0, "destroying a timed-out communicator took %.3f s", now() - t0);
+}
+
+/* ---- point to point ------------------------------------------------------------- */
+
+static void test_p2p(void) {
+  mpu_comm *c = fresh(0.5, MPU_CHECKS_ON);
+  int32_t ints[4] = {1, 2, 3, 4};
+  float floats[8];
+  sync_all();
+  if (rank == 0) {
+    mpu_comm_send(c, ints, 4, MPU_INT32, 1);     /* received as float32: dtype mismatch */
+    mpu_comm_send(c, ints, 4, MPU_INT32, 1);     /* received as 8 x int32: count mismatch */
+    mpu_comm_send(c, ints, 4, MPU_INT32, 1);     /* received right */
+  } else if (rank == 1) {
+    mpu_result_t r = mpu_comm_recv(c, floats, 4, MPU_FLOAT32, 0);
+    CHECK(r == MPU_ERR_MISMATCH, "int32 sent, float32 received: %s", mpu_result_name(r));
+    CHECK(strstr(mpu_last_error(), "4 x int32") != NULL, "message: %s", mpu_last_error());
+    int32_t got[8] = {0};
+    r = mpu_comm_recv(c, got, 8, MPU_INT32, 0);
+    CHECK(r == MPU_ERR_MISMATCH, "4 sent, 8 received: %s", mpu_result_name(r));
+    r = mpu_comm_recv(c, got, 4, MPU_INT32, 0);
+    CHECK(r == MPU_SUCCESS && got[3] == 4, "the third message: %s, [3] = %d", mpu_result_name(r),
+          got[3]);
+    double t0 = now();
+    r = mpu_comm_recv(c, got, 4, MPU_INT32, 0); /* nothing comes */
+    double took = now() - t0;
+    CHECK(r == MPU_ERR_TIMEOUT && took >= 0.5 && took < 1.5, "recv of nothing: %s after %.3f s",
+          mpu_result_name(r), took);
+  }
+  sync_all();
+  /* sends nobody receives, large enough for a rendezvous protocol */
+  size_t big = (size_t)4 << 20;
+  char *blob = calloc(big, 1);
+  if (rank == 0 && blob)
+    for (int k = 0; k < 3; k++) mpu_comm_send(c, blob, big, MPU_UINT8, 1);
+  double t0 = now();
+  mpu_comm_destroy(c);
+  CHECK(now() - t0 < 1.0, "destroy with unreceived sends took %.3f s", now() - t0);
+  free(blob);
+}
+
+int main(int argc, char **argv) {
+  if (mpu_comm_mpi_world(&argc, &argv, &ctl)) {
+    fprintf(stderr, "test_mpi_failures: %s\n", mpu_last_error());
+    return 1;
+  }
+  mpu_comm_rank(ctl, &rank);
+  mpu_comm_size(ctl, &size);
+  if (size < 3) {
+    if (rank == 0) fprintf(stderr, "test_mpi_failures: run with 3 or more processes\n");
+    return 1;
+  }
+  test_mismatches();
+  test_timeout();
+  test_p2p();
+  int32_t total = 0;
+  mpu_comm_all_reduce(ctl, &failures, &total, 1, MPU_INT32, MPU_SUM);
+  if (rank == 0) printf("test_mpi_failures: %d processes, %d failed checks\n", size, total);
+  mpu_comm_destroy(ctl);
+  mpu_mpi_finalize();
+  return total ? 1 : 0;
+}
