@@ -74,6 +74,11 @@ int mpu_mpi_available(void) { return 1; }
 /* Calls whose inputs together fit here gather everything and reduce locally:
  * one collective, latency-bound anyway. */
 #define SMALL_BYTES ((size_t)32 << 10)
+/* Large all_reduce calls go a segment at a time, so the chunks received are
+ * still in cache when reduced and sent on: measured on 2 and 4 processes,
+ * 1 MiB beat 256 KiB, 2 MiB, 4 MiB and unsegmented (which lost 40% to
+ * MPI_Allreduce at 16 MiB). */
+#define SEGMENT_BYTES ((size_t)1 << 20)
 #define P2P_TAG 7000 /* + dtype: the tag tells recv what was sent */
 
 /* ---- orphans: buffers MPI may still touch after we stopped waiting ------- */
@@ -346,12 +351,19 @@ static mpu_result_t mpi_all_reduce(mpu_comm *c, const void *send, void *recv, si
     mpu__reduce(recv, blocks(c, stacked, bytes), n, count, dt, op, n);
     return MPU_SUCCESS;
   }
-  int mine;
-  MPU_CHECK(exchange_chunks(c, fn, send, count, dt, 0, &mine, &stacked));
-  int *v = impl_of(c)->v;
-  mpu__reduce((char *)recv + (size_t)v[n + c->rank] * es,
-              blocks(c, stacked, (size_t)mine * es), n, (size_t)mine, dt, op, n);
-  return x_allgatherv(c, fn, recv, v, v + n, bits_of(dt));
+  /* segment by segment, so each segment's chunks are still in cache when
+   * they are reduced and sent on */
+  size_t seg = SEGMENT_BYTES / es < (size_t)n ? (size_t)n : SEGMENT_BYTES / es;
+  for (size_t off = 0; off < count; off += seg) {
+    size_t m = count - off < seg ? count - off : seg;
+    int mine, *v = impl_of(c)->v;
+    char *out = (char *)recv + off * es;
+    MPU_CHECK(exchange_chunks(c, fn, (const char *)send + off * es, m, dt, 0, &mine, &stacked));
+    mpu__reduce(out + (size_t)v[n + c->rank] * es, blocks(c, stacked, (size_t)mine * es), n,
+                (size_t)mine, dt, op, n);
+    MPU_CHECK(x_allgatherv(c, fn, out, v, v + n, bits_of(dt)));
+  }
+  return MPU_SUCCESS;
 }
 
 static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,

@@ -149,6 +149,36 @@ out:
   return res;
 }
 
+/* Past the MPI backend's 1 MiB segments (with a ragged last one) and the
+ * threads backend's streaming threshold per rank. */
+static mpu_result_t case_all_reduce_large(mpu_comm *world, void *suite) {
+  static const struct { mpu_dtype dt; size_t count; } sizes[] = {
+      {MPU_FLOAT32, 300001}, {MPU_FLOAT16, 700003}, {MPU_INT64, 140009}};
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  void *send = alloc(700003 * 4), *recv = alloc(700003 * 4);
+  CHECK(send && recv, "out of memory");
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+    for (int op = MPU_SUM; op <= MPU_MAX; op += MPU_MAX - MPU_SUM) {
+      mpu_dtype dt = sizes[k].dt;
+      size_t count = sizes[k].count;
+      fill(dt, send, count, (mpu_op)op, rank, 0);
+      poison_fill(recv, count * mpu_dtype_size(dt));
+      CHECK_OK(mpu_comm_all_reduce(world, send, recv, count, dt, (mpu_op)op));
+      for (size_t i = 0; i < count; i++) {
+        double got = get(dt, recv, i), want = expected(dt, (mpu_op)op, n, i);
+        CHECK(got == want, "all_reduce %s %s count %zu: [%zu] = %g, want %g", mpu_dtype_name(dt),
+              mpu_op_name((mpu_op)op), count, i, got, want);
+      }
+    }
+out:
+  free(send);
+  free(recv);
+  return res;
+}
+
 static mpu_result_t case_all_gather(mpu_comm *world, void *suite) {
   static const size_t counts[] = {0, 1, 7, 9001};
   mpu_result_t res = MPU_SUCCESS;
@@ -547,6 +577,7 @@ out:
 
 const conf_case conf_cases[] = {
     {"all_reduce", case_all_reduce, 0},
+    {"all_reduce_large", case_all_reduce_large, 0},
     {"all_gather", case_all_gather, 0},
     {"reduce_scatter", case_reduce_scatter, 0},
     {"broadcast", case_broadcast, 0},
