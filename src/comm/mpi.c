@@ -394,14 +394,20 @@ static mpu_result_t mpi_reduce(mpu_comm *c, const void *send, void *recv, size_t
     if (me) mpu__reduce(recv, blocks(c, stacked, bytes), n, count, dt, op, n);
     return MPU_SUCCESS;
   }
-  int mine;
-  MPU_CHECK(exchange_chunks(c, fn, send, count, dt, 1, &mine, &stacked));
-  int *v = impl_of(c)->v;
-  size_t chunk = (size_t)mine * es;
-  /* the root reduces its chunk in place in recv; the others after the stack */
-  char *dst = me ? (char *)recv + (size_t)v[n + c->rank] * es : stacked + (size_t)n * chunk;
-  mpu__reduce(dst, blocks(c, stacked, chunk), n, (size_t)mine, dt, op, n);
-  return x_gatherv(c, fn, me ? MPI_IN_PLACE : dst, mine, recv, v, v + n, bits_of(dt), root);
+  /* as all_reduce, segment by segment, with a gather to the root at the end */
+  size_t seg = SEGMENT_BYTES / es < (size_t)n ? (size_t)n : SEGMENT_BYTES / es;
+  for (size_t off = 0; off < count; off += seg) {
+    size_t m = count - off < seg ? count - off : seg;
+    int mine, *v = impl_of(c)->v;
+    MPU_CHECK(exchange_chunks(c, fn, (const char *)send + off * es, m, dt, 1, &mine, &stacked));
+    size_t chunk = (size_t)mine * es;
+    /* the root reduces its chunk in place in recv; the others after the stack */
+    char *out = me ? (char *)recv + off * es : NULL;
+    char *dst = me ? out + (size_t)v[n + c->rank] * es : stacked + (size_t)n * chunk;
+    mpu__reduce(dst, blocks(c, stacked, chunk), n, (size_t)mine, dt, op, n);
+    MPU_CHECK(x_gatherv(c, fn, me ? MPI_IN_PLACE : dst, mine, out, v, v + n, bits_of(dt), root));
+  }
+  return MPU_SUCCESS;
 }
 
 /* ---- moves ------------------------------------------------------------------ */
