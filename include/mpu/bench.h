@@ -75,6 +75,16 @@ typedef struct mpu_bench_result {
 MPU_API mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
                                           mpu_bench_result *out);
 
+/*
+ * The same call on several communicators over the same ranks (e.g. one with
+ * call checking on and one with it off), iteration by iteration interleaved
+ * on the same buffers, with the native call too when cfg->native is set
+ * (made on comms[0]). out[i] is comms[i]'s result; every out carries the
+ * native time. ncomms is 1..7.
+ */
+MPU_API mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms,
+                                           const mpu_bench_config *cfg, mpu_bench_result *out);
+
 /* This thread's memcpy bandwidth in GB/s over buffers of `bytes` (the
  * reference the benchmark compares busbw with): median of `iters` copies. */
 MPU_API mpu_result_t mpu_bench_memcpy(size_t bytes, int iters, double *gbps);

@@ -120,17 +120,37 @@ static double median_of(double *t, int n) {
 
 mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
                                   mpu_bench_result *out) {
+  return mpu_bench_collectives(&comm, 1, cfg, out);
+}
+
+#define MAX_VARIANTS 8
+
+mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu_bench_config *cfg,
+                                   mpu_bench_result *out) {
   static const char fn[] = "mpu_bench_collective";
   int n, rank;
-  MPU_CHECK(mpu_comm_size(comm, &n));
-  MPU_CHECK(mpu_comm_rank(comm, &rank));
+  if (!comms || ncomms < 1 || ncomms >= MAX_VARIANTS)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d communicators (want 1..%d)", fn, ncomms,
+                      MAX_VARIANTS - 1);
+  MPU_CHECK(mpu_comm_size(comms[0], &n));
+  MPU_CHECK(mpu_comm_rank(comms[0], &rank));
+  for (int v = 1; v < ncomms; v++) {
+    int nv = -1, rv = -1;
+    MPU_CHECK(mpu_comm_size(comms[v], &nv));
+    MPU_CHECK(mpu_comm_rank(comms[v], &rv));
+    if (nv != n || rv != rank)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: communicator %d is rank %d of %d, communicator 0 rank %d of %d (want "
+                        "the same ranks)",
+                        fn, v, rv, nv, rank, n);
+  }
   if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
   if (cfg->size != sizeof *cfg)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: config.size is %zu, want %zu (use "
                       "MPU_BENCH_CONFIG_INIT)", fn, cfg->size, sizeof *cfg);
   if ((unsigned)cfg->collective >= MPU_COLL_COUNT || !mpu_dtype_size(cfg->dtype) ||
       (unsigned)cfg->op >= MPU_OP_COUNT || cfg->iters < 1 || cfg->iters > 100000 ||
-      cfg->warmup < 0)
+      cfg->warmup < 0 || cfg->warmup > 100000)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: collective %d, dtype %d, op %d, %d iterations, %d warm-up", fn,
                       (int)cfg->collective, (int)cfg->dtype, (int)cfg->op, cfg->iters,
@@ -154,8 +174,8 @@ mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
   mpu_result_t r = MPU_SUCCESS;
   char *send = bench_alloc(send_bytes + 64);
   char *recv = bench_alloc(recv_bytes + 64);
-  /* times[0..iters) mpu's call, times[iters..2 iters) the native one */
-  double *times = malloc(2 * (size_t)cfg->iters * sizeof(double));
+  /* times[v * iters + i]: variant v (comms[0..ncomms), then the native call) */
+  double *times = malloc((size_t)(ncomms + 1) * (size_t)cfg->iters * sizeof(double));
   if (!send || !recv || !times) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu + %zu bytes", fn, send_bytes, recv_bytes);
     goto out;
@@ -165,40 +185,44 @@ mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
   /* native only if every rank's backend can (all ranks agree, or none runs it) */
   int32_t native = 0;
   if (cfg->native) {
-    native = call_native(comm, cfg, send, recv, count, rank, es) == MPU_SUCCESS;
-    MPU_CHECK_GOTO(mpu_comm_all_reduce(comm, &native, &native, 1, MPU_INT32, MPU_MIN), r, out);
+    native = call_native(comms[0], cfg, send, recv, count, rank, es) == MPU_SUCCESS;
+    MPU_CHECK_GOTO(mpu_comm_all_reduce(comms[0], &native, &native, 1, MPU_INT32, MPU_MIN), r, out);
   }
-  for (int i = 0; i < cfg->warmup; i++) {
-    MPU_CHECK_GOTO(call(comm, cfg, send, recv, count, rank, es), r, out);
-    if (native) MPU_CHECK_GOTO(call_native(comm, cfg, send, recv, count, rank, es), r, out);
-  }
-  for (int i = 0; i < cfg->iters; i++) {
-    /* interleaved, each going first every other iteration, so drift in the
-     * machine's speed (another job, clocks) touches both the same way */
-    for (int k = 0; k < 1 + native; k++) {
-      int which = native && (i & 1) ? 1 - k : k;
+  int variants = ncomms + native;
+  for (int i = -cfg->warmup; i < cfg->iters; i++) {
+    /* interleaved, a different variant first each iteration, so drift in the
+     * machine's speed (another job, clocks, caches) touches all the same way */
+    for (int k = 0; k < variants; k++) {
+      int v = (k + (i < 0 ? 0 : i)) % variants;
+      /* start every timed call together: reduce and broadcast let ranks
+       * leave at different times, and the next call would pay their lag */
+      if (variants > 1) MPU_CHECK_GOTO(mpu_comm_barrier(comms[0]), r, out);
       double t0 = now_us();
-      if (which) MPU_CHECK_GOTO(call_native(comm, cfg, send, recv, count, rank, es), r, out);
-      else MPU_CHECK_GOTO(call(comm, cfg, send, recv, count, rank, es), r, out);
-      times[(size_t)which * (size_t)cfg->iters + (size_t)i] = now_us() - t0;
+      if (v == ncomms) MPU_CHECK_GOTO(call_native(comms[0], cfg, send, recv, count, rank, es), r, out);
+      else MPU_CHECK_GOTO(call(comms[v], cfg, send, recv, count, rank, es), r, out);
+      if (i >= 0) times[(size_t)v * (size_t)cfg->iters + (size_t)i] = now_us() - t0;
     }
   }
-  size_t ntimes = (size_t)cfg->iters * (size_t)(1 + native);
-  MPU_CHECK_GOTO(mpu_comm_all_reduce(comm, times, times, ntimes, MPU_FLOAT64, MPU_MAX), r, out);
-  double sum = 0, native_sum = 0;
-  for (int i = 0; i < cfg->iters; i++) {
-    sum += times[i];
-    if (native) native_sum += times[cfg->iters + i];
-  }
-  double median = median_of(times, cfg->iters);
-  mpu_bench_result res = {bytes, count, median, sum / cfg->iters, times[0], 0, 0, -1, -1};
+  MPU_CHECK_GOTO(mpu_comm_all_reduce(comms[0], times, times,
+                                     (size_t)variants * (size_t)cfg->iters, MPU_FLOAT64, MPU_MAX),
+                 r, out);
+  double native_us = -1, native_mean = -1;
   if (native) {
-    res.native_us = median_of(times + cfg->iters, cfg->iters);
-    res.native_mean_us = native_sum / cfg->iters;
+    double *t = times + (size_t)ncomms * (size_t)cfg->iters, sum = 0;
+    for (int i = 0; i < cfg->iters; i++) sum += t[i];
+    native_mean = sum / cfg->iters;
+    native_us = median_of(t, cfg->iters);
   }
-  res.algbw_gbps = median > 0 ? (double)bytes / (median * 1e3) : 0;
-  res.busbw_gbps = res.algbw_gbps * mpu_bench_bus_factor(cfg->collective, n);
-  *out = res;
+  for (int v = 0; v < ncomms; v++) {
+    double *t = times + (size_t)v * (size_t)cfg->iters, sum = 0;
+    for (int i = 0; i < cfg->iters; i++) sum += t[i];
+    double median = median_of(t, cfg->iters); /* sorts t: t[0] is the minimum */
+    mpu_bench_result res = {bytes, count, median, sum / cfg->iters, t[0], 0, 0, native_us,
+                            native_mean};
+    res.algbw_gbps = median > 0 ? (double)bytes / (median * 1e3) : 0;
+    res.busbw_gbps = res.algbw_gbps * mpu_bench_bus_factor(cfg->collective, n);
+    out[v] = res;
+  }
 out:
   free(send);
   free(recv);
