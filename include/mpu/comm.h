@@ -37,6 +37,7 @@ extern "C" {
 #endif
 
 typedef struct mpu_comm mpu_comm;
+typedef struct mpu_request mpu_request;
 
 typedef enum mpu_op {
   MPU_SUM = 0,
@@ -189,6 +190,51 @@ MPU_API mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count
 MPU_API mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
                                    int peer);
 
+/* ---- non-blocking collectives ---------------------------------------------- */
+
+/*
+ * The same collectives, started without waiting (MPI's I-collectives, torch's
+ * async_op=True). *req is set on success; the buffers belong to the call
+ * until its request completes. Every member issues a communicator's calls,
+ * blocking and non-blocking, in the same order, and they happen in that
+ * order whatever order the requests are waited in.
+ *
+ * Backends with native non-blocking calls (NCCL: enqueued on the stream)
+ * make progress on their own; the others (threads, fake, MPI) queue the call
+ * and run it at the first wait or test of it or of a later request on the
+ * communicator, or before the next blocking call on it (so test may block as
+ * the call would). A request is completed and freed by mpu_request_wait, or
+ * by mpu_request_test when it sets *done; its result is the call's result.
+ */
+MPU_API mpu_result_t mpu_comm_iall_reduce(mpu_comm *comm, const void *send, void *recv,
+                                          size_t count, mpu_dtype dtype, mpu_op op,
+                                          mpu_request **req);
+MPU_API mpu_result_t mpu_comm_iall_gather(mpu_comm *comm, const void *send, void *recv,
+                                          size_t count, mpu_dtype dtype, mpu_request **req);
+MPU_API mpu_result_t mpu_comm_ireduce_scatter(mpu_comm *comm, const void *send, void *recv,
+                                              size_t count, mpu_dtype dtype, mpu_op op,
+                                              mpu_request **req);
+MPU_API mpu_result_t mpu_comm_ibroadcast(mpu_comm *comm, void *buf, size_t count,
+                                         mpu_dtype dtype, int root, mpu_request **req);
+MPU_API mpu_result_t mpu_comm_ireduce(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                      mpu_dtype dtype, mpu_op op, int root, mpu_request **req);
+MPU_API mpu_result_t mpu_comm_iall_to_all(mpu_comm *comm, const void *send, void *recv,
+                                          size_t count, mpu_dtype dtype, mpu_request **req);
+MPU_API mpu_result_t mpu_comm_ibarrier(mpu_comm *comm, mpu_request **req);
+
+/* Wait for the request, free it, and return the call's result. */
+MPU_API mpu_result_t mpu_request_wait(mpu_request *req);
+
+/* The same, giving up after timeout_s seconds with MPU_ERR_TIMEOUT and the
+ * request still pending (wait again, or abort the communicator). Queued
+ * calls of backends without native non-blocking calls run here, under the
+ * communicator's own timeout. */
+MPU_API mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s);
+
+/* *done = 1 if the call has completed: the request is then freed and its
+ * result returned. *done = 0: still pending, MPU_SUCCESS. */
+MPU_API mpu_result_t mpu_request_test(mpu_request *req, int *done);
+
 /* ---- making and ending communicators -------------------------------------- */
 
 /*
@@ -209,7 +255,8 @@ MPU_API mpu_result_t mpu_comm_split(mpu_comm *comm, int color, int key, mpu_comm
 
 /* Free this rank's handle (not collective). NULL is accepted. The world
  * communicator of mpu_launch belongs to the launcher and is refused. Peers
- * still waiting for this rank on comm then fail instead of hanging. */
+ * still waiting for this rank on comm then fail instead of hanging. Requests
+ * of comm that have not run fail with MPU_ERR_INVALID_USAGE when waited for. */
 MPU_API mpu_result_t mpu_comm_destroy(mpu_comm *comm);
 
 /*

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "comm/base/signature.h"
 #include "mpu/comm.h"
 
 #define MPU_COMM_MAGIC UINT64_C(0x6d70752d636f6d6d) /* "mpu-comm" */
@@ -42,6 +43,14 @@ typedef struct mpu__comm_ops {
    * MPU_ERR_UNSUPPORTED where the library has no such call (16-bit sums). */
   mpu_result_t (*native)(mpu_comm *c, int kind, const void *send, void *recv, size_t count,
                          mpu_dtype dt, mpu_op op, int root);
+  /* Optional: native non-blocking calls (NCCL: enqueue on the stream). Without
+   * them base queues the call and runs it at wait (docs/api.md). istart runs
+   * checked arguments; iwait waits up to timeout_s (< 0: the communicator's
+   * own) and may return MPU_ERR_TIMEOUT leaving the handle pending. */
+  mpu_result_t (*istart)(mpu_comm *c, const mpu__call *call, void **handle);
+  mpu_result_t (*itest)(mpu_comm *c, void *handle, int *done);
+  mpu_result_t (*iwait)(mpu_comm *c, void *handle, double timeout_s);
+  void (*ifree)(mpu_comm *c, void *handle);
   void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
 } mpu__comm_ops;
 
@@ -54,6 +63,7 @@ struct mpu_comm {
   int owned_by_launcher; /* the threads world communicator: only the launcher frees it */
   void *impl;            /* the backend's state */
   mpu_comm *next_live;   /* comm.c's registry of live handles (catches double destroy) */
+  mpu_request *queue_head, *queue_tail; /* requests not yet run (request.c) */
 };
 
 /* A new base communicator. world_ranks (size entries, or NULL for the
@@ -80,6 +90,22 @@ mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *dat
  * beyond the handle: the benchmark passes ones it checked with mpu's call. */
 mpu_result_t mpu__comm_native(mpu_comm *comm, int kind, const void *send, void *recv,
                               size_t count, mpu_dtype dt, mpu_op op, int root);
+
+/* ---- request.c ---- */
+
+/* Run a checked call now (req == NULL: after the queued ones, in order), or
+ * hand back a request for it. */
+mpu_result_t mpu__submit(const char *fn, mpu_comm *comm, const mpu__call *call,
+                         mpu_request **req);
+
+/* Run every queued request of comm, in order (before any blocking call). */
+mpu_result_t mpu__flush(mpu_comm *comm);
+
+/* comm is going away: its queued requests fail when waited for. */
+void mpu__detach_requests(mpu_comm *comm);
+
+/* Run one call through the backend's blocking operations. */
+mpu_result_t mpu__run_call(mpu_comm *comm, const mpu__call *call);
 
 /* World rank of member r of c (no checks). */
 static inline int mpu__comm_world_rank(const mpu_comm *c, int r) {

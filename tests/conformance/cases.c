@@ -575,6 +575,138 @@ out:
   return res;
 }
 
+
+/* ---- non-blocking collectives ------------------------------------------------ */
+
+/* Every collective started at once, waited for in reverse order: each
+ * result as the blocking call's. Float32 and int64, a small and a large count. */
+static mpu_result_t case_nonblocking(mpu_comm *world, void *suite) {
+  static const size_t counts[] = {7, 5003};
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  size_t cap = 5003 * 8 * (size_t)n;
+  char *in = alloc(cap), *ar = alloc(cap), *ag = alloc(cap), *rsi = alloc(cap), *rs = alloc(cap),
+       *bc = alloc(cap), *rd = alloc(cap), *a2i = alloc(cap), *a2 = alloc(cap);
+  mpu_request *req[7] = {0};
+  CHECK(in && ar && ag && rsi && rs && bc && rd && a2i && a2, "out of memory");
+  for (int d = 0; d < 2; d++)
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+      mpu_dtype dt = d ? MPU_INT64 : MPU_FLOAT32;
+      size_t count = counts[c];
+      int root = n - 1;
+      fill(dt, in, count, MPU_SUM, rank, 0);
+      fill(dt, rsi, count * (size_t)n, MPU_SUM, rank, 0);
+      if (rank == root) fill(dt, bc, count, MPU_SUM, root, 0);
+      for (int to = 0; to < n; to++)
+        for (size_t i = 0; i < count; i++) set(dt, a2i, (size_t)to * count + i, a2a_value(rank, to, i));
+      CHECK_OK(mpu_comm_iall_reduce(world, in, ar, count, dt, MPU_SUM, &req[0]));
+      CHECK_OK(mpu_comm_iall_gather(world, in, ag, count, dt, &req[1]));
+      CHECK_OK(mpu_comm_ireduce_scatter(world, rsi, rs, count, dt, MPU_SUM, &req[2]));
+      CHECK_OK(mpu_comm_ibroadcast(world, bc, count, dt, root, &req[3]));
+      CHECK_OK(mpu_comm_ireduce(world, in, rd, count, dt, MPU_MAX, 0, &req[4]));
+      CHECK_OK(mpu_comm_iall_to_all(world, a2i, a2, count, dt, &req[5]));
+      CHECK_OK(mpu_comm_ibarrier(world, &req[6]));
+      for (int k = 6; k >= 0; k--) {
+        mpu_request *r = req[k];
+        req[k] = NULL;
+        CHECK_OK(mpu_request_wait(r));
+      }
+      for (size_t i = 0; i < count; i++) {
+        CHECK(get(dt, ar, i) == expected(dt, MPU_SUM, n, i), "iall_reduce [%zu]", i);
+        CHECK(get(dt, bc, i) == rounded(dt, value(MPU_SUM, root, i)), "ibroadcast [%zu]", i);
+        if (rank == 0) CHECK(get(dt, rd, i) == expected(dt, MPU_MAX, n, i), "ireduce [%zu]", i);
+        for (int k = 0; k < n; k++) {
+          CHECK(get(dt, ag, (size_t)k * count + i) == rounded(dt, value(MPU_SUM, k, i)),
+                "iall_gather block %d [%zu]", k, i);
+          CHECK(get(dt, a2, (size_t)k * count + i) == rounded(dt, a2a_value(k, rank, i)),
+                "iall_to_all block %d [%zu]", k, i);
+        }
+        CHECK(get(dt, rs, i) == expected(dt, MPU_SUM, n, (size_t)rank * count + i),
+              "ireduce_scatter [%zu]", i);
+      }
+    }
+out:
+  for (int k = 0; k < 7; k++)
+    if (req[k]) mpu_request_wait(req[k]);
+  free(in), free(ar), free(ag), free(rsi), free(rs), free(bc), free(rd), free(a2i), free(a2);
+  return res;
+}
+
+/* The order rules: calls happen in issue order whatever the wait order; a
+ * blocking call after a non-blocking one sees its result; test completes;
+ * point to point after a pending collective does not deadlock; a request
+ * cannot be waited for twice; a destroyed communicator fails its requests. */
+static mpu_result_t case_nonblocking_order(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  int64_t a = rank + 1, x = 0, y = 0, z = 0;
+  mpu_request *r1 = NULL, *r2 = NULL;
+  mpu_comm *dup = NULL;
+  /* x = sum(rank + 1); then the blocking call reads x: y = n * sum */
+  CHECK_OK(mpu_comm_iall_reduce(world, &a, &x, 1, MPU_INT64, MPU_SUM, &r1));
+  CHECK_OK(mpu_comm_all_reduce(world, &x, &y, 1, MPU_INT64, MPU_SUM));
+  int64_t sum = (int64_t)n * (n + 1) / 2;
+  CHECK(y == n * sum, "blocking call after iall_reduce: %lld, want %lld", (long long)y,
+        (long long)(n * sum));
+  mpu_request *stale = r1;
+  CHECK_OK(mpu_request_wait(r1));
+  r1 = NULL;
+  CHECK_ERR(MPU_ERR_INVALID_USAGE, mpu_request_wait(stale)); /* compared, never read */
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_request_wait(NULL));
+  /* two chained: z = sum of x's after x was recomputed; waited in reverse */
+  CHECK_OK(mpu_comm_iall_reduce(world, &a, &x, 1, MPU_INT64, MPU_SUM, &r1));
+  CHECK_OK(mpu_comm_iall_reduce(world, &x, &z, 1, MPU_INT64, MPU_MAX, &r2));
+  CHECK_OK(mpu_request_wait(r2));
+  r2 = NULL;
+  CHECK(z == sum, "second call waited first: %lld, want %lld", (long long)z, (long long)sum);
+  int done = 0;
+  for (long spins = 0; !done && spins < 100000000; spins++) CHECK_OK(mpu_request_test(r1, &done));
+  r1 = NULL;
+  CHECK(done, "mpu_request_test never completed");
+  /* p2p behind a pending barrier: rank 0 receives, rank 1 waits then sends */
+  CHECK_OK(mpu_comm_ibarrier(world, &r1));
+  if (n > 1 && rank == 0) {
+    int32_t got = 0;
+    CHECK_OK(mpu_comm_recv(world, &got, 1, MPU_INT32, 1));
+    CHECK(got == 42, "recv after ibarrier: %d", got);
+    CHECK_OK(mpu_request_wait(r1));
+  } else if (n > 1 && rank == 1) {
+    int32_t msg = 42;
+    CHECK_OK(mpu_request_wait(r1));
+    CHECK_OK(mpu_comm_send(world, &msg, 1, MPU_INT32, 0));
+  } else {
+    CHECK_OK(mpu_request_wait_timeout(r1, 60));
+  }
+  r1 = NULL;
+  /* a request dies with its communicator; a stale request pointer is refused */
+  int *all = malloc((size_t)n * sizeof(int));
+  CHECK(all, "out of memory");
+  for (int k = 0; k < n; k++) all[k] = k;
+  mpu_result_t cr = mpu_comm_create_group(world, all, n, &dup);
+  free(all);
+  CHECK_OK(cr);
+  CHECK_OK(mpu_comm_ibarrier(dup, &r1));
+  if (mpu_comm_destroy(dup) == MPU_SUCCESS) dup = NULL;
+  if (!dup) {
+    mpu_result_t w = mpu_request_wait(r1);
+    if (w == MPU_SUCCESS) {
+      /* a backend that completes calls on its own may have finished it */
+    } else {
+      CHECK(w == MPU_ERR_INVALID_USAGE, "wait after destroy: %s", mpu_result_name(w));
+    }
+    r1 = NULL;
+  }
+out:
+  if (r1) mpu_request_wait(r1);
+  if (r2) mpu_request_wait(r2);
+  mpu_comm_destroy(dup);
+  return res;
+}
+
 const conf_case conf_cases[] = {
     {"all_reduce", case_all_reduce, 0},
     {"all_reduce_large", case_all_reduce_large, 0},
@@ -589,5 +721,7 @@ const conf_case conf_cases[] = {
     {"create_group", case_create_group, 0},
     {"bad_input", case_bad_input, 0},
     {"edge_values", conf_case_edge_values, 0},
+    {"nonblocking", case_nonblocking, 0},
+    {"nonblocking_order", case_nonblocking_order, 0},
     {NULL, NULL, 0},
 };

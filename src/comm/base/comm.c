@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "comm/base/signature.h"
 #include "comm/comm_internal.h"
 #include "core/error.h"
 
@@ -74,6 +75,7 @@ mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int 
 
 void mpu__comm_free(mpu_comm *c) {
   if (!c) return;
+  mpu__detach_requests(c);
   live_take(c, 0);
   c->magic = MPU_COMM_FREED;
   free(c->world_ranks);
@@ -205,11 +207,13 @@ const char *mpu_comm_backend(const mpu_comm *comm) {
   return comm && comm->magic == MPU_COMM_MAGIC ? comm->ops->name : "invalid";
 }
 
-/* ---- collectives ---------------------------------------------------------- */
+/* ---- collectives: one checked entry each, blocking or not ------------------- */
 
-mpu_result_t mpu_comm_all_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                 mpu_dtype dtype, mpu_op op) {
-  static const char fn[] = "mpu_comm_all_reduce";
+/* Every collective's arguments are checked here, then the call goes to
+ * mpu__submit (request.c): run now, or queued / started for a request. */
+
+static mpu_result_t all_reduce(const char *fn, mpu_comm *comm, const void *send, void *recv,
+                               size_t count, mpu_dtype dtype, mpu_op op, mpu_request **req) {
   size_t bytes = 0;
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_op(fn, op));
@@ -217,12 +221,12 @@ mpu_result_t mpu_comm_all_reduce(mpu_comm *comm, const void *send, void *recv, s
   MPU_CHECK(check_buf(fn, "send", send, bytes));
   MPU_CHECK(check_buf(fn, "recv", recv, bytes));
   MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
-  return comm->ops->all_reduce(comm, send, recv, count, dtype, op);
+  mpu__call call = {mpu__sig_make(MPU__ALL_REDUCE, count, dtype, op, -1), send, recv};
+  return mpu__submit(fn, comm, &call, req);
 }
 
-mpu_result_t mpu_comm_all_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                 mpu_dtype dtype) {
-  static const char fn[] = "mpu_comm_all_gather";
+static mpu_result_t all_gather(const char *fn, mpu_comm *comm, const void *send, void *recv,
+                               size_t count, mpu_dtype dtype, mpu_request **req) {
   size_t bytes = 0, total = 0;
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
@@ -231,12 +235,12 @@ mpu_result_t mpu_comm_all_gather(mpu_comm *comm, const void *send, void *recv, s
   MPU_CHECK(check_buf(fn, "recv", recv, total));
   MPU_CHECK(check_overlap(fn, send, bytes, recv, total,
                           recv ? (const char *)recv + (size_t)comm->rank * bytes : NULL));
-  return comm->ops->all_gather(comm, send, recv, count, dtype);
+  mpu__call call = {mpu__sig_make(MPU__ALL_GATHER, count, dtype, MPU_SUM, -1), send, recv};
+  return mpu__submit(fn, comm, &call, req);
 }
 
-mpu_result_t mpu_comm_reduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                     mpu_dtype dtype, mpu_op op) {
-  static const char fn[] = "mpu_comm_reduce_scatter";
+static mpu_result_t reduce_scatter(const char *fn, mpu_comm *comm, const void *send, void *recv,
+                                   size_t count, mpu_dtype dtype, mpu_op op, mpu_request **req) {
   size_t bytes = 0, total = 0;
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_op(fn, op));
@@ -249,23 +253,23 @@ mpu_result_t mpu_comm_reduce_scatter(mpu_comm *comm, const void *send, void *rec
       (const char *)recv != (const char *)send + (size_t)comm->rank * bytes)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: send and recv buffers overlap but are not the in-place form", fn);
-  return comm->ops->reduce_scatter(comm, send, recv, count, dtype, op);
+  mpu__call call = {mpu__sig_make(MPU__REDUCE_SCATTER, count, dtype, op, -1), send, recv};
+  return mpu__submit(fn, comm, &call, req);
 }
 
-mpu_result_t mpu_comm_broadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
-                                int root) {
-  static const char fn[] = "mpu_comm_broadcast";
+static mpu_result_t broadcast(const char *fn, mpu_comm *comm, void *buf, size_t count,
+                              mpu_dtype dtype, int root, mpu_request **req) {
   size_t bytes = 0;
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_rank(fn, "root", comm, root));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_buf(fn, "data", buf, bytes));
-  return comm->ops->broadcast(comm, buf, count, dtype, root);
+  mpu__call call = {mpu__sig_make(MPU__BROADCAST, count, dtype, MPU_SUM, root), buf, buf};
+  return mpu__submit(fn, comm, &call, req);
 }
 
-mpu_result_t mpu_comm_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
-                             mpu_dtype dtype, mpu_op op, int root) {
-  static const char fn[] = "mpu_comm_reduce";
+static mpu_result_t reduce(const char *fn, mpu_comm *comm, const void *send, void *recv,
+                           size_t count, mpu_dtype dtype, mpu_op op, int root, mpu_request **req) {
   size_t bytes = 0;
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_op(fn, op));
@@ -276,12 +280,12 @@ mpu_result_t mpu_comm_reduce(mpu_comm *comm, const void *send, void *recv, size_
     MPU_CHECK(check_buf(fn, "recv (at root)", recv, bytes));
     MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
   }
-  return comm->ops->reduce(comm, send, recv, count, dtype, op, root);
+  mpu__call call = {mpu__sig_make(MPU__REDUCE, count, dtype, op, root), send, recv};
+  return mpu__submit(fn, comm, &call, req);
 }
 
-mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                 mpu_dtype dtype) {
-  static const char fn[] = "mpu_comm_all_to_all";
+static mpu_result_t all_to_all(const char *fn, mpu_comm *comm, const void *send, void *recv,
+                               size_t count, mpu_dtype dtype, mpu_request **req) {
   size_t total = 0;
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
@@ -290,12 +294,93 @@ mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void *recv, s
   if (overlap(send, total, recv, total))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: send and recv buffers overlap (all_to_all has no in-place form)", fn);
-  return comm->ops->all_to_all(comm, send, recv, count, dtype);
+  mpu__call call = {mpu__sig_make(MPU__ALL_TO_ALL, count, dtype, MPU_SUM, -1), send, recv};
+  return mpu__submit(fn, comm, &call, req);
 }
 
-mpu_result_t mpu_comm_barrier(mpu_comm *comm) {
-  MPU_CHECK(check_comm("mpu_comm_barrier", comm));
-  return comm->ops->barrier(comm);
+static mpu_result_t barrier(const char *fn, mpu_comm *comm, mpu_request **req) {
+  MPU_CHECK(check_comm(fn, comm));
+  mpu__call call = {mpu__sig_make(MPU__BARRIER, 0, MPU_UINT8, MPU_SUM, -1), NULL, NULL};
+  return mpu__submit(fn, comm, &call, req);
+}
+
+static mpu_result_t check_req(const char *fn, mpu_request **req) {
+  if (!req) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: request is NULL", fn);
+  *req = NULL;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_all_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                 mpu_dtype dtype, mpu_op op) {
+  return all_reduce("mpu_comm_all_reduce", comm, send, recv, count, dtype, op, NULL);
+}
+
+mpu_result_t mpu_comm_iall_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                  mpu_dtype dtype, mpu_op op, mpu_request **req) {
+  MPU_CHECK(check_req("mpu_comm_iall_reduce", req));
+  return all_reduce("mpu_comm_iall_reduce", comm, send, recv, count, dtype, op, req);
+}
+
+mpu_result_t mpu_comm_all_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                 mpu_dtype dtype) {
+  return all_gather("mpu_comm_all_gather", comm, send, recv, count, dtype, NULL);
+}
+
+mpu_result_t mpu_comm_iall_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                  mpu_dtype dtype, mpu_request **req) {
+  MPU_CHECK(check_req("mpu_comm_iall_gather", req));
+  return all_gather("mpu_comm_iall_gather", comm, send, recv, count, dtype, req);
+}
+
+mpu_result_t mpu_comm_reduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                     mpu_dtype dtype, mpu_op op) {
+  return reduce_scatter("mpu_comm_reduce_scatter", comm, send, recv, count, dtype, op, NULL);
+}
+
+mpu_result_t mpu_comm_ireduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                      mpu_dtype dtype, mpu_op op, mpu_request **req) {
+  MPU_CHECK(check_req("mpu_comm_ireduce_scatter", req));
+  return reduce_scatter("mpu_comm_ireduce_scatter", comm, send, recv, count, dtype, op, req);
+}
+
+mpu_result_t mpu_comm_broadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
+                                int root) {
+  return broadcast("mpu_comm_broadcast", comm, buf, count, dtype, root, NULL);
+}
+
+mpu_result_t mpu_comm_ibroadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
+                                 int root, mpu_request **req) {
+  MPU_CHECK(check_req("mpu_comm_ibroadcast", req));
+  return broadcast("mpu_comm_ibroadcast", comm, buf, count, dtype, root, req);
+}
+
+mpu_result_t mpu_comm_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
+                             mpu_dtype dtype, mpu_op op, int root) {
+  return reduce("mpu_comm_reduce", comm, send, recv, count, dtype, op, root, NULL);
+}
+
+mpu_result_t mpu_comm_ireduce(mpu_comm *comm, const void *send, void *recv, size_t count,
+                              mpu_dtype dtype, mpu_op op, int root, mpu_request **req) {
+  MPU_CHECK(check_req("mpu_comm_ireduce", req));
+  return reduce("mpu_comm_ireduce", comm, send, recv, count, dtype, op, root, req);
+}
+
+mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                 mpu_dtype dtype) {
+  return all_to_all("mpu_comm_all_to_all", comm, send, recv, count, dtype, NULL);
+}
+
+mpu_result_t mpu_comm_iall_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
+                                  mpu_dtype dtype, mpu_request **req) {
+  MPU_CHECK(check_req("mpu_comm_iall_to_all", req));
+  return all_to_all("mpu_comm_iall_to_all", comm, send, recv, count, dtype, req);
+}
+
+mpu_result_t mpu_comm_barrier(mpu_comm *comm) { return barrier("mpu_comm_barrier", comm, NULL); }
+
+mpu_result_t mpu_comm_ibarrier(mpu_comm *comm, mpu_request **req) {
+  MPU_CHECK(check_req("mpu_comm_ibarrier", req));
+  return barrier("mpu_comm_ibarrier", comm, req);
 }
 
 mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dtype dtype,
@@ -306,6 +391,7 @@ mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dt
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_buf(fn, "send", buf, bytes));
+  MPU_CHECK(mpu__flush(comm));
   return comm->ops->send(comm, buf, count, dtype, peer);
 }
 
@@ -316,6 +402,7 @@ mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dt
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_buf(fn, "recv", buf, bytes));
+  MPU_CHECK(mpu__flush(comm));
   return comm->ops->recv(comm, buf, count, dtype, peer);
 }
 
@@ -354,6 +441,7 @@ mpu_result_t mpu_comm_create_group(mpu_comm *comm, const int *members, int n, mp
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: the calling rank %d is not in the member list (only members call it)",
                       fn, comm->rank);
+  MPU_CHECK(mpu__flush(comm));
   return comm->ops->create_group(comm, members, n, out);
 }
 
@@ -405,6 +493,7 @@ mpu_result_t mpu_comm_split(mpu_comm *comm, int color, int key, mpu_comm **out) 
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: color %d is negative (use MPU_COMM_SPLIT_NOCOLOR to opt out)", fn,
                       color);
+  MPU_CHECK(mpu__flush(comm));
   if (comm->ops->split) return comm->ops->split(comm, color, key, out);
   return generic_split(comm, color, key, out);
 }
@@ -420,6 +509,7 @@ mpu_result_t mpu_comm_destroy(mpu_comm *comm) {
     return mpu__error(MPU_ERR_INVALID_USAGE,
                       "mpu_comm_destroy: %p is not a live communicator (destroyed twice?)",
                       (void *)comm);
+  mpu__detach_requests(comm);
   comm->ops->destroy(comm);
   comm->magic = MPU_COMM_FREED;
   free(comm->world_ranks);

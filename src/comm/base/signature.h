@@ -32,6 +32,13 @@ typedef struct mpu__sig {
   uint64_t count;
 } mpu__sig;
 
+/* A call with its buffers: what a request holds until it runs. */
+typedef struct mpu__call {
+  mpu__sig sig;
+  const void *send; /* broadcast: the buffer */
+  void *recv;
+} mpu__call;
+
 /* The signature of a call; op and root are normalised for kinds without them. */
 mpu__sig mpu__sig_make(mpu__kind kind, size_t count, mpu_dtype dtype, mpu_op op, int root);
 

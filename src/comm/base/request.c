@@ -1,0 +1,236 @@
+/*
+ * request.c - non-blocking collectives: requests, their queue per
+ * communicator, and the order every backend keeps.
+ *
+ * A backend with native non-blocking calls (NCCL) starts the call at once and
+ * its request wraps the backend's handle. For the others the request holds
+ * the call, queued on its communicator; the queue runs in order at a wait or
+ * test, and before any blocking call on the communicator, so calls happen in
+ * the order they were issued on every rank (the rule MPI and NCCL have), and
+ * a rank blocked in a later call never waits for peers stuck behind an
+ * earlier one that was never run.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+#include "core/error.h"
+
+#define REQ_MAGIC UINT64_C(0x6d70752d72657175) /* "mpu-requ" */
+
+typedef enum { QUEUED, STARTED, DONE } req_state;
+
+struct mpu_request {
+  uint64_t magic;
+  mpu_comm *comm;      /* NULL once its communicator is gone */
+  mpu__call call;
+  const char *fn;
+  req_state state;
+  mpu_result_t result; /* when DONE */
+  char message[512];   /* the failure's message, handed back at wait */
+  void *native;        /* STARTED: the backend's handle */
+  mpu_request *next;   /* the communicator's queue */
+  mpu_request *next_live;
+};
+
+/* ---- live requests: a wait on a freed or foreign pointer is caught --------- */
+
+#define LIVE_BUCKETS 256
+static mpu_request *live[LIVE_BUCKETS];
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t bucket_of(const mpu_request *r) { return ((uintptr_t)r >> 4) % LIVE_BUCKETS; }
+
+static void live_add(mpu_request *r) {
+  pthread_mutex_lock(&live_lock);
+  r->next_live = live[bucket_of(r)];
+  live[bucket_of(r)] = r;
+  pthread_mutex_unlock(&live_lock);
+}
+
+/* 1 if r is live (and, with take, no longer), comparing pointers only. */
+static int live_find(const mpu_request *r, int take) {
+  int found = 0;
+  pthread_mutex_lock(&live_lock);
+  for (mpu_request **p = &live[bucket_of(r)]; *p; p = &(*p)->next_live)
+    if (*p == r) {
+      found = 1;
+      if (take) *p = r->next_live;
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+  return found;
+}
+
+static mpu_result_t check_request(const char *fn, const mpu_request *r) {
+  if (!r) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: request is NULL", fn);
+  if (!live_find(r, 0))
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "%s: %p is not a pending request (completed already, or never issued)", fn,
+                      (const void *)r);
+  return MPU_SUCCESS;
+}
+
+/* ---- running calls ------------------------------------------------------------ */
+
+mpu_result_t mpu__run_call(mpu_comm *c, const mpu__call *k) {
+  const mpu__sig *s = &k->sig;
+  mpu_dtype dt = (mpu_dtype)s->dtype;
+  mpu_op op = (mpu_op)s->op;
+  size_t n = (size_t)s->count;
+  switch (s->kind) {
+  case MPU__ALL_REDUCE: return c->ops->all_reduce(c, k->send, k->recv, n, dt, op);
+  case MPU__ALL_GATHER: return c->ops->all_gather(c, k->send, k->recv, n, dt);
+  case MPU__REDUCE_SCATTER: return c->ops->reduce_scatter(c, k->send, k->recv, n, dt, op);
+  case MPU__BROADCAST: return c->ops->broadcast(c, k->recv, n, dt, s->root);
+  case MPU__REDUCE: return c->ops->reduce(c, k->send, k->recv, n, dt, op, s->root);
+  case MPU__ALL_TO_ALL: return c->ops->all_to_all(c, k->send, k->recv, n, dt);
+  default: return c->ops->barrier(c);
+  }
+}
+
+static void finish(mpu_request *r, mpu_result_t result) {
+  r->state = DONE;
+  r->result = result;
+  if (result) snprintf(r->message, sizeof r->message, "%s", mpu_last_error());
+}
+
+/* Run queued requests in order, up to and including `until` (all if NULL). */
+static void run_queue(mpu_comm *c, const mpu_request *until) {
+  while (c->queue_head) {
+    mpu_request *r = c->queue_head;
+    c->queue_head = r->next;
+    if (!c->queue_head) c->queue_tail = NULL;
+    r->next = NULL;
+    finish(r, mpu__run_call(c, &r->call));
+    r->comm = NULL; /* off the list: nothing of the communicator is needed any more */
+    if (r == until) break;
+  }
+}
+
+mpu_result_t mpu__flush(mpu_comm *c) {
+  if (c->queue_head && !c->ops->istart) run_queue(c, NULL);
+  return MPU_SUCCESS;
+}
+
+/* Take r off its communicator's list (native requests leave out of order). */
+static void unlink_request(mpu_request *r) {
+  mpu_comm *c = r->comm;
+  if (!c) return;
+  mpu_request *prev = NULL;
+  for (mpu_request *p = c->queue_head; p; prev = p, p = p->next)
+    if (p == r) {
+      if (prev) prev->next = r->next;
+      else c->queue_head = r->next;
+      if (c->queue_tail == r) c->queue_tail = prev;
+      break;
+    }
+  r->next = NULL;
+}
+
+void mpu__detach_requests(mpu_comm *c) {
+  for (mpu_request *r = c->queue_head, *next; r; r = next) {
+    next = r->next;
+    if (r->state == STARTED) c->ops->ifree(c, r->native);
+    r->native = NULL;
+    r->next = NULL;
+    r->comm = NULL;
+    r->state = DONE;
+    r->result = MPU_ERR_INVALID_USAGE;
+    snprintf(r->message, sizeof r->message,
+             "%s: the communicator was destroyed before the call ran", r->fn);
+  }
+  c->queue_head = c->queue_tail = NULL;
+}
+
+mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu_request **req) {
+  if (!req) { /* blocking: what was issued before runs first */
+    MPU_CHECK(mpu__flush(c));
+    return mpu__run_call(c, call);
+  }
+  mpu_request *r = calloc(1, sizeof *r);
+  if (!r) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", fn);
+  *r = (mpu_request){REQ_MAGIC, c, *call, fn, QUEUED, MPU_SUCCESS, "", NULL, NULL, NULL};
+  if (c->ops->istart) {
+    /* native: earlier queued calls cannot exist (nothing is ever queued) */
+    mpu_result_t res = c->ops->istart(c, call, &r->native);
+    if (res) {
+      free(r);
+      return res;
+    }
+    r->state = STARTED;
+  }
+  /* every outstanding request is on the list (native ones, to be detached
+   * if the communicator goes first) */
+  if (c->queue_tail) {
+    c->queue_tail->next = r;
+    c->queue_tail = r;
+  } else {
+    c->queue_head = c->queue_tail = r;
+  }
+  live_add(r);
+  *req = r;
+  return MPU_SUCCESS;
+}
+
+/* ---- waiting ------------------------------------------------------------------- */
+
+static mpu_result_t complete(mpu_request *r) {
+  live_find(r, 1);
+  mpu_result_t res = r->result;
+  if (res) mpu__error(res, "%s", r->message);
+  if (r->native && r->comm) r->comm->ops->ifree(r->comm, r->native);
+  unlink_request(r);
+  r->magic = 0;
+  free(r);
+  return res;
+}
+
+/* Progress r: run the queue up to it, or ask the backend. */
+static mpu_result_t progress(mpu_request *r, int block, double timeout_s, int *done) {
+  *done = 0;
+  if (r->state == QUEUED) run_queue(r->comm, r);
+  if (r->state == STARTED) {
+    mpu_comm *c = r->comm;
+    mpu_result_t res;
+    if (block) {
+      res = c->ops->iwait(c, r->native, timeout_s);
+      if (res == MPU_ERR_TIMEOUT && timeout_s >= 0) return res; /* still pending */
+      finish(r, res);
+    } else {
+      int fin = 0;
+      res = c->ops->itest(c, r->native, &fin);
+      if (res || fin) finish(r, res);
+    }
+  }
+  *done = r->state == DONE;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_request_wait(mpu_request *req) {
+  int done;
+  MPU_CHECK(check_request("mpu_request_wait", req));
+  MPU_CHECK(progress(req, 1, -1, &done));
+  return complete(req);
+}
+
+mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s) {
+  static const char fn[] = "mpu_request_wait_timeout";
+  int done;
+  MPU_CHECK(check_request(fn, req));
+  if (!(timeout_s >= 0) || timeout_s > 1e9)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: timeout %g s (want 0..1e9)", fn, timeout_s);
+  MPU_CHECK(progress(req, 1, timeout_s, &done));
+  return complete(req);
+}
+
+mpu_result_t mpu_request_test(mpu_request *req, int *done) {
+  static const char fn[] = "mpu_request_test";
+  MPU_CHECK(check_request(fn, req));
+  if (!done) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: done is NULL", fn);
+  MPU_CHECK(progress(req, 0, 0, done));
+  return *done ? complete(req) : MPU_SUCCESS;
+}
