@@ -147,6 +147,38 @@ MPU_API mpu_result_t mpu_comm_world_rank(const mpu_comm *comm, int rank, int *wo
 /* "threads", "fake", ...; "invalid" for a bad handle. */
 MPU_API const char *mpu_comm_backend(const mpu_comm *comm);
 
+/* ---- memory, streams and what a backend can do ------------------------------ */
+
+typedef enum mpu_memory {
+  MPU_MEMORY_HOST = 0, /* buffers are host memory */
+  MPU_MEMORY_DEVICE,   /* buffers are device (GPU) memory */
+} mpu_memory;
+
+typedef struct mpu_comm_caps {
+  size_t size;            /* sizeof(mpu_comm_caps): set it before the call */
+  mpu_memory memory;      /* the buffers this communicator's calls take */
+  int streams;            /* work is ordered on a stream (mpu_comm_stream) */
+  int native_nonblocking; /* requests progress without being waited for */
+  int fault_detection;    /* an absent or dead peer ends in an error, not a hang */
+  int call_checking;      /* mismatched calls are caught, now (checking on) */
+  int exact_reductions;   /* results follow docs/api.md's rule bit for bit */
+} mpu_comm_caps;
+
+MPU_API mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps);
+
+/* The stream the communicator orders its work on (a cudaStream_t for NCCL);
+ * NULL on host backends. set_stream: MPU_ERR_UNSUPPORTED on host backends. */
+MPU_API mpu_result_t mpu_comm_stream(const mpu_comm *comm, void **stream);
+MPU_API mpu_result_t mpu_comm_set_stream(mpu_comm *comm, void *stream);
+
+/* Memory of the communicator's kind (host or device), and copies within it,
+ * ordered with its calls. The regions use these, so they run unchanged on
+ * device buffers. copy2d: height rows of width bytes, pitches in bytes. */
+MPU_API mpu_result_t mpu_comm_mem_alloc(mpu_comm *comm, size_t bytes, void **out);
+MPU_API mpu_result_t mpu_comm_mem_free(mpu_comm *comm, void *p);
+MPU_API mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const void *src,
+                                     size_t spitch, size_t width, size_t height);
+
 /* ---- collectives ---------------------------------------------------------- */
 
 /* recv[i] = op over ranks of send[i], count elements. In place: send == recv.

@@ -51,6 +51,15 @@ typedef struct mpu__comm_ops {
   mpu_result_t (*itest)(mpu_comm *c, void *handle, int *done);
   mpu_result_t (*iwait)(mpu_comm *c, void *handle, double timeout_s);
   void (*ifree)(mpu_comm *c, void *handle);
+  /* Optional, for device backends (NULL: host memory, no stream). caps fills
+   * the backend's fields of a zeroed struct; copy2d has checked arguments. */
+  void (*caps)(const mpu_comm *c, mpu_comm_caps *caps);
+  void *(*get_stream)(const mpu_comm *c);
+  mpu_result_t (*set_stream)(mpu_comm *c, void *stream);
+  mpu_result_t (*mem_alloc)(mpu_comm *c, size_t bytes, void **out);
+  mpu_result_t (*mem_free)(mpu_comm *c, void *p);
+  mpu_result_t (*copy2d)(mpu_comm *c, void *dst, size_t dpitch, const void *src, size_t spitch,
+                         size_t width, size_t height);
   void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
 } mpu__comm_ops;
 

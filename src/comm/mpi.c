@@ -676,6 +676,11 @@ static mpu_result_t mpi_native(mpu_comm *c, int kind, const void *send, void *re
   }
 }
 
+static void mpi_caps(const mpu_comm *c, mpu_comm_caps *caps) {
+  caps->fault_detection = impl_of(c)->checked; /* timeouts need the checked path */
+  caps->call_checking = impl_of(c)->checked;
+}
+
 static const mpu__comm_ops mpi_ops = {
     .name = "mpi",
     .all_reduce = mpi_all_reduce,
@@ -691,6 +696,7 @@ static const mpu__comm_ops mpi_ops = {
     .split = mpi_split,
     .abort = mpi_abort,
     .native = mpi_native,
+    .caps = mpi_caps,
     .destroy = mpi_destroy,
 };
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "tensor/tensor_internal.h"
 #include "mpu/regions.h"
 
 static const struct {
@@ -91,6 +92,12 @@ static mpu_result_t check_view(const char *what, const mpu_tensor *t) {
   return MPU_SUCCESS;
 }
 
+/* Copies in the communicator's memory (device copies for device buffers). */
+static mpu_result_t comm_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t height) {
+  return mpu_comm_copy2d(ctx, dst, dpitch, src, spitch, width, height);
+}
+
 mpu_result_t mpu_primitive_run(mpu_primitive prim, mpu_comm *comm, const mpu_tensor *in,
                                mpu_tensor *out) {
   int n, rank;
@@ -106,14 +113,14 @@ mpu_result_t mpu_primitive_run(mpu_primitive prim, mpu_comm *comm, const mpu_ten
                       mpu_tensor_describe(out, a, sizeof a), mpu_tensor_describe(&want, b, sizeof b));
   size_t count = mpu_tensor_numel(in), bytes = mpu_tensor_nbytes(in);
   if (n == 1 || prim == MPU_PRIM_IDENTITY) { /* a group of one: every primitive is the identity */
-    if (out->data != in->data && bytes) memmove(out->data, in->data, bytes);
+    if (out->data != in->data && bytes) return mpu_comm_copy2d(comm, out->data, bytes, in->data, bytes, bytes, 1);
     return MPU_SUCCESS;
   }
   switch (prim) {
   case MPU_PRIM_ALL_REDUCE:
     return mpu_comm_all_reduce(comm, in->data, out->data, count, in->dtype, MPU_SUM);
-  case MPU_PRIM_SPLIT_LAST: return mpu_tensor_split(in, -1, n, rank, out);
-  case MPU_PRIM_SPLIT_FIRST: return mpu_tensor_split(in, 0, n, rank, out);
+  case MPU_PRIM_SPLIT_LAST: return mpu__tensor_split_with(in, -1, n, rank, out, comm_copy2d, comm);
+  case MPU_PRIM_SPLIT_FIRST: return mpu__tensor_split_with(in, 0, n, rank, out, comm_copy2d, comm);
   case MPU_PRIM_GATHER_FIRST: return mpu_comm_all_gather(comm, in->data, out->data, count, in->dtype);
   case MPU_PRIM_REDUCE_SCATTER_FIRST:
     return mpu_comm_reduce_scatter(comm, in->data, out->data, mpu_tensor_numel(out), in->dtype,
@@ -121,21 +128,21 @@ mpu_result_t mpu_primitive_run(mpu_primitive prim, mpu_comm *comm, const mpu_ten
   case MPU_PRIM_ALL_TO_ALL_FIRST:
     return mpu_comm_all_to_all(comm, in->data, out->data, count / (size_t)n, in->dtype);
   default: { /* gather along the last dim: all_gather the blocks, then concatenate */
-    char *stacked = malloc(bytes * (size_t)n + 1);
+    void *mem = NULL;
+    mpu_result_t r = mpu_comm_mem_alloc(comm, bytes * (size_t)n, &mem);
+    char *stacked = mem;
     mpu_tensor parts[64], *p = n <= 64 ? parts : malloc((size_t)n * sizeof *p);
-    mpu_result_t r = MPU_SUCCESS;
-    if (!stacked || !p) {
-      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "gather (last dim): %zu bytes", bytes * (size_t)n);
-    } else {
+    if (!r && !p) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "gather (last dim): %d parts", n);
+    if (!r) {
       r = mpu_comm_all_gather(comm, in->data, stacked, count, in->dtype);
       for (int k = 0; k < n && !r; k++) {
         p[k] = *in;
         p[k].data = stacked + (size_t)k * bytes;
         p[k].owns_data = 0;
       }
-      if (!r) r = mpu_tensor_concat(p, n, -1, out);
+      if (!r) r = mpu__tensor_concat_with(p, n, -1, out, comm_copy2d, comm);
     }
-    free(stacked);
+    if (stacked) mpu_comm_mem_free(comm, stacked);
     if (p != parts) free(p);
     return r;
   }

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "mpu/tensor.h"
+#include "tensor/tensor_internal.h"
 
 static mpu_result_t check_shape(mpu_dtype dtype, int ndim, const int64_t *shape, size_t *bytes) {
   if (!mpu_dtype_size(dtype))
@@ -138,8 +139,26 @@ static void outer_inner(const mpu_tensor *t, int d, size_t *outer, size_t *inner
   for (int i = d + 1; i < t->ndim; i++) *inner *= (size_t)t->shape[i];
 }
 
+/* The host's strided copy: height rows of width bytes. */
+static mpu_result_t host_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t height) {
+  (void)ctx;
+  for (size_t o = 0; o < height; o++)
+    memcpy((char *)dst + o * dpitch, (const char *)src + o * spitch, width);
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_tensor_split(const mpu_tensor *in, int dim, int parts, int index,
                               mpu_tensor *out) {
+  return mpu__tensor_split_with(in, dim, parts, index, out, host_copy2d, NULL);
+}
+
+mpu_result_t mpu_tensor_concat(const mpu_tensor *parts, int nparts, int dim, mpu_tensor *out) {
+  return mpu__tensor_concat_with(parts, nparts, dim, out, host_copy2d, NULL);
+}
+
+mpu_result_t mpu__tensor_split_with(const mpu_tensor *in, int dim, int parts, int index,
+                                    mpu_tensor *out, mpu__copy2d_fn copy2d, void *ctx) {
   char a[128], b[128];
   int d = 0;
   MPU_CHECK(check_tensor("mpu_tensor_split: input", in));
@@ -163,12 +182,11 @@ mpu_result_t mpu_tensor_split(const mpu_tensor *in, int dim, int parts, int inde
   size_t rows = (size_t)want.shape[d], block = rows * inner * es;
   if (!block) return MPU_SUCCESS;
   const char *src = (const char *)in->data + (size_t)index * block;
-  char *dst = out->data;
-  for (size_t o = 0; o < outer; o++) memcpy(dst + o * block, src + o * block * (size_t)parts, block);
-  return MPU_SUCCESS;
+  return copy2d(ctx, out->data, block, src, block * (size_t)parts, block, outer);
 }
 
-mpu_result_t mpu_tensor_concat(const mpu_tensor *parts, int nparts, int dim, mpu_tensor *out) {
+mpu_result_t mpu__tensor_concat_with(const mpu_tensor *parts, int nparts, int dim, mpu_tensor *out,
+                                     mpu__copy2d_fn copy2d, void *ctx) {
   char a[128], b[128];
   int d = 0;
   if (!parts || nparts <= 0)
@@ -199,13 +217,11 @@ mpu_result_t mpu_tensor_concat(const mpu_tensor *parts, int nparts, int dim, mpu
   outer_inner(out, d, &outer, &inner);
   size_t out_block = (size_t)want.shape[d] * inner * es;
   char *dst = out->data;
-  for (size_t o = 0; o < outer; o++) {
-    size_t offset = o * out_block;
-    for (int k = 0; k < nparts; k++) {
-      size_t block = (size_t)parts[k].shape[d] * inner * es;
-      if (block) memcpy(dst + offset, (const char *)parts[k].data + o * block, block);
-      offset += block;
-    }
+  size_t offset = 0;
+  for (int k = 0; k < nparts; k++) { /* part k fills its columns of every row */
+    size_t block = (size_t)parts[k].shape[d] * inner * es;
+    if (block && outer) MPU_CHECK(copy2d(ctx, dst + offset, out_block, parts[k].data, block, block, outer));
+    offset += block;
   }
   return MPU_SUCCESS;
 }

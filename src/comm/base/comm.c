@@ -207,6 +207,79 @@ const char *mpu_comm_backend(const mpu_comm *comm) {
   return comm && comm->magic == MPU_COMM_MAGIC ? comm->ops->name : "invalid";
 }
 
+/* ---- memory, streams, capabilities ----------------------------------------------- */
+
+mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps) {
+  static const char fn[] = "mpu_comm_capabilities";
+  MPU_CHECK(check_comm(fn, comm));
+  if (!caps) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: caps is NULL", fn);
+  if (caps->size == 0 || caps->size > sizeof *caps)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: caps.size is %zu (set it to sizeof, up to %zu)",
+                      fn, caps->size, sizeof *caps);
+  mpu_comm_caps all = {sizeof all, MPU_MEMORY_HOST, 0, 0, 0, 0, 1};
+  if (comm->ops->caps) comm->ops->caps(comm, &all);
+  size_t size = caps->size; /* a caller built against a shorter struct gets its part */
+  memcpy(caps, &all, size);
+  caps->size = size;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_stream(const mpu_comm *comm, void **stream) {
+  MPU_CHECK(check_comm("mpu_comm_stream", comm));
+  if (!stream) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_stream: stream is NULL");
+  *stream = comm->ops->get_stream ? comm->ops->get_stream(comm) : NULL;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_set_stream(mpu_comm *comm, void *stream) {
+  MPU_CHECK(check_comm("mpu_comm_set_stream", comm));
+  if (!comm->ops->set_stream)
+    return mpu__error(MPU_ERR_UNSUPPORTED, "mpu_comm_set_stream: the %s backend has no streams",
+                      comm->ops->name);
+  MPU_CHECK(mpu__flush(comm));
+  return comm->ops->set_stream(comm, stream);
+}
+
+mpu_result_t mpu_comm_mem_alloc(mpu_comm *comm, size_t bytes, void **out) {
+  static const char fn[] = "mpu_comm_mem_alloc";
+  MPU_CHECK(check_comm(fn, comm));
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  if (bytes > (size_t)PTRDIFF_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %zu bytes", fn, bytes);
+  if (comm->ops->mem_alloc) return comm->ops->mem_alloc(comm, bytes, out);
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, bytes);
+  *out = p;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_mem_free(mpu_comm *comm, void *p) {
+  MPU_CHECK(check_comm("mpu_comm_mem_free", comm));
+  if (!p) return MPU_SUCCESS;
+  if (comm->ops->mem_free) return comm->ops->mem_free(comm, p);
+  free(p);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const void *src,
+                             size_t spitch, size_t width, size_t height) {
+  static const char fn[] = "mpu_comm_copy2d";
+  size_t span;
+  MPU_CHECK(check_comm(fn, comm));
+  if (!width || !height) return MPU_SUCCESS;
+  if (!dst || !src || dpitch < width || spitch < width ||
+      __builtin_mul_overflow(height - 1, dpitch > spitch ? dpitch : spitch, &span) ||
+      span > (size_t)PTRDIFF_MAX - width)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: %zu rows of %zu bytes, pitches %zu and %zu, buffers %p and %p", fn,
+                      height, width, dpitch, spitch, dst, src);
+  MPU_CHECK(mpu__flush(comm));
+  if (comm->ops->copy2d) return comm->ops->copy2d(comm, dst, dpitch, src, spitch, width, height);
+  for (size_t i = 0; i < height; i++)
+    memmove((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+  return MPU_SUCCESS;
+}
+
 /* ---- collectives: one checked entry each, blocking or not ------------------- */
 
 /* Every collective's arguments are checked here, then the call goes to

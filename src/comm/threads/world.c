@@ -347,6 +347,12 @@ out:
   return r;
 }
 
+static void threads_caps(const mpu_comm *c, mpu_comm_caps *caps) {
+  const tcomm *tc = c->impl;
+  caps->fault_detection = 1; /* aborts, failures, exits and timeouts break the waits */
+  caps->call_checking = tc->g->world->check_calls;
+}
+
 static const mpu__comm_ops threads_ops = {
     .name = "threads",
     .all_reduce = mpu__tall_reduce,
@@ -361,5 +367,6 @@ static const mpu__comm_ops threads_ops = {
     .create_group = threads_create_group,
     .split = NULL,
     .abort = threads_abort,
+    .caps = threads_caps,
     .destroy = threads_destroy,
 };
