@@ -136,6 +136,40 @@ MPU_API mpu_result_t mpu_comm_mpi_world_ex(int *argc, char ***argv,
  * communicators first). Frees what timed-out calls left with MPI. */
 MPU_API mpu_result_t mpu_mpi_finalize(void);
 
+/* ---- the NCCL backend ------------------------------------------------------ */
+
+/* 1 if this build has the NCCL backend (CUDA and NCCL were found), else 0.
+ * The calls below need no CUDA header; without NCCL they fail with
+ * MPU_ERR_UNSUPPORTED. docs/gpu.md has a whole program. */
+MPU_API int mpu_nccl_available(void);
+
+typedef struct mpu_nccl_options {
+  size_t size;      /* sizeof(mpu_nccl_options), set by the initializer */
+  int device;       /* this rank's CUDA device; -1: the local rank modulo the GPUs */
+  void *stream;     /* a cudaStream_t to order work on; NULL: the communicator makes one */
+  double timeout_s; /* the watchdog: waits fail (and NCCL aborts) after this; <= 0: MPU_TIMEOUT */
+} mpu_nccl_options;
+
+#define MPU_NCCL_OPTIONS_INIT {sizeof(mpu_nccl_options), -1, NULL, 0.0}
+
+/*
+ * An NCCL communicator over the same ranks as host (collective over host: a
+ * threads world, one GPU per thread, or an MPI communicator, one GPU per
+ * process). host stays the NCCL communicator's host twin, for groups and for
+ * CPU-side work; it must outlive it. Buffers of its calls are device memory
+ * (mpu_comm_mem_alloc). options may be NULL.
+ */
+MPU_API mpu_result_t mpu_comm_nccl_create(mpu_comm *host, const mpu_nccl_options *options,
+                                          mpu_comm **out);
+
+/* The same without a host backend, from torchrun's RANK, WORLD_SIZE,
+ * LOCAL_RANK, MASTER_ADDR and MASTER_PORT (a TCP rendezvous at rank 0).
+ * Groups: mpu_comm_split (ncclCommSplit); create_group needs a host twin. */
+MPU_API mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu_comm **out);
+
+/* The host twin of an NCCL communicator (same members, host memory). */
+MPU_API mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host);
+
 /* ---- facts about a communicator ----------------------------------------- */
 
 MPU_API mpu_result_t mpu_comm_rank(const mpu_comm *comm, int *rank);

@@ -720,7 +720,7 @@ const conf_case conf_cases[] = {
     {"split", case_split, CONF_NEEDS_SPLIT},
     {"create_group", case_create_group, 0},
     {"bad_input", case_bad_input, 0},
-    {"edge_values", conf_case_edge_values, 0},
+    {"edge_values", conf_case_edge_values, CONF_NEEDS_EXACT},
     {"nonblocking", case_nonblocking, 0},
     {"nonblocking_order", case_nonblocking_order, 0},
     {NULL, NULL, 0},

@@ -22,7 +22,11 @@ typedef struct conf_suite {
 
 typedef mpu_result_t (*conf_case_fn)(mpu_comm *world, void *suite);
 
-enum { CONF_NEEDS_SPLIT = 1 }; /* the fake backend has no split */
+enum {
+  CONF_NEEDS_SPLIT = 1,     /* the fake backend has no split */
+  CONF_NEEDS_EXACT = 2,     /* results bit for bit by mpu's rule (NCCL reduces its own way) */
+  CONF_NEEDS_P2P_MATCH = 4, /* recv checks the sender's dtype and count (NCCL cannot) */
+};
 
 typedef struct conf_case {
   const char *name;
