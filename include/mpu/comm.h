@@ -250,11 +250,20 @@ MPU_API mpu_result_t mpu_comm_barrier(mpu_comm *comm);
  * one communicator arrive in the order sent. send returns once the data is
  * copied out (it does not wait for the matching recv); recv blocks until a
  * message from peer arrives, and fails with MPU_ERR_MISMATCH if its count or
- * dtype differs (the message is then dropped). */
+ * dtype differs (the message is then dropped). On NCCL a send is NCCL's: it
+ * completes when the peer receives, and sizes are not checked. */
 MPU_API mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count,
                                    mpu_dtype dtype, int peer);
 MPU_API mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
                                    int peer);
+
+/* Send sendcount elements to dst and receive recvcount from src as one step
+ * (a ring shift, a pipeline exchange). On NCCL, whose send completes only
+ * when the peer receives, the two are one group, so ranks that all send
+ * first do not wait on each other; elsewhere it is send, then recv. */
+MPU_API mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendcount,
+                                       int dst, void *recvbuf, size_t recvcount, int src,
+                                       mpu_dtype dtype);
 
 /* ---- non-blocking collectives ---------------------------------------------- */
 

@@ -33,6 +33,9 @@ typedef struct mpu__comm_ops {
   mpu_result_t (*barrier)(mpu_comm *c);
   mpu_result_t (*send)(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
   mpu_result_t (*recv)(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
+  /* Optional: both at once (NULL: send, then recv) */
+  mpu_result_t (*sendrecv)(mpu_comm *c, const void *sbuf, size_t scount, int dst, void *rbuf,
+                           size_t rcount, int src, mpu_dtype dt);
   /* members: n distinct valid ranks of c including c's own rank */
   mpu_result_t (*create_group)(mpu_comm *c, const int *members, int n, mpu_comm **out);
   /* NULL: comm.c's generic split (all_gather of colors, then create_group) */

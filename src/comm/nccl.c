@@ -287,6 +287,19 @@ static mpu_result_t nccl_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt
   return watch(c, NULL, -1, 0, fn);
 }
 
+static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, int dst,
+                                  void *rbuf, size_t rcount, int src, mpu_dtype dt) {
+  static const char fn[] = "mpu_comm_sendrecv";
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(usable(c, fn));
+  ncclResult_t r = ncclGroupStart();
+  ncclResult_t s = r ? r : ncclSend(sbuf, scount, type_of(dt), dst, m->comm, m->stream);
+  ncclResult_t v = r || s ? ncclSuccess : ncclRecv(rbuf, rcount, type_of(dt), src, m->comm, m->stream);
+  ncclResult_t e = r ? ncclSuccess : ncclGroupEnd(); /* always closes the group it opened */
+  MPU_CHECK(nccl_error(r ? r : s ? s : v ? v : e, m->comm, fn));
+  return watch(c, NULL, -1, 0, fn);
+}
+
 /* ---- non-blocking: requests are events -------------------------------------------- */
 
 static mpu_result_t nccl_istart(mpu_comm *c, const mpu__call *k, void **handle) {
@@ -624,6 +637,7 @@ static const mpu__comm_ops nccl_ops = {
     .barrier = nccl_barrier,
     .send = nccl_send,
     .recv = nccl_recv,
+    .sendrecv = nccl_sendrecv,
     .create_group = nccl_create_group,
     .split = nccl_split,
     .abort = nccl_abort,

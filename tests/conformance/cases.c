@@ -576,6 +576,41 @@ out:
 }
 
 
+/* A ring shift both ways with mpu_comm_sendrecv, every dtype, then a
+ * pipeline exchange (first stage only sends, last only receives). */
+static mpu_result_t case_sendrecv(mpu_comm *world, void *suite) {
+  enum { COUNT = 2500 };
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  void *out = alloc(COUNT * 8), *in = alloc(COUNT * 8);
+  CHECK(out && in, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int dir = 0; dir < 2; dir++) {
+      int to = dir ? prev : next, from = dir ? next : prev;
+      fill((mpu_dtype)dt, out, COUNT, MPU_SUM, rank * 7 + dir, 0);
+      poison_fill(in, COUNT * 8);
+      CHECK_OK(mpu_comm_sendrecv(world, out, COUNT, to, in, COUNT, from, (mpu_dtype)dt));
+      for (size_t i = 0; i < COUNT; i++)
+        CHECK(get((mpu_dtype)dt, in, i) == rounded((mpu_dtype)dt, value(MPU_SUM, from * 7 + dir, i)),
+              "sendrecv %s from %d: wrong [%zu]", mpu_dtype_name((mpu_dtype)dt), from, i);
+    }
+  /* a pipeline: stage r receives from r - 1, adds its rank, sends to r + 1 */
+  int64_t x = 0;
+  if (rank > 0) CHECK_OK(mpu_comm_recv(world, &x, 1, MPU_INT64, rank - 1));
+  x += rank;
+  if (rank < n - 1) CHECK_OK(mpu_comm_send(world, &x, 1, MPU_INT64, rank + 1));
+  CHECK(x == (int64_t)rank * (rank + 1) / 2, "pipeline value at stage %d: %lld", rank, (long long)x);
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_sendrecv(world, out, 1, n, in, 1, 0, MPU_FLOAT32));
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_sendrecv(world, out, 2, 0, (char *)out + 4, 2, 0, MPU_FLOAT32));
+out:
+  free(out);
+  free(in);
+  return res;
+}
+
 /* ---- non-blocking collectives ------------------------------------------------ */
 
 /* Every collective started at once, waited for in reverse order: each
@@ -716,7 +751,8 @@ const conf_case conf_cases[] = {
     {"reduce", case_reduce, 0},
     {"all_to_all", case_all_to_all, 0},
     {"barrier", case_barrier, 0},
-    {"send_recv", case_send_recv, 0},
+    {"send_recv", case_send_recv, CONF_NEEDS_EAGER_SEND},
+    {"sendrecv", case_sendrecv, 0},
     {"split", case_split, CONF_NEEDS_SPLIT},
     {"create_group", case_create_group, 0},
     {"bad_input", case_bad_input, 0},

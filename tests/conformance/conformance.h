@@ -26,6 +26,7 @@ enum {
   CONF_NEEDS_SPLIT = 1,     /* the fake backend has no split */
   CONF_NEEDS_EXACT = 2,     /* results bit for bit by mpu's rule (NCCL reduces its own way) */
   CONF_NEEDS_P2P_MATCH = 4, /* recv checks the sender's dtype and count (NCCL cannot) */
+  CONF_NEEDS_EAGER_SEND = 8, /* send returns before the recv (NCCL's waits for it) */
 };
 
 typedef struct conf_case {

@@ -233,12 +233,15 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
 
 /* ---- NCCL: cliques of ranks that share an id -------------------------------------- */
 
-typedef struct msg {
-  struct msg *next;
+/* A send waiting for its recv: NCCL's point to point is a rendezvous (the
+ * send completes when the peer receives), not an eager copy. */
+typedef struct offer {
+  struct offer *next;
   int src;
   size_t bytes;
-  char data[];
-} msg;
+  const void *data;
+  int taken; /* 1: copied by the receiver; -1: the size differed */
+} offer;
 
 typedef struct slot {
   int kind;
@@ -259,7 +262,7 @@ typedef struct clique {
   uint64_t generation;
   int arrived;
   slot *slots;
-  msg **boxes; /* [n]: messages to rank i */
+  offer **boxes; /* [n]: sends waiting for rank i to receive them */
 } clique;
 
 struct ncclComm {
@@ -370,9 +373,7 @@ static void release(ncclComm_t c) {
       }
   pthread_mutex_unlock(&registry_lock);
   if (last) {
-    for (int i = 0; i < q->n; i++)
-      for (msg *m = q->boxes[i], *next; m; m = next) next = m->next, free(m);
-    free(q->boxes);
+    free(q->boxes); /* offers live on their senders' stacks */
     free(q->slots);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cond);
@@ -432,13 +433,26 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
   return ncclInvalidUsage;
 }
 
-static int depth;
+/* Group calls: point-to-point calls issued between ncclGroupStart and
+ * ncclGroupEnd on one thread are held and go to the stream as one task. */
+typedef struct coll_task coll_task;
+static __thread int depth;
+static __thread coll_task *held;
+static __thread cudaStream_t held_stream;
+static void submit(coll_task *k, cudaStream_t stream);
+
 ncclResult_t ncclGroupStart(void) {
-  __atomic_add_fetch(&depth, 1, __ATOMIC_RELAXED);
+  depth++;
   return ncclSuccess;
 }
+
 ncclResult_t ncclGroupEnd(void) {
-  __atomic_sub_fetch(&depth, 1, __ATOMIC_RELAXED);
+  if (depth <= 0) return ncclInvalidUsage;
+  if (--depth == 0 && held) {
+    coll_task *k = held;
+    held = NULL;
+    submit(k, held_stream);
+  }
   return ncclSuccess;
 }
 
@@ -557,6 +571,7 @@ typedef struct coll_task {
   task t;
   slot s;
   int peer;
+  struct coll_task *more; /* a group: the calls issued between ncclGroupStart and End */
 } coll_task;
 
 static void fail(ncclComm_t c, ncclResult_t r) {
@@ -572,44 +587,56 @@ static void done(ncclComm_t c) {
   pthread_mutex_unlock(&c->q->lock);
 }
 
-static void p2p_run(coll_task *k) {
-  ncclComm_t c = k->t.comm;
+/* Post a send for the peer to take. */
+static void post(ncclComm_t c, offer *o, int peer) {
   clique *q = c->q;
-  size_t bytes = k->s.count * type_size(k->s.type);
-  if (k->s.kind == K_SEND) { /* eager: the message waits in the peer's box */
-    msg *m = malloc(sizeof *m + bytes);
-    if (!m) return fail(c, ncclSystemError);
-    m->next = NULL;
-    m->src = c->rank;
-    m->bytes = bytes;
-    memcpy(m->data, k->s.send, bytes);
-    pthread_mutex_lock(&q->lock);
-    msg **p = &q->boxes[k->peer];
-    while (*p) p = &(*p)->next;
-    *p = m;
-    pthread_cond_broadcast(&q->cond);
-    pthread_mutex_unlock(&q->lock);
-    return;
+  pthread_mutex_lock(&q->lock);
+  offer **p = &q->boxes[peer];
+  while (*p) p = &(*p)->next;
+  *p = o;
+  pthread_cond_broadcast(&q->cond);
+  pthread_mutex_unlock(&q->lock);
+}
+
+/* Wait until the peer took the send (or the clique was aborted). */
+static void await_taken(ncclComm_t c, offer *o, int peer) {
+  clique *q = c->q;
+  pthread_mutex_lock(&q->lock);
+  while (!o->taken && !q->aborted) pthread_cond_wait(&q->cond, &q->lock);
+  if (!o->taken) { /* aborted: withdraw it */
+    for (offer **p = &q->boxes[peer]; *p; p = &(*p)->next)
+      if (*p == o) {
+        *p = o->next;
+        break;
+      }
   }
+  int taken = o->taken;
+  pthread_mutex_unlock(&q->lock);
+  if (taken <= 0) fail(c, taken < 0 ? ncclInvalidUsage : ncclRemoteError);
+}
+
+/* Take the oldest send from src into buf. */
+static void take(ncclComm_t c, int src, void *buf, size_t bytes) {
+  clique *q = c->q;
   pthread_mutex_lock(&q->lock);
   for (;;) {
-    msg **p = &q->boxes[c->rank];
-    while (*p && (*p)->src != k->peer) p = &(*p)->next;
+    offer **p = &q->boxes[c->rank];
+    while (*p && (*p)->src != src) p = &(*p)->next;
     if (*p) {
-      msg *m = *p;
-      *p = m->next;
+      offer *o = *p;
+      *p = o->next;
+      if (o->bytes == bytes) memcpy(buf, o->data, bytes), o->taken = 1;
+      else o->taken = -1; /* NCCL's behaviour is undefined; the double reports it */
+      pthread_cond_broadcast(&q->cond);
       pthread_mutex_unlock(&q->lock);
-      if (m->bytes != bytes) fail(c, ncclInvalidUsage);
-      else memcpy(k->s.recv, m->data, bytes);
-      free(m);
+      if (o->taken < 0) fail(c, ncclInvalidUsage);
       return;
     }
-    if (q->aborted) {
-      pthread_mutex_unlock(&q->lock);
-      return fail(c, ncclRemoteError);
-    }
+    if (q->aborted) break;
     pthread_cond_wait(&q->cond, &q->lock);
   }
+  pthread_mutex_unlock(&q->lock);
+  fail(c, ncclRemoteError);
 }
 
 static void coll_run(task *t) {
@@ -621,8 +648,30 @@ static void coll_run(task *t) {
     done(c);
     return;
   }
-  if (k->s.kind == K_SEND || k->s.kind == K_RECV) {
-    p2p_run(k);
+  if (k->s.kind == K_SEND || k->s.kind == K_RECV || k->more) {
+    /* point to point, alone or as a group: every send is offered first, then
+     * every recv taken, then the sends wait to be taken, so the calls of a
+     * group progress together as NCCL's do */
+    int m = 0;
+    for (coll_task *g = k; g; g = g->more) m++;
+    offer *offers = calloc((size_t)m, sizeof *offers);
+    if (!offers) {
+      fail(c, ncclSystemError);
+    } else {
+      int i = 0;
+      for (coll_task *g = k; g; g = g->more, i++)
+        if (g->s.kind == K_SEND) {
+          offers[i] = (offer){NULL, c->rank, g->s.count * type_size(g->s.type), g->s.send, 0};
+          post(c, &offers[i], g->peer);
+        }
+      for (coll_task *g = k; g; g = g->more)
+        if (g->s.kind == K_RECV) take(c, g->peer, g->s.recv, g->s.count * type_size(g->s.type));
+      i = 0;
+      for (coll_task *g = k; g; g = g->more, i++)
+        if (g->s.kind == K_SEND) await_taken(c, &offers[i], g->peer);
+      free(offers);
+    }
+    for (coll_task *g = k->more, *next; g; g = next) next = g->more, free(g);
     done(c);
     return;
   }
@@ -682,11 +731,28 @@ static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer)
   k->t.comm = c;
   k->s = s;
   k->peer = peer;
+  if (depth > 0 && (s.kind == K_SEND || s.kind == K_RECV)) {
+    if (held && (held->t.comm != c || held_stream != stream)) {
+      free(k);
+      snprintf(last_error, sizeof last_error, "the double groups one communicator and stream");
+      return ncclInvalidUsage;
+    }
+    coll_task **p = &held;
+    while (*p) p = &(*p)->more;
+    *p = k;
+    held_stream = stream;
+    return ncclSuccess;
+  }
+  submit(k, stream);
+  return ncclSuccess;
+}
+
+static void submit(coll_task *k, cudaStream_t stream) {
+  ncclComm_t c = k->t.comm;
   pthread_mutex_lock(&c->q->lock);
   c->inflight++;
   pthread_mutex_unlock(&c->q->lock);
   push(stream, &k->t);
-  return ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t,

@@ -479,6 +479,26 @@ mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dt
   return comm->ops->recv(comm, buf, count, dtype, peer);
 }
 
+mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendcount, int dst,
+                               void *recvbuf, size_t recvcount, int src, mpu_dtype dtype) {
+  static const char fn[] = "mpu_comm_sendrecv";
+  size_t sbytes = 0, rbytes = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_rank(fn, "dst", comm, dst));
+  MPU_CHECK(check_rank(fn, "src", comm, src));
+  MPU_CHECK(check_bytes(fn, sendcount, 1, dtype, &sbytes));
+  MPU_CHECK(check_bytes(fn, recvcount, 1, dtype, &rbytes));
+  MPU_CHECK(check_buf(fn, "send", sendbuf, sbytes));
+  MPU_CHECK(check_buf(fn, "recv", recvbuf, rbytes));
+  if (overlap(sendbuf, sbytes, recvbuf, rbytes))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
+  MPU_CHECK(mpu__flush(comm));
+  if (comm->ops->sendrecv)
+    return comm->ops->sendrecv(comm, sendbuf, sendcount, dst, recvbuf, recvcount, src, dtype);
+  MPU_CHECK(comm->ops->send(comm, sendbuf, sendcount, dtype, dst));
+  return comm->ops->recv(comm, recvbuf, recvcount, dtype, src);
+}
+
 /* ---- making and ending communicators -------------------------------------- */
 
 static int cmp_int(const void *a, const void *b) {
