@@ -52,7 +52,13 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   mpu_state_tp_size(s, &T);
   mpu_state_tp_rank(s, &tr);
   mpu_comm *tp;
+#ifdef MPU_TEST_NCCL /* the regions on NCCL communicators (test double: host memory is device memory) */
+  ROK(mpu_state_enable_nccl(s, NULL));
+#endif
   ROK(mpu_state_comm(s, MPU_GROUP_TP, &tp));
+#ifdef MPU_TEST_NCCL
+  RCHECK(!strcmp(mpu_comm_backend(tp), "nccl"), "tp group on %s", mpu_comm_backend(tp));
+#endif
   int g0 = r - tr; /* the group is g0 .. g0 + T - 1 */
   float group_sum = (float)(T * g0 + T * (T - 1) / 2), sq = 0;
   for (int k = 0; k < T; k++) sq += (float)((g0 + k) * (g0 + k));

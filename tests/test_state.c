@@ -49,6 +49,9 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
   const mpu_layout *l = mpu_state_layout(s);
   int rank, members[64], n;
   mpu_comm_rank(mpu_state_world(s), &rank);
+#ifdef MPU_TEST_NCCL /* the same checks on NCCL communicators (test double) */
+  RCHECK(!mpu_state_enable_nccl(s, NULL), "enable NCCL: %s", mpu_last_error());
+#endif
   RCHECK(mpu_state_is_initialized(NULL) && mpu_state_current() == s, "not the current state");
   for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
     if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
@@ -67,6 +70,17 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
     RCHECK(sum == want, "kind %s: sum %lld, want %lld",
            mpu_group_kind_name(mpu_layout_config_of(l)->flavor, k), (long long)sum,
            (long long)want);
+    mpu_comm *host = NULL;
+    RCHECK(!mpu_state_host_comm(s, (mpu_group_kind)k, &host), "host comm");
+    sum = 0;
+    RCHECK(!mpu_comm_all_reduce(host, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want,
+           "host twin of kind %d: sum %lld", k, (long long)sum);
+#ifdef MPU_TEST_NCCL
+    RCHECK(!strcmp(mpu_comm_backend(c), "nccl") && strcmp(mpu_comm_backend(host), "nccl"),
+           "kind %d: %s over %s", k, mpu_comm_backend(c), mpu_comm_backend(host));
+#else
+    RCHECK(c == host, "without NCCL the state's communicator is the host one");
+#endif
     int gr;
     RCHECK(!mpu_state_group_rank(s, (mpu_group_kind)k, &gr) && members[gr] == rank,
            "kind %d: group rank %d", k, gr);

@@ -92,6 +92,21 @@ MPU_API mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info);
  * flavour has no such kind or this rank is in none (embedding groups). */
 MPU_API mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out);
 
+/*
+ * Give every group of this rank an NCCL communicator over its host one (the
+ * collective of all ranks of the state's world, as init is): afterwards
+ * mpu_state_comm returns the NCCL communicators (device buffers) and
+ * mpu_state_host_comm the host twins ("gloo" groups, for CPU-side work).
+ * options may be NULL; its device, if set, is this rank's device for every
+ * group. On failure no NCCL communicator is left. MPU_ERR_UNSUPPORTED
+ * without the NCCL backend.
+ */
+MPU_API mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options);
+
+/* The host communicator of this rank's group of kind (the one mpu_state_comm
+ * returns when NCCL is not enabled). */
+MPU_API mpu_result_t mpu_state_host_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out);
+
 /* Rank and size in this rank's group of kind (torch's get_rank/get_world_size(group)). */
 MPU_API mpu_result_t mpu_state_group_rank(const mpu_state *s, mpu_group_kind kind, int *rank);
 MPU_API mpu_result_t mpu_state_group_size(const mpu_state *s, mpu_group_kind kind, int *size);

@@ -119,6 +119,10 @@ void mpu__detach_requests(mpu_comm *comm);
 /* Run one call through the backend's blocking operations. */
 mpu_result_t mpu__run_call(mpu_comm *comm, const mpu__call *call);
 
+/* The CUDA device an NCCL communicator runs on (MPU_ERR_INVALID_ARGUMENT for
+ * another backend). */
+mpu_result_t mpu__nccl_device(const mpu_comm *comm, int *device);
+
 /* World rank of member r of c (no checks). */
 static inline int mpu__comm_world_rank(const mpu_comm *c, int r) {
   return c->world_ranks ? c->world_ranks[r] : r;

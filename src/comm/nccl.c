@@ -55,6 +55,11 @@ mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host) {
   return no_nccl("mpu_comm_host_twin");
 }
 
+mpu_result_t mpu__nccl_device(const mpu_comm *comm, int *device) {
+  (void)comm, (void)device;
+  return no_nccl("nccl device");
+}
+
 #else
 
 #include <cuda_runtime.h>
@@ -98,7 +103,7 @@ static mpu_result_t nccl_error(ncclResult_t r, ncclComm_t comm, const char *what
                       : r == ncclRemoteError   ? MPU_ERR_ABORTED
                       : r == ncclSystemError   ? MPU_ERR_SYSTEM
                                                : MPU_ERR_BACKEND;
-  const char *last = comm ? ncclGetLastError(comm) : NULL;
+  const char *last = ncclGetLastError(comm); /* comm may be NULL: the thread's last error */
   return mpu__error(code, "%s: NCCL error %d: %s%s%s", what, (int)r, ncclGetErrorString(r),
                     last && *last ? ": " : "", last ? last : "");
 }
@@ -496,7 +501,7 @@ mpu_result_t mpu_comm_nccl_create(mpu_comm *host, const mpu_nccl_options *option
   MPU_CHECK(mpu_comm_size(host, &size));
   if (host->ops == &nccl_ops)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the host communicator is an NCCL one", fn);
-  MPU_CHECK(local_rank_of(host, &local));
+  if (!options || options->device < 0) MPU_CHECK(local_rank_of(host, &local));
   mpu_result_t r = pick_device(fn, options, local, &device);
   /* every member must agree before anyone joins NCCL, or the others would hang */
   int32_t failed = r != MPU_SUCCESS, any = 0;
@@ -536,6 +541,13 @@ mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host) {
     return mpu__error(MPU_ERR_UNSUPPORTED,
                       "%s: made from the environment, this communicator has no host twin", fn);
   *host = impl_of(comm)->host;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu__nccl_device(const mpu_comm *comm, int *device) {
+  if (!comm || comm->ops != &nccl_ops)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "not an NCCL communicator");
+  *device = impl_of(comm)->device;
   return MPU_SUCCESS;
 }
 

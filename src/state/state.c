@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_internal.h"
 #include "core/error.h"
 #include "mpu/state.h"
 
@@ -23,6 +24,7 @@ struct mpu_state {
   int owns_world;                        /* the mock's fake world */
   mpu_rank_info base;                    /* the getters' answers at init */
   mpu_comm *comms[MPU_GROUP_KIND_COUNT]; /* NULL where this rank has no group */
+  mpu_comm *nccl[MPU_GROUP_KIND_COUNT];  /* after mpu_state_enable_nccl: over comms[k] */
   int *pipe;                             /* this rank's pipeline, global ranks */
   int vp_rank, vp_size, split_rank;      /* -1: None */
   int tp_size_ov, tp_rank_ov, pp_size_ov, pp_rank_ov; /* -1: not overridden */
@@ -106,6 +108,7 @@ void mpu_state_set_current(mpu_state *s) { current = s; }
 
 void mpu_state_destroy(mpu_state *s) {
   if (!s || s->magic != STATE_MAGIC) return;
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) mpu_comm_destroy(s->nccl[k]);
   for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) mpu_comm_destroy(s->comms[k]);
   if (s->owns_world) mpu_comm_destroy(s->world);
   mpu_layout_free(s->layout);
@@ -279,6 +282,51 @@ mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info) {
   return MPU_SUCCESS;
 }
 
+mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options) {
+  static const char fn[] = "mpu_state_enable_nccl";
+  const mpu_state *found = NULL;
+  MPU_CHECK(resolve(fn, s, &found));
+  mpu_state *st = (mpu_state *)found; /* resolve hands back the caller's own state */
+  if (!mpu_nccl_available())
+    return mpu__error(MPU_ERR_UNSUPPORTED, "%s: this build of mpu has no NCCL backend", fn);
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++)
+    if (st->nccl[k]) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: NCCL is enabled already", fn);
+  /* one device for every group of this rank: pick it once over the world */
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  if (options) {
+    if (options->size == 0 || options->size > sizeof o)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: options.size is %zu", fn, options->size);
+    memcpy(&o, options, options->size);
+    o.size = sizeof o;
+  }
+  mpu_comm *probe = NULL;
+  mpu_result_t r = MPU_SUCCESS;
+  if (o.device < 0) { /* the world's NCCL communicator knows the local rank's device */
+    MPU_CHECK(mpu_comm_nccl_create(st->world, &o, &probe));
+    r = mpu__nccl_device(probe, &o.device);
+    mpu_comm_destroy(probe);
+    if (r) return r;
+  }
+  /* every rank walks the kinds in init's order, so groups form together */
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++)
+    if (st->comms[k]) r = mpu_comm_nccl_create(st->comms[k], &o, &st->nccl[k]);
+  if (r)
+    for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
+      mpu_comm_destroy(st->nccl[k]);
+      st->nccl[k] = NULL;
+    }
+  return r;
+}
+
+mpu_result_t mpu_state_host_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out) {
+  STATE("mpu_state_host_comm", s, out);
+  if ((unsigned)kind >= MPU_GROUP_KIND_COUNT || !st->comms[kind])
+    return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_state_host_comm: rank %d is in no group of kind %d",
+                      st->base.rank, (int)kind);
+  *out = st->comms[kind];
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out) {
   STATE("mpu_state_comm", s, out);
   if (!mpu_layout_has(st->layout, kind))
@@ -289,7 +337,7 @@ mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **
     return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_state_comm: rank %d is in no %s group",
                       st->base.rank,
                       mpu_group_kind_name(mpu_layout_config_of(st->layout)->flavor, kind));
-  *out = st->comms[kind];
+  *out = st->nccl[kind] ? st->nccl[kind] : st->comms[kind];
   return MPU_SUCCESS;
 }
 

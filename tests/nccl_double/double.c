@@ -257,6 +257,8 @@ typedef struct clique {
   struct clique *next;
   ncclUniqueId id;
   int n, joined, refs, aborted;
+  int duplicate;   /* two ranks on one device: NCCL refuses the communicator */
+  int *devices;    /* [n] */
   pthread_mutex_t lock;
   pthread_cond_t cond;
   uint64_t generation;
@@ -275,6 +277,7 @@ struct ncclComm {
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static clique *cliques;
+static void release(ncclComm_t c);
 static __thread char last_error[256];
 
 const char *ncclGetErrorString(ncclResult_t r) {
@@ -327,9 +330,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     if (q) {
       q->slots = calloc((size_t)nranks, sizeof *q->slots);
       q->boxes = calloc((size_t)nranks, sizeof *q->boxes);
+      q->devices = calloc((size_t)nranks, sizeof *q->devices);
     }
-    if (!q || !q->slots || !q->boxes) {
-      if (q) free(q->slots), free(q->boxes);
+    if (!q || !q->slots || !q->boxes || !q->devices) {
+      if (q) free(q->slots), free(q->boxes), free(q->devices);
       free(q);
       free(c);
       pthread_mutex_unlock(&registry_lock);
@@ -337,6 +341,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     }
     q->id = id;
     q->n = nranks;
+    for (int i = 0; i < nranks; i++) q->devices[i] = -1;
     pthread_mutex_init(&q->lock, NULL);
     pthread_cond_init(&q->cond, NULL);
     q->next = cliques;
@@ -348,15 +353,25 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     snprintf(last_error, sizeof last_error, "nranks %d differs from the id's %d", nranks, q->n);
     return ncclInvalidUsage;
   }
-  q->joined++;
   q->refs++;
   pthread_mutex_unlock(&registry_lock);
   c->q = q;
   c->rank = rank;
   pthread_mutex_lock(&q->lock); /* block until every rank has joined, as NCCL */
+  for (int i = 0; i < q->n; i++)
+    if (q->devices[i] == current_device) q->duplicate = 1;
+  q->devices[rank] = current_device;
+  q->joined++;
   pthread_cond_broadcast(&q->cond);
   while (q->joined < q->n) pthread_cond_wait(&q->cond, &q->lock);
+  int dup = q->duplicate;
   pthread_mutex_unlock(&q->lock);
+  if (dup) {
+    snprintf(last_error, sizeof last_error,
+             "Duplicate GPU detected: two ranks of one communicator on one device");
+    release(c);
+    return ncclInvalidUsage;
+  }
   *out = c;
   return ncclSuccess;
 }
@@ -374,6 +389,7 @@ static void release(ncclComm_t c) {
   pthread_mutex_unlock(&registry_lock);
   if (last) {
     free(q->boxes); /* offers live on their senders' stacks */
+    free(q->devices);
     free(q->slots);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cond);
