@@ -172,16 +172,35 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   size_t bytes = count * es * (per_total ? (size_t)n : 1);
 
   mpu_result_t r = MPU_SUCCESS;
-  char *send = bench_alloc(send_bytes + 64);
-  char *recv = bench_alloc(recv_bytes + 64);
+  mpu_comm_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.size = sizeof caps;
+  MPU_CHECK(mpu_comm_capabilities(comms[0], &caps));
+  int device = caps.memory == MPU_MEMORY_DEVICE;
+  char *send = NULL, *recv = NULL, *zeros = NULL;
   /* times[v * iters + i]: variant v (comms[0..ncomms), then the native call) */
   double *times = malloc((size_t)(ncomms + 1) * (size_t)cfg->iters * sizeof(double));
-  if (!send || !recv || !times) {
+  if (device) { /* device buffers, zeroed by a copy from the host */
+    void *a = NULL, *b = NULL;
+    r = mpu_comm_mem_alloc(comms[0], send_bytes + 64, &a);
+    if (!r) r = mpu_comm_mem_alloc(comms[0], recv_bytes + 64, &b);
+    send = a, recv = b;
+    zeros = calloc(send_bytes > recv_bytes ? send_bytes + 1 : recv_bytes + 1, 1);
+    if (!r && zeros) r = mpu_comm_copy2d(comms[0], send, send_bytes, zeros, send_bytes, send_bytes, 1);
+    if (!r && zeros) r = mpu_comm_copy2d(comms[0], recv, recv_bytes, zeros, recv_bytes, recv_bytes, 1);
+    if (r) goto out;
+  } else {
+    send = bench_alloc(send_bytes + 64);
+    recv = bench_alloc(recv_bytes + 64);
+  }
+  if (!send || !recv || !times || (device && !zeros)) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu + %zu bytes", fn, send_bytes, recv_bytes);
     goto out;
   }
-  memset(send, 0, send_bytes); /* zeros are valid in every dtype and stay finite */
-  memset(recv, 0, recv_bytes);
+  if (!device) {
+    memset(send, 0, send_bytes); /* zeros are valid in every dtype and stay finite */
+    memset(recv, 0, recv_bytes);
+  }
   /* native only if every rank's backend can (all ranks agree, or none runs it) */
   int32_t native = 0;
   if (cfg->native) {
@@ -224,8 +243,14 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
     out[v] = res;
   }
 out:
-  free(send);
-  free(recv);
+  if (device) {
+    if (send) mpu_comm_mem_free(comms[0], send);
+    if (recv) mpu_comm_mem_free(comms[0], recv);
+  } else {
+    free(send);
+    free(recv);
+  }
+  free(zeros);
   free(times);
   return r;
 }

@@ -7,7 +7,11 @@
 
 #include "mpu.h"
 
-typedef enum tool_backend { TOOL_THREADS = 0, TOOL_MPI = 1 } tool_backend;
+typedef enum tool_backend {
+  TOOL_THREADS = 0,
+  TOOL_MPI = 1,
+  TOOL_NCCL = 2, /* mpu bench only: thread ranks, one GPU and NCCL communicator each */
+} tool_backend;
 
 /* "threads" or "mpi" (exits 2 with a message if unknown or not built). */
 tool_backend tool_parse_backend(const char *cmd, const char *name);

@@ -75,6 +75,8 @@ static void help(void) {
       "                          (mpirun -n N mpu bench --backend mpi); each row is mpu with\n"
       "                          call checking off, the raw MPI call timed interleaved with it\n"
       "                          on the same buffers, and mpu with call checking on\n"
+      "                          nccl: -n thread ranks, each with one GPU and an NCCL\n"
+      "                          communicator (device buffers; nccl-tests -t N -g 1)\n"
       "      --memcpy-bytes SIZE buffer size of the memcpy reference (default 64M)\n"
       "      --csv FILE          also write the rows as CSV\n"
       "      --format text|json  output format (default text)\n"
@@ -161,7 +163,14 @@ static void parse(int argc, char **argv, bench_opts *o) {
       if (mpu_op_from_name(optarg, &o->op)) cli_usage_error("bench", "unknown op '%s'", optarg);
       break;
     case 'I': o->in_place = 1; break;
-    case 'B': o->backend = tool_parse_backend("bench", optarg); break;
+    case 'B':
+      if (!strcmp(optarg, "nccl")) {
+        if (!mpu_nccl_available()) cli_usage_error("bench", "this build has no NCCL backend");
+        o->backend = TOOL_NCCL;
+      } else {
+        o->backend = tool_parse_backend("bench", optarg);
+      }
+      break;
     case 'C': o->csv = optarg; break;
     case 'F':
       if (cli_parse_format(optarg, &o->format)) cli_usage_error("bench", "--format wants text or json, not '%s'", optarg);
@@ -213,11 +222,25 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
   return MPU_SUCCESS;
 }
 
+/* --backend nccl: this thread rank's NCCL communicator, then the rows */
+static mpu_result_t bench_rank_nccl(mpu_comm *world, void *arg) {
+  mpu_comm *nc = NULL;
+  mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
+  if (r) return r;
+  r = bench_rank(nc, arg);
+  mpu_result_t d = mpu_comm_destroy(nc);
+  return r ? r : d;
+}
+
+static const char *backend_name(tool_backend b) {
+  return b == TOOL_MPI ? "mpi" : b == TOOL_NCCL ? "nccl" : "threads";
+}
+
 static void print_text(const bench_run *run, double memcpy_gbps) {
   const bench_opts *o = run->o;
   char sz[32];
   int mpi = o->backend == TOOL_MPI;
-  printf("# mpu bench: %s backend, %s, op %s, %s\n", mpi ? "mpi" : "threads", mpu_dtype_name(o->dtype),
+  printf("# mpu bench: %s backend, %s, op %s, %s\n", backend_name(o->backend), mpu_dtype_name(o->dtype),
          mpu_op_name(o->op), o->in_place ? "in place" : "out of place");
   printf("# reference: memcpy, 1 thread, %s buffers: %.2f GB/s\n",
          cli_format_size(o->memcpy_bytes, sz, sizeof sz), memcpy_gbps);
@@ -248,7 +271,7 @@ static void print_text(const bench_run *run, double memcpy_gbps) {
 
 static void print_json(const bench_run *run, double memcpy_gbps) {
   const bench_opts *o = run->o;
-  printf("{\"backend\": \"%s\", \"ranks\": [", o->backend == TOOL_MPI ? "mpi" : "threads");
+  printf("{\"backend\": \"%s\", \"ranks\": [", backend_name(o->backend));
   for (int i = 0; i < o->nranks; i++) printf("%s%ld", i ? ", " : "", o->ranks[i]);
   printf("], \"dtype\": \"%s\", \"op\": \"%s\", \"in_place\": %s,\n \"memcpy\": {\"bytes\": "
          "%zu, \"gbps\": %.4f, \"concurrent_threads\": %d, \"concurrent_gbps_each\": %.4f},\n"
@@ -283,7 +306,7 @@ static int write_csv(const bench_run *run, double memcpy_gbps) {
   for (int i = 0; i < run->nrows; i++) {
     const mpu_bench_result *r = &run->rows[i].res;
     fprintf(f, "%s,%s,%d,%s,%zu,%.3f,%.4f,%.4f\n", mpu_collective_name(run->rows[i].coll),
-            o->backend == TOOL_MPI ? "mpi" : "threads", run->rows[i].ranks, mpu_dtype_name(o->dtype), r->bytes, r->time_us, r->algbw_gbps,
+            backend_name(o->backend), run->rows[i].ranks, mpu_dtype_name(o->dtype), r->bytes, r->time_us, r->algbw_gbps,
             r->busbw_gbps);
   }
   return fclose(f);
@@ -335,7 +358,8 @@ int cmd_bench(int argc, char **argv) {
     lo.workers = (int)o.workers;
     for (int i = 0; i < o.nranks && r == MPU_SUCCESS; i++) {
       run->ranks = (int)o.ranks[i];
-      r = mpu_launch(run->ranks, bench_rank, run, NULL, &lo);
+      r = mpu_launch(run->ranks, o.backend == TOOL_NCCL ? bench_rank_nccl : bench_rank, run, NULL,
+                     &lo);
     }
   }
   cli_progress_done();
