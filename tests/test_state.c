@@ -123,6 +123,58 @@ static void test_communicators(void **state) {
   run(1, core(1, 1, 1, 1, NULL));
 }
 
+#ifdef MPU_TEST_NCCL
+/* A world that is an NCCL communicator without a host twin (as one from
+ * torchrun's environment): the state makes its groups by splitting. */
+static mpu_result_t state_over_nccl_world(mpu_comm *threads_world, void *arg) {
+  const mpu_layout_config *cfg = arg;
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.keep_host = 0;
+  mpu_comm *world = NULL;
+  mpu_state *s = NULL;
+  mpu_result_t r = mpu_comm_nccl_create(threads_world, &o, &world);
+  if (!r) r = mpu_state_init(world, cfg, &s);
+  const mpu_layout *l = s ? mpu_state_layout(s) : NULL;
+  int rank = 0, members[64], n;
+  mpu_comm_rank(threads_world, &rank);
+  for (int k = 0; !r && k < MPU_GROUP_KIND_COUNT; k++) {
+    mpu_comm *c = NULL;
+    if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
+    if ((r = mpu_layout_group(l, (mpu_group_kind)k, rank, members, 64, &n)) || !n) continue;
+    if ((r = mpu_state_comm(s, (mpu_group_kind)k, &c))) break;
+    int64_t mine = rank, sum = 0, want = 0;
+    for (int i = 0; i < n; i++) want += members[i];
+    int gr = -1;
+    if ((r = mpu_comm_all_reduce(c, &mine, &sum, 1, MPU_INT64, MPU_SUM)) ||
+        (r = mpu_comm_rank(c, &gr)))
+      break;
+    if (sum != want || members[gr] != rank || strcmp(mpu_comm_backend(c), "nccl")) {
+      snprintf(messages[rank], sizeof messages[rank], "kind %d: sum %lld want %lld, rank %d", k,
+               (long long)sum, (long long)want, gr);
+      r = MPU_ERR_INTERNAL;
+    }
+  }
+  mpu_state_destroy(s);
+  mpu_comm_destroy(world);
+  return r;
+}
+
+static void test_state_by_split(void **state) {
+  (void)state;
+  mpu_layout_config layouts[] = {ds(2, 2, 1, 0, -1, 0), core(2, 2, 2, 1, NULL),
+                                 core(2, 1, 1, 2, "tp-ep-dp-pp")};
+  for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+    memset(messages, 0, sizeof messages);
+    mpu_result_t r = mpu_launch(8, state_over_nccl_world, &layouts[i], NULL, NULL);
+    if (r) {
+      for (int k = 0; k < 8; k++)
+        if (messages[k][0]) print_error("rank %d: %s\n", k, messages[k]);
+      fail_msg("layout %zu: %s", i, mpu_last_error());
+    }
+  }
+}
+#endif
+
 static void test_before_init(void **state) {
   (void)state;
   mpu_state_reset();
@@ -334,6 +386,9 @@ int main(void) {
       cmocka_unit_test(test_cleanup),     cmocka_unit_test(test_streams),
       cmocka_unit_test(test_mock),        cmocka_unit_test(test_virtual_and_overrides),
       cmocka_unit_test(test_cycles),
+#ifdef MPU_TEST_NCCL
+      cmocka_unit_test(test_state_by_split),
+#endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

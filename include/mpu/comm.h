@@ -148,9 +148,11 @@ typedef struct mpu_nccl_options {
   int device;       /* this rank's CUDA device; -1: the local rank modulo the GPUs */
   void *stream;     /* a cudaStream_t to order work on; NULL: the communicator makes one */
   double timeout_s; /* the watchdog: waits fail (and NCCL aborts) after this; <= 0: MPU_TIMEOUT */
+  int keep_host;    /* 1: keep the host communicator as the twin (default); 0: do not
+                       (groups then come from ncclCommSplit, as from the environment) */
 } mpu_nccl_options;
 
-#define MPU_NCCL_OPTIONS_INIT {sizeof(mpu_nccl_options), -1, NULL, 0.0}
+#define MPU_NCCL_OPTIONS_INIT {sizeof(mpu_nccl_options), -1, NULL, 0.0, 1}
 
 /*
  * An NCCL communicator over the same ranks as host (collective over host: a

@@ -20,6 +20,7 @@
  * reduced natively): results equal mpu's rule for exactly representable sums
  * but not bit for bit in general, and the capabilities say so.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -508,8 +509,12 @@ mpu_result_t mpu_comm_nccl_create(mpu_comm *host, const mpu_nccl_options *option
   MPU_CHECK(mpu_comm_all_reduce(host, &failed, &any, 1, MPU_INT32, MPU_MAX));
   if (r) return r;
   if (any) return mpu__error(MPU_ERR_ABORTED, "%s: another member could not pick a device", fn);
-  return make_over(host, 0, device, options ? options->stream : NULL,
-                   mpu__env_timeout(options ? options->timeout_s : 0), out);
+  int keep = !options || options->size < offsetof(mpu_nccl_options, keep_host) + sizeof(int) ||
+             options->keep_host;
+  MPU_CHECK(make_over(host, 0, device, options ? options->stream : NULL,
+                      mpu__env_timeout(options ? options->timeout_s : 0), out));
+  if (!keep) impl_of(*out)->host = NULL;
+  return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu_comm **out) {

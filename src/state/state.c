@@ -151,6 +151,13 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
     goto fail;
   }
+  /* A world that cannot make groups among members only (an NCCL world from
+   * torchrun's environment, without a host twin) makes them by splitting:
+   * collective over every rank, each naming its group by its least member. */
+  mpu_comm *twin = NULL;
+  int by_split = !strcmp(mpu_comm_backend(world), "nccl") &&
+                 mpu_comm_host_twin(world, &twin) != MPU_SUCCESS;
+  mpu_clear_error();
   /* every rank walks the kinds in one order, so the members of each group
    * make their communicator together */
   for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
@@ -160,7 +167,16 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
         mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, (size_t)size + 3, &n), r,
         fail);
     if (k == MPU_GROUP_PP) memcpy(s->pipe, members, (size_t)n * sizeof(int));
-    if (n) MPU_CHECK_GOTO(mpu_comm_create_group(world, members, n, &s->comms[k]), r, fail);
+    if (by_split) {
+      int color = MPU_COMM_SPLIT_NOCOLOR, key = 0;
+      for (int i = 0; i < n; i++) {
+        if (color < 0 || members[i] < color) color = members[i];
+        if (members[i] == rank) key = i; /* Megatron's member order */
+      }
+      MPU_CHECK_GOTO(mpu_comm_split(world, color, key, &s->comms[k]), r, fail);
+    } else if (n) {
+      MPU_CHECK_GOTO(mpu_comm_create_group(world, members, n, &s->comms[k]), r, fail);
+    }
   }
   free(members);
   mpu_state_manual_seed(s, 0);

@@ -112,7 +112,14 @@ static void fill(mpu_dtype dt, void *p, size_t count, mpu_op op, int r, size_t o
   for (size_t i = 0; i < count; i++) set(dt, p, i, value(op, r, offset + i));
 }
 
-static void *alloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
+static void *host_alloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
+
+/* Buffers passed to collectives come from here: the GPU driver swaps in
+ * managed memory, which both the host and NCCL can use. */
+void *(*conf_alloc)(size_t bytes) = host_alloc;
+void (*conf_free)(void *p) = free;
+
+static void *alloc(size_t bytes) { return conf_alloc(bytes); }
 
 static void poison_fill(void *p, size_t bytes) { memset(p, 0x5a, bytes); }
 
@@ -144,8 +151,8 @@ static mpu_result_t case_all_reduce(mpu_comm *world, void *suite) {
           }
         }
 out:
-  free(send);
-  free(recv);
+  conf_free(send);
+  conf_free(recv);
   return res;
 }
 
@@ -174,8 +181,8 @@ static mpu_result_t case_all_reduce_large(mpu_comm *world, void *suite) {
       }
     }
 out:
-  free(send);
-  free(recv);
+  conf_free(send);
+  conf_free(recv);
   return res;
 }
 
@@ -205,8 +212,8 @@ static mpu_result_t case_all_gather(mpu_comm *world, void *suite) {
           }
       }
 out:
-  free(send);
-  free(recv);
+  conf_free(send);
+  conf_free(recv);
   return res;
 }
 
@@ -236,8 +243,8 @@ static mpu_result_t case_reduce_scatter(mpu_comm *world, void *suite) {
           }
         }
 out:
-  free(send);
-  free(recv);
+  conf_free(send);
+  conf_free(recv);
   return res;
 }
 
@@ -264,7 +271,7 @@ static mpu_result_t case_broadcast(mpu_comm *world, void *suite) {
         }
       }
 out:
-  free(buf);
+  conf_free(buf);
   return res;
 }
 
@@ -299,8 +306,8 @@ static mpu_result_t case_reduce(mpu_comm *world, void *suite) {
           }
         }
 out:
-  free(send);
-  free(recv);
+  conf_free(send);
+  conf_free(recv);
   return res;
 }
 
@@ -334,8 +341,8 @@ static mpu_result_t case_all_to_all(mpu_comm *world, void *suite) {
         }
     }
 out:
-  free(send);
-  free(recv);
+  conf_free(send);
+  conf_free(recv);
   return res;
 }
 
@@ -381,7 +388,7 @@ static mpu_result_t case_send_recv(mpu_comm *world, void *suite) {
   }
   CHECK_OK(mpu_comm_barrier(world));
 out:
-  free(buf);
+  conf_free(buf);
   return res;
 }
 
@@ -606,8 +613,8 @@ static mpu_result_t case_sendrecv(mpu_comm *world, void *suite) {
   CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_sendrecv(world, out, 1, n, in, 1, 0, MPU_FLOAT32));
   CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_sendrecv(world, out, 2, 0, (char *)out + 4, 2, 0, MPU_FLOAT32));
 out:
-  free(out);
-  free(in);
+  conf_free(out);
+  conf_free(in);
   return res;
 }
 
@@ -665,7 +672,7 @@ static mpu_result_t case_nonblocking(mpu_comm *world, void *suite) {
 out:
   for (int k = 0; k < 7; k++)
     if (req[k]) mpu_request_wait(req[k]);
-  free(in), free(ar), free(ag), free(rsi), free(rs), free(bc), free(rd), free(a2i), free(a2);
+  conf_free(in), conf_free(ar), conf_free(ag), conf_free(rsi), conf_free(rs), conf_free(bc), conf_free(rd), conf_free(a2i), conf_free(a2);
   return res;
 }
 
@@ -752,12 +759,12 @@ const conf_case conf_cases[] = {
     {"all_to_all", case_all_to_all, 0},
     {"barrier", case_barrier, 0},
     {"send_recv", case_send_recv, CONF_NEEDS_EAGER_SEND},
-    {"sendrecv", case_sendrecv, 0},
-    {"split", case_split, CONF_NEEDS_SPLIT},
-    {"create_group", case_create_group, 0},
-    {"bad_input", case_bad_input, 0},
+    {"sendrecv", case_sendrecv, CONF_NEEDS_HOST_MEMORY},
+    {"split", case_split, CONF_NEEDS_SPLIT | CONF_NEEDS_HOST_MEMORY},
+    {"create_group", case_create_group, CONF_NEEDS_HOST_MEMORY},
+    {"bad_input", case_bad_input, CONF_NEEDS_HOST_MEMORY},
     {"edge_values", conf_case_edge_values, CONF_NEEDS_EXACT},
     {"nonblocking", case_nonblocking, 0},
-    {"nonblocking_order", case_nonblocking_order, 0},
+    {"nonblocking_order", case_nonblocking_order, CONF_NEEDS_HOST_MEMORY},
     {NULL, NULL, 0},
 };

@@ -27,6 +27,7 @@ enum {
   CONF_NEEDS_EXACT = 2,     /* results bit for bit by mpu's rule (NCCL reduces its own way) */
   CONF_NEEDS_P2P_MATCH = 4, /* recv checks the sender's dtype and count (NCCL cannot) */
   CONF_NEEDS_EAGER_SEND = 8, /* send returns before the recv (NCCL's waits for it) */
+  CONF_NEEDS_HOST_MEMORY = 16, /* passes stack buffers to collectives (not on a real GPU) */
 };
 
 typedef struct conf_case {
@@ -44,6 +45,11 @@ mpu_result_t conf_failf(void *suite, mpu_comm *world, const char *file, int line
  * outputs of them for comparing backends byte for byte. */
 mpu_result_t conf_case_edge_values(mpu_comm *world, void *suite);
 mpu_result_t conf_edge_outputs(mpu_comm *world, char *buf, size_t cap, size_t *used);
+
+/* Where the cases' buffers come from (calloc and free unless a driver for
+ * device memory sets them). */
+extern void *(*conf_alloc)(size_t bytes);
+extern void (*conf_free)(void *p);
 
 /* Every case, ending with {NULL, NULL}. */
 extern const conf_case conf_cases[];

@@ -121,6 +121,11 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
+cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned int flags) {
+  (void)flags;
+  return cudaMalloc(p, bytes);
+}
+
 cudaError_t cudaFree(void *p) {
   free(p);
   return cudaSuccess;
@@ -278,6 +283,7 @@ struct ncclComm {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static clique *cliques;
 static void release(ncclComm_t c);
+static int meet(struct clique *q);
 static __thread char last_error[256];
 
 const char *ncclGetErrorString(ncclResult_t r) {
@@ -443,10 +449,45 @@ ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) {
   return ncclSuccess;
 }
 
+/* Split: every rank of the parent calls it (collective, in order); ranks of
+ * one color form a new clique ordered by key, then parent rank. */
 ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *cfg) {
-  (void)c, (void)color, (void)key, (void)out, (void)cfg;
-  snprintf(last_error, sizeof last_error, "ncclCommSplit is not in the test double");
-  return ncclInvalidUsage;
+  (void)cfg;
+  if (!c || !out) return ncclInvalidArgument;
+  clique *q = c->q;
+  int n = q->n, me = c->rank;
+  /* the host thread meets its peers through the slots, as the workers do */
+  q->slots[me] = (slot){-1, NULL, NULL, (size_t)(unsigned)color, ncclInt32, ncclSum, key};
+  if (meet(q)) return ncclRemoteError;
+  int *colors = malloc((size_t)n * sizeof(int)), *keys = malloc((size_t)n * sizeof(int));
+  if (!colors || !keys) {
+    free(colors), free(keys);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < n; r++) colors[r] = (int)(unsigned)q->slots[r].count, keys[r] = q->slots[r].root;
+  uint64_t split_no = q->generation; /* the same on every rank: names the new cliques */
+  if (meet(q)) {
+    free(colors), free(keys);
+    return ncclRemoteError;
+  }
+  *out = NULL;
+  if (color == NCCL_SPLIT_NOCOLOR) {
+    free(colors), free(keys);
+    return ncclSuccess;
+  }
+  int size = 0, rank = 0;
+  for (int r = 0; r < n; r++) {
+    if (colors[r] != color) continue;
+    size++;
+    if (keys[r] < key || (keys[r] == key && r < me)) rank++;
+  }
+  free(colors), free(keys);
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  uint64_t name[3] = {(uint64_t)(uintptr_t)q, split_no, (uint64_t)(unsigned)color};
+  memcpy(id.internal, name, sizeof name);
+  id.internal[sizeof name] = 1; /* never equal to an id from ncclGetUniqueId */
+  return ncclCommInitRank(out, size, id, rank);
 }
 
 /* Group calls: point-to-point calls issued between ncclGroupStart and
