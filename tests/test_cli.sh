@@ -32,7 +32,7 @@ expect_usage_error bench -b 64M -e 8
 expect_usage_error bench -c all_sum
 expect_usage_error bench -d float8
 expect_usage_error bench --format xml
-expect_usage_error bench --backend nccl
+expect_usage_error bench --backend gloo
 expect_usage_error bench -i
 expect_usage_error bench stray
 
