@@ -682,11 +682,12 @@ static void take(ncclComm_t c, int src, void *buf, size_t bytes) {
     if (*p) {
       offer *o = *p;
       *p = o->next;
-      if (o->bytes == bytes) memcpy(buf, o->data, bytes), o->taken = 1;
-      else o->taken = -1; /* NCCL's behaviour is undefined; the double reports it */
+      int ok = o->bytes == bytes; /* NCCL's behaviour is undefined; the double reports it */
+      if (ok) memcpy(buf, o->data, bytes);
+      o->taken = ok ? 1 : -1; /* the sender may free o as soon as the lock is dropped */
       pthread_cond_broadcast(&q->cond);
       pthread_mutex_unlock(&q->lock);
-      if (o->taken < 0) fail(c, ncclInvalidUsage);
+      if (!ok) fail(c, ncclInvalidUsage);
       return;
     }
     if (q->aborted) break;
