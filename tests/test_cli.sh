@@ -33,6 +33,24 @@ expect_usage_error bench -c all_sum
 expect_usage_error bench -d float8
 expect_usage_error bench --format xml
 expect_usage_error bench --backend gloo
+# issue 12: empty list elements, overflowing sizes, wrong limits in messages
+expect_usage_error bench -n 2,,4
+expect_usage_error bench -n 2,
+expect_usage_error bench -n ,2
+expect_usage_error bench -c all_reduce,,
+expect_usage_error mesh --shape 2,,4
+expect_usage_error mesh --shape 2,4 --names a,,b
+expect_usage_error plan --world-size 8 --order tp--dp
+expect_usage_error plan --world-size 8 --order -tp-dp-pp-
+expect_usage_error plan --world-size 1073741824 --tp 65536 --pp 65536
+expect_usage_error plan --world-size 1073741824 --tp 65536 --pp 65536 --flavor deepspeed
+expect_usage_error demo hsdp --mesh 4294967296x4294967296
+expect_usage_error demo hsdp --mesh 2147483647x2
+expect_usage_error demo hsdp --mesh -2x1
+expect_usage_error demo hsdp --mesh 3x
+"$mpu" plan --world-size 8 --ep 3 2>&1 | grep -q "expert_model_parallel_size (3)" && ok || bad "ep message lacks the value"
+"$mpu" plan --world-size 2147483646 2>&1 | grep -q "1..1073741824" && ok || bad "world-size limit not named"
+"$mpu" demo train --steps 0 2>&1 | grep -q -- "--steps wants a whole number 1..1048576, not '0'" && ok || bad "--steps message names the wrong thing"
 expect_usage_error bench -i
 expect_usage_error bench stray
 

@@ -563,7 +563,7 @@ static void test_invalid(void **state) {
                  "world_size (12) is not divisible by tensor_model_parallel_size (2) x "
                  "pipeline_model_parallel_size (2) x context_parallel_size (2)");
   expect_refused(core(12, 2, 1, 1, 4, NULL, 0, -1),
-                 "data_parallel_size (6) is not divisible by expert_model_parallel_size");
+                 "data_parallel_size (6) is not divisible by expert_model_parallel_size (4)");
   expect_refused(core(8, 2, 1, 1, 1, NULL, 2, -1),
                  "pipeline-model-parallel size should be greater than 1 with interleaved schedule");
   expect_refused(core(16, 2, 2, 1, 2, "tp-ep-pp-dp", 0, -1),
@@ -571,6 +571,21 @@ static void test_invalid(void **state) {
   expect_refused(core(16, 2, 2, 1, 1, "tp-dp", 0, -1),
                  "The size of (pp) is (2), but you haven't specified the order (tp-dp).");
   expect_refused(core(16, 2, 2, 1, 1, "tp-dp-xp", 0, -1), "unknown token 'xp'");
+  /* empty tokens are refused, not skipped */
+  expect_refused(core(16, 2, 2, 1, 1, "tp--dp-pp", 0, -1), "empty token");
+  expect_refused(core(16, 2, 2, 1, 1, "-tp-dp-pp-", 0, -1), "empty token");
+  expect_refused(core(16, 2, 2, 1, 1, "tp-cp-ep-dp-pp-", 0, -1), "empty token");
+  /* products past int: refused as Python would (its ints do not overflow), not a SIGFPE */
+  expect_refused(core(1 << 30, 65536, 65536, 1, 1, NULL, 0, -1),
+                 "world_size (1073741824) is not divisible by tensor_model_parallel_size (65536) "
+                 "x pipeline_model_parallel_size (65536) x context_parallel_size (1)");
+  expect_refused(ds(1 << 30, 65536, 65536, 1, 0, -1, 0),
+                 "world_size (1073741824) is not divisible by tensor_model_parallel_size (65536) "
+                 "x pipeline_model_parallel_size (65536)");
+  expect_refused(core(INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 1, NULL, 0, -1),
+                 "is not divisible");
+  expect_refused(ds(INT32_MAX, 1, 1, 2, 0, -1, 0), "is not divisible by sequence_parallel_size 2)");
+  expect_refused(ds(INT32_MAX, INT32_MAX, INT32_MAX, 1, 0, -1, 0), "is not divisible");
   expect_refused(core(16, 2, 2, 1, 1, "tp-dp-tp-pp", 0, -1), "token 'tp' appears twice");
   c = core(8, 1, 1, 1, 1, NULL, 0, -1);
   c.sp = 2;

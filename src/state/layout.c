@@ -94,30 +94,35 @@ void mpu_layout_free(mpu_layout *l) {
 
 /* ---- checks, in the order of the originals ------------------------------------ */
 
-static mpu_result_t bad(const char *fmt, int a, int b, int c, int d) {
-  return mpu__error(MPU_ERR_INVALID_ARGUMENT, fmt, a, b, c, d);
+/* a * b in 64 bits, saturating: sizes are ints, but their products are not
+ * (Python's are exact; a product past any world only has to stay too big) */
+static int64_t prod(int64_t a, int64_t b) {
+  int64_t p;
+  return __builtin_mul_overflow(a, b, &p) ? INT64_MAX : p;
 }
 
 static mpu_result_t check_deepspeed(const mpu_layout_config *c, int *dp) {
-  int W = c->world_size;
-  if (W % (c->tp * c->pp) != 0)
-    return bad("world_size (%d) is not divisible by tensor_model_parallel_size (%d) x "
-               "pipeline_model_parallel_size (%d)%.0d",
-               W, c->tp, c->pp, 0);
+  int64_t W = c->world_size, tp_pp = prod(c->tp, c->pp);
+  if (W % tp_pp != 0)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "world_size (%d) is not divisible by tensor_model_parallel_size (%d) x "
+                      "pipeline_model_parallel_size (%d)",
+                      c->world_size, c->tp, c->pp);
   if (c->sp > 1) {
     if (!(c->tp == 1 && c->pp == 1))
       return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                         "DeepSpeed's sequence parallel does not work with tensor parallel or "
                         "pipeline parallel");
     if (W % c->sp != 0)
-      return bad("world_size (%d) is not divisible by sequence_parallel_size %d)%.0d%.0d", W,
-                 c->sp, 0, 0);
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "world_size (%d) is not divisible by sequence_parallel_size %d)",
+                        c->world_size, c->sp);
   }
   if (c->vp && !(c->pp > 2))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "pipeline-model-parallel size should be greater than 2 with interleaved "
                       "schedule");
-  *dp = W / (c->tp * c->pp * c->sp);
+  *dp = (int)(W / prod(tp_pp, c->sp)); /* divides W, so at most W */
   return MPU_SUCCESS;
 }
 
@@ -125,6 +130,13 @@ static mpu_result_t check_deepspeed(const mpu_layout_config *c, int *dp) {
 static mpu_result_t parse_order(const char *order, char tok[NTOKENS][3], int *n) {
   static const char *const known[NTOKENS] = {"tp", "pp", "dp", "ep", "cp"};
   char buf[64];
+  size_t len = strlen(order);
+  if (len >= sizeof buf)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "order (%.40s...) is too long", order);
+  if (order[0] == '-' || (len && order[len - 1] == '-') || strstr(order, "--"))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "order (%s) has an empty token (want tp, pp, dp, ep, cp joined by '-')",
+                      order);
   snprintf(buf, sizeof buf, "%s", order);
   *n = 0;
   char *save = NULL;
@@ -153,15 +165,17 @@ static int tok_index(char tok[NTOKENS][3], int n, const char *t) {
 }
 
 static mpu_result_t check_core(const mpu_layout_config *c, int *dp) {
-  int W = c->world_size;
-  if (W % (c->tp * c->pp * c->cp) != 0)
-    return bad("world_size (%d) is not divisible by tensor_model_parallel_size (%d) x "
-               "pipeline_model_parallel_size (%d) x context_parallel_size (%d)",
-               W, c->tp, c->pp, c->cp);
-  *dp = W / (c->tp * c->pp * c->cp);
+  int64_t W = c->world_size, model = prod(prod(c->tp, c->pp), c->cp);
+  if (W % model != 0)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "world_size (%d) is not divisible by tensor_model_parallel_size (%d) x "
+                      "pipeline_model_parallel_size (%d) x context_parallel_size (%d)",
+                      c->world_size, c->tp, c->pp, c->cp);
+  *dp = (int)(W / model);
   if (*dp % c->ep != 0)
-    return bad("data_parallel_size (%d) is not divisible by expert_model_parallel_size %.0d%.0d%.0d",
-               *dp, 0, 0, 0);
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "data_parallel_size (%d) is not divisible by expert_model_parallel_size (%d)",
+                      *dp, c->ep);
   if (c->vp && !(c->pp > 1))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "pipeline-model-parallel size should be greater than 1 with interleaved "
@@ -174,7 +188,7 @@ static mpu_result_t rank_generator(mpu_layout *l) {
   const mpu_layout_config *c = &l->cfg;
   const char *order = c->order[0] ? c->order : "tp-cp-ep-dp-pp";
   char tok[NTOKENS][3];
-  int n;
+  int n = 0;
   MPU_CHECK(parse_order(order, tok, &n));
   int ie = tok_index(tok, n, "ep"), id = tok_index(tok, n, "dp");
   if (ie >= 0 && (id < 0 || (ie != id + 1 && id != ie + 1)))

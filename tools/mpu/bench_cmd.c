@@ -118,6 +118,8 @@ static void parse(int argc, char **argv, bench_opts *o) {
         cli_usage_error("bench", "--stepfactor wants a whole number 2..1024, not '%s'", optarg);
       break;
     case 'n': {
+      if (cli_list_ok(optarg))
+        cli_usage_error("bench", "--ranks wants counts separated by single commas, not '%s'", optarg);
       char *list = strdup(optarg), *save = NULL;
       o->nranks = 0;
       for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
@@ -145,6 +147,9 @@ static void parse(int argc, char **argv, bench_opts *o) {
         for (int k = 0; k < MPU_COLL_COUNT; k++) o->colls[o->ncolls++] = k;
         break;
       }
+      if (cli_list_ok(optarg))
+        cli_usage_error("bench", "--collective wants names separated by single commas, not '%s'",
+                        optarg);
       char *list = strdup(optarg), *save = NULL;
       for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         mpu_collective k;

@@ -59,6 +59,12 @@ int cli_parse_int(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
+int cli_list_ok(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (!n || s[0] == ',' || s[n - 1] == ',' || strstr(s, ",,")) return -1;
+  return 0;
+}
+
 int cli_parse_format(const char *s, cli_format *out) {
   if (!strcmp(s, "text")) return *out = CLI_TEXT, 0;
   if (!strcmp(s, "json")) return *out = CLI_JSON, 0;

@@ -26,6 +26,10 @@ int cli_parse_int(const char *s, long lo, long hi, long *out);
 /* "text" or "json"; returns 0 on success, -1 otherwise. */
 int cli_parse_format(const char *s, cli_format *out);
 
+/* 0 if s is a comma-separated list with no empty element (no leading,
+ * trailing or doubled comma), -1 otherwise: every list option checks it. */
+int cli_list_ok(const char *s);
+
 /* "16 MiB", "8 B": a short human size for tables and progress lines. */
 const char *cli_format_size(size_t bytes, char *buf, size_t len);
 

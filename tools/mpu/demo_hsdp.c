@@ -64,12 +64,18 @@ static void parse(int argc, char **argv, hsdp_opts *o) {
   char *end;
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
     switch (c) {
-    case 'm':
-      o->replicate = strtol(optarg, &end, 10);
-      if (*end != 'x' || o->replicate < 1 || (o->shard = strtol(end + 1, &end, 10)) < 1 || *end ||
+    case 'm': { /* R and S each 1..256 first, so R*S cannot overflow */
+      char r[16], *x = strchr(optarg, 'x');
+      size_t rlen = x ? (size_t)(x - optarg) : 0;
+      if (!x || rlen >= sizeof r)
+        cli_usage_error("demo hsdp", "--mesh wants RxS with R*S in 1..256, not '%s'", optarg);
+      memcpy(r, optarg, rlen);
+      r[rlen] = 0;
+      if (cli_parse_int(r, 1, 256, &o->replicate) || cli_parse_int(x + 1, 1, 256, &o->shard) ||
           o->replicate * o->shard > 256)
         cli_usage_error("demo hsdp", "--mesh wants RxS with R*S in 1..256, not '%s'", optarg);
       break;
+    }
     case 's':
       if (cli_parse_int(optarg, 1, 100000, &o->steps))
         cli_usage_error("demo hsdp", "--steps wants 1..100000, not '%s'", optarg);

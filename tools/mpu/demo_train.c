@@ -270,9 +270,12 @@ int cmd_demo_train(int argc, char **argv) {
   optind = 1;
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
     if (c > 0 && c < 128 && fields[c]) {
+      const char *name = "?";
+      for (const struct option *l = longs; l->name; l++)
+        if (l->val == c) name = l->name;
       if (cli_parse_int(optarg, c == 'S' ? 0 : 1, 1 << 20, fields[c]))
-        cli_usage_error("demo train", "option '%s' wants a whole number, not '%s'", argv[optind - 1],
-                        optarg);
+        cli_usage_error("demo train", "--%s wants a whole number %d..%d, not '%s'", name,
+                        c == 'S' ? 0 : 1, 1 << 20, optarg);
       continue;
     }
     switch (c) {

@@ -73,6 +73,10 @@ static void parse(int argc, char **argv, mesh_opts *o) {
   }
   if (optind < argc) cli_usage_error("mesh", "unexpected argument '%s'", argv[optind]);
   static char shape_buf[256], names_buf[512];
+  if (shape && (cli_list_ok(shape) || strlen(shape) >= sizeof shape_buf))
+    cli_usage_error("mesh", "--shape wants up to 8 sizes separated by single commas, not '%s'", shape);
+  if (names && (cli_list_ok(names) || strlen(names) >= sizeof names_buf))
+    cli_usage_error("mesh", "--names wants names separated by single commas, not '%s'", names);
   snprintf(shape_buf, sizeof shape_buf, "%s", shape ? shape : o->bench ? "64,128,128" : "2,4");
   char *save = NULL;
   for (char *t = strtok_r(shape_buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {

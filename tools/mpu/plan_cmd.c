@@ -113,7 +113,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
     }
     if (field) {
       if (cli_parse_int(optarg, 1, 1 << 30, &v))
-        cli_usage_error("plan", "%s wants a whole number >= 1, not '%s'", what, optarg);
+        cli_usage_error("plan", "%s wants a whole number 1..%d, not '%s'", what, 1 << 30, optarg);
       *field = (int)v;
     }
   }
