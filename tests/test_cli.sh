@@ -48,9 +48,15 @@ expect_usage_error demo hsdp --mesh 4294967296x4294967296
 expect_usage_error demo hsdp --mesh 2147483647x2
 expect_usage_error demo hsdp --mesh -2x1
 expect_usage_error demo hsdp --mesh 3x
-"$mpu" plan --world-size 8 --ep 3 2>&1 | grep -q "expert_model_parallel_size (3)" && ok || bad "ep message lacks the value"
-"$mpu" plan --world-size 2147483646 2>&1 | grep -q "1..1073741824" && ok || bad "world-size limit not named"
-"$mpu" demo train --steps 0 2>&1 | grep -q -- "--steps wants a whole number 1..1048576, not '0'" && ok || bad "--steps message names the wrong thing"
+expect_message() { # text, args...
+  local want=$1
+  shift
+  "$mpu" "$@" >"$tmp/msg" 2>&1
+  grep -qF -- "$want" "$tmp/msg" && ok || bad "mpu $* says '$(cat "$tmp/msg")', want '$want'"
+}
+expect_message "expert_model_parallel_size (3)" plan --world-size 8 --ep 3
+expect_message "1..1073741824" plan --world-size 2147483646
+expect_message "--steps wants a whole number 1..1048576, not '0'" demo train --steps 0
 expect_usage_error bench -i
 expect_usage_error bench stray
 
