@@ -48,6 +48,10 @@ expect_usage_error demo hsdp --mesh 4294967296x4294967296
 expect_usage_error demo hsdp --mesh 2147483647x2
 expect_usage_error demo hsdp --mesh -2x1
 expect_usage_error demo hsdp --mesh 3x
+expect_usage_error bench -e 1T
+expect_usage_error bench --memcpy-bytes 1T
+expect_usage_error bench --csv ""
+expect_usage_error bench --csv /nonexistent/dir/out.csv
 expect_message() { # text, args...
   local want=$1
   shift

@@ -145,11 +145,32 @@ static void test_huge_world(void **state) {
   assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
 }
 
+/* Benchmark sizes that overflow are refused, never allocated short (issue 12). */
+static void test_bench_sizes(void **state) {
+  (void)state;
+  mpu_comm *c = NULL;
+  assert_int_equal(mpu_comm_fake_create(0, 4096, &c), MPU_SUCCESS);
+  mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
+  mpu_bench_result res;
+  cfg.iters = 1;
+  cfg.warmup = 0;
+  const size_t huge[] = {SIZE_MAX, SIZE_MAX - 63, SIZE_MAX / 2, (size_t)PTRDIFF_MAX + 1};
+  for (int k = 0; k < MPU_COLL_COUNT; k++)
+    for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+      cfg.collective = (mpu_collective)k;
+      cfg.bytes = huge[i];
+      mpu_result_t r = mpu_bench_collective(c, &cfg, &res);
+      assert_true(r == MPU_ERR_INVALID_ARGUMENT || r == MPU_ERR_OUT_OF_MEMORY);
+    }
+  mpu_comm_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create),       cmocka_unit_test(test_collectives_move_nothing),
       cmocka_unit_test(test_group_of_one), cmocka_unit_test(test_groups),
       cmocka_unit_test(test_double_destroy), cmocka_unit_test(test_huge_world),
+      cmocka_unit_test(test_bench_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

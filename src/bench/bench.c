@@ -162,14 +162,20 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
                   cfg->collective == MPU_COLL_REDUCE_SCATTER ||
                   cfg->collective == MPU_COLL_ALL_TO_ALL;
   size_t count = cfg->bytes / es / (per_total ? (size_t)n : 1);
-  size_t send_bytes = count * es * (cfg->collective == MPU_COLL_REDUCE_SCATTER ||
-                                            cfg->collective == MPU_COLL_ALL_TO_ALL
-                                        ? (size_t)n
-                                        : 1);
-  size_t recv_bytes = count * es * (per_total && cfg->collective != MPU_COLL_REDUCE_SCATTER
-                                        ? (size_t)n
-                                        : 1);
-  size_t bytes = count * es * (per_total ? (size_t)n : 1);
+  /* send: n blocks for reduce_scatter and all_to_all; recv: n for all_gather
+   * and all_to_all; every product and the +64 slack checked */
+  int send_blocks = cfg->collective == MPU_COLL_REDUCE_SCATTER || cfg->collective == MPU_COLL_ALL_TO_ALL;
+  int recv_blocks = per_total && cfg->collective != MPU_COLL_REDUCE_SCATTER;
+  size_t per = 0, send_bytes = 0, recv_bytes = 0, bytes = 0, slack;
+  if (__builtin_mul_overflow(count, es, &per) ||
+      __builtin_mul_overflow(per, send_blocks ? (size_t)n : 1, &send_bytes) ||
+      __builtin_mul_overflow(per, recv_blocks ? (size_t)n : 1, &recv_bytes) ||
+      __builtin_mul_overflow(per, per_total ? (size_t)n : 1, &bytes) ||
+      __builtin_add_overflow(send_bytes, (size_t)64, &slack) ||
+      __builtin_add_overflow(recv_bytes, (size_t)64, &slack) || send_bytes > (size_t)PTRDIFF_MAX ||
+      recv_bytes > (size_t)PTRDIFF_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %zu bytes over %d ranks overflow the address space",
+                      fn, cfg->bytes, n);
 
   mpu_result_t r = MPU_SUCCESS;
   mpu_comm_caps caps;

@@ -188,6 +188,25 @@ static void parse(int argc, char **argv, bench_opts *o) {
   if (optind < argc) cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
   if (o->min_bytes > o->max_bytes)
     cli_usage_error("bench", "--minbytes is larger than --maxbytes");
+  /* refuse what cannot fit before starting, not after an hour of swapping:
+   * each rank holds a send and a receive buffer of up to --maxbytes */
+  double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  long most = 1, cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int i = 0; i < o->nranks; i++) most = o->ranks[i] > most ? o->ranks[i] : most;
+  if (o->backend == TOOL_MPI) most = 1; /* this process is one rank */
+  const double gib = 1024.0 * 1024 * 1024;
+  if (mem > 0 && 2.0 * (double)o->max_bytes * (double)most > mem / 2)
+    cli_usage_error("bench", "--maxbytes %.1f GiB needs about %.1f GiB for %ld rank(s), more than "
+                    "half of this machine's %.1f GiB", (double)o->max_bytes / gib,
+                    2.0 * (double)o->max_bytes * (double)most / gib, most, mem / gib);
+  if (mem > 0 && 2.0 * (double)o->memcpy_bytes * (double)(cpus < 1 ? 1 : cpus) > mem / 2)
+    cli_usage_error("bench", "--memcpy-bytes %.1f GiB copied by %ld threads needs more than half of "
+                    "this machine's %.1f GiB", (double)o->memcpy_bytes / gib, cpus, mem / gib);
+  if (o->csv) { /* a bad output path fails now, before the work */
+    FILE *f = *o->csv ? fopen(o->csv, "a") : NULL;
+    if (!f) cli_usage_error("bench", "cannot write --csv '%s'", o->csv);
+    fclose(f);
+  }
 }
 
 static int iters_for(const bench_opts *o, size_t bytes) {
@@ -201,7 +220,8 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
   int rank;
   mpu_comm_rank(world, &rank);
   for (int k = 0; k < o->ncolls; k++)
-    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= (size_t)o->factor) {
+    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes;
+         bytes = bytes > o->max_bytes / (size_t)o->factor ? o->max_bytes + 1 : bytes * (size_t)o->factor) {
       mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
       cfg.collective = (mpu_collective)o->colls[k];
       cfg.dtype = o->dtype;
