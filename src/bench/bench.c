@@ -8,6 +8,8 @@
  * by barriers: as in nccl-tests, ranks stay in step through the collective.
  */
 #include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -59,9 +61,10 @@ static double now_us(void) {
  * memcpy reference uses the same buffers, so the comparison stays fair. */
 static void *bench_alloc(size_t bytes) {
   const size_t huge = (size_t)2 << 20;
+  if (!bytes || bytes > (size_t)PTRDIFF_MAX / 2) return NULL; /* no machine has it: out of memory */
   size_t rounded = (bytes + huge - 1) & ~(huge - 1);
   void *p = NULL;
-  if (!rounded || posix_memalign(&p, huge, rounded)) return NULL;
+  if (posix_memalign(&p, huge, rounded)) return NULL;
 #ifdef MADV_HUGEPAGE
   madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure changes nothing */
 #endif
