@@ -395,9 +395,24 @@ static void test_64_ranks(void **state) {
   assert_int_equal(mpu_launch(64, many, NULL, NULL, NULL), MPU_SUCCESS);
 }
 
+/* A rank function's own message, set with mpu_fail, is what mpu_launch reports. */
+static mpu_result_t says_why(mpu_comm *world, void *arg) {
+  (void)arg;
+  if (rank_of(world) == 2) return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "rank %d ran out of %s", 2, "data");
+  return MPU_SUCCESS;
+}
+
+static void test_rank_message(void **state) {
+  (void)state;
+  mpu_fail(MPU_ERR_INTERNAL, "a stale message");
+  assert_int_equal(mpu_launch(4, says_why, NULL, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_contains(mpu_last_error(), "rank 2 of 4 failed: rank 2 ran out of data");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_count_mismatch),
+      cmocka_unit_test(test_rank_message),
       cmocka_unit_test(test_kind_mismatch_small),
       cmocka_unit_test(test_op_root_mismatch),
       cmocka_unit_test(test_abort),

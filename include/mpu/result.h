@@ -53,6 +53,12 @@ MPU_API const char *mpu_last_error(void);
 /* Forget the calling thread's last error. */
 MPU_API void mpu_clear_error(void);
 
+/* Set the calling thread's last error message (printf-style) and return
+ * code: how a rank function of mpu_launch / mpu_with_state says why it
+ * failed, so that the launcher reports the message, not a stale one. */
+MPU_API mpu_result_t mpu_fail(mpu_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,6 +49,15 @@ mpu_result_t mpu__error(mpu_result_t code, const char *fmt, ...) {
   return code;
 }
 
+mpu_result_t mpu_fail(mpu_result_t code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (fmt) vsnprintf(last_error, sizeof last_error, fmt, ap);
+  else last_error[0] = '\0';
+  va_end(ap);
+  return code;
+}
+
 void mpu__error_prefix(const char *fmt, ...) {
   char prefix[256];
   va_list ap;

@@ -32,11 +32,10 @@ mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, 
   if (!r) r = mpu_comm_size(mpi_world, &size);
   *printer = rank == 0;
   if (r) return r;
-  if (size != nranks) {
-    fprintf(stderr, "mpu: the MPI job has %d processes, the layout wants %d (mpirun -n %d)\n",
-            size, nranks, nranks);
-    return MPU_ERR_INVALID_ARGUMENT;
-  }
+  if (size != nranks)
+    return mpu_fail(MPU_ERR_INVALID_ARGUMENT,
+                    "the MPI job has %d processes, the layout wants %d (mpirun -n %d)", size,
+                    nranks, nranks);
   mpu_layout_config c = *cfg;
   c.world_size = size;
   mpu_state *s = NULL;
