@@ -165,12 +165,53 @@ static void test_bench_sizes(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* Every entry point refuses a destroyed handle without reading it (ASan and
+ * valgrind run this): MPU_ERR_INVALID_USAGE, as the docs promise. */
+static void test_destroyed_handle(void **state) {
+  (void)state;
+  mpu_comm *c = NULL, *out = NULL;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &c), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
+  float x = 1, y;
+  int v, members[1] = {0};
+  mpu_request *req = NULL;
+  mpu_comm_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.size = sizeof caps;
+  void *p = NULL;
+  assert_int_equal(mpu_comm_rank(c, &v), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_size(c, &v), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_world_rank(c, 0, &v), MPU_ERR_INVALID_USAGE);
+  assert_string_equal(mpu_comm_backend(c), "invalid");
+  assert_int_equal(mpu_comm_all_reduce(c, &x, &y, 1, MPU_FLOAT32, MPU_SUM), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_all_gather(c, &x, &y, 1, MPU_FLOAT32), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_reduce_scatter(c, &x, &y, 1, MPU_FLOAT32, MPU_SUM), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_broadcast(c, &x, 1, MPU_FLOAT32, 0), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_reduce(c, &x, &y, 1, MPU_FLOAT32, MPU_SUM, 0), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_all_to_all(c, &x, &y, 1, MPU_FLOAT32), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_barrier(c), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_iall_reduce(c, &x, &y, 1, MPU_FLOAT32, MPU_SUM, &req), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_send(c, &x, 1, MPU_FLOAT32, 0), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_recv(c, &x, 1, MPU_FLOAT32, 0), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_sendrecv(c, &x, 1, 0, &y, 1, 0, MPU_FLOAT32), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_create_group(c, members, 1, &out), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_split(c, 0, 0, &out), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_abort(c), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_capabilities(c, &caps), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_stream(c, &p), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_mem_alloc(c, 8, &p), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_copy2d(c, &y, 4, &x, 4, 4, 1), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_comm_destroy(c), MPU_ERR_INVALID_USAGE);
+  assert_null(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create),       cmocka_unit_test(test_collectives_move_nothing),
       cmocka_unit_test(test_group_of_one), cmocka_unit_test(test_groups),
       cmocka_unit_test(test_double_destroy), cmocka_unit_test(test_huge_world),
       cmocka_unit_test(test_bench_sizes),
+      cmocka_unit_test(test_destroyed_handle),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

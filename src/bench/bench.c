@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm_internal.h"
 #include "core/error.h"
@@ -61,7 +62,9 @@ static double now_us(void) {
  * memcpy reference uses the same buffers, so the comparison stays fair. */
 static void *bench_alloc(size_t bytes) {
   const size_t huge = (size_t)2 << 20;
-  if (!bytes || bytes > (size_t)PTRDIFF_MAX / 2) return NULL; /* no machine has it: out of memory */
+  /* more than the machine's memory is out of memory, not a request to malloc */
+  double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (!bytes || bytes > (size_t)PTRDIFF_MAX / 2 || (phys > 0 && (double)bytes > phys)) return NULL;
   size_t rounded = (bytes + huge - 1) & ~(huge - 1);
   void *p = NULL;
   if (posix_memalign(&p, huge, rounded)) return NULL;

@@ -17,28 +17,58 @@
 #include "comm/comm_internal.h"
 #include "core/error.h"
 
-/* ---- live handles: destroy of a freed or foreign pointer is caught ------- */
+/* ---- live handles -----------------------------------------------------------
+ *
+ * Every entry point looks its handle up here, comparing pointers only, before
+ * it reads anything through it: a destroyed or foreign pointer is an error,
+ * never a read of freed memory. Buckets have their own locks, so ranks using
+ * different communicators do not contend. */
 
 #define LIVE_BUCKETS 1024
-static mpu_comm *live[LIVE_BUCKETS];
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static size_t bucket_of(const mpu_comm *c) { return ((uintptr_t)c >> 4) % LIVE_BUCKETS; }
+typedef struct live_bucket {
+  pthread_mutex_t lock;
+  mpu_comm *head;
+} live_bucket;
+
+static live_bucket live[LIVE_BUCKETS];
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+
+static void live_init(void) {
+  for (int i = 0; i < LIVE_BUCKETS; i++) pthread_mutex_init(&live[i].lock, NULL);
+}
+
+static live_bucket *bucket_of(const mpu_comm *c) {
+  pthread_once(&live_once, live_init);
+  return &live[((uintptr_t)c >> 4) % LIVE_BUCKETS];
+}
 
 static void live_add(mpu_comm *c) {
-  pthread_mutex_lock(&live_lock);
-  c->next_live = live[bucket_of(c)];
-  live[bucket_of(c)] = c;
-  pthread_mutex_unlock(&live_lock);
+  live_bucket *b = bucket_of(c);
+  pthread_mutex_lock(&b->lock);
+  c->next_live = b->head;
+  b->head = c;
+  pthread_mutex_unlock(&b->lock);
+}
+
+/* Is c a live handle? */
+static int live_find(const mpu_comm *c) {
+  live_bucket *b = bucket_of(c);
+  int found = 0;
+  pthread_mutex_lock(&b->lock);
+  for (mpu_comm *p = b->head; p && !found; p = p->next_live) found = p == c;
+  pthread_mutex_unlock(&b->lock);
+  return found;
 }
 
 /* Remove c from the live handles, comparing pointers only (c may be a freed
  * or foreign pointer). Returns 0 if c was not live; -1 (and keeps it) if c is
  * the launcher's world communicator and refuse_world is set; 1 if removed. */
 static int live_take(const mpu_comm *c, int refuse_world) {
+  live_bucket *b = bucket_of(c);
   int found = 0;
-  pthread_mutex_lock(&live_lock);
-  for (mpu_comm **p = &live[bucket_of(c)]; *p; p = &(*p)->next_live)
+  pthread_mutex_lock(&b->lock);
+  for (mpu_comm **p = &b->head; *p; p = &(*p)->next_live)
     if (*p == c) {
       if (refuse_world && c->owned_by_launcher) {
         found = -1;
@@ -48,7 +78,7 @@ static int live_take(const mpu_comm *c, int refuse_world) {
       }
       break;
     }
-  pthread_mutex_unlock(&live_lock);
+  pthread_mutex_unlock(&b->lock);
   return found;
 }
 
@@ -102,7 +132,7 @@ mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *dat
 
 static mpu_result_t check_comm(const char *fn, const mpu_comm *c) {
   if (!c) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", fn);
-  if (c->magic != MPU_COMM_MAGIC)
+  if (!live_find(c) || c->magic != MPU_COMM_MAGIC)
     return mpu__error(MPU_ERR_INVALID_USAGE,
                       "%s: %p is not a live communicator (destroyed, or never created)", fn,
                       (const void *)c);
@@ -204,7 +234,7 @@ mpu_result_t mpu_comm_world_rank(const mpu_comm *comm, int rank, int *world_rank
 }
 
 const char *mpu_comm_backend(const mpu_comm *comm) {
-  return comm && comm->magic == MPU_COMM_MAGIC ? comm->ops->name : "invalid";
+  return comm && live_find(comm) ? comm->ops->name : "invalid";
 }
 
 /* ---- memory, streams, capabilities ----------------------------------------------- */
