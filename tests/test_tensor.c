@@ -218,6 +218,22 @@ static void test_split_errors(void **state) {
   assert_int_equal(mpu_tensor_concat(parts, 0, 0, &cat), MPU_ERR_INVALID_ARGUMENT);
 }
 
+/* An output that overlaps an input is refused, not copied over itself. */
+static void test_overlap(void **state) {
+  (void)state;
+  float buf[16] = {0};
+  mpu_tensor whole, half, parts[2];
+  int64_t s16[1] = {16}, s8[1] = {8};
+  assert_int_equal(mpu_tensor_init(&whole, buf, MPU_FLOAT32, 1, s16), MPU_SUCCESS);
+  assert_int_equal(mpu_tensor_init(&half, buf + 4, MPU_FLOAT32, 1, s8), MPU_SUCCESS);
+  assert_int_equal(mpu_tensor_split(&whole, 0, 2, 1, &half), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "overlaps"));
+  parts[0] = half, parts[1] = half;
+  parts[1].data = buf + 8;
+  assert_int_equal(mpu_tensor_concat(parts, 2, 0, &whole), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "overlaps part 0"));
+}
+
 static void test_results(void **state) {
   (void)state;
   assert_string_equal(mpu_result_name(MPU_SUCCESS), "MPU_SUCCESS");
@@ -233,7 +249,7 @@ int main(void) {
       cmocka_unit_test(test_dtypes),       cmocka_unit_test(test_half),
       cmocka_unit_test(test_bfloat16),     cmocka_unit_test(test_view),
       cmocka_unit_test(test_split_concat), cmocka_unit_test(test_split_errors),
-      cmocka_unit_test(test_results),
+      cmocka_unit_test(test_results),      cmocka_unit_test(test_overlap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,8 @@
  *            outputs as they are; a communicator of one rank behaves exactly.
  *
  * Buffers: counts are in elements of `dtype`. A buffer may be NULL only when
- * its count is 0. Collectives are out of place unless the in-place form named
+ * its count is 0, and must be aligned to the element size (a float32 buffer
+ * to 4 bytes); a misaligned one is refused with MPU_ERR_INVALID_ARGUMENT. Collectives are out of place unless the in-place form named
  * at each call is used; any other overlap of input and output is rejected.
  *
  * Threads: a handle belongs to one rank and is used by one thread at a time

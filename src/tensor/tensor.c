@@ -6,6 +6,7 @@
  * product of the dims before d and inner of those after; split and concat copy
  * one block of (rows along d) * inner elements per outer index.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,13 @@ mpu_result_t mpu_tensor_concat(const mpu_tensor *parts, int nparts, int dim, mpu
   return mpu__tensor_concat_with(parts, nparts, dim, out, host_copy2d, NULL);
 }
 
+/* Do the storage of a and b overlap? */
+static int overlaps(const mpu_tensor *a, const mpu_tensor *b) {
+  size_t an = mpu_tensor_nbytes(a), bn = mpu_tensor_nbytes(b);
+  uintptr_t x = (uintptr_t)a->data, y = (uintptr_t)b->data;
+  return an && bn && x < y + bn && y < x + an;
+}
+
 mpu_result_t mpu__tensor_split_with(const mpu_tensor *in, int dim, int parts, int index,
                                     mpu_tensor *out, mpu__copy2d_fn copy2d, void *ctx) {
   char a[128], b[128];
@@ -177,6 +185,8 @@ mpu_result_t mpu__tensor_split_with(const mpu_tensor *in, int dim, int parts, in
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_tensor_split: output is %s, want %s",
                       mpu_tensor_describe(out, a, sizeof a),
                       mpu_tensor_describe(&want, b, sizeof b));
+  if (overlaps(in, out))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_tensor_split: the output overlaps the input");
   size_t outer, inner, es = mpu_dtype_size(in->dtype);
   outer_inner(in, d, &outer, &inner);
   size_t rows = (size_t)want.shape[d], block = rows * inner * es;
@@ -213,6 +223,12 @@ mpu_result_t mpu__tensor_concat_with(const mpu_tensor *parts, int nparts, int di
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_tensor_concat: output is %s, want %s",
                       mpu_tensor_describe(out, a, sizeof a),
                       mpu_tensor_describe(&want, b, sizeof b));
+  for (int k = 0; k < nparts; k++)
+    if (overlaps(&parts[k], out))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "mpu_tensor_concat: the output overlaps part %d (concatenate into new "
+                        "storage)",
+                        k);
   size_t outer, inner, es = mpu_dtype_size(out->dtype);
   outer_inner(out, d, &outer, &inner);
   size_t out_block = (size_t)want.shape[d] * inner * es;

@@ -578,6 +578,14 @@ static mpu_result_t case_bad_input(mpu_comm *world, void *suite) {
 
   /* and after all that the world still works */
   CHECK_OK(mpu_comm_barrier(world));
+  /* misaligned buffers are refused, whatever the size (the large paths load whole elements) */
+  {
+    double aligned[80] = {0};
+    char *odd = (char *)aligned + 1;
+    CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_all_reduce(world, odd, odd, 16, MPU_FLOAT32, MPU_SUM));
+    CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_broadcast(world, odd, 4, MPU_FLOAT64, 0));
+    CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_all_gather(world, aligned, odd, 1, MPU_INT32));
+  }
 out:
   return res;
 }

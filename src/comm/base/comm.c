@@ -164,10 +164,18 @@ static mpu_result_t check_bytes(const char *fn, size_t count, size_t blocks, mpu
   return MPU_SUCCESS;
 }
 
-static mpu_result_t check_buf(const char *fn, const char *what, const void *p, size_t bytes) {
+/* A buffer of bytes for elements of dt: not NULL unless empty, and aligned to
+ * the element size (the kernels load whole elements; mpu/comm.h says so). */
+static mpu_result_t check_buf(const char *fn, const char *what, const void *p, size_t bytes,
+                              mpu_dtype dt) {
   if (!p && bytes)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s buffer is NULL for %zu bytes", fn, what,
                       bytes);
+  size_t align = mpu_dtype_size(dt);
+  if (p && bytes && align > 1 && (uintptr_t)p % align)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: %s buffer %p is not aligned to %zu bytes (the size of %s)", fn, what, p,
+                      align, mpu_dtype_name(dt));
   return MPU_SUCCESS;
 }
 
@@ -321,8 +329,8 @@ static mpu_result_t all_reduce(const char *fn, mpu_comm *comm, const void *send,
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_op(fn, op));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "send", send, bytes));
-  MPU_CHECK(check_buf(fn, "recv", recv, bytes));
+  MPU_CHECK(check_buf(fn, "send", send, bytes, dtype));
+  MPU_CHECK(check_buf(fn, "recv", recv, bytes, dtype));
   MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
   mpu__call call = {mpu__sig_make(MPU__ALL_REDUCE, count, dtype, op, -1), send, recv};
   return mpu__submit(fn, comm, &call, req);
@@ -334,8 +342,8 @@ static mpu_result_t all_gather(const char *fn, mpu_comm *comm, const void *send,
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, "send", send, bytes));
-  MPU_CHECK(check_buf(fn, "recv", recv, total));
+  MPU_CHECK(check_buf(fn, "send", send, bytes, dtype));
+  MPU_CHECK(check_buf(fn, "recv", recv, total, dtype));
   MPU_CHECK(check_overlap(fn, send, bytes, recv, total,
                           recv ? (const char *)recv + (size_t)comm->rank * bytes : NULL));
   mpu__call call = {mpu__sig_make(MPU__ALL_GATHER, count, dtype, MPU_SUM, -1), send, recv};
@@ -349,8 +357,8 @@ static mpu_result_t reduce_scatter(const char *fn, mpu_comm *comm, const void *s
   MPU_CHECK(check_op(fn, op));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, "send", send, total));
-  MPU_CHECK(check_buf(fn, "recv", recv, bytes));
+  MPU_CHECK(check_buf(fn, "send", send, total, dtype));
+  MPU_CHECK(check_buf(fn, "recv", recv, bytes, dtype));
   /* in place: recv is this rank's block of send */
   if (overlap(send, total, recv, bytes) &&
       (const char *)recv != (const char *)send + (size_t)comm->rank * bytes)
@@ -366,7 +374,7 @@ static mpu_result_t broadcast(const char *fn, mpu_comm *comm, void *buf, size_t 
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_rank(fn, "root", comm, root));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "data", buf, bytes));
+  MPU_CHECK(check_buf(fn, "data", buf, bytes, dtype));
   mpu__call call = {mpu__sig_make(MPU__BROADCAST, count, dtype, MPU_SUM, root), buf, buf};
   return mpu__submit(fn, comm, &call, req);
 }
@@ -378,9 +386,9 @@ static mpu_result_t reduce(const char *fn, mpu_comm *comm, const void *send, voi
   MPU_CHECK(check_op(fn, op));
   MPU_CHECK(check_rank(fn, "root", comm, root));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "send", send, bytes));
+  MPU_CHECK(check_buf(fn, "send", send, bytes, dtype));
   if (comm->rank == root) {
-    MPU_CHECK(check_buf(fn, "recv (at root)", recv, bytes));
+    MPU_CHECK(check_buf(fn, "recv (at root)", recv, bytes, dtype));
     MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
   }
   mpu__call call = {mpu__sig_make(MPU__REDUCE, count, dtype, op, root), send, recv};
@@ -392,8 +400,8 @@ static mpu_result_t all_to_all(const char *fn, mpu_comm *comm, const void *send,
   size_t total = 0;
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, "send", send, total));
-  MPU_CHECK(check_buf(fn, "recv", recv, total));
+  MPU_CHECK(check_buf(fn, "send", send, total, dtype));
+  MPU_CHECK(check_buf(fn, "recv", recv, total, dtype));
   if (overlap(send, total, recv, total))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: send and recv buffers overlap (all_to_all has no in-place form)", fn);
@@ -493,7 +501,7 @@ mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dt
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "send", buf, bytes));
+  MPU_CHECK(check_buf(fn, "send", buf, bytes, dtype));
   MPU_CHECK(mpu__flush(comm));
   return comm->ops->send(comm, buf, count, dtype, peer);
 }
@@ -504,7 +512,7 @@ mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dt
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "recv", buf, bytes));
+  MPU_CHECK(check_buf(fn, "recv", buf, bytes, dtype));
   MPU_CHECK(mpu__flush(comm));
   return comm->ops->recv(comm, buf, count, dtype, peer);
 }
@@ -518,8 +526,8 @@ mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendc
   MPU_CHECK(check_rank(fn, "src", comm, src));
   MPU_CHECK(check_bytes(fn, sendcount, 1, dtype, &sbytes));
   MPU_CHECK(check_bytes(fn, recvcount, 1, dtype, &rbytes));
-  MPU_CHECK(check_buf(fn, "send", sendbuf, sbytes));
-  MPU_CHECK(check_buf(fn, "recv", recvbuf, rbytes));
+  MPU_CHECK(check_buf(fn, "send", sendbuf, sbytes, dtype));
+  MPU_CHECK(check_buf(fn, "recv", recvbuf, rbytes, dtype));
   if (overlap(sendbuf, sbytes, recvbuf, rbytes))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
   MPU_CHECK(mpu__flush(comm));
