@@ -175,6 +175,40 @@ static void test_state_by_split(void **state) {
 }
 #endif
 
+/* Ranks given different configs all fail at init, naming the rank and field. */
+static mpu_result_t differing_configs(mpu_comm *world, void *arg) {
+  int which = *(int *)arg, rank;
+  mpu_comm_rank(world, &rank);
+  mpu_layout_config c = core(1, 1, 1, 1, NULL);
+  c.world_size = 0;
+  if (rank == 2 && which == 0) c.tp = 2;
+  if (rank == 3 && which == 1) snprintf(c.order, sizeof c.order, "tp-dp-cp-ep-pp");
+  mpu_state *s = NULL;
+  mpu_result_t r = mpu_state_init(world, &c, &s);
+  const char *want = which == 0 ? "rank 2's tp differs from rank 0's (2 vs 1)" : "rank 3's order";
+  if (r != MPU_ERR_MISMATCH || !strstr(mpu_last_error(), want)) {
+    snprintf(messages[rank], sizeof messages[rank], "%s: %s", mpu_result_name(r), mpu_last_error());
+    mpu_state_destroy(s);
+    return MPU_ERR_INTERNAL;
+  }
+  return MPU_SUCCESS;
+}
+
+static void test_differing_configs(void **state) {
+  (void)state;
+  for (int which = 0; which < 2; which++) {
+    memset(messages, 0, sizeof messages);
+    mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+    o.timeout_s = 30;
+    mpu_result_t r = mpu_launch(4, differing_configs, &which, NULL, &o);
+    if (r) {
+      for (int k = 0; k < 4; k++)
+        if (messages[k][0]) print_error("rank %d: %s\n", k, messages[k]);
+      fail_msg("%s", mpu_last_error());
+    }
+  }
+}
+
 static void test_before_init(void **state) {
   (void)state;
   mpu_state_reset();
@@ -385,7 +419,7 @@ int main(void) {
       cmocka_unit_test(test_before_init), cmocka_unit_test(test_communicators),
       cmocka_unit_test(test_cleanup),     cmocka_unit_test(test_streams),
       cmocka_unit_test(test_mock),        cmocka_unit_test(test_virtual_and_overrides),
-      cmocka_unit_test(test_cycles),
+      cmocka_unit_test(test_cycles),      cmocka_unit_test(test_differing_configs),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
 #endif

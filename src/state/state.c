@@ -8,6 +8,7 @@
  * is kept here and applied by the getters exactly where the original reads
  * it.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +119,83 @@ void mpu_state_destroy(mpu_state *s) {
   free(s);
 }
 
+/* ---- every rank must init with the same config ------------------------------ */
+
+enum { NFIELDS = 11 };
+static const char *const field_names[NFIELDS] = {
+    "flavor", "world_size", "tp", "pp", "vp", "split_rank", "sp", "cp", "ep", "fp8", "order"};
+
+/* The config as numbers (the order as a hash of its text), and their digest. */
+static uint64_t config_fields(const mpu_layout_config *c, int64_t f[NFIELDS]) {
+  uint64_t h = 1469598103934665603u; /* FNV-1a */
+  for (const char *p = c->order; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211u;
+  int64_t v[NFIELDS] = {c->flavor, c->world_size, c->tp, c->pp, c->vp, c->split_rank,
+                        c->sp,     c->cp,         c->ep, c->fp8, (int64_t)(h >> 1)};
+  uint64_t d = 1469598103934665603u;
+  for (int i = 0; i < NFIELDS; i++) {
+    f[i] = v[i];
+    for (int b = 0; b < 8; b++) d = (d ^ (((uint64_t)v[i] >> (8 * b)) & 0xff)) * 1099511628211u;
+  }
+  return d;
+}
+
+/* An all_gather or broadcast of host bytes on any communicator: through
+ * device memory when the communicator moves device buffers. */
+static mpu_result_t host_collective(mpu_comm *c, int gather, void *buf, size_t bytes, int root,
+                                    int n) {
+  mpu_comm_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.size = sizeof caps;
+  MPU_CHECK(mpu_comm_capabilities(c, &caps));
+  int rank;
+  MPU_CHECK(mpu_comm_rank(c, &rank));
+  size_t total = gather ? bytes * (size_t)n : bytes;
+  if (caps.memory == MPU_MEMORY_HOST)
+    return gather ? mpu_comm_all_gather(c, (char *)buf + (size_t)rank * bytes, buf, bytes, MPU_UINT8)
+                  : mpu_comm_broadcast(c, buf, bytes, MPU_UINT8, root);
+  void *dev = NULL;
+  MPU_CHECK(mpu_comm_mem_alloc(c, total, &dev));
+  mpu_result_t r = mpu_comm_copy2d(c, dev, total, buf, total, total, 1);
+  if (!r) r = gather ? mpu_comm_all_gather(c, (char *)dev + (size_t)rank * bytes, dev, bytes, MPU_UINT8)
+                     : mpu_comm_broadcast(c, dev, bytes, MPU_UINT8, root);
+  if (!r) r = mpu_comm_copy2d(c, buf, total, dev, total, total, 1);
+  mpu_comm_mem_free(c, dev);
+  return r;
+}
+
+/* Collective over world: MPU_ERR_MISMATCH on every rank, naming the first
+ * rank whose config differs from rank 0's and the field, if any does. A fake
+ * rank cannot see the others' configs and is trusted. */
+static mpu_result_t agree_on_config(mpu_comm *world, const mpu_layout_config *c) {
+  static const char fn[] = "mpu_state_init";
+  int n, rank;
+  MPU_CHECK(mpu_comm_size(world, &n));
+  MPU_CHECK(mpu_comm_rank(world, &rank));
+  if (n == 1 || !strcmp(mpu_comm_backend(world), "fake")) return MPU_SUCCESS;
+  int64_t mine[NFIELDS], first[NFIELDS], other[NFIELDS];
+  uint64_t *digests = calloc((size_t)n, sizeof *digests);
+  if (!digests) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d digests", fn, n);
+  digests[rank] = config_fields(c, mine);
+  mpu_result_t r = host_collective(world, 1, digests, sizeof *digests, 0, n);
+  int odd = -1;
+  for (int k = 1; !r && k < n && odd < 0; k++)
+    if (digests[k] != digests[0]) odd = k;
+  free(digests);
+  if (r || odd < 0) return r;
+  /* name the field: rank 0's and the odd rank's fields, to everyone */
+  memcpy(first, mine, sizeof first);
+  memcpy(other, mine, sizeof other);
+  MPU_CHECK(host_collective(world, 0, first, sizeof first, 0, n));
+  MPU_CHECK(host_collective(world, 0, other, sizeof other, odd, n));
+  int f = 0;
+  while (f < NFIELDS - 1 && first[f] == other[f]) f++;
+  return mpu__error(MPU_ERR_MISMATCH,
+                    "%s: ranks were given different configs: rank %d's %s differs from rank 0's "
+                    "(%lld vs %lld%s)",
+                    fn, odd, field_names[f], (long long)other[f], (long long)first[f],
+                    f == NFIELDS - 1 ? ", as hashes of the order text" : "");
+}
+
 mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_state **out) {
   static const char fn[] = "mpu_state_init";
   int size, rank;
@@ -127,6 +205,9 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   if (cfg->size != sizeof *cfg)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: config.size is %zu, want %zu", fn,
                       cfg->size, sizeof *cfg);
+  /* before any rank can fail on its own: ranks with different configs must
+   * all fail together, not hang in the first collective */
+  MPU_CHECK(agree_on_config(world, cfg));
   mpu_layout_config c = *cfg;
   if (c.world_size == 0) c.world_size = size;
   if (c.world_size != size)
