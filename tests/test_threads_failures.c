@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -395,6 +396,27 @@ static void test_64_ranks(void **state) {
   assert_int_equal(mpu_launch(64, many, NULL, NULL, NULL), MPU_SUCCESS);
 }
 
+/* The documented maximum of thread ranks finishes its calls (waiting costs
+ * O(1) per sleeper; before, 4096 sleepers scanning each other starved the
+ * late ranks for tens of seconds). The timeout only guards against a hang. */
+static mpu_result_t max_ranks(mpu_comm *world, void *arg) {
+  (void)arg;
+  int32_t one = 1, sum = 0;
+  mpu_result_t r = mpu_comm_barrier(world);
+  if (!r) r = mpu_comm_all_reduce(world, &one, &sum, 1, MPU_INT32, MPU_SUM);
+  if (!r && sum != MPU_LAUNCH_MAX_RANKS) r = mpu_fail(MPU_ERR_INTERNAL, "sum %d", sum);
+  return r;
+}
+
+static void test_max_ranks(void **state) {
+  (void)state;
+  /* valgrind caps threads at 500 and TSan's shadow memory grows with them */
+  if (getenv("MPU_TEST_FEW_THREADS")) skip();
+  mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+  o.timeout_s = 120;
+  assert_int_equal(mpu_launch(MPU_LAUNCH_MAX_RANKS, max_ranks, NULL, NULL, &o), MPU_SUCCESS);
+}
+
 /* A rank function's own message, set with mpu_fail, is what mpu_launch reports. */
 static mpu_result_t says_why(mpu_comm *world, void *arg) {
   (void)arg;
@@ -413,6 +435,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_count_mismatch),
       cmocka_unit_test(test_rank_message),
+      cmocka_unit_test(test_max_ranks),
       cmocka_unit_test(test_kind_mismatch_small),
       cmocka_unit_test(test_op_root_mismatch),
       cmocka_unit_test(test_abort),

@@ -7,8 +7,9 @@
  * (timeout, a peer gone, the world poisoned) sets BROKEN with a
  * compare-and-swap that succeeds only if the generation is still incomplete.
  * So each call either completes for every member or fails for every member.
- * A sleeping waiter wakes every SLICE to look for failures, so an abort is
- * noticed within that time without anyone having to know who sleeps where.
+ * A sleeping waiter wakes every SLICE (doubling up to 16 SLICEs as the wait
+ * grows) to look for failures, so an abort is noticed within that time
+ * without anyone having to know who sleeps where; each look is O(1).
  */
 
 #include <linux/futex.h>
@@ -117,17 +118,30 @@ static int try_break(tgroup *g, uint64_t gen, uint64_t reason) {
   return 1;
 }
 
-/* Why this wait should give up now, as a reason word (0: keep waiting). */
-static uint64_t failure(tcomm *tc, double deadline, char *detail, size_t len) {
+/* What a waiter saw the last time it looked at the members. */
+typedef struct watch {
+  uint32_t exits, departures;
+  int scanned;
+} watch;
+
+/* Why this wait should give up now, as a reason word (0: keep waiting).
+ * O(1) per call: the members are scanned only when a rank has returned or a
+ * handle of the group was destroyed since the last look, so thousands of
+ * sleepers waking to check cost the same as one. */
+static uint64_t failure(tcomm *tc, double deadline, watch *seen, char *detail, size_t len) {
   tgroup *g = tc->g;
   tworld *w = g->world;
   uint64_t poison = atomic_load(&w->poison);
   if (poison) return poison;
-  for (int m = 0; m < g->n; m++) {
-    if (atomic_load(&g->entered[m]) >= tc->seq) continue; /* already here */
-    if (atomic_load(&g->departed[m])) return tc_pack(TC_DESTROYED, MPU_ERR_ABORTED, g->members[m]);
-    if (atomic_load(&w->gone[g->members[m]]))
-      return tc_pack(TC_EXITED, MPU_ERR_ABORTED, g->members[m]);
+  uint32_t exits = atomic_load(&w->exits), departures = atomic_load(&g->departures);
+  if (!seen->scanned || exits != seen->exits || departures != seen->departures) {
+    *seen = (watch){exits, departures, 1};
+    for (int m = 0; m < g->n; m++) {
+      if (atomic_load(&g->entered[m]) >= tc->seq) continue; /* already here */
+      if (atomic_load(&g->departed[m])) return tc_pack(TC_DESTROYED, MPU_ERR_ABORTED, g->members[m]);
+      if (atomic_load(&w->gone[g->members[m]]))
+        return tc_pack(TC_EXITED, MPU_ERR_ABORTED, g->members[m]);
+    }
   }
   if (mpu__now() < deadline) return 0;
   size_t used = (size_t)snprintf(detail, len, "; missing ranks of this communicator:");
@@ -168,14 +182,15 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
     sched_yield();
   }
 
-  double deadline = mpu__now() + g->world->timeout_s;
+  double deadline = mpu__now() + g->world->timeout_s, slice = SLICE_S;
   char detail[512] = "";
+  watch seen = {0, 0, 0};
   for (;;) {
     s = atomic_load(&b->state);
     if (gen_of(s) != gen) return MPU_SUCCESS;
     if (s & BROKEN) return mpu__tgroup_broken(g, what);
     if (breakable) {
-      uint64_t reason = failure(tc, deadline, detail, sizeof detail);
+      uint64_t reason = failure(tc, deadline, &seen, detail, sizeof detail);
       if (reason && try_break(g, gen, reason)) {
         mpu_result_t r = mpu__tgroup_broken(g, what);
         if (detail[0] && atomic_load(&g->reason) == reason) {
@@ -190,7 +205,10 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
     }
     atomic_fetch_add(&b->sleepers, 1);
     s = atomic_load(&b->state);
-    if (gen_of(s) == gen && !(s & BROKEN)) futex_wait(&b->futex, (uint32_t)gen, SLICE_S);
+    if (gen_of(s) == gen && !(s & BROKEN)) futex_wait(&b->futex, (uint32_t)gen, slice);
     atomic_fetch_sub(&b->sleepers, 1);
+    /* a long wait looks less often: 10 ms, doubling to 160 ms (a failure is
+     * still seen within that; the last arrival and breakers wake sleepers) */
+    if (slice < 16 * SLICE_S) slice *= 2;
   }
 }

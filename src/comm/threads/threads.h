@@ -75,6 +75,8 @@ typedef struct tgroup {
   char *scratch[2];             /* [parity][member * MPU_THREADS_SCRATCH] */
   _Atomic uint64_t *entered;    /* [member]: number of the last call it entered */
   _Atomic int *departed;        /* [member]: its handle was destroyed */
+  _Atomic uint32_t departures;  /* how many handles were destroyed: a waiter rescans the
+                                   members only when this (or the world's exits) moved */
 } tgroup;
 
 /* One rank's handle: the impl of an mpu_comm of the threads backend. */
@@ -114,6 +116,7 @@ struct tworld {
   int cpus;                  /* how many ranks work at once in large calls (online CPUs) */
   _Atomic uint64_t poison;   /* first fatal failure in the world (reason word) */
   _Atomic int *gone;         /* [world rank]: its function returned */
+  _Atomic uint32_t exits;    /* how many ranks have returned (see tgroup.departures) */
   tmailbox *boxes;           /* [world rank] */
   pthread_mutex_t lock;      /* guards pending, handles, next_id */
   tpending *pending;         /* group creations some members have joined */

@@ -105,6 +105,7 @@ static void handle_release(tcomm *tc) {
   tgroup *g = tc->g;
   tworld *w = g->world;
   atomic_store(&g->departed[tc->me], 1);
+  atomic_fetch_add(&g->departures, 1); /* after the flag: a waiter that sees the count sees it */
   pthread_mutex_lock(&w->lock);
   if (tc->prev) tc->prev->next = tc->next;
   else w->handles = tc->next;
@@ -276,6 +277,7 @@ static void *rank_main(void *p) {
     mpu__tworld_poison(ctx->w, TC_FAILED, ctx->result, ctx->rank);
   }
   atomic_store(&ctx->w->gone[ctx->rank], 1);
+  atomic_fetch_add(&ctx->w->exits, 1);
   return NULL;
 }
 
