@@ -205,6 +205,40 @@ static void test_destroyed_handle(void **state) {
   assert_null(out);
 }
 
+static mpu_result_t nothing(mpu_comm *world, void *arg) {
+  (void)world, (void)arg;
+  return MPU_SUCCESS;
+}
+
+/* Options structs can grow: an older, shorter one is taken (newer fields
+ * default), a larger one (from a newer library) is refused. */
+static void test_option_sizes(void **state) {
+  (void)state;
+  mpu_comm *c = NULL;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &c), MPU_SUCCESS);
+  mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
+  mpu_bench_result res;
+  cfg.bytes = 64, cfg.iters = 2, cfg.warmup = 0;
+  cfg.native = 12345; /* past the first version's end: must not be read */
+  cfg.size = offsetof(mpu_bench_config, native);
+  assert_int_equal(mpu_bench_collective(c, &cfg, &res), MPU_SUCCESS);
+  assert_true(res.native_us < 0);
+  cfg.size = sizeof cfg + 8;
+  assert_int_equal(mpu_bench_collective(c, &cfg, &res), MPU_ERR_INVALID_ARGUMENT);
+  cfg.size = 4;
+  assert_int_equal(mpu_bench_collective(c, &cfg, &res), MPU_ERR_INVALID_ARGUMENT);
+  mpu_comm_destroy(c);
+  mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+  o.size = sizeof o + 16;
+  assert_int_equal(mpu_launch(2, nothing, NULL, NULL, &o), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "MPU_LAUNCH_OPTIONS_INIT"));
+  mpu_layout_config lc = MPU_LAYOUT_CONFIG_INIT;
+  mpu_layout *l = NULL;
+  lc.size = 0;
+  assert_int_equal(mpu_layout_create(&lc, &l), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(l);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create),       cmocka_unit_test(test_collectives_move_nothing),
@@ -212,6 +246,7 @@ int main(void) {
       cmocka_unit_test(test_double_destroy), cmocka_unit_test(test_huge_world),
       cmocka_unit_test(test_bench_sizes),
       cmocka_unit_test(test_destroyed_handle),
+      cmocka_unit_test(test_option_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

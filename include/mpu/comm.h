@@ -83,6 +83,8 @@ typedef struct mpu_launch_options {
 } mpu_launch_options;
 
 #define MPU_LAUNCH_OPTIONS_INIT {sizeof(mpu_launch_options), 0.0, 0, -1, 0}
+/* The first version's size: older programs are accepted, newer fields default. */
+#define MPU_LAUNCH_OPTIONS_MIN_SIZE sizeof(mpu_launch_options)
 
 /* The function each rank runs. `world` spans all nranks; it is owned by the
  * launcher and stays valid until fn returns (do not destroy it). */
@@ -125,6 +127,7 @@ typedef struct mpu_mpi_options {
 } mpu_mpi_options;
 
 #define MPU_MPI_OPTIONS_INIT {sizeof(mpu_mpi_options), 0.0, MPU_CHECKS_DEFAULT}
+#define MPU_MPI_OPTIONS_MIN_SIZE sizeof(mpu_mpi_options)
 
 /* Initialise MPI unless the caller already has (then its thread level must be
  * at least MPI_THREAD_FUNNELED), and give a communicator over (a duplicate
@@ -154,6 +157,7 @@ typedef struct mpu_nccl_options {
 } mpu_nccl_options;
 
 #define MPU_NCCL_OPTIONS_INIT {sizeof(mpu_nccl_options), -1, NULL, 0.0, 1}
+#define MPU_NCCL_OPTIONS_MIN_SIZE sizeof(mpu_nccl_options)
 
 /*
  * An NCCL communicator over the same ranks as host (collective over host: a

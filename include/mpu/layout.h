@@ -49,6 +49,10 @@ typedef struct mpu_layout_config {
   char order[64];    /* core: "" means "tp-cp-ep-dp-pp" */
 } mpu_layout_config;
 
+/* The size of this struct's first version (every field up to order): a
+ * program built against it keeps working; newer fields take their defaults. */
+#define MPU_LAYOUT_CONFIG_MIN_SIZE sizeof(mpu_layout_config)
+
 #define MPU_LAYOUT_CONFIG_INIT \
   {sizeof(mpu_layout_config), MPU_FLAVOR_CORE, 1, 1, 1, 0, -1, 1, 1, 1, 0, ""}
 

@@ -19,6 +19,7 @@
 
 #include "comm/comm_internal.h"
 #include "core/error.h"
+#include "core/options.h"
 #include "mpu/bench.h"
 
 static const char *const names[MPU_COLL_COUNT] = {
@@ -151,9 +152,12 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
                         fn, v, rv, nv, rank, n);
   }
   if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  if (cfg->size != sizeof *cfg)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: config.size is %zu, want %zu (use "
-                      "MPU_BENCH_CONFIG_INIT)", fn, cfg->size, sizeof *cfg);
+  mpu_bench_config full = MPU_BENCH_CONFIG_INIT;
+  /* the first version ended before `native` */
+  MPU_CHECK(mpu__take_options(fn, "config", "MPU_BENCH_CONFIG_INIT",
+                              cfg, sizeof full, offsetof(mpu_bench_config, native),
+                              &full));
+  cfg = &full;
   if ((unsigned)cfg->collective >= MPU_COLL_COUNT || !mpu_dtype_size(cfg->dtype) ||
       (unsigned)cfg->op >= MPU_OP_COUNT || cfg->iters < 1 || cfg->iters > 100000 ||
       cfg->warmup < 0 || cfg->warmup > 100000)

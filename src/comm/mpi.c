@@ -38,6 +38,7 @@
 
 #include "comm/comm_internal.h"
 #include "core/error.h"
+#include "core/options.h"
 
 #ifndef MPU_HAVE_MPI
 
@@ -702,12 +703,11 @@ static const mpu__comm_ops mpi_ops = {
 
 /* ---- entry points --------------------------------------------------------------- */
 
-static mpu_result_t check_options(const char *fn, const mpu_mpi_options *o) {
-  if (!o) return MPU_SUCCESS;
-  if (o->size != sizeof *o)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: options.size is %zu, want %zu (start from MPU_MPI_OPTIONS_INIT)", fn,
-                      o->size, sizeof *o);
+static mpu_result_t check_options(const char *fn, const mpu_mpi_options *given) {
+  if (!given) return MPU_SUCCESS;
+  mpu_mpi_options full = MPU_MPI_OPTIONS_INIT, *o = &full;
+  MPU_CHECK(mpu__take_options(fn, "options", "MPU_MPI_OPTIONS_INIT",
+                              given, sizeof full, MPU_MPI_OPTIONS_MIN_SIZE, &full));
   if (o->check_calls < MPU_CHECKS_OFF || o->check_calls > MPU_CHECKS_ON)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: options.check_calls is %d (want MPU_CHECKS_DEFAULT, _ON or _OFF)", fn,

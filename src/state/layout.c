@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/options.h"
 #include "mpu/layout.h"
 #include "mpu/mesh.h"
 
@@ -228,10 +229,10 @@ static mpu_result_t rank_generator(mpu_layout *l) {
 mpu_result_t mpu_layout_create(const mpu_layout_config *cfg, mpu_layout **out) {
   static const char fn[] = "mpu_layout_create";
   if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  if (cfg->size != sizeof *cfg)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: config.size is %zu, want %zu (start from MPU_LAYOUT_CONFIG_INIT)", fn,
-                      cfg->size, sizeof *cfg);
+  mpu_layout_config full = MPU_LAYOUT_CONFIG_INIT;
+  MPU_CHECK(mpu__take_options(fn, "config", "MPU_LAYOUT_CONFIG_INIT",
+                              cfg, sizeof full, MPU_LAYOUT_CONFIG_MIN_SIZE, &full));
+  cfg = &full;
   if (cfg->flavor != MPU_FLAVOR_DEEPSPEED && cfg->flavor != MPU_FLAVOR_CORE)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: flavor %d", fn, (int)cfg->flavor);
   const struct {

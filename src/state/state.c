@@ -14,6 +14,7 @@
 
 #include "comm/comm_internal.h"
 #include "core/error.h"
+#include "core/options.h"
 #include "mpu/state.h"
 
 #define STATE_MAGIC UINT64_C(0x6d70752d73746174) /* "mpu-stat" */
@@ -202,9 +203,10 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   MPU_CHECK(mpu_comm_size(world, &size));
   MPU_CHECK(mpu_comm_rank(world, &rank));
   if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  if (cfg->size != sizeof *cfg)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: config.size is %zu, want %zu", fn,
-                      cfg->size, sizeof *cfg);
+  mpu_layout_config full = MPU_LAYOUT_CONFIG_INIT;
+  MPU_CHECK(mpu__take_options(fn, "config", "MPU_LAYOUT_CONFIG_INIT",
+                              cfg, sizeof full, MPU_LAYOUT_CONFIG_MIN_SIZE, &full));
+  cfg = &full;
   /* before any rank can fail on its own: ranks with different configs must
    * all fail together, not hang in the first collective */
   MPU_CHECK(agree_on_config(world, cfg));
@@ -609,10 +611,11 @@ mpu_result_t mpu_with_state(int nranks, const mpu_layout_config *cfg, uint64_t s
                             const mpu_launch_options *options) {
   if (!cfg || !fn)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_with_state: NULL config or function");
-  if (cfg->size != sizeof *cfg)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_with_state: config.size is %zu, want %zu",
-                      cfg->size, sizeof *cfg);
-  with_state_ctx ctx = {*cfg, seed, fn, arg};
+  mpu_layout_config full = MPU_LAYOUT_CONFIG_INIT;
+  MPU_CHECK(mpu__take_options("mpu_with_state", "config", "MPU_LAYOUT_CONFIG_INIT",
+                              cfg, sizeof full,
+                              MPU_LAYOUT_CONFIG_MIN_SIZE, &full));
+  with_state_ctx ctx = {full, seed, fn, arg};
   ctx.cfg.world_size = nranks;
   /* a bad config fails here, once, before any thread starts */
   mpu_layout *check;

@@ -20,6 +20,7 @@
 #include "comm/threads/threads.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/options.h"
 
 struct tpending {
   tpending *next;
@@ -287,11 +288,13 @@ mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_result_t *res
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "mpu_launch: %d ranks and fn %s (want 1..%d ranks and a function)", nranks,
                       fn ? "set" : "NULL", MPU_LAUNCH_MAX_RANKS);
-  if (options && options->size != sizeof *options)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "mpu_launch: options.size is %zu, want %zu (start from "
-                      "MPU_LAUNCH_OPTIONS_INIT)",
-                      options->size, sizeof *options);
+  mpu_launch_options full = MPU_LAUNCH_OPTIONS_INIT;
+  if (options) {
+    MPU_CHECK(mpu__take_options("mpu_launch", "options", "MPU_LAUNCH_OPTIONS_INIT",
+                                options, sizeof full,
+                                MPU_LAUNCH_OPTIONS_MIN_SIZE, &full));
+    options = &full;
+  }
   if (options && (options->check_calls < MPU_CHECKS_OFF || options->check_calls > MPU_CHECKS_ON))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "mpu_launch: options.check_calls is %d (want MPU_CHECKS_DEFAULT, _ON or _OFF)",

@@ -1,0 +1,21 @@
+/*
+ * options.c - taking a caller's options struct of any version up to ours.
+ */
+#include "core/options.h"
+
+#include <string.h>
+
+#include "core/error.h"
+
+mpu_result_t mpu__take_options(const char *fn, const char *what, const char *init,
+                               const void *given, size_t full_size, size_t min_size, void *full) {
+  size_t size;
+  memcpy(&size, given, sizeof size);
+  if (size < min_size || size > full_size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: %s.size is %zu; want %zu..%zu (start from %s)", fn, what, size,
+                      min_size, full_size, init);
+  memcpy(full, given, size);
+  memcpy(full, &full_size, sizeof full_size);
+  return MPU_SUCCESS;
+}

@@ -1,0 +1,23 @@
+/*
+ * options.h - option and config structs that can grow.
+ *
+ * Every public options struct starts with `size_t size` (set by its INIT
+ * macro). A program built against an older, shorter version passes a smaller
+ * size: its fields are taken and the newer ones keep their defaults, as
+ * NCCL's ncclConfig_t does. One rule, here, for every such struct.
+ */
+#ifndef MPU_CORE_OPTIONS_H
+#define MPU_CORE_OPTIONS_H
+
+#include <stddef.h>
+
+#include "mpu/result.h"
+
+/* Copy `given` (its size read from its first field) over `full`, which holds
+ * the current defaults and is full_size bytes; then full's size is full_size.
+ * A size smaller than min_size (the struct's first version) or larger than
+ * full_size (a newer library's) is refused with MPU_ERR_INVALID_ARGUMENT. */
+mpu_result_t mpu__take_options(const char *fn, const char *what, const char *init,
+                               const void *given, size_t full_size, size_t min_size, void *full);
+
+#endif
