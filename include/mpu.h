@@ -24,8 +24,4 @@
 #include "mpu/layers.h"
 #include "mpu/bench.h"
 
-#define MPU_VERSION_MAJOR 0
-#define MPU_VERSION_MINOR 1
-#define MPU_VERSION_PATCH 0
-
 #endif

@@ -23,6 +23,9 @@ expect_usage_error() { # args...
 "$mpu" bench --help | grep -q -- "--maxbytes" && ok || bad "mpu bench --help"
 expect_usage_error
 expect_usage_error frobnicate
+# one version everywhere: the tool, the library it loads, the header
+v=$(sed -n 's/^#define MPU_VERSION_STRING "\(.*\)"/\1/p' "$(dirname "$0")/../include/mpu/version.h")
+[ "$("$mpu" --version)" = "mpu $v (libmpu $v)" ] && ok || bad "mpu --version says '$("$mpu" --version)', want $v"
 expect_usage_error bench --bogus
 expect_usage_error bench -n 0
 expect_usage_error bench -n 2,x

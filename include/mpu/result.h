@@ -9,6 +9,8 @@
 #ifndef MPU_RESULT_H
 #define MPU_RESULT_H
 
+#include "mpu/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,6 +51,11 @@ MPU_API const char *mpu_result_string(mpu_result_t r);
 /* The detailed message of the calling thread's last failed call ("" if none).
  * Thread-local: one thread's failures never overwrite another's message. */
 MPU_API const char *mpu_last_error(void);
+
+/* The loaded library's version ("0.2.0") and MPU_VERSION_NUMBER; a program
+ * compiled against other headers can compare them with MPU_VERSION_STRING. */
+MPU_API const char *mpu_version(void);
+MPU_API int mpu_version_number(void);
 
 /* Forget the calling thread's last error. */
 MPU_API void mpu_clear_error(void);

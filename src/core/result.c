@@ -39,6 +39,9 @@ const char *mpu_result_string(mpu_result_t r) {
 
 const char *mpu_last_error(void) { return last_error; }
 
+const char *mpu_version(void) { return MPU_VERSION_STRING; }
+int mpu_version_number(void) { return MPU_VERSION_NUMBER; }
+
 void mpu_clear_error(void) { last_error[0] = '\0'; }
 
 mpu_result_t mpu__error(mpu_result_t code, const char *fmt, ...) {

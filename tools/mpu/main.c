@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("mpu %d.%d.%d\n", MPU_VERSION_MAJOR, MPU_VERSION_MINOR, MPU_VERSION_PATCH);
+    printf("mpu %s (libmpu %s)\n", MPU_VERSION_STRING, mpu_version());
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
