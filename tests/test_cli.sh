@@ -62,6 +62,10 @@ expect_message() { # text, args...
   grep -qF -- "$want" "$tmp/msg" && ok || bad "mpu $* says '$(cat "$tmp/msg")', want '$want'"
 }
 expect_message "expert_model_parallel_size (3)" plan --world-size 8 --ep 3
+for junk in nan inf -1 0 1e999 abc; do # refused with a warning, the default used: the run works
+  MPU_TIMEOUT=$junk "$mpu" bench -n 2 -b 8 -e 8 -i 2 >"$tmp/o" 2>"$tmp/e" &&
+    grep -q "ignoring MPU_TIMEOUT=$junk" "$tmp/e" && ok || bad "MPU_TIMEOUT=$junk not refused"
+done
 if "$mpu" bench --backend mpi --help >/dev/null 2>&1 && [ "$(ASAN_OPTIONS=detect_leaks=0 "$mpu" demo train --backend mpi 2>&1 >/dev/null | wc -l)" -eq 1 ]; then ok
 elif ! "$mpu" bench --backend mpi --help >/dev/null 2>&1; then ok
 else bad "demo train --backend mpi outside mpirun does not say why in one line"; fi
