@@ -37,7 +37,8 @@ typedef enum mpu_flavor { MPU_FLAVOR_DEEPSPEED = 0, MPU_FLAVOR_CORE = 1 } mpu_fl
 typedef struct mpu_layout_config {
   size_t size;       /* sizeof(mpu_layout_config), set by the initializer */
   mpu_flavor flavor;
-  int world_size;
+  int world_size;    /* 0 (the default): the communicator's size, in mpu_state_init;
+                        mpu_layout_create, which has no communicator, needs it set */
   int tp;            /* tensor_model_parallel_size */
   int pp;            /* pipeline_model_parallel_size */
   int vp;            /* virtual_pipeline_model_parallel_size; 0 = None */
@@ -54,7 +55,7 @@ typedef struct mpu_layout_config {
 #define MPU_LAYOUT_CONFIG_MIN_SIZE sizeof(mpu_layout_config)
 
 #define MPU_LAYOUT_CONFIG_INIT \
-  {sizeof(mpu_layout_config), MPU_FLAVOR_CORE, 1, 1, 1, 0, -1, 1, 1, 1, 0, ""}
+  {sizeof(mpu_layout_config), MPU_FLAVOR_CORE, 0, 1, 1, 0, -1, 1, 1, 1, 0, ""}
 
 /* Group kinds. Each flavour builds some of them (mpu_layout_has). */
 typedef enum mpu_group_kind {
