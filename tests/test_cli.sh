@@ -62,6 +62,9 @@ expect_message() { # text, args...
   grep -qF -- "$want" "$tmp/msg" && ok || bad "mpu $* says '$(cat "$tmp/msg")', want '$want'"
 }
 expect_message "expert_model_parallel_size (3)" plan --world-size 8 --ep 3
+# a million ranks: a bounded summary picture, at once
+timeout 10 "$mpu" plan --world-size 1048576 --tp 8 --pp 8 --format svg >"$tmp/big.svg" &&
+  grep -q "too many to draw" "$tmp/big.svg" && grep -q "</svg>" "$tmp/big.svg" && ok || bad "plan svg of a million ranks"
 for junk in nan inf -1 0 1e999 abc; do # refused with a warning, the default used: the run works
   MPU_TIMEOUT=$junk "$mpu" bench -n 2 -b 8 -e 8 -i 2 >"$tmp/o" 2>"$tmp/e" &&
     grep -q "ignoring MPU_TIMEOUT=$junk" "$tmp/e" && ok || bad "MPU_TIMEOUT=$junk not refused"

@@ -266,6 +266,33 @@ static void picture(const mpu_layout *l, int *buf) {
   free(tpg);
 }
 
+#define SVG_MAX_RANKS 4096
+
+/* Beyond a few thousand ranks a picture of every rank is neither readable nor
+ * cheap: say the sizes and show rank 0's groups, a bounded amount of work. */
+static void svg_summary(const mpu_layout *l, int *buf, const mpu_group_kind *kinds, int nkinds) {
+  const mpu_layout_config *c = mpu_layout_config_of(l);
+  int line = 0;
+  printf("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"%d\" "
+         "font-family=\"monospace\" font-size=\"13\">\n", 90 + 20 * nkinds);
+  printf("<text x=\"10\" y=\"%d\">%s layout: world %d = tp %d x pp %d x dp %d", 20 + 20 * line++,
+         mpu_flavor_name(c->flavor), c->world_size, c->tp, c->pp, mpu_layout_dp(l));
+  if (c->flavor == MPU_FLAVOR_CORE && c->cp > 1) printf(" (dp counts cp %d)", c->cp);
+  printf("</text>\n<text x=\"10\" y=\"%d\">more than %d ranks: too many to draw; rank 0's "
+         "groups (first 12 members)</text>\n", 20 + 20 * line++, SVG_MAX_RANKS);
+  for (int k = 0; k < nkinds; k++) {
+    int n = 0;
+    if (!mpu_layout_has(l, kinds[k]) ||
+        mpu_layout_group(l, kinds[k], 0, buf, (size_t)c->world_size + 3, &n) || !n)
+      continue;
+    printf("<text x=\"10\" y=\"%d\">%-20s size %-8d [", 20 + 20 * line++,
+           mpu_group_kind_name(c->flavor, kinds[k]), n);
+    for (int i = 0; i < n && i < 12; i++) printf("%s%d", i ? ", " : "", buf[i]);
+    printf("%s]</text>\n", n > 12 ? ", ..." : "");
+  }
+  printf("</svg>\n");
+}
+
 static void svg(const mpu_layout *l, int *buf) {
   const mpu_layout_config *c = mpu_layout_config_of(l);
   int per_stage = c->world_size / c->pp, bw = 44, bh = 30, gap = 6, left = 80, top = 40;
@@ -437,7 +464,9 @@ int cmd_plan(int argc, char **argv) {
   int nkinds = c->flavor == MPU_FLAVOR_DEEPSPEED ? (int)(sizeof ds_kinds / sizeof ds_kinds[0])
                                                  : (int)(sizeof core_kinds / sizeof core_kinds[0]);
   mpu_rank_info info;
-  if (o.format == PLAN_SVG) {
+  if (o.format == PLAN_SVG && c->world_size > SVG_MAX_RANKS) {
+    svg_summary(l, buf, kinds, nkinds);
+  } else if (o.format == PLAN_SVG) {
     svg(l, buf);
   } else if (o.format == PLAN_JSON) {
     printf("{\"flavor\": \"%s\", \"world_size\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d",
