@@ -59,6 +59,47 @@ int cli_parse_int(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
+int cli_parse_rxs(const char *s, long max, long *r, long *x) {
+  char first[24];
+  const char *sep = s ? strchr(s, 'x') : NULL;
+  size_t len = sep ? (size_t)(sep - s) : 0;
+  if (!sep || !len || len >= sizeof first) return -1;
+  memcpy(first, s, len);
+  first[len] = '\0';
+  long a, b; /* each bounded first, so the product cannot overflow */
+  if (cli_parse_int(first, 1, max, &a) || cli_parse_int(sep + 1, 1, max, &b) || a * b > max) return -1;
+  *r = a, *x = b;
+  return 0;
+}
+
+int cli_parse_int_list(const char *s, long lo, long hi, long *out, int cap, int *n) {
+  if (cli_list_ok(s)) return -1;
+  int count = 0;
+  for (const char *p = s; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char item[32];
+    if (count == cap || len >= sizeof item) return -1;
+    memcpy(item, p, len);
+    item[len] = '\0';
+    if (cli_parse_int(item, lo, hi, &out[count])) return -1;
+    count++;
+    p += len + (comma ? 1 : 0);
+  }
+  *n = count;
+  return 0;
+}
+
+int cli_parse_double(const char *s, double lo, double hi, double *out) {
+  if (!s || !*s) return -1;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (errno || *end || !isfinite(v) || !(v > lo) || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
 int cli_list_ok(const char *s) {
   size_t n = s ? strlen(s) : 0;
   if (!n || s[0] == ',' || s[n - 1] == ',' || strstr(s, ",,")) return -1;

@@ -26,6 +26,15 @@ int cli_parse_int(const char *s, long lo, long hi, long *out);
 /* "text" or "json"; returns 0 on success, -1 otherwise. */
 int cli_parse_format(const char *s, cli_format *out);
 
+/* "RxS" with R, S in 1..max and R * S <= max (hsdp's --mesh). */
+int cli_parse_rxs(const char *s, long max, long *r, long *x);
+
+/* A comma-separated list of up to cap whole numbers in lo..hi (--shape, -n). */
+int cli_parse_int_list(const char *s, long lo, long hi, long *out, int cap, int *n);
+
+/* A finite number in (lo, hi] (--lr). */
+int cli_parse_double(const char *s, double lo, double hi, double *out);
+
 /* 0 if s is a comma-separated list with no empty element (no leading,
  * trailing or doubled comma), -1 otherwise: every list option checks it. */
 int cli_list_ok(const char *s);

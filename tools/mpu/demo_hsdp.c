@@ -61,21 +61,12 @@ static void parse(int argc, char **argv, hsdp_opts *o) {
   opterr = 0;
   optind = 1;
   int c;
-  char *end;
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
     switch (c) {
-    case 'm': { /* R and S each 1..256 first, so R*S cannot overflow */
-      char r[16], *x = strchr(optarg, 'x');
-      size_t rlen = x ? (size_t)(x - optarg) : 0;
-      if (!x || rlen >= sizeof r)
-        cli_usage_error("demo hsdp", "--mesh wants RxS with R*S in 1..256, not '%s'", optarg);
-      memcpy(r, optarg, rlen);
-      r[rlen] = 0;
-      if (cli_parse_int(r, 1, 256, &o->replicate) || cli_parse_int(x + 1, 1, 256, &o->shard) ||
-          o->replicate * o->shard > 256)
+    case 'm':
+      if (cli_parse_rxs(optarg, 256, &o->replicate, &o->shard))
         cli_usage_error("demo hsdp", "--mesh wants RxS with R*S in 1..256, not '%s'", optarg);
       break;
-    }
     case 's':
       if (cli_parse_int(optarg, 1, 100000, &o->steps))
         cli_usage_error("demo hsdp", "--steps wants 1..100000, not '%s'", optarg);
@@ -85,8 +76,7 @@ static void parse(int argc, char **argv, hsdp_opts *o) {
         cli_usage_error("demo hsdp", "--batch wants 1..1048576, not '%s'", optarg);
       break;
     case 'l':
-      o->lr = strtod(optarg, &end);
-      if (*end || !(o->lr > 0) || o->lr > 100)
+      if (cli_parse_double(optarg, 0, 100, &o->lr))
         cli_usage_error("demo hsdp", "--lr wants a number in (0, 100], not '%s'", optarg);
       break;
     case 'S':

@@ -265,7 +265,6 @@ int cmd_demo_train(int argc, char **argv) {
   fields['m'] = &o.micro, fields['k'] = &o.tokens, fields['H'] = &o.hidden;
   fields['V'] = &o.vocab, fields['L'] = &o.layers, fields['S'] = &o.seed;
   int c;
-  char *end;
   opterr = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
@@ -280,8 +279,7 @@ int cmd_demo_train(int argc, char **argv) {
     }
     switch (c) {
     case 'l':
-      o.lr = strtod(optarg, &end);
-      if (*end || !(o.lr > 0) || o.lr > 100)
+      if (cli_parse_double(optarg, 0, 100, &o.lr))
         cli_usage_error("demo train", "--lr wants a number in (0, 100], not '%s'", optarg);
       break;
     case 'F':

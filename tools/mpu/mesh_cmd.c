@@ -78,13 +78,12 @@ static void parse(int argc, char **argv, mesh_opts *o) {
   if (names && (cli_list_ok(names) || strlen(names) >= sizeof names_buf))
     cli_usage_error("mesh", "--names wants names separated by single commas, not '%s'", names);
   snprintf(shape_buf, sizeof shape_buf, "%s", shape ? shape : o->bench ? "64,128,128" : "2,4");
+  long dims[MPU_MESH_MAX_DIMS];
+  int nd = 0;
+  if (cli_parse_int_list(shape_buf, 1, INT32_MAX, dims, MPU_MESH_MAX_DIMS, &nd))
+    cli_usage_error("mesh", "--shape wants up to 8 sizes >= 1, not '%s'", shape);
+  for (int d = 0; d < nd; d++) o->shape[o->ndim++] = dims[d];
   char *save = NULL;
-  for (char *t = strtok_r(shape_buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-    long v;
-    if (o->ndim == MPU_MESH_MAX_DIMS || cli_parse_int(t, 1, INT32_MAX, &v))
-      cli_usage_error("mesh", "--shape wants up to 8 sizes >= 1, not '%s'", shape);
-    o->shape[o->ndim++] = v;
-  }
   if (!o->ndim) cli_usage_error("mesh", "--shape names no size");
   if (names) {
     snprintf(names_buf, sizeof names_buf, "%s", names);
