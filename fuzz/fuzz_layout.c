@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   int ranks[3] = {0, W / 2, W - 1};
   for (int i = 0; i < 3; i++) {
-    mpu_rank_info info;
+    mpu_rank_info info = MPU_RANK_INFO_INIT;
     if (mpu_layout_rank_info(l, ranks[i], &info) != MPU_SUCCESS) abort(); /* accepted: must answer */
     for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
       int n, count;

@@ -151,7 +151,7 @@ static void test_bench_sizes(void **state) {
   mpu_comm *c = NULL;
   assert_int_equal(mpu_comm_fake_create(0, 4096, &c), MPU_SUCCESS);
   mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
-  mpu_bench_result res;
+  mpu_bench_result res = MPU_BENCH_RESULT_INIT;
   cfg.iters = 1;
   cfg.warmup = 0;
   const size_t huge[] = {SIZE_MAX, SIZE_MAX - 63, SIZE_MAX / 2, (size_t)PTRDIFF_MAX + 1};
@@ -217,7 +217,7 @@ static void test_option_sizes(void **state) {
   mpu_comm *c = NULL;
   assert_int_equal(mpu_comm_fake_create(0, 1, &c), MPU_SUCCESS);
   mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
-  mpu_bench_result res;
+  mpu_bench_result res = MPU_BENCH_RESULT_INIT;
   cfg.bytes = 64, cfg.iters = 2, cfg.warmup = 0;
   cfg.native = 12345; /* past the first version's end: must not be read */
   cfg.size = offsetof(mpu_bench_config, native);
@@ -237,6 +237,25 @@ static void test_option_sizes(void **state) {
   lc.size = 0;
   assert_int_equal(mpu_layout_create(&lc, &l), MPU_ERR_INVALID_ARGUMENT);
   assert_null(l);
+  /* result structs say how much the caller's version holds */
+  lc = (mpu_layout_config)MPU_LAYOUT_CONFIG_INIT;
+  lc.world_size = 8;
+  assert_int_equal(mpu_layout_create(&lc, &l), MPU_SUCCESS);
+  mpu_rank_info info = MPU_RANK_INFO_INIT;
+  assert_int_equal(mpu_layout_rank_info(l, 3, &info), MPU_SUCCESS);
+  assert_int_equal(info.rank, 3);
+  assert_int_equal(info.size, sizeof info);
+  info.size = sizeof info + 4;
+  assert_int_equal(mpu_layout_rank_info(l, 3, &info), MPU_ERR_INVALID_ARGUMENT);
+  info.size = 0;
+  assert_int_equal(mpu_layout_rank_info(l, 3, &info), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "MPU_RANK_INFO_INIT"));
+  mpu_layout_free(l);
+  res.size = 2;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &c), MPU_SUCCESS);
+  cfg.size = sizeof cfg;
+  assert_int_equal(mpu_bench_collective(c, &cfg, &res), MPU_ERR_INVALID_ARGUMENT);
+  mpu_comm_destroy(c);
 }
 
 int main(void) {

@@ -253,7 +253,7 @@ static void compare(const mpu_layout *l, brute *b) {
   }
   /* getters, as the Python getters compute them from these lists */
   for (int r = 0; r < W; r++) {
-    mpu_rank_info x;
+    mpu_rank_info x = MPU_RANK_INFO_INIT;
     int pos = -1, g;
     assert_int_equal(mpu_layout_rank_info(l, r, &x), MPU_SUCCESS);
     assert_int_equal(x.rank, r);
@@ -433,7 +433,7 @@ static void test_seed_examples(void **state) {
   expect_groups(l, MPU_GROUP_PP, pp, 4, 2);
   expect_groups(l, MPU_GROUP_DP, dp, 4, 2);
   /* rank 6 in seed 001: tp group [6, 7] (its _reduce of [6] and [7] gives 13), pp rank 1 */
-  mpu_rank_info x;
+  mpu_rank_info x = MPU_RANK_INFO_INIT;
   assert_int_equal(mpu_layout_rank_info(l, 6, &x), MPU_SUCCESS);
   assert_int_equal(x.tp_rank, 0);
   assert_int_equal(x.tp_src, 6);
@@ -470,7 +470,7 @@ static void test_by_hand(void **state) {
   assert_memory_equal(out, pp_of_5, sizeof pp_of_5);
   assert_int_equal(mpu_layout_group(l, MPU_GROUP_MP, 5, out, 64, &n), 0);
   assert_memory_equal(out, mp_of_5, sizeof mp_of_5);
-  mpu_rank_info x;
+  mpu_rank_info x = MPU_RANK_INFO_INIT;
   assert_int_equal(mpu_layout_rank_info(l, 5, &x), 0);
   assert_int_equal(x.ep_rank, 1); /* tp_ep rank 3 // tp 2 */
   assert_int_equal(x.ep_size, 2);
@@ -622,7 +622,7 @@ static void test_million(void **state) {
   (void)state;
   mpu_layout_config c = core(1 << 20, 8, 16, 2, 4, NULL, 2, 3);
   mpu_layout *l = make(&c);
-  mpu_rank_info x;
+  mpu_rank_info x = MPU_RANK_INFO_INIT;
   assert_int_equal(mpu_layout_rank_info(l, 999999, &x), MPU_SUCCESS);
   assert_int_equal(x.tp_rank, 999999 % 8);
   assert_int_equal(x.pp_size, 16);

@@ -86,7 +86,7 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
            "kind %d: group rank %d", k, gr);
   }
   /* getters agree with the layout */
-  mpu_rank_info want, got;
+  mpu_rank_info want = MPU_RANK_INFO_INIT, got = MPU_RANK_INFO_INIT;
   RCHECK(!mpu_layout_rank_info(l, rank, &want) && !mpu_state_info(s, &got), "info");
   RCHECK(!memcmp(&want, &got, sizeof want), "state info differs from the layout's");
   int v;
@@ -321,7 +321,7 @@ static void test_mock(void **state) {
   mpu_state *s = NULL;
   assert_int_equal(mpu_state_mock(3000, &c, 42, &s), MPU_SUCCESS);
   assert_ptr_equal(mpu_state_current(), s);
-  mpu_rank_info want, got;
+  mpu_rank_info want = MPU_RANK_INFO_INIT, got = MPU_RANK_INFO_INIT;
   assert_int_equal(mpu_layout_rank_info(mpu_state_layout(s), 3000, &want), MPU_SUCCESS);
   assert_int_equal(mpu_state_info(NULL, &got), MPU_SUCCESS);
   assert_memory_equal(&want, &got, sizeof want);

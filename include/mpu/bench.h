@@ -54,6 +54,7 @@ typedef struct mpu_bench_config {
   {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0, 0}
 
 typedef struct mpu_bench_result {
+  size_t size;       /* sizeof(mpu_bench_result): set it (MPU_BENCH_RESULT_INIT) */
   size_t bytes;      /* the size actually measured */
   size_t count;      /* elements per rank's send buffer (nccl-tests "count") */
   double time_us;    /* median over iterations of the slowest rank's time */
@@ -65,6 +66,9 @@ typedef struct mpu_bench_result {
                         backend has none (threads) or it cannot do this call (16-bit sums) */
   double native_mean_us;
 } mpu_bench_result;
+
+#define MPU_BENCH_RESULT_INIT {.size = sizeof(mpu_bench_result)}
+#define MPU_BENCH_RESULT_MIN_SIZE sizeof(mpu_bench_result)
 
 /*
  * Time cfg->iters calls of one collective on comm. Collective over comm: every

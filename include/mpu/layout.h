@@ -133,6 +133,7 @@ MPU_API mpu_result_t mpu_layout_group_at(const mpu_layout *layout, mpu_group_kin
 /* What every getter of parallel_state answers for one rank, right after
  * initialisation (virtual pipeline rank 0 where vp is set). */
 typedef struct mpu_rank_info {
+  size_t size;                             /* sizeof(mpu_rank_info): set it (MPU_RANK_INFO_INIT) */
   int rank;
   int tp_rank, tp_size, tp_src;
   int pp_rank, pp_size;
@@ -155,6 +156,11 @@ typedef struct mpu_rank_info {
   int ep_rank, ep_size, tp_ep_rank;
   int dp_modulo_ep_rank, dp_modulo_ep_size;
 } mpu_rank_info;
+
+/* Start every mpu_rank_info from this: the library fills as much as the
+ * caller's version of the struct holds, so it can grow. */
+#define MPU_RANK_INFO_INIT {.size = sizeof(mpu_rank_info)}
+#define MPU_RANK_INFO_MIN_SIZE sizeof(mpu_rank_info)
 
 /* Every getter's answer for rank, in O(the sizes of its groups). */
 MPU_API mpu_result_t mpu_layout_rank_info(const mpu_layout *layout, int rank,

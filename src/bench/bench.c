@@ -152,6 +152,11 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
                         fn, v, rv, nv, rank, n);
   }
   if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  for (int v = 0; v < ncomms; v++) /* refuse a bad result size before any work */
+    if (out[v].size < MPU_BENCH_RESULT_MIN_SIZE || out[v].size > sizeof out[v])
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: result[%d].size is %zu (start from MPU_BENCH_RESULT_INIT)", fn, v,
+                        out[v].size);
   mpu_bench_config full = MPU_BENCH_CONFIG_INIT;
   /* the first version ended before `native` */
   MPU_CHECK(mpu__take_options(fn, "config", "MPU_BENCH_CONFIG_INIT",
@@ -252,11 +257,13 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
     double *t = times + (size_t)v * (size_t)cfg->iters, sum = 0;
     for (int i = 0; i < cfg->iters; i++) sum += t[i];
     double median = median_of(t, cfg->iters); /* sorts t: t[0] is the minimum */
-    mpu_bench_result res = {bytes, count, median, sum / cfg->iters, t[0], 0, 0, native_us,
+    mpu_bench_result res = {sizeof res, bytes, count, median, sum / cfg->iters, t[0], 0, 0, native_us,
                             native_mean};
     res.algbw_gbps = median > 0 ? (double)bytes / (median * 1e3) : 0;
     res.busbw_gbps = res.algbw_gbps * mpu_bench_bus_factor(cfg->collective, n);
-    out[v] = res;
+    MPU_CHECK_GOTO(mpu__give_out(fn, "result", "MPU_BENCH_RESULT_INIT", &out[v], &res, sizeof res,
+                                 MPU_BENCH_RESULT_MIN_SIZE),
+                   r, out);
   }
 out:
   if (device) {

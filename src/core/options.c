@@ -19,3 +19,16 @@ mpu_result_t mpu__take_options(const char *fn, const char *what, const char *ini
   memcpy(full, &full_size, sizeof full_size);
   return MPU_SUCCESS;
 }
+
+mpu_result_t mpu__give_out(const char *fn, const char *what, const char *init, void *out,
+                           const void *full, size_t full_size, size_t min_size) {
+  size_t size;
+  memcpy(&size, out, sizeof size);
+  if (size < min_size || size > full_size)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: %s.size is %zu; want %zu..%zu (start from %s)", fn, what, size,
+                      min_size, full_size, init);
+  memcpy(out, full, size);
+  memcpy(out, &size, sizeof size);
+  return MPU_SUCCESS;
+}

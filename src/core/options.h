@@ -20,4 +20,10 @@
 mpu_result_t mpu__take_options(const char *fn, const char *what, const char *init,
                                const void *given, size_t full_size, size_t min_size, void *full);
 
+/* Hand a result struct back to a caller whose struct has out->size bytes (an
+ * older, shorter version gets its part): copy full over out, keeping out's
+ * size. A size below min_size or above full_size is refused. */
+mpu_result_t mpu__give_out(const char *fn, const char *what, const char *init, void *out,
+                           const void *full, size_t full_size, size_t min_size);
+
 #endif

@@ -631,6 +631,9 @@ mpu_result_t mpu_layout_locate(const mpu_layout *l, mpu_group_kind kind, int ran
 mpu_result_t mpu_layout_rank_info(const mpu_layout *l, int rank, mpu_rank_info *info) {
   static const char fn[] = "mpu_layout_rank_info";
   if (!l || !info) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (info->size < MPU_RANK_INFO_MIN_SIZE || info->size > sizeof *info)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: info.size is %zu (start from MPU_RANK_INFO_INIT)",
+                      fn, info->size);
   const mpu_layout_config *c = &l->cfg;
   if (rank < 0 || rank >= c->world_size)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: rank %d is outside 0..%d", fn, rank,
@@ -639,6 +642,7 @@ mpu_result_t mpu_layout_rank_info(const mpu_layout *l, int rank, mpu_rank_info *
   if (!pipe) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   mpu_rank_info x;
   memset(&x, -1, sizeof x);
+  x.size = sizeof x;
   x.rank = rank;
   mpu_result_t r = MPU_SUCCESS;
   int ds = c->flavor == MPU_FLAVOR_DEEPSPEED, first, n;
@@ -695,7 +699,7 @@ mpu_result_t mpu_layout_rank_info(const mpu_layout *l, int rank, mpu_rank_info *
     LOCATE(MPU_GROUP_DP_MODULO_EP, &x.dp_modulo_ep_rank, &x.dp_modulo_ep_size, &first);
   }
 #undef LOCATE
-  *info = x;
+  r = mpu__give_out(fn, "info", "MPU_RANK_INFO_INIT", info, &x, sizeof x, MPU_RANK_INFO_MIN_SIZE);
 out:
   free(pipe);
   return r;

@@ -227,6 +227,7 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   mpu_result_t r;
   int *members = NULL;
   MPU_CHECK_GOTO(mpu_layout_create(&c, &s->layout), r, fail);
+  s->base.size = sizeof s->base;
   MPU_CHECK_GOTO(mpu_layout_rank_info(s->layout, rank, &s->base), r, fail);
   members = malloc(((size_t)size + 3) * sizeof(int)); /* embedding groups hold up to 3 */
   s->pipe = malloc((size_t)c.pp * sizeof(int));
@@ -377,8 +378,8 @@ mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info) {
     x.stage_after_split = after_split(st, x.pp_rank);
     x.stage_at_split = before_split(st, x.pp_rank) && after_split(st, x.pp_rank + 1);
   }
-  *info = x;
-  return MPU_SUCCESS;
+  return mpu__give_out("mpu_state_info", "info", "MPU_RANK_INFO_INIT", info, &x, sizeof x,
+                       MPU_RANK_INFO_MIN_SIZE);
 }
 
 mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options) {

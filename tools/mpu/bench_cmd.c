@@ -231,7 +231,7 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
       cfg.warmup = o->warmup >= 0 ? (int)o->warmup : cfg.iters / 5 + 1;
       cfg.in_place = o->in_place;
       cfg.native = o->backend == TOOL_MPI;
-      mpu_bench_result res[2] = {{0}, {0}};
+      mpu_bench_result res[2] = {MPU_BENCH_RESULT_INIT, MPU_BENCH_RESULT_INIT};
       mpu_comm *comms[2] = {world, run->checked};
       mpu_result_t r = mpu_bench_collectives(comms, run->checked ? 2 : 1, &cfg, res);
       if (r) return r;

@@ -230,7 +230,7 @@ static int stage_row(const mpu_layout *l, int stage, int *row, int *tpg, int *bu
   const mpu_layout_config *c = mpu_layout_config_of(l);
   int n = 0, nt;
   for (int r = 0; r < c->world_size; r++) {
-    mpu_rank_info x;
+    mpu_rank_info x = MPU_RANK_INFO_INIT;
     if (mpu_layout_rank_info(l, r, &x)) fail("rank info");
     if (x.pp_rank != stage) continue;
     int seen = 0;
@@ -310,7 +310,7 @@ static void svg(const mpu_layout *l, int *buf) {
     int frame_start = 0;
     for (int i = 0; i < n; i++) {
       int x = left + i * (bw + gap), g = 0, nd;
-      mpu_rank_info info;
+      mpu_rank_info info = MPU_RANK_INFO_INIT;
       mpu_layout_rank_info(l, row[i], &info);
       mpu_layout_group(l, MPU_GROUP_DP, row[i], buf, (size_t)c->world_size, &nd);
       g = buf[0]; /* colour by the data-parallel group's first rank */
@@ -403,7 +403,7 @@ static int bench(void) {
       else c.fp8 = 1;
       mpu_layout *l;
       if (mpu_layout_create(&c, &l)) fail("layout");
-      mpu_rank_info info;
+      mpu_rank_info info = MPU_RANK_INFO_INIT;
       int iters = 20000;
       double t0 = now_us();
       for (int i = 0; i < iters; i++)
@@ -463,7 +463,7 @@ int cmd_plan(int argc, char **argv) {
   const mpu_group_kind *kinds = c->flavor == MPU_FLAVOR_DEEPSPEED ? ds_kinds : core_kinds;
   int nkinds = c->flavor == MPU_FLAVOR_DEEPSPEED ? (int)(sizeof ds_kinds / sizeof ds_kinds[0])
                                                  : (int)(sizeof core_kinds / sizeof core_kinds[0]);
-  mpu_rank_info info;
+  mpu_rank_info info = MPU_RANK_INFO_INIT;
   if (o.format == PLAN_SVG && c->world_size > SVG_MAX_RANKS) {
     svg_summary(l, buf, kinds, nkinds);
   } else if (o.format == PLAN_SVG) {
