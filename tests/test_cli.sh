@@ -51,6 +51,7 @@ expect_usage_error demo hsdp --mesh 4294967296x4294967296
 expect_usage_error demo hsdp --mesh 2147483647x2
 expect_usage_error demo hsdp --mesh -2x1
 expect_usage_error demo hsdp --mesh 3x
+expect_usage_error bench --check-calls maybe
 expect_usage_error bench -e 1T
 expect_usage_error bench --memcpy-bytes 1T
 expect_usage_error bench --csv ""

@@ -27,6 +27,7 @@ typedef struct bench_opts {
   cli_format format;
   const char *csv;
   tool_backend backend;
+  int check_calls; /* threads: MPU_CHECKS_DEFAULT, _ON or _OFF */
 } bench_opts;
 
 typedef struct bench_row {
@@ -71,6 +72,8 @@ static void help(void) {
       "                          100 up to 1 MiB, 20 above)\n"
       "      --in-place          use the in-place form of each collective\n"
       "      --workers N         ranks that move data at once in large calls (default: CPUs)\n"
+      "      --check-calls on|off threads: compare every call's signature across ranks\n"
+      "                          (default on; run both to see what it costs)\n"
       "      --backend NAME      threads, or mpi: this process is one rank of an MPI job\n"
       "                          (mpirun -n N mpu bench --backend mpi); each row is mpu with\n"
       "                          call checking off, the raw MPI call timed interleaved with it\n"
@@ -96,9 +99,10 @@ static void parse(int argc, char **argv, bench_opts *o) {
       {"backend", required_argument, 0, 'B'},    {"memcpy-bytes", required_argument, 0, 'M'},
       {"csv", required_argument, 0, 'C'},        {"format", required_argument, 0, 'F'},
       {"workers", required_argument, 0, 'W'},    {"help", no_argument, 0, 'h'},
+      {"check-calls", required_argument, 0, 'K'},
       {0, 0, 0, 0}};
   *o = (bench_opts){8, 64 << 20, 64 << 20, 2, -1, -1, 0, {2}, 1, {MPU_COLL_ALL_REDUCE}, 1,
-                    MPU_FLOAT32, MPU_SUM, 0, CLI_TEXT, NULL, TOOL_THREADS};
+                    MPU_FLOAT32, MPU_SUM, 0, CLI_TEXT, NULL, TOOL_THREADS, MPU_CHECKS_DEFAULT};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":b:e:f:n:c:d:o:w:i:h", longs, NULL)) != -1) {
@@ -129,6 +133,11 @@ static void parse(int argc, char **argv, bench_opts *o) {
       if (!o->nranks) cli_usage_error("bench", "--ranks names no count");
       break;
     }
+    case 'K':
+      if (!strcmp(optarg, "on")) o->check_calls = MPU_CHECKS_ON;
+      else if (!strcmp(optarg, "off")) o->check_calls = MPU_CHECKS_OFF;
+      else cli_usage_error("bench", "--check-calls wants on or off, not '%s'", optarg);
+      break;
     case 'W':
       if (cli_parse_int(optarg, 1, 1024, &o->workers))
         cli_usage_error("bench", "--workers wants 1..1024, not '%s'", optarg);
@@ -381,6 +390,7 @@ int cmd_bench(int argc, char **argv) {
   } else {
     mpu_launch_options lo = MPU_LAUNCH_OPTIONS_INIT;
     lo.workers = (int)o.workers;
+    lo.check_calls = o.check_calls;
     for (int i = 0; i < o.nranks && r == MPU_SUCCESS; i++) {
       run->ranks = (int)o.ranks[i];
       r = mpu_launch(run->ranks, o.backend == TOOL_NCCL ? bench_rank_nccl : bench_rank, run, NULL,
