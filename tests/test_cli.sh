@@ -44,6 +44,7 @@ expect_usage_error bench -c all_reduce,,
 expect_usage_error mesh --shape 2,,4
 expect_usage_error mesh --shape 2,4 --names a,,b
 expect_usage_error plan --world-size 8 --order tp--dp
+expect_usage_error plan --world-size 8 --order ""
 expect_usage_error plan --world-size 8 --order -tp-dp-pp-
 expect_usage_error plan --world-size 1073741824 --tp 65536 --pp 65536
 expect_usage_error plan --world-size 1073741824 --tp 65536 --pp 65536 --flavor deepspeed

@@ -91,6 +91,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
     case 'c': field = &o->cfg.cp, what = "--cp"; break;
     case 'e': field = &o->cfg.ep, what = "--ep"; break;
     case 'o':
+      if (!*optarg) cli_usage_error("plan", "--order is empty (want tokens like tp-cp-ep-dp-pp)");
       if (strlen(optarg) >= sizeof o->cfg.order)
         cli_usage_error("plan", "--order '%s' is too long", optarg);
       snprintf(o->cfg.order, sizeof o->cfg.order, "%s", optarg);
