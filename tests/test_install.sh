@@ -7,6 +7,7 @@ prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 test -x "$prefix/bin/mpu"
+env -u LD_LIBRARY_PATH "$prefix/bin/mpu" --version >/dev/null # the tool finds libmpu by itself
 test -f "$prefix/include/mpu.h"
 libdir=$(dirname "$(find "$prefix" -name mpu.pc)")/..
 export PKG_CONFIG_PATH=$libdir/pkgconfig LD_LIBRARY_PATH=$libdir
