@@ -8,8 +8,10 @@
  *                   reduce it in rank order, all_gather the chunks (the
  *                   bandwidth of a ring all-reduce; the threads backend's split)
  *   reduce_scatter  all_to_all of the blocks, then the local reduction
- *   reduce          small: gather the inputs at the root; large: as all_reduce
- *                   with a gather of the chunks to the root
+ *   reduce          two ranks: MPI_Reduce with mpu's kernel as a non-commutative
+ *                   operator (one combine, in rank order); more: small calls
+ *                   gather the inputs at the root, large ones are all_reduce's
+ *                   chunks with a gather to the root
  * Bytes move as unsigned integers of the element's width, so a NaN's payload
  * or a float16 travels untouched.
  *
@@ -381,6 +383,65 @@ static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const void *send, void *recv
   return MPU_SUCCESS;
 }
 
+/* ---- two ranks: MPI's own reduce with mpu's kernel as the operator ---------
+ *
+ * With two ranks there is one combine, x0 op x1, and MPI applies a
+ * non-commutative operator in rank order (inoutvec = invec op inoutvec, invec
+ * from the lower rank): so MPI_Reduce with mpu's kernel as a user operator
+ * gives mpu's bits in one MPI call, the traffic of MPI's own reduce. Each
+ * dtype moves as its own committed type, so the operator knows what it got. */
+
+static MPI_Datatype pair_types[MPU_DTYPE_COUNT];
+static MPI_Op pair_ops[MPU_OP_COUNT];
+static int pair_ready;
+
+static void pair_combine(void *in, void *inout, int *len, MPI_Datatype *type, mpu_op op) {
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    if (*type == pair_types[dt]) {
+      const void *srcs[2] = {in, inout};
+      mpu__reduce(inout, srcs, 2, (size_t)*len, (mpu_dtype)dt, op, 2);
+      return;
+    }
+}
+
+#define PAIR_OP(name, op) \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *type) { \
+    pair_combine(in, inout, len, type, op); \
+  }
+PAIR_OP(pair_sum, MPU_SUM)
+PAIR_OP(pair_prod, MPU_PROD)
+PAIR_OP(pair_min, MPU_MIN)
+PAIR_OP(pair_max, MPU_MAX)
+PAIR_OP(pair_avg, MPU_AVG)
+#undef PAIR_OP
+
+static mpu_result_t pair_setup(const char *fn) {
+  if (pair_ready) return MPU_SUCCESS;
+  MPI_User_function *f[MPU_OP_COUNT] = {pair_sum, pair_prod, pair_min, pair_max, pair_avg};
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++) {
+    MPU_CHECK(check(MPI_Type_contiguous(1, bits_of((mpu_dtype)dt), &pair_types[dt]), fn));
+    MPU_CHECK(check(MPI_Type_commit(&pair_types[dt]), fn));
+  }
+  for (int op = 0; op < MPU_OP_COUNT; op++)
+    MPU_CHECK(check(MPI_Op_create(f[op], 0 /* not commutative: rank order */, &pair_ops[op]), fn));
+  pair_ready = 1;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t reduce_pair(mpu_comm *c, const char *fn, const void *send, void *recv,
+                                size_t count, mpu_dtype dt, mpu_op op, int root) {
+  MPU_CHECK(pair_setup(fn));
+  int me = c->rank == root;
+  const void *s = me && send == recv ? MPI_IN_PLACE : send;
+  MPI_Datatype t = pair_types[dt];
+  MPI_Request q;
+  if (!impl_of(c)->checked)
+    return check(MPI_Reduce(s, me ? recv : NULL, (int)count, t, pair_ops[op], root, comm_of(c)), fn);
+  MPU_CHECK(check(MPI_Ireduce(s, me ? recv : NULL, (int)count, t, pair_ops[op], root, comm_of(c), &q),
+                  fn));
+  return wait_for(c, &q, fn, DATA_PHASE);
+}
+
 static mpu_result_t mpi_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
                                mpu_dtype dt, mpu_op op, int root) {
   static const char fn[] = "mpu_comm_reduce";
@@ -388,6 +449,7 @@ static mpu_result_t mpi_reduce(mpu_comm *c, const void *send, void *recv, size_t
   size_t es = mpu_dtype_size(dt), bytes = count * es;
   MPU_CHECK(enter(c, mpu__sig_make(MPU__REDUCE, count, dt, op, root), fn));
   MPU_CHECK(fits(fn, count, n));
+  if (n == 2) return reduce_pair(c, fn, send, recv, count, dt, op, root);
   char *stacked = NULL;
   if (bytes * (size_t)n <= SMALL_BYTES) {
     MPU_CHECK(scratch(c, bytes * (size_t)n + 1, fn, &stacked));
