@@ -821,6 +821,11 @@ mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out) {
 mpu_result_t mpu_mpi_finalize(void) {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (pair_ready && !finalized) { /* the two-rank reduce's types and operators */
+    for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++) MPI_Type_free(&pair_types[dt]);
+    for (int op = 0; op < MPU_OP_COUNT; op++) MPI_Op_free(&pair_ops[op]);
+    pair_ready = 0;
+  }
   if (we_initialised && !finalized) MPU_CHECK(check(MPI_Finalize(), "mpu_mpi_finalize"));
   we_initialised = 0;
   MPI_Finalized(&finalized);
