@@ -20,4 +20,15 @@ cmake -S "$src/tests/install" -B "$prefix/consumer" -DCMAKE_PREFIX_PATH="$prefix
 cmake --build "$prefix/consumer" >/dev/null
 "$prefix/consumer/consumer" | grep -q "rank 0 of 4: sum = \[6, 4, 14\]"
 "$prefix/bin/mpu" --help >/dev/null
+
+# a program that includes mpu/comm_mpi.h builds with pkg-config mpu-mpi alone
+if [ -f "$libdir/pkgconfig/mpu-mpi.pc" ]; then
+  printf '#include "mpu/comm_mpi.h"\nint main(void) { mpu_comm *c; return MPI_Init(0, 0) || mpu_comm_from_mpi(MPI_COMM_WORLD, &c); }\n' >"$prefix/m.c"
+  cc -std=c11 "$prefix/m.c" $(pkg-config --cflags --libs mpu-mpi) -o "$prefix/with_mpu_mpi"
+fi
+# and a C program using the CUDA runtime next to mpu with mpu-nccl
+if [ -f "$libdir/pkgconfig/mpu-nccl.pc" ]; then
+  printf '#include <cuda_runtime.h>\n#include <nccl.h>\n#include "mpu.h"\nint main(void) { int n = 0; cudaGetDeviceCount(&n); return mpu_nccl_available() ? 0 : 1; }\n' >"$prefix/g.c"
+  cc -std=c11 "$prefix/g.c" $(pkg-config --cflags --libs mpu-nccl) -o "$prefix/with_mpu_nccl"
+fi
 echo "1 passed, 0 failed"
