@@ -21,10 +21,15 @@ cmake --build "$prefix/consumer" >/dev/null
 "$prefix/consumer/consumer" | grep -q "rank 0 of 4: sum = \[6, 4, 14\]"
 "$prefix/bin/mpu" --help >/dev/null
 
-# a program that includes mpu/comm_mpi.h builds with pkg-config mpu-mpi alone
+# a program that includes mpu/comm_mpi.h builds with pkg-config mpu-mpi alone,
+# and with find_package(mpu COMPONENTS mpi)
 if [ -f "$libdir/pkgconfig/mpu-mpi.pc" ]; then
   printf '#include "mpu/comm_mpi.h"\nint main(void) { mpu_comm *c; return MPI_Init(0, 0) || mpu_comm_from_mpi(MPI_COMM_WORLD, &c); }\n' >"$prefix/m.c"
   cc -std=c11 "$prefix/m.c" $(pkg-config --cflags --libs mpu-mpi) -o "$prefix/with_mpu_mpi"
+  cmake -S "$src/tests/install" -B "$prefix/consumer_mpi" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DEXAMPLE_SOURCE="$src/examples/allreduce.c" -DMPI_PROGRAM="$prefix/m.c" >/dev/null
+  cmake --build "$prefix/consumer_mpi" >/dev/null
+  test -x "$prefix/consumer_mpi/consumer_mpi"
 fi
 # and a C program using the CUDA runtime next to mpu with mpu-nccl
 if [ -f "$libdir/pkgconfig/mpu-nccl.pc" ]; then
