@@ -64,6 +64,9 @@ expect_message() { # text, args...
   grep -qF -- "$want" "$tmp/msg" && ok || bad "mpu $* says '$(cat "$tmp/msg")', want '$want'"
 }
 expect_message "expert_model_parallel_size (3)" plan --world-size 8 --ep 3
+# the picture's title states every size (their product is the world)
+"$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 --format svg | grep -q "world 16 = tp 2 x cp 2 x pp 2 x dp 2" &&
+  ok || bad "svg title leaves a size out"
 # a million ranks: a bounded summary picture, at once
 timeout 10 "$mpu" plan --world-size 1048576 --tp 8 --pp 8 --format svg >"$tmp/big.svg" &&
   grep -q "too many to draw" "$tmp/big.svg" && grep -q "</svg>" "$tmp/big.svg" && ok || bad "plan svg of a million ranks"

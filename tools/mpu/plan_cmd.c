@@ -298,13 +298,20 @@ static void svg(const mpu_layout *l, int *buf) {
   const mpu_layout_config *c = mpu_layout_config_of(l);
   int per_stage = c->world_size / c->pp, bw = 44, bh = 30, gap = 6, left = 80, top = 40;
   int width = left + per_stage * (bw + gap) + 40, height = top + c->pp * (bh + 24) + 40;
+  if (width < 960) width = 960; /* room for the title */
   int *row = malloc((size_t)c->world_size * sizeof(int)), *tpg = malloc((size_t)c->world_size * sizeof(int));
   printf("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"monospace\" "
          "font-size=\"12\">\n",
          width, height);
-  printf("<text x=\"10\" y=\"20\">%s layout: world %d, tp %d, pp %d, dp %d; colour = data-parallel "
-         "group, frame = tensor-parallel group</text>\n",
-         mpu_flavor_name(c->flavor), c->world_size, c->tp, c->pp, mpu_layout_dp(l));
+  /* the title states every size, so that their product is the world */
+  printf("<text x=\"10\" y=\"20\">%s layout: world %d = tp %d", mpu_flavor_name(c->flavor),
+         c->world_size, c->tp);
+  if (c->flavor == MPU_FLAVOR_CORE && c->cp > 1) printf(" x cp %d", c->cp);
+  if (c->flavor == MPU_FLAVOR_DEEPSPEED && c->sp > 1) printf(" x sp %d", c->sp);
+  printf(" x pp %d x dp %d", c->pp, mpu_layout_dp(l));
+  if (c->flavor == MPU_FLAVOR_CORE && c->ep > 1) printf(" (ep %d within dp)", c->ep);
+  if (c->vp) printf(", %d virtual stages", c->vp);
+  printf("; colour = data-parallel group, frame = tensor-parallel group</text>\n");
   for (int s = 0; s < c->pp; s++) {
     int n = stage_row(l, s, row, tpg, buf), y = top + s * (bh + 24);
     printf("<text x=\"10\" y=\"%d\">stage %d</text>\n", y + 20, s);
