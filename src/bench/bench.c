@@ -153,10 +153,8 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   }
   if (!cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
   for (int v = 0; v < ncomms; v++) /* refuse a bad result size before any work */
-    if (out[v].size < MPU_BENCH_RESULT_MIN_SIZE || out[v].size > sizeof out[v])
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                        "%s: result[%d].size is %zu (start from MPU_BENCH_RESULT_INIT)", fn, v,
-                        out[v].size);
+    MPU_CHECK(mpu__check_size(fn, "result", "MPU_BENCH_RESULT_INIT", out[v].size,
+                              MPU_BENCH_RESULT_MIN_SIZE, sizeof out[v]));
   mpu_bench_config full = MPU_BENCH_CONFIG_INIT;
   /* the first version ended before `native` */
   MPU_CHECK(mpu__take_options(fn, "config", "MPU_BENCH_CONFIG_INIT",

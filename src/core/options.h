@@ -13,6 +13,12 @@
 
 #include "mpu/result.h"
 
+/* MPU_SUCCESS if a struct's size lies in min_size..full_size; else
+ * MPU_ERR_INVALID_ARGUMENT naming the struct and its INIT macro. The one size
+ * rule of every options and result struct. */
+mpu_result_t mpu__check_size(const char *fn, const char *what, const char *init, size_t size,
+                             size_t min_size, size_t full_size);
+
 /* Copy `given` (its size read from its first field) over `full`, which holds
  * the current defaults and is full_size bytes; then full's size is full_size.
  * A size smaller than min_size (the struct's first version) or larger than

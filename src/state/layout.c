@@ -631,9 +631,8 @@ mpu_result_t mpu_layout_locate(const mpu_layout *l, mpu_group_kind kind, int ran
 mpu_result_t mpu_layout_rank_info(const mpu_layout *l, int rank, mpu_rank_info *info) {
   static const char fn[] = "mpu_layout_rank_info";
   if (!l || !info) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  if (info->size < MPU_RANK_INFO_MIN_SIZE || info->size > sizeof *info)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: info.size is %zu (start from MPU_RANK_INFO_INIT)",
-                      fn, info->size);
+  MPU_CHECK(mpu__check_size(fn, "info", "MPU_RANK_INFO_INIT", info->size,
+                            MPU_RANK_INFO_MIN_SIZE, sizeof *info));
   const mpu_layout_config *c = &l->cfg;
   if (rank < 0 || rank >= c->world_size)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: rank %d is outside 0..%d", fn, rank,
