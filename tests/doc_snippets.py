@@ -155,7 +155,7 @@ def main():
             cc = [os.environ.get("CC", "cc"), "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror",
                   "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-Wno-unused-function",
                   "-I", os.path.join(src, "include"), c_file, "-o", exe,
-                  "-L", os.path.join(build, "lib"), "-lmpu", "-lm",
+                  "-L", os.path.join(build, "lib"), "-lmpu_layers", "-lmpu", "-lm",
                   "-Wl,--enable-new-dtags,-rpath," + os.path.join(build, "lib")]
             cflags = os.environ.get("MPU_DOC_CFLAGS", "").split()
             done = subprocess.run(cc + cflags, capture_output=True, text=True)

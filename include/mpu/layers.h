@@ -12,7 +12,9 @@
  * weight is drawn from a seeded stream, identical on every rank, then this
  * rank keeps its slice. So a layer with tp = T holds exactly the slices of
  * the single-rank layer made with the same seed. Biases start at zero.
- * Matrix products use BLAS (cblas_sgemm).
+ * Matrix products use BLAS (cblas_sgemm). The layers are their own library,
+ * libmpu_layers (pkg-config mpu-layers, CMake mpu::layers), so that programs
+ * without layers do not load BLAS.
  */
 #ifndef MPU_LAYERS_H
 #define MPU_LAYERS_H

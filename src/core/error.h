@@ -14,13 +14,17 @@
 
 #define MPU_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-mpu_result_t mpu__error(mpu_result_t code, const char *fmt, ...) MPU_PRINTF(2, 3);
+/* Exported from libmpu for its sibling libraries (libmpu_layers) so that their
+ * messages land in the same last-error buffer; not in any public header. */
+#define MPU_SIBLING_API __attribute__((visibility("default")))
+
+MPU_SIBLING_API mpu_result_t mpu__error(mpu_result_t code, const char *fmt, ...) MPU_PRINTF(2, 3);
 
 /* Prepend "what: " to the current last-error message (context as it travels up). */
 void mpu__error_prefix(const char *fmt, ...) MPU_PRINTF(1, 2);
 
 /* Log "file:line code message" to stderr when MPU_DEBUG is set. */
-void mpu__trace(const char *file, int line, mpu_result_t code);
+MPU_SIBLING_API void mpu__trace(const char *file, int line, mpu_result_t code);
 
 #define MPU_CHECK(call)                                                                 \
   do {                                                                                  \
