@@ -1,5 +1,5 @@
 /*
- * backend.c - the demos' two ways of running ranks.
+ * backend.c - the demos' two ways of running ranks: threads or MPI processes.
  */
 #include "backend.h"
 
@@ -19,12 +19,8 @@ tool_backend tool_parse_backend(const char *cmd, const char *name) {
   cli_usage_error(cmd, "--backend wants threads or mpi, not '%s'", name);
 }
 
-mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, uint64_t seed,
-                      mpu_state_fn fn, void *arg, int *printer) {
-  if (b == TOOL_THREADS) {
-    *printer = 1;
-    return mpu_with_state(nranks, cfg, seed, fn, arg, NULL, NULL);
-  }
+/* MPI: the world, and whether the job has the size the command wants */
+static mpu_result_t mpi_world_of_size(int nranks, int *printer) {
   mpu_result_t r = MPU_SUCCESS;
   int rank = 0, size = 0;
   if (!mpi_world) r = mpu_comm_mpi_world(NULL, NULL, &mpi_world);
@@ -34,10 +30,36 @@ mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, 
   if (r) return r;
   if (size != nranks)
     return mpu_fail(MPU_ERR_INVALID_ARGUMENT,
-                    "the MPI job has %d processes, the layout wants %d (mpirun -n %d)", size,
-                    nranks, nranks);
+                    "the MPI job has %d process%s, the command wants %d (mpirun -n %d)", size,
+                    size == 1 ? "" : "es", nranks, nranks);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t tool_launch(tool_backend b, int nranks, mpu_rank_fn fn, void *arg, int *printer) {
+  if (b == TOOL_THREADS) {
+    *printer = 1;
+    return mpu_launch(nranks, fn, arg, NULL, NULL);
+  }
+  mpu_result_t r = mpi_world_of_size(nranks, printer);
+  return r ? r : fn(mpi_world, arg);
+}
+
+const char *tool_ranks_phrase(tool_backend b, long n, char *buf, size_t len) {
+  if (b == TOOL_MPI) snprintf(buf, len, "%ld MPI process%s", n, n == 1 ? "" : "es");
+  else snprintf(buf, len, "%ld thread rank%s", n, n == 1 ? "" : "s");
+  return buf;
+}
+
+mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, uint64_t seed,
+                      mpu_state_fn fn, void *arg, int *printer) {
+  if (b == TOOL_THREADS) {
+    *printer = 1;
+    return mpu_with_state(nranks, cfg, seed, fn, arg, NULL, NULL);
+  }
+  mpu_result_t r = mpi_world_of_size(nranks, printer);
+  if (r) return r;
   mpu_layout_config c = *cfg;
-  c.world_size = size;
+  c.world_size = nranks;
   mpu_state *s = NULL;
   if ((r = mpu_state_init(mpi_world, &c, &s))) return r;
   r = mpu_state_manual_seed(s, seed);

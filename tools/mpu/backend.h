@@ -26,6 +26,16 @@ tool_backend tool_parse_backend(const char *cmd, const char *name);
 mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, uint64_t seed,
                       mpu_state_fn fn, void *arg, int *printer);
 
+/*
+ * Run fn(world, arg) on nranks ranks without a parallel state: nranks threads
+ * (mpu_launch), or this process as one rank of the MPI job (whose size must
+ * be nranks). *printer as for tool_run.
+ */
+mpu_result_t tool_launch(tool_backend b, int nranks, mpu_rank_fn fn, void *arg, int *printer);
+
+/* "8 thread ranks", "1 MPI process": how many ranks and what they are. */
+const char *tool_ranks_phrase(tool_backend b, long n, char *buf, size_t len);
+
 /* MPI: the job's world communicator (initialising MPI on first use); NULL
  * with a message on stderr if it cannot be had. */
 mpu_comm *tool_mpi_world(void);

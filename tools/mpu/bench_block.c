@@ -19,6 +19,7 @@ void openblas_set_num_threads(int num_threads);
 
 typedef struct block_run {
   int hidden, tokens, iters;
+  double work_before, work_total; /* the progress line's time left (in flop-units) */
   double step_ms;  /* median forward + backward, slowest rank */
   double comm_ms;  /* the block's two all-reduces of (tokens, hidden), timed alone */
   int failed;
@@ -64,7 +65,12 @@ static mpu_result_t block_rank(mpu_comm *tp, void *arg) {
     mpu_gelu_backward(h, dg, dh, (size_t)N * fl);
     if (!e) e = mpu_column_linear_backward(&c, dh, dx);
     t[it] = now_ms() - t0;
-    if (rank == 0) cli_progress("mpu bench --block: hidden %d, tp %d, iteration %d", H, T, it);
+    if (rank == 0) {
+      cli_progress_share((b->work_before + (it + 1.0) / (b->iters + 1) * (double)H * H / T) /
+                         b->work_total);
+      cli_progress("mpu bench --block: hidden %d, tp %d, iteration %d of %d", H, T, it,
+                   b->iters);
+    }
   }
   if (!e) e = mpu_comm_all_reduce(tp, t, t, (size_t)b->iters + 1, MPU_FLOAT64, MPU_MAX);
   if (!e && rank == 0) {
@@ -112,8 +118,8 @@ int cmd_bench_block(int argc, char **argv) {
   static const struct option longs[] = {
       {"block", no_argument, 0, 'B'},         {"hidden", required_argument, 0, 'H'},
       {"tokens", required_argument, 0, 'n'},  {"iters", required_argument, 0, 'i'},
-      {"format", required_argument, 0, 'F'},  {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+      {"format", required_argument, 0, 'F'},  {"backend", required_argument, 0, 'b'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   long hidden[8] = {1024, 4096}, nh = 2, tokens = 2048, iters = 3;
   cli_format format = CLI_TEXT;
   int c;
@@ -142,11 +148,23 @@ int cmd_bench_block(int argc, char **argv) {
     case 'F':
       if (cli_parse_format(optarg, &format)) cli_usage_error("bench", "--format wants text or json");
       break;
+    case 'b': /* tp 1 and tp 2 in one run, on this machine's cores: thread ranks only */
+      if (strcmp(optarg, "threads"))
+        cli_usage_error("bench", "--block runs on thread ranks only (--backend threads), not '%s'",
+                        optarg);
+      break;
     case 'h':
-      printf("usage: mpu bench --block [--hidden 1024,4096] [--tokens 2048] [--iters 3] "
-             "[--format text|json]\n\nOne ColumnParallelLinear -> GeLU -> RowParallelLinear block "
-             "(4x expansion), forward +\nbackward, tp 1 against tp 2 thread ranks, one BLAS thread "
-             "per rank; with the single-thread\nGEMM rate of this machine measured in the same run.\n");
+      printf("usage: mpu bench --block [options]\n\n"
+             "One ColumnParallelLinear -> GeLU -> RowParallelLinear block (4x expansion), forward +\n"
+             "backward, tp 1 against tp 2 thread ranks, one BLAS thread per rank; with the\n"
+             "single-thread GEMM rate of this machine measured in the same run.\n\n"
+             "options:\n"
+             "  --hidden LIST        hidden sizes, multiples of 8 (default 1024,4096)\n"
+             "  --tokens N           tokens per step, even (default 2048)\n"
+             "  --iters N            timed steps per config, median reported (default 3)\n"
+             "  --backend threads    thread ranks (the only backend --block runs on)\n"
+             "  --format text|json   output format (default text)\n"
+             "  -h, --help           this text\n");
       return 0;
     case ':': cli_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("bench", "unknown option '%s' (with --block)", argv[optind - 1]);
@@ -160,12 +178,15 @@ int cmd_bench_block(int argc, char **argv) {
            "all-reduces of (tokens, H) timed alone\n"
            "# %-6s %3s %12s %9s %12s %12s %12s\n",
            tokens, iters, "hidden", "tp", "step (ms)", "speed-up", "comm share", "GFLOP/s", "of GEMM peak");
+  double work_total = 0, work_before = 0; /* a config's time grows as hidden^2 / tp */
+  for (int k = 0; k < nh; k++) work_total += 1.5 * (double)hidden[k] * hidden[k];
   for (int k = 0; k < nh; k++) {
     double gemm = gemm_gflops((int)tokens, (int)hidden[k]), t1 = 0;
     double flops = 6.0 * 2.0 * (double)tokens * hidden[k] * 4.0 * hidden[k];
     for (int T = 1; T <= 2; T++) {
-      block_run b = {(int)hidden[k], (int)tokens, (int)iters, 0, 0, 0};
+      block_run b = {(int)hidden[k], (int)tokens, (int)iters, work_before, work_total, 0, 0, 0};
       mpu_result_t r = mpu_launch(T, block_rank, &b, NULL, NULL);
+      work_before += (double)hidden[k] * hidden[k] / T;
       cli_progress_done();
       if (r) {
         fprintf(stderr, "mpu bench --block: %s: %s\n", mpu_result_name(r), mpu_last_error());

@@ -44,14 +44,15 @@ typedef struct bench_run {
   int ranks; /* of the launch in progress */
   mpu_comm *checked; /* MPI: the world with call checking on (bench_rank gets the unchecked one) */
   bench_row rows[MAX_ROWS];
-  int nrows;
+  int nrows, total_rows; /* done and planned (the progress line's time left) */
 } bench_run;
 
 static void help(void) {
   printf(
       "usage: mpu bench [options]\n"
       "\n"
-      "Time collectives on n thread ranks (the threads backend), as nccl-tests does:\n"
+      "Time collectives on n ranks (thread ranks by default; MPI processes or NCCL with\n"
+      "--backend), as nccl-tests does:\n"
       "size is the whole buffer (all_gather: the output; reduce_scatter, all_to_all: the input),\n"
       "time the median over iterations of the slowest rank, algbw = size / time,\n"
       "busbw = algbw x the collective's bus factor. The same run measures one thread's memcpy\n"
@@ -248,6 +249,7 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
         run->rows[run->nrows++] = (bench_row){run->ranks, cfg.collective, res[0], checked};
+        cli_progress_share((double)run->nrows / run->total_rows);
         cli_progress("mpu bench: %d ranks, %s %s done", run->ranks,
                      mpu_collective_name(cfg.collective), cli_format_size(bytes, sz, sizeof sz));
       }
@@ -379,6 +381,13 @@ int cmd_bench(int argc, char **argv) {
     return 1;
   }
   run->o = &o;
+  int sizes = 0;
+  for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;
+       bytes = bytes > o.max_bytes / (size_t)o.factor ? o.max_bytes + 1 : bytes * (size_t)o.factor) {
+    sizes++;
+    if (bytes == 0) break;
+  }
+  run->total_rows = sizes * o.ncolls * (o.backend == TOOL_MPI ? 1 : o.nranks);
   int printer = 1;
   if (o.backend == TOOL_MPI) { /* this process is one rank of the job */
     mpu_comm_size(world, &run->ranks);

@@ -149,7 +149,10 @@ int cli_loss_check(cli_format format, const char *what, const char *loss_key, co
   return pass;
 }
 
-static double started = -1, last_shown;
+/* One clock for the whole run: it starts at the first progress line and is
+ * never reset, so a command that runs several configs shows the time since
+ * it began; share (0..1) of the known work done gives the time left. */
+static double started = -1, last_shown, share = -1;
 static int shown;
 
 static double now_s(void) {
@@ -166,7 +169,12 @@ void cli_progress(const char *fmt, ...) {
   int tty = isatty(STDERR_FILENO);
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "%s[%5.1f s] ", tty ? "\r\033[K" : "", t - started);
+  double spent = t - started;
+  if (share > 0.02 && share < 1)
+    fprintf(stderr, "%s[%5.1f s, ~%.0f s left] ", tty ? "\r\033[K" : "", spent,
+            spent * (1 - share) / share);
+  else
+    fprintf(stderr, "%s[%5.1f s] ", tty ? "\r\033[K" : "", spent);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   if (!tty) fputc('\n', stderr);
@@ -174,8 +182,10 @@ void cli_progress(const char *fmt, ...) {
   shown = 1;
 }
 
+void cli_progress_share(double done) { share = done; }
+
 void cli_progress_done(void) {
   if (shown && isatty(STDERR_FILENO)) fputs("\r\033[K", stderr);
-  started = -1;
   shown = 0;
+  share = -1;
 }

@@ -54,8 +54,12 @@ int cli_loss_check(cli_format format, const char *what, const char *loss_key, co
                    const double *ref, long steps, double tol);
 
 /* Progress on stderr for long runs: nothing for the first 2 seconds, then
- * one line at most every 2 seconds (rewritten in place on a terminal). */
+ * one line at most every 2 seconds (rewritten in place on a terminal). The
+ * clock starts at the first call and runs for the whole command; where the
+ * amount of work is known, cli_progress_share(fraction done) adds the time
+ * left. cli_progress_done clears the line (the clock keeps running). */
 void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_progress_share(double done);
 void cli_progress_done(void);
 
 #endif

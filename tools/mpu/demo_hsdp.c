@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "mpu.h"
 #include "toy_model.h"
@@ -23,19 +24,20 @@ typedef struct hsdp_opts {
   double lr;
   long seed;
   cli_format format;
+  tool_backend backend;
 } hsdp_opts;
 
 typedef struct hsdp_run {
   const hsdp_opts *o;
   const float *x, *y;  /* the global batch: (batch, IN), (batch, OUT) */
-  double *loss;        /* [steps], recorded by rank 0 */
+  double *loss;        /* [steps], recorded by rank 0 (the printing process under MPI) */
   int chunk;           /* parameters per shard */
 } hsdp_run;
 
 static void help(void) {
   printf("usage: mpu demo hsdp [options]\n"
          "\n"
-         "Hybrid sharded data parallel (HSDP) on a 2-d device mesh of thread ranks, as in\n"
+         "Hybrid sharded data parallel (HSDP) on a 2-d device mesh of ranks, as in\n"
          "PyTorch's DeviceMesh tutorial: ToyModel (Linear 10->10, ReLU, Linear 10->5), parameters\n"
          "and gradients sharded within each 'shard' group, gradients averaged across the\n"
          "'replicate' group. Checks every step's loss against the same model trained on one\n"
@@ -47,6 +49,8 @@ static void help(void) {
          "  --batch B           global batch, a multiple of R*S (default 64)\n"
          "  --lr LR             SGD learning rate (default 0.1)\n"
          "  --seed S            parameter and data seed (default 42)\n"
+         "  --backend threads|mpi  thread ranks (default), or the processes of an MPI job\n"
+         "                      (mpirun -n R*S mpu demo hsdp --backend mpi)\n"
          "  --format text|json  output format (default text)\n"
          "  -h, --help          this text\n");
 }
@@ -56,8 +60,9 @@ static void parse(int argc, char **argv, hsdp_opts *o) {
       {"mesh", required_argument, 0, 'm'}, {"steps", required_argument, 0, 's'},
       {"batch", required_argument, 0, 'b'}, {"lr", required_argument, 0, 'l'},
       {"seed", required_argument, 0, 'S'}, {"format", required_argument, 0, 'F'},
-      {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
-  *o = (hsdp_opts){2, 4, 10, 64, 0.1, 42, CLI_TEXT};
+      {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  *o = (hsdp_opts){2, 4, 10, 64, 0.1, 42, CLI_TEXT, TOOL_THREADS};
   opterr = 0;
   optind = 1;
   int c;
@@ -87,6 +92,7 @@ static void parse(int argc, char **argv, hsdp_opts *o) {
       if (cli_parse_format(optarg, &o->format))
         cli_usage_error("demo hsdp", "--format wants text or json, not '%s'", optarg);
       break;
+    case 'B': o->backend = tool_parse_backend("demo hsdp", optarg); break;
     case 'h': help(); exit(0);
     case ':': cli_usage_error("demo hsdp", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("demo hsdp", "unknown option '%s'", argv[optind - 1]);
@@ -151,6 +157,7 @@ static mpu_result_t hsdp_rank(mpu_comm *world, void *arg) {
     TRY(mpu_comm_all_reduce(rep, &l, &l, 1, MPU_FLOAT64, MPU_AVG));
     if (rank == 0) {
       run->loss[step] = l;
+      cli_progress_share((double)(step + 1) / o->steps);
       cli_progress("mpu demo hsdp: step %d of %ld", step + 1, o->steps);
     }
   }
@@ -188,16 +195,19 @@ int cmd_demo_hsdp(int argc, char **argv) {
   float *y = malloc((size_t)o.batch * TOY_OUT * sizeof(float));
   double *loss = calloc((size_t)o.steps, sizeof(double)), *ref = calloc((size_t)o.steps, sizeof(double));
   int status = 1;
+  char phrase[48];
   if (!x || !y || !loss || !ref) {
     fprintf(stderr, "mpu demo hsdp: out of memory\n");
     goto out;
   }
   toy_make_data(x, y, (int)o.batch, (uint64_t)o.seed);
   hsdp_run run = {&o, x, y, loss, (TOY_NPARAMS + (int)o.shard - 1) / (int)o.shard};
-  mpu_result_t r = mpu_launch(nranks, hsdp_rank, &run, NULL, NULL);
+  int printer = 0;
+  mpu_result_t r = tool_launch(o.backend, nranks, hsdp_rank, &run, &printer);
   cli_progress_done();
-  if (r) {
-    fprintf(stderr, "mpu demo hsdp: %s: %s\n", mpu_result_name(r), mpu_last_error());
+  if (r || !printer) { /* under MPI the other processes only wait for rank 0's verdict */
+    if (r) fprintf(stderr, "mpu demo hsdp: %s: %s\n", mpu_result_name(r), mpu_last_error());
+    status = r ? 1 : 0;
     goto out;
   }
   if (train_alone(&o, x, y, ref)) {
@@ -209,11 +219,11 @@ int cmd_demo_hsdp(int argc, char **argv) {
            "\"parameters_per_shard\": %d, \"batch\": %ld, \"lr\": %g, \"seed\": %ld,\n ",
            o.replicate, o.shard, nranks, TOY_NPARAMS, run.chunk, o.batch, o.lr, o.seed);
   else
-    printf("# HSDP on a (replicate=%ld, shard=%ld) mesh of %d thread ranks\n"
+    printf("# HSDP on a (replicate=%ld, shard=%ld) mesh of %s\n"
            "# ToyModel 10->10->5: %d parameters, %d per shard; batch %ld (%ld per rank); SGD lr "
            "%g; seed %ld\n",
-           o.replicate, o.shard, nranks, TOY_NPARAMS, run.chunk, o.batch, o.batch / nranks, o.lr,
-           o.seed);
+           o.replicate, o.shard, tool_ranks_phrase(o.backend, nranks, phrase, sizeof phrase),
+           TOY_NPARAMS, run.chunk, o.batch, o.batch / nranks, o.lr, o.seed);
   int pass = cli_loss_check(o.format, "HSDP losses", "hsdp_loss", loss, ref, o.steps, 1e-5);
   status = pass ? 0 : 1;
 out:
@@ -221,5 +231,7 @@ out:
   free(y);
   free(loss);
   free(ref);
+  status = tool_share_status(o.backend, status);
+  tool_backend_done(o.backend);
   return status;
 }

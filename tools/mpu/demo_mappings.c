@@ -326,8 +326,9 @@ int cmd_demo_mappings(int argc, char **argv) {
     }
     printf("\n}\n");
   } else {
-    printf("# seed 001's mappings walkthrough: %d thread ranks, tp %d, pp %d (deepspeed layout)\n",
-           run.world, run.tp, run.pp);
+    char phrase[48];
+    printf("# seed 001's mappings walkthrough: %s, tp %d, pp %d (deepspeed layout)\n",
+           tool_ranks_phrase(run.backend, run.world, phrase, sizeof phrase), run.tp, run.pp);
     for (int sc = 0; sc < SC_COUNT; sc++) {
       printf("\n------------ > Test %s ------------\n", sc_names[sc]);
       for (int k = 0; k < run.world; k++) printf("%s\n", run.text[k][sc]);

@@ -204,6 +204,7 @@ static mpu_result_t train_rank(mpu_state *s, void *arg) {
       TRY(mpu_comm_all_reduce(dpc, &step_loss, &step_loss, 1, MPU_FLOAT64, MPU_AVG));
       if (dp_rank == 0 && tp_rank == 0) {
         run->loss[step] = step_loss; /* other processes' copies stay 0 (MPI: summed below) */
+        cli_progress_share((double)(step + 1) / o->steps);
         cli_progress("mpu demo train: step %d of %ld, loss %.6f", step + 1, o->steps, step_loss);
       }
     }
@@ -327,12 +328,13 @@ int cmd_demo_train(int argc, char **argv) {
     tool_backend_done(o.backend);
     return status;
   }
+  char phrase[48];
   if (o.format == CLI_JSON)
     printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"ranks\": %ld,\n ", o.tp, o.pp, o.dp, world);
   else
-    printf("# %ld thread ranks: tp %ld x pp %ld x dp %ld; %ld blocks, hidden %ld, vocab %ld; "
-           "%ld micro-batches of %ld tokens per replica; SGD lr %g\n",
-           world, o.tp, o.pp, o.dp, o.layers, o.hidden, o.vocab, o.micro, o.tokens, o.lr);
+    printf("# %s: tp %ld x pp %ld x dp %ld; %ld blocks, hidden %ld, vocab %ld; "
+           "%ld micro-batch%s of %ld tokens per replica; SGD lr %g\n",
+           tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp, o.pp, o.dp, o.layers, o.hidden, o.vocab, o.micro, o.micro == 1 ? "" : "es", o.tokens, o.lr);
   int pass = cli_loss_check(o.format, "losses", "loss", loss, ref, o.steps, 1e-4);
   free(loss), free(ref);
   int status = tool_share_status(o.backend, pass ? 0 : 1);

@@ -18,8 +18,8 @@ static const struct {
   int (*run)(int argc, char **argv);
   const char *summary;
 } commands[] = {
-    {"bench", cmd_bench, "time collectives on the threads backend (nccl-tests style)"},
-    {"demo", cmd_demo, "run a self-checking demo (hsdp)"},
+    {"bench", cmd_bench, "time collectives (threads, MPI or NCCL; nccl-tests style), or an MLP block"},
+    {"demo", cmd_demo, "run a self-checking demo (hsdp, mappings, train)"},
     {"mesh", cmd_mesh, "show a device mesh's groups, or time its queries (--bench)"},
     {"plan", cmd_plan, "plan a Megatron layout: its rank groups and every getter's answer"},
 };
@@ -34,7 +34,10 @@ static void usage(FILE *f) {
           MPU_VERSION_MAJOR, MPU_VERSION_MINOR, MPU_VERSION_PATCH);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-  fprintf(f, "\n'mpu <command> --help' describes a command's options.\n");
+  fprintf(f, "\noptions:\n"
+             "  -h, --help     this text\n"
+             "  -V, --version  the tool's and the library's version\n"
+             "\n'mpu <command> --help' describes a command's options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -46,7 +49,7 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  if (!strcmp(argv[1], "--version")) {
+  if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
     printf("mpu %s (libmpu %s)\n", MPU_VERSION_STRING, mpu_version());
     return 0;
   }

@@ -39,7 +39,7 @@ static void help(void) {
          "  --cp C, --ep E            core: context and expert parallel sizes\n"
          "  --order ORDER             core: token order, first fastest (default tp-cp-ep-dp-pp)\n"
          "  --rank R                  print rank R's answers to every getter\n"
-         "  --per-rank                with --format json: every rank's answers too\n"
+         "  --per-rank                every rank's answers to every getter (text or json)\n"
          "  --format text|json|svg    output format (default text)\n"
          "  --bench                   time one rank's groups and getters at 4,096 and 1,048,576\n"
          "                            ranks, and initialising the state of 64 thread ranks\n"
@@ -434,6 +434,7 @@ static int bench(void) {
         b.cfg.world_size = 64, b.cfg.tp = 4, b.cfg.pp = 4;
         if (mpu_launch(64, init_rank, &b, NULL, NULL)) fail("init bench");
         t[way][rep] = b.us;
+        cli_progress_share((f * 10 + way * 5 + rep + 1) / 20.0);
         cli_progress("mpu plan --bench: state initialisation %d/20", f * 10 + way * 5 + rep + 1);
       }
     for (int way = 0; way < 2; way++) /* median of 5 */
@@ -513,7 +514,13 @@ int cmd_plan(int argc, char **argv) {
     if (c->vp) printf(", vp %d", c->vp);
     if (c->split_rank >= 0) printf(", split rank %d", c->split_rank);
     printf("\n");
-    if (o.rank >= 0) {
+    if (o.per_rank) {
+      for (int r = 0; r < c->world_size; r++) {
+        if (mpu_layout_rank_info(l, r, &info)) fail("rank info");
+        printf("\n");
+        print_info_text(l, &info);
+      }
+    } else if (o.rank >= 0) {
       if (mpu_layout_rank_info(l, (int)o.rank, &info)) fail("rank info");
       printf("\n");
       print_info_text(l, &info);
