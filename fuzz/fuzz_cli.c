@@ -53,7 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!cli_parse_double(text, 0, 100, &d) && !(d > 0 && d <= 100)) abort();
     break;
   case 6:
-    cli_parse_format(text, &f);
+    if (!cli_parse_format(text, &f) && f != CLI_TEXT && f != CLI_JSON) abort();
+    if (!cli_parse_picture_format(text, &f) && (f < CLI_TEXT || f > CLI_HTML)) abort();
     break;
   case 7:
     if (!mpu_dtype_from_name(text, &dt) && !mpu_dtype_size(dt)) abort();

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Install what building and testing mpu needs on Debian 12, only what is missing.
-# Sourced or run by scripts/run.sh and scripts/test.sh; safe to run again.
+# Install what building mpu needs on Debian 12 (with --test, also what its
+# tests need), only what is missing. Run by scripts/run.sh and scripts/test.sh;
+# safe to run again.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev valgrind python3 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
+packages=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev python3 libopenmpi-dev openmpi-bin help2man)
+if [ "${1:-}" = "--test" ]; then
+  # valgrind for the leak checks, clang for the fuzzer, chromium for the HTML picture's browser test
+  packages+=(valgrind clang libclang-rt-14-dev chromium)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

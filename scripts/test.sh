@@ -5,7 +5,7 @@
 # and install checks run in the plain build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
+bash scripts/deps.sh --test
 jobs=$(nproc)
 
 run() { # name, cmake args...

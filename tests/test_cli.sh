@@ -65,11 +65,40 @@ expect_message() { # text, args...
 }
 expect_message "expert_model_parallel_size (3)" plan --world-size 8 --ep 3
 # the picture's title states every size (their product is the world)
-"$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 --format svg | grep -q "world 16 = tp 2 x cp 2 x pp 2 x dp 2" &&
+"$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 --format svg >"$tmp/title.svg"
+grep -q "world 16 = tp 2 x cp 2 x pp 2 x dp 2" "$tmp/title.svg" &&
   ok || bad "svg title leaves a size out"
+# the picture draws every kind of group the layout builds (a small grid each),
+# for each flavour, and the page is self-contained (no network)
+for args in "--flavor deepspeed --world-size 32 --tp 2 --pp 2 --fp8" "--flavor deepspeed --world-size 16 --sp 4" \
+            "--world-size 32 --tp 2 --pp 2 --cp 2 --ep 2 --vp 2"; do
+  # shellcheck disable=SC2086
+  kinds=$("$mpu" plan $args --format json | python3 -c 'import json, sys; print(sum(1 for g in json.load(sys.stdin)["groups"].values() if g))')
+  # shellcheck disable=SC2086
+  drawn=$("$mpu" plan $args --format svg | grep -c '<g class="kind"')
+  [ "$kinds" = "$drawn" ] && ok || bad "plan $args --format svg draws $drawn kinds of $kinds"
+  # shellcheck disable=SC2086
+  "$mpu" plan $args --format html >"$tmp/page.html"
+  sed 's|xmlns="http://www.w3.org/2000/svg"||g' "$tmp/page.html" >"$tmp/page.stripped"
+  grep -q "<script>" "$tmp/page.html" && ! grep -Eq 'src=|href=|https?:' "$tmp/page.stripped" && ok ||
+    bad "plan $args --format html is not a self-contained page"
+done
+"$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 --ep 2 --format svg >"$tmp/legend.svg"
+grep -q "frame = tensor-parallel group (tp)" "$tmp/legend.svg" && grep -q "bottom stripe = context-parallel group (cp)" "$tmp/legend.svg" &&
+  grep -q "top stripe = expert-parallel group (ep)" "$tmp/legend.svg" && ok || bad "svg has no legend"
+"$mpu" mesh --shape 2,2,4 --names pp,dp,tp --format svg >"$tmp/mesh.svg"
+[ "$(grep -c '<g class="kind"' "$tmp/mesh.svg")" = 3 ] && ok || bad "mesh svg"
+"$mpu" mesh --shape 2,4 --format html >"$tmp/mesh.html"
+grep -q "</html>" "$tmp/mesh.html" && ok || bad "mesh html"
+expect_usage_error mesh --format png
+expect_usage_error plan --world-size 8 --format png
+expect_usage_error bench --block --backend mpi
+"$mpu" -V | grep -q "^mpu " && ok || bad "mpu -V"
 # a million ranks: a bounded summary picture, at once
 timeout 10 "$mpu" plan --world-size 1048576 --tp 8 --pp 8 --format svg >"$tmp/big.svg" &&
   grep -q "too many to draw" "$tmp/big.svg" && grep -q "</svg>" "$tmp/big.svg" && ok || bad "plan svg of a million ranks"
+timeout 10 "$mpu" plan --world-size 1048576 --tp 8 --pp 8 --cp 2 --ep 4 --format html >"$tmp/big.html" &&
+  grep -q "</html>" "$tmp/big.html" && ok || bad "plan html of a million ranks"
 for junk in nan inf -1 0 1e999 abc; do # refused with a warning, the default used: the run works
   MPU_TIMEOUT=$junk "$mpu" bench -n 2 -b 8 -e 8 -i 2 >"$tmp/o" 2>"$tmp/e" &&
     grep -q "ignoring MPU_TIMEOUT=$junk" "$tmp/e" && ok || bad "MPU_TIMEOUT=$junk not refused"
@@ -151,7 +180,7 @@ grep -q "\[0, 2\] \[1, 3\] \[4, 6\] \[5, 7\] \[8, 10\] \[9, 11\] \[12, 14\] \[13
 grep -q "stage 3   \[12 13\] \[14 15\]" "$tmp/plan" && ok || bad "plan: rank grid"
 "$mpu" plan --flavor deepspeed --world-size 8 --tp 2 --pp 2 --rank 6 | grep -q "pipeline  rank 1 of 2, first 2, last 6" \
   && ok || bad "plan --rank"
-"$mpu" plan --world-size 16 --tp 2 --pp 2 --format svg | grep -q "<svg" && ok || bad "plan svg"
+"$mpu" plan --world-size 16 --tp 2 --pp 2 --format svg >"$tmp/plan.svg" && grep -q "<svg" "$tmp/plan.svg" && ok || bad "plan svg"
 if command -v python3 >/dev/null; then
   python3 -c '
 import json, subprocess, sys

@@ -106,11 +106,16 @@ int cli_list_ok(const char *s) {
   return 0;
 }
 
-int cli_parse_format(const char *s, cli_format *out) {
-  if (!strcmp(s, "text")) return *out = CLI_TEXT, 0;
-  if (!strcmp(s, "json")) return *out = CLI_JSON, 0;
+static int parse_format(const char *s, int pictures, cli_format *out) {
+  static const char *names[] = {[CLI_TEXT] = "text", [CLI_JSON] = "json", [CLI_SVG] = "svg",
+                                [CLI_HTML] = "html"};
+  for (int f = 0; f <= (pictures ? CLI_HTML : CLI_JSON); f++)
+    if (!strcmp(s, names[f])) return *out = (cli_format)f, 0;
   return -1;
 }
+
+int cli_parse_format(const char *s, cli_format *out) { return parse_format(s, 0, out); }
+int cli_parse_picture_format(const char *s, cli_format *out) { return parse_format(s, 1, out); }
 
 const char *cli_format_size(size_t bytes, char *buf, size_t len) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -11,7 +11,7 @@
 /* Exit status for bad arguments, as the conventions of this tool want. */
 #define CLI_USAGE_EXIT 2
 
-typedef enum cli_format { CLI_TEXT, CLI_JSON } cli_format;
+typedef enum cli_format { CLI_TEXT, CLI_JSON, CLI_SVG, CLI_HTML } cli_format;
 
 /* Print "mpu <cmd>: <message>" and a hint to stderr; exit with status 2. */
 void cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
@@ -25,6 +25,9 @@ int cli_parse_int(const char *s, long lo, long hi, long *out);
 
 /* "text" or "json"; returns 0 on success, -1 otherwise. */
 int cli_parse_format(const char *s, cli_format *out);
+
+/* The commands that draw: "text", "json", "svg" or "html". */
+int cli_parse_picture_format(const char *s, cli_format *out);
 
 /* "RxS" with R, S in 1..max and R * S <= max (hsdp's --mesh). */
 int cli_parse_rxs(const char *s, long max, long *r, long *x);

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "mpu.h"
+#include "picture.h"
 
 typedef struct mesh_opts {
   int ndim;
@@ -32,7 +33,11 @@ static void help(void) {
          "  --rank R             the rank to describe (default 0; with --bench the last rank)\n"
          "  --bench              time the queries instead of listing groups\n"
          "  --iters N            timed repetitions of each query with --bench (default 100000)\n"
-         "  --format text|json   output format (default text)\n"
+         "  --format FORMAT      text, json, svg or html (default text); svg draws the mesh as a\n"
+         "                       grid (a row per index of the leading dims, the last dim\n"
+         "                       across, framed; colour and stripes for the first dims) with\n"
+         "                       a small grid per dim; html is that picture in a page where\n"
+         "                       hovering or clicking a rank shows its groups and coordinates\n"
          "  -h, --help           this text\n");
 }
 
@@ -63,8 +68,8 @@ static void parse(int argc, char **argv, mesh_opts *o) {
         cli_usage_error("mesh", "--iters wants 1..1e8, not '%s'", optarg);
       break;
     case 'F':
-      if (cli_parse_format(optarg, &o->format))
-        cli_usage_error("mesh", "--format wants text or json, not '%s'", optarg);
+      if (cli_parse_picture_format(optarg, &o->format))
+        cli_usage_error("mesh", "--format wants text, json, svg or html, not '%s'", optarg);
       break;
     case 'h': help(); exit(0);
     case ':': cli_usage_error("mesh", "option '%s' needs a value", argv[optind - 1]);
@@ -191,6 +196,74 @@ static int bench(const mesh_opts *o) {
   return 0;
 }
 
+/* The mesh as a picture (picture.h): rows are the indices of the leading
+ * dims, the last dim runs across and is framed; the first dims colour and
+ * stripe the cells; every dim gets its small grid. */
+static int draw(const mpu_mesh *m, cli_format format) {
+  int nd = mpu_mesh_ndim(m), numel = (int)mpu_mesh_numel(m), *all = NULL;
+  int64_t last, size, coords[MPU_MESH_MAX_DIMS], ng, gs;
+  mpu_mesh_dim_size(m, nd - 1, &last);
+  pic p;
+  if (pic_init(&p, numel, numel / (int)last, (int)last) ||
+      !(all = malloc((size_t)numel * sizeof(int)))) {
+    fprintf(stderr, "mpu mesh: out of memory\n");
+    free(all);
+    pic_free(&p);
+    return 1;
+  }
+  char desc[256], name[48];
+  mpu_mesh_describe(m, desc, sizeof desc);
+  snprintf(p.title, sizeof p.title, "device mesh %s: %d rank%s", desc, numel, numel == 1 ? "" : "s");
+  snprintf(p.row_caption, sizeof p.row_caption, "row = an index of the leading dims");
+  for (int d = 0; d < nd; d++) {
+    const char *dn = mpu_mesh_dim_name(m, d);
+    if (dn[0]) snprintf(name, sizeof name, "%s", dn);
+    else snprintf(name, sizeof name, "dim %d", d);
+    char caption[96];
+    mpu_mesh_dim_size(m, d, &size);
+    snprintf(caption, sizeof caption, "group along dim %d (size %lld)", d, (long long)size);
+    pic_kind *k = pic_add_kind(&p, name, caption);
+    if (!k || mpu_mesh_groups(m, &d, 1, all, (size_t)numel, &ng, &gs)) {
+      fprintf(stderr, "mpu mesh: %s\n", k ? mpu_last_error() : "out of memory");
+      free(all);
+      pic_free(&p);
+      return 1;
+    }
+    for (int64_t g = 0; g < ng; g++)
+      for (int64_t i = 0; i < gs; i++) k->group_of[all[g * gs + i]] = (int)g;
+    k->ngroups = (int)ng;
+  }
+  p.channel[PIC_FRAME] = nd - 1;
+  if (nd >= 2) p.channel[PIC_FILL] = 0;
+  if (nd >= 3) p.channel[PIC_STRIPE_LOW] = 1;
+  if (nd >= 4) p.channel[PIC_STRIPE_HIGH] = 2;
+  for (int r = 0; r < numel; r++) {
+    mpu_mesh_coords(m, r, coords);
+    p.row[r] = r / (int)last, p.col[r] = r % (int)last;
+    if (p.col[r] == 0) { /* the row's label: its leading coordinates */
+      int n = snprintf(p.row_label[p.row[r]], sizeof p.row_label[0], "(");
+      for (int d = 0; d + 1 < nd; d++)
+        n += snprintf(p.row_label[p.row[r]] + n, sizeof p.row_label[0] - (size_t)n, "%lld, ",
+                      (long long)coords[d]);
+      snprintf(p.row_label[p.row[r]] + n, sizeof p.row_label[0] - (size_t)n, "*)");
+    }
+    char *json = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&json, &len);
+    if (!f) break;
+    fprintf(f, "{\"rank\": %d, \"coords\": [", r);
+    for (int d = 0; d < nd; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)coords[d]);
+    fprintf(f, "]}");
+    fclose(f);
+    pic_set_info(&p, r, json);
+  }
+  if (format == CLI_HTML) pic_html(&p, stdout);
+  else pic_svg(&p, stdout);
+  free(all);
+  pic_free(&p);
+  return 0;
+}
+
 static int show(const mesh_opts *o) {
   mpu_mesh *m = NULL;
   if (mpu_mesh_create(o->ndim, o->shape, o->named ? (const char *const *)o->names : NULL, NULL,
@@ -200,6 +273,11 @@ static int show(const mesh_opts *o) {
   if (numel > 4096) {
     mpu_mesh_free(m);
     cli_usage_error("mesh", "a mesh of %lld ranks is too big to list (use --bench)", (long long)numel);
+  }
+  if (o->format == CLI_SVG || o->format == CLI_HTML) {
+    int status = draw(m, o->format);
+    mpu_mesh_free(m);
+    return status;
   }
   int rank = o->rank >= 0 ? (int)o->rank : 0;
   if (!mpu_mesh_contains(m, rank)) {

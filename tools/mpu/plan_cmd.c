@@ -8,15 +8,15 @@
 
 #include "cli.h"
 #include "mpu.h"
+#include "picture.h"
 
-typedef enum plan_format { PLAN_TEXT, PLAN_JSON, PLAN_SVG } plan_format;
 
 typedef struct plan_opts {
   mpu_layout_config cfg;
   long rank;
   int per_rank;
   int bench;
-  plan_format format;
+  cli_format format;
 } plan_opts;
 
 static void help(void) {
@@ -24,8 +24,9 @@ static void help(void) {
          "\n"
          "The rank groups Megatron builds for a layout, by arithmetic (no ranks are started):\n"
          "each kind with its groups and a picture of the rank grid, one rank's answers to every\n"
-         "parallel_state getter (--rank), or the whole plan as JSON or SVG. An invalid layout\n"
-         "exits with status 2 and the original's message for the check that failed.\n"
+         "parallel_state getter (--rank or --per-rank), or the whole plan as JSON, an SVG\n"
+         "picture or an HTML page. An invalid layout exits with status 2 and the original's\n"
+         "message for the check that failed.\n"
          "\n"
          "options:\n"
          "  --flavor deepspeed|core   Megatron-DeepSpeed's parallel_state or Megatron-LM core's\n"
@@ -40,7 +41,11 @@ static void help(void) {
          "  --order ORDER             core: token order, first fastest (default tp-cp-ep-dp-pp)\n"
          "  --rank R                  print rank R's answers to every getter\n"
          "  --per-rank                every rank's answers to every getter (text or json)\n"
-         "  --format text|json|svg    output format (default text)\n"
+         "  --format FORMAT           text, json, svg (a picture: rows = pipeline stages,\n"
+         "                            frame = tp, colour = dp, stripes = cp/sp and ep, and a\n"
+         "                            small grid for every kind of group) or html (the same\n"
+         "                            picture in a page: hover or click a rank to see its\n"
+         "                            groups and getters); default text\n"
          "  --bench                   time one rank's groups and getters at 4,096 and 1,048,576\n"
          "                            ranks, and initialising the state of 64 thread ranks\n"
          "                            (tp 4, pp 4, dp 4) against every rank creating every group\n"
@@ -64,7 +69,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
   o->rank = -1;
   o->per_rank = 0;
   o->bench = 0;
-  o->format = PLAN_TEXT;
+  o->format = CLI_TEXT;
   opterr = 0;
   optind = 1;
   int c;
@@ -103,10 +108,8 @@ static void parse(int argc, char **argv, plan_opts *o) {
     case 'R': o->per_rank = 1; break;
     case 'B': o->bench = 1; break;
     case 'F':
-      if (!strcmp(optarg, "text")) o->format = PLAN_TEXT;
-      else if (!strcmp(optarg, "json")) o->format = PLAN_JSON;
-      else if (!strcmp(optarg, "svg")) o->format = PLAN_SVG;
-      else cli_usage_error("plan", "--format wants text, json or svg, not '%s'", optarg);
+      if (cli_parse_picture_format(optarg, &o->format))
+        cli_usage_error("plan", "--format wants text, json, svg or html, not '%s'", optarg);
       break;
     case 'h': help(); exit(0);
     case ':': cli_usage_error("plan", "option '%s' needs a value", argv[optind - 1]);
@@ -137,9 +140,11 @@ static int cmp_int(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void print_ranks(const int *v, int n) {
-  for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", v[i]);
+static void fprint_ranks(FILE *f, const int *v, int n) {
+  for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", v[i]);
 }
+
+static void print_ranks(const int *v, int n) { fprint_ranks(stdout, v, n); }
 
 static void fail(const char *what) {
   fprintf(stderr, "mpu plan: %s: %s\n", what, mpu_last_error());
@@ -166,20 +171,20 @@ static void print_groups(const mpu_layout *l, mpu_group_kind kind, int json, int
   }
 }
 
-static void print_info_json(const mpu_layout *l, const mpu_rank_info *x) {
+static void print_info_json(FILE *f, const mpu_layout *l, const mpu_rank_info *x) {
   int ds = mpu_layout_config_of(l)->flavor == MPU_FLAVOR_DEEPSPEED;
-  printf("{\"rank\": %d, \"tp_rank\": %d, \"tp_size\": %d, \"tp_src\": %d, \"pp_rank\": %d, "
+  fprintf(f, "{\"rank\": %d, \"tp_rank\": %d, \"tp_size\": %d, \"tp_src\": %d, \"pp_rank\": %d, "
          "\"pp_size\": %d, \"pp_first\": %d, \"pp_last\": %d, \"pp_next\": %d, \"pp_prev\": %d, "
          "\"dp_rank\": %d, \"dp_size\": %d, \"dp_src\": %d, \"embedding_global_ranks\": [",
          x->rank, x->tp_rank, x->tp_size, x->tp_src, x->pp_rank, x->pp_size, x->pp_first,
          x->pp_last, x->pp_next, x->pp_prev, x->dp_rank, x->dp_size, x->dp_src);
-  print_ranks(x->embedding_global_ranks, x->n_embedding);
-  printf("], \"in_embedding_group\": %s, \"position_embedding_global_ranks\": [",
+  fprint_ranks(f, x->embedding_global_ranks, x->n_embedding);
+  fprintf(f, "], \"in_embedding_group\": %s, \"position_embedding_global_ranks\": [",
          x->in_embedding_group ? "true" : "false");
-  print_ranks(x->position_embedding_global_ranks, x->n_position_embedding);
-  printf("], \"in_position_embedding_group\": %s", x->in_position_embedding_group ? "true" : "false");
+  fprint_ranks(f, x->position_embedding_global_ranks, x->n_position_embedding);
+  fprintf(f, "], \"in_position_embedding_group\": %s", x->in_position_embedding_group ? "true" : "false");
   if (ds)
-    printf(", \"is_first_stage\": %s, \"is_last_stage\": %s, \"sp_rank\": %d, \"sp_size\": %d, "
+    fprintf(f, ", \"is_first_stage\": %s, \"is_last_stage\": %s, \"sp_rank\": %d, \"sp_size\": %d, "
            "\"sp_src\": %d, \"sdp_rank\": %d, \"sdp_size\": %d, \"mp_rank\": %d, \"mp_size\": %d, "
            "\"stage_before_split\": %s, \"stage_after_split\": %s, \"stage_at_split\": %s",
            x->is_first_stage ? "true" : "false", x->is_last_stage ? "true" : "false", x->sp_rank,
@@ -187,13 +192,13 @@ static void print_info_json(const mpu_layout *l, const mpu_rank_info *x) {
            x->stage_before_split ? "true" : "false", x->stage_after_split ? "true" : "false",
            x->stage_at_split ? "true" : "false");
   else
-    printf(", \"dp_cp_rank\": %d, \"dp_cp_size\": %d, \"dp_cp_src\": %d, \"cp_rank\": %d, "
+    fprintf(f, ", \"dp_cp_rank\": %d, \"dp_cp_size\": %d, \"dp_cp_src\": %d, \"cp_rank\": %d, "
            "\"cp_size\": %d, \"ep_rank\": %d, \"ep_size\": %d, \"tp_ep_rank\": %d, "
            "\"dp_modulo_ep_rank\": %d, \"dp_modulo_ep_size\": %d",
            x->dp_cp_rank, x->dp_cp_size, x->dp_cp_src, x->cp_rank, x->cp_size, x->ep_rank,
            x->ep_size, x->tp_ep_rank, x->dp_modulo_ep_rank, x->dp_modulo_ep_size);
-  if (x->vp_size > 0) printf(", \"vp_rank\": %d, \"vp_size\": %d", x->vp_rank, x->vp_size);
-  printf("}");
+  if (x->vp_size > 0) fprintf(f, ", \"vp_rank\": %d, \"vp_size\": %d", x->vp_rank, x->vp_size);
+  fprintf(f, "}");
 }
 
 static void print_info_text(const mpu_layout *l, const mpu_rank_info *x) {
@@ -226,24 +231,30 @@ static void print_info_text(const mpu_layout *l, const mpu_rank_info *x) {
   }
 }
 
-/* stage s's ranks, grouped by tensor group: the rows of the picture */
-static int stage_row(const mpu_layout *l, int stage, int *row, int *tpg, int *buf) {
+/* Where each rank is drawn: a row per pipeline stage and, in the row, the
+ * ranks in ascending order with each tensor-parallel group kept together.
+ * tpg[r] is 1 where a tensor group starts. */
+static int place_ranks(const mpu_layout *l, int *row, int *col, int *tpg, int *buf) {
   const mpu_layout_config *c = mpu_layout_config_of(l);
-  int n = 0, nt;
-  for (int r = 0; r < c->world_size; r++) {
+  int W = c->world_size, *next = calloc((size_t)c->pp, sizeof(int)), nt;
+  if (!next) return -1;
+  for (int r = 0; r < W; r++) col[r] = -1;
+  for (int r = 0; r < W; r++) {
+    if (col[r] >= 0) continue;
     mpu_rank_info x = MPU_RANK_INFO_INIT;
-    if (mpu_layout_rank_info(l, r, &x)) fail("rank info");
-    if (x.pp_rank != stage) continue;
-    int seen = 0;
-    for (int i = 0; i < n && !seen; i++) seen = row[i] == r;
-    if (seen) continue;
-    mpu_layout_group(l, MPU_GROUP_TP, r, buf, (size_t)c->world_size, &nt);
-    for (int i = 0; i < nt; i++) {
-      tpg[n] = i == 0;
-      row[n++] = buf[i];
+    if (mpu_layout_rank_info(l, r, &x) ||
+        mpu_layout_group(l, MPU_GROUP_TP, r, buf, (size_t)W, &nt)) {
+      free(next);
+      return -1;
+    }
+    for (int i = 0; i < nt; i++) { /* a tensor group lies within one stage */
+      row[buf[i]] = x.pp_rank;
+      col[buf[i]] = next[x.pp_rank]++;
+      tpg[buf[i]] = i == 0;
     }
   }
-  return n;
+  free(next);
+  return 0;
 }
 
 static void picture(const mpu_layout *l, int *buf) {
@@ -252,89 +263,152 @@ static void picture(const mpu_layout *l, int *buf) {
     printf("\n(picture left out for more than 256 ranks)\n");
     return;
   }
-  int *row = malloc((size_t)c->world_size * sizeof(int)), *tpg = malloc((size_t)c->world_size * sizeof(int));
+  int W = c->world_size, per = W / c->pp;
+  int *row = malloc((size_t)W * sizeof(int)), *col = malloc((size_t)W * sizeof(int));
+  int *tpg = malloc((size_t)W * sizeof(int)), *at = malloc((size_t)W * sizeof(int));
+  if (!row || !col || !tpg || !at || place_ranks(l, row, col, tpg, buf)) fail("picture");
+  for (int r = 0; r < W; r++) at[row[r] * per + col[r]] = r;
   printf("\nrank grid: a row per pipeline stage, [tensor-parallel groups] in it; the ranks at one\n"
          "place of every [...] in a row form a data-parallel group, those at one place of every\n"
          "row a pipeline\n");
   for (int s = 0; s < c->pp; s++) {
-    int n = stage_row(l, s, row, tpg, buf);
     printf("  stage %-3d", s);
-    for (int i = 0; i < n; i++) printf("%s%d%s", tpg[i] ? " [" : " ", row[i],
-                                       i + 1 == n || tpg[i + 1] ? "]" : "");
+    for (int i = 0; i < per; i++) {
+      int r = at[s * per + i];
+      printf("%s%d%s", tpg[r] ? " [" : " ", r, i + 1 == per || tpg[at[s * per + i + 1]] ? "]" : "");
+    }
     printf("\n");
   }
-  free(row);
-  free(tpg);
+  free(row), free(col), free(tpg), free(at);
 }
 
 #define SVG_MAX_RANKS 4096
 
-/* Beyond a few thousand ranks a picture of every rank is neither readable nor
- * cheap: say the sizes and show rank 0's groups, a bounded amount of work. */
-static void svg_summary(const mpu_layout *l, int *buf, const mpu_group_kind *kinds, int nkinds) {
+/* "core layout: world 16 = tp 2 x cp 2 x pp 2 x dp 2 (ep 2 within dp), ...":
+ * every size, so that the product is the world */
+static void layout_title(const mpu_layout *l, char *t, size_t len) {
   const mpu_layout_config *c = mpu_layout_config_of(l);
-  int line = 0;
-  printf("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"%d\" "
-         "font-family=\"monospace\" font-size=\"13\">\n", 90 + 20 * nkinds);
-  printf("<text x=\"10\" y=\"%d\">%s layout: world %d = tp %d x pp %d x dp %d", 20 + 20 * line++,
-         mpu_flavor_name(c->flavor), c->world_size, c->tp, c->pp, mpu_layout_dp(l));
-  if (c->flavor == MPU_FLAVOR_CORE && c->cp > 1) printf(" (dp counts cp %d)", c->cp);
-  printf("</text>\n<text x=\"10\" y=\"%d\">more than %d ranks: too many to draw; rank 0's "
-         "groups (first 12 members)</text>\n", 20 + 20 * line++, SVG_MAX_RANKS);
-  for (int k = 0; k < nkinds; k++) {
-    int n = 0;
-    if (!mpu_layout_has(l, kinds[k]) ||
-        mpu_layout_group(l, kinds[k], 0, buf, (size_t)c->world_size + 3, &n) || !n)
-      continue;
-    printf("<text x=\"10\" y=\"%d\">%-20s size %-8d [", 20 + 20 * line++,
-           mpu_group_kind_name(c->flavor, kinds[k]), n);
-    for (int i = 0; i < n && i < 12; i++) printf("%s%d", i ? ", " : "", buf[i]);
-    printf("%s]</text>\n", n > 12 ? ", ..." : "");
-  }
-  printf("</svg>\n");
+  int n = snprintf(t, len, "%s layout: world %d = tp %d", mpu_flavor_name(c->flavor),
+                   c->world_size, c->tp);
+  if (c->flavor == MPU_FLAVOR_CORE && c->cp > 1) n += snprintf(t + n, len - n, " x cp %d", c->cp);
+  if (c->flavor == MPU_FLAVOR_DEEPSPEED && c->sp > 1)
+    n += snprintf(t + n, len - n, " x sp %d", c->sp);
+  n += snprintf(t + n, len - n, " x pp %d x dp %d", c->pp, mpu_layout_dp(l));
+  if (c->flavor == MPU_FLAVOR_CORE && c->ep > 1)
+    n += snprintf(t + n, len - n, " (ep %d within dp)", c->ep);
+  if (c->vp) n += snprintf(t + n, len - n, ", %d virtual stages per rank", c->vp);
+  if (c->split_rank >= 0) n += snprintf(t + n, len - n, ", split rank %d", c->split_rank);
+  if (c->flavor == MPU_FLAVOR_CORE && c->order[0])
+    snprintf(t + n, len - n, ", order %s", c->order);
 }
 
-static void svg(const mpu_layout *l, int *buf) {
-  const mpu_layout_config *c = mpu_layout_config_of(l);
-  int per_stage = c->world_size / c->pp, bw = 44, bh = 30, gap = 6, left = 80, top = 40;
-  int width = left + per_stage * (bw + gap) + 40, height = top + c->pp * (bh + 24) + 40;
-  if (width < 960) width = 960; /* room for the title */
-  int *row = malloc((size_t)c->world_size * sizeof(int)), *tpg = malloc((size_t)c->world_size * sizeof(int));
-  printf("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"monospace\" "
-         "font-size=\"12\">\n",
-         width, height);
-  /* the title states every size, so that their product is the world */
-  printf("<text x=\"10\" y=\"20\">%s layout: world %d = tp %d", mpu_flavor_name(c->flavor),
-         c->world_size, c->tp);
-  if (c->flavor == MPU_FLAVOR_CORE && c->cp > 1) printf(" x cp %d", c->cp);
-  if (c->flavor == MPU_FLAVOR_DEEPSPEED && c->sp > 1) printf(" x sp %d", c->sp);
-  printf(" x pp %d x dp %d", c->pp, mpu_layout_dp(l));
-  if (c->flavor == MPU_FLAVOR_CORE && c->ep > 1) printf(" (ep %d within dp)", c->ep);
-  if (c->vp) printf(", %d virtual stages", c->vp);
-  printf("; colour = data-parallel group, frame = tensor-parallel group</text>\n");
-  for (int s = 0; s < c->pp; s++) {
-    int n = stage_row(l, s, row, tpg, buf), y = top + s * (bh + 24);
-    printf("<text x=\"10\" y=\"%d\">stage %d</text>\n", y + 20, s);
-    int frame_start = 0;
-    for (int i = 0; i < n; i++) {
-      int x = left + i * (bw + gap), g = 0, nd;
-      mpu_rank_info info = MPU_RANK_INFO_INIT;
-      mpu_layout_rank_info(l, row[i], &info);
-      mpu_layout_group(l, MPU_GROUP_DP, row[i], buf, (size_t)c->world_size, &nd);
-      g = buf[0]; /* colour by the data-parallel group's first rank */
-      printf("<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"hsl(%d,60%%,75%%)\"/>"
-             "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
-             x, y, bw, bh, (g * 47) % 360, x + bw / 2, y + 20, row[i]);
-      if (tpg[i]) frame_start = x;
-      if (i + 1 == n || tpg[i + 1])
-        printf("<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"black\" "
-               "stroke-width=\"2\"/>\n",
-               frame_start - 2, y - 2, x + bw - frame_start + 4, bh + 4);
-    }
+/* what each kind of group is, for legends and captions */
+static const char *kind_caption(mpu_group_kind k) {
+  switch (k) {
+  case MPU_GROUP_DP: return "data-parallel group";
+  case MPU_GROUP_TP: return "tensor-parallel group";
+  case MPU_GROUP_PP: return "pipeline";
+  case MPU_GROUP_MP: return "model-parallel group (tp x pp)";
+  case MPU_GROUP_EMBEDDING: return "embedding group (first and last stage)";
+  case MPU_GROUP_POSITION_EMBEDDING: return "position-embedding group (first stage)";
+  case MPU_GROUP_SP: return "sequence-parallel group (Ulysses)";
+  case MPU_GROUP_SDP: return "sequence + data-parallel group";
+  case MPU_GROUP_AMAX: return "FP8 amax reduction group";
+  case MPU_GROUP_DP_CP: return "data + context-parallel group";
+  case MPU_GROUP_CP: return "context-parallel group";
+  case MPU_GROUP_TP_EP_PP: return "model + expert-parallel group";
+  case MPU_GROUP_TP_DP_CP: return "tensor + data + context group";
+  case MPU_GROUP_TP_DP: return "tensor + data group";
+  case MPU_GROUP_TP_CP: return "tensor + context group";
+  case MPU_GROUP_TP_EP: return "tensor + expert group";
+  case MPU_GROUP_EP: return "expert-parallel group";
+  case MPU_GROUP_DP_MODULO_EP: return "expert data-parallel group (dp modulo ep)";
+  case MPU_GROUP_DP_CP_MODULO_EP: return "expert data + context group (dp_cp modulo ep)";
+  default: return "group";
   }
-  printf("</svg>\n");
-  free(row);
+}
+
+/* The layout as a picture (picture.h): rows = stages, frame = tp, colour = dp,
+ * stripes = cp (or Ulysses sp) and ep, and a small grid per kind. */
+static void layout_picture(const mpu_layout *l, const mpu_group_kind *kinds, int nkinds, int *buf,
+                           pic *p) {
+  const mpu_layout_config *c = mpu_layout_config_of(l);
+  int W = c->world_size, *tpg = malloc((size_t)W * sizeof(int));
+  if (!tpg || pic_init(p, W, c->pp, W / c->pp) || place_ranks(l, p->row, p->col, tpg, buf))
+    fail("picture: out of memory");
   free(tpg);
+  layout_title(l, p->title, sizeof p->title);
+  snprintf(p->row_caption, sizeof p->row_caption, "row = pipeline stage%s",
+           c->vp ? ", with the model chunks it holds (virtual stages)" : "");
+  for (int s = 0; s < c->pp; s++) {
+    int n = snprintf(p->row_label[s], sizeof p->row_label[s], "stage %d", s);
+    for (int v = 0; v < c->vp && v < 4; v++)
+      n += snprintf(p->row_label[s] + n, sizeof p->row_label[s] - n, "%s%d",
+                    v ? "," : " chunks ", s + v * c->pp);
+    if (c->vp > 4) snprintf(p->row_label[s] + n, sizeof p->row_label[s] - n, ",..");
+  }
+  for (int k = 0; k < nkinds; k++) {
+    if (!mpu_layout_has(l, kinds[k])) continue;
+    pic_kind *pk = pic_add_kind(p, mpu_group_kind_name(c->flavor, kinds[k]),
+                                kind_caption(kinds[k]));
+    int count = 0, n;
+    if (!pk || mpu_layout_num_groups(l, kinds[k], &count)) fail("picture");
+    for (int g = 0; g < count; g++) {
+      if (mpu_layout_group_at(l, kinds[k], g, buf, (size_t)W + 3, &n)) fail("picture");
+      for (int i = 0; i < n; i++) pk->group_of[buf[i]] = g;
+    }
+    pk->ngroups = count;
+    int idx = p->nkinds - 1;
+    if (kinds[k] == MPU_GROUP_TP) p->channel[PIC_FRAME] = idx;
+    if (kinds[k] == MPU_GROUP_DP) p->channel[PIC_FILL] = idx;
+    if ((kinds[k] == MPU_GROUP_CP && c->cp > 1) || (kinds[k] == MPU_GROUP_SP && c->sp > 1))
+      p->channel[PIC_STRIPE_LOW] = idx;
+    if (kinds[k] == MPU_GROUP_EP && c->ep > 1) p->channel[PIC_STRIPE_HIGH] = idx;
+  }
+  for (int r = 0; r < W; r++) {
+    mpu_rank_info x = MPU_RANK_INFO_INIT;
+    char *json = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&json, &len);
+    if (!f || mpu_layout_rank_info(l, r, &x)) fail("picture");
+    print_info_json(f, l, &x);
+    fclose(f);
+    pic_set_info(p, r, json);
+  }
+}
+
+/* Beyond a few thousand ranks a picture of every rank is neither readable nor
+ * cheap: say the sizes and show rank 0's groups, a bounded amount of work. */
+typedef struct summary_args {
+  const mpu_layout *l;
+  int *buf;
+  const mpu_group_kind *kinds;
+  int nkinds;
+} summary_args;
+
+static void svg_summary(void *arg, FILE *f) {
+  const summary_args *a = arg;
+  const mpu_layout_config *c = mpu_layout_config_of(a->l);
+  char title[512];
+  int line = 0;
+  layout_title(a->l, title, sizeof title);
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"%d\" "
+         "font-family=\"monospace\" font-size=\"13\">\n<rect width=\"100%%\" height=\"100%%\" "
+         "fill=\"#fff\"/>\n", 90 + 20 * a->nkinds);
+  fprintf(f, "<text x=\"10\" y=\"%d\" font-weight=\"bold\">%s</text>\n", 20 + 20 * line++, title);
+  fprintf(f, "<text x=\"10\" y=\"%d\">more than %d ranks: too many to draw; rank 0's "
+         "groups (first 12 members)</text>\n", 20 + 20 * line++, SVG_MAX_RANKS);
+  for (int k = 0; k < a->nkinds; k++) {
+    int n = 0;
+    if (!mpu_layout_has(a->l, a->kinds[k]) ||
+        mpu_layout_group(a->l, a->kinds[k], 0, a->buf, (size_t)c->world_size + 3, &n) || !n)
+      continue;
+    fprintf(f, "<text x=\"10\" y=\"%d\">%-20s size %-8d [", 20 + 20 * line++,
+           mpu_group_kind_name(c->flavor, a->kinds[k]), n);
+    for (int i = 0; i < n && i < 12; i++) fprintf(f, "%s%d", i ? ", " : "", a->buf[i]);
+    fprintf(f, "%s]</text>\n", n > 12 ? ", ..." : "");
+  }
+  fprintf(f, "</svg>\n");
 }
 
 /* ---- --bench ------------------------------------------------------------------------ */
@@ -473,11 +547,19 @@ int cmd_plan(int argc, char **argv) {
   int nkinds = c->flavor == MPU_FLAVOR_DEEPSPEED ? (int)(sizeof ds_kinds / sizeof ds_kinds[0])
                                                  : (int)(sizeof core_kinds / sizeof core_kinds[0]);
   mpu_rank_info info = MPU_RANK_INFO_INIT;
-  if (o.format == PLAN_SVG && c->world_size > SVG_MAX_RANKS) {
-    svg_summary(l, buf, kinds, nkinds);
-  } else if (o.format == PLAN_SVG) {
-    svg(l, buf);
-  } else if (o.format == PLAN_JSON) {
+  if ((o.format == CLI_SVG || o.format == CLI_HTML) && c->world_size > SVG_MAX_RANKS) {
+    summary_args a = {l, buf, kinds, nkinds};
+    char title[512];
+    layout_title(l, title, sizeof title);
+    if (o.format == CLI_HTML) pic_html_summary(stdout, title, svg_summary, &a);
+    else svg_summary(&a, stdout);
+  } else if (o.format == CLI_SVG || o.format == CLI_HTML) {
+    pic p;
+    layout_picture(l, kinds, nkinds, buf, &p);
+    if (o.format == CLI_HTML) pic_html(&p, stdout);
+    else pic_svg(&p, stdout);
+    pic_free(&p);
+  } else if (o.format == CLI_JSON) {
     printf("{\"flavor\": \"%s\", \"world_size\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d",
            mpu_flavor_name(c->flavor), c->world_size, c->tp, c->pp, mpu_layout_dp(l));
     if (c->flavor == MPU_FLAVOR_DEEPSPEED) printf(", \"sp\": %d, \"fp8\": %s", c->sp, c->fp8 ? "true" : "false");
@@ -496,14 +578,14 @@ int cmd_plan(int argc, char **argv) {
       for (int r = 0; r < c->world_size; r++) {
         if (mpu_layout_rank_info(l, r, &info)) fail("rank info");
         printf("%s\n  ", r ? "," : "");
-        print_info_json(l, &info);
+        print_info_json(stdout, l, &info);
       }
       printf("\n ]");
     }
     if (o.rank >= 0) {
       if (mpu_layout_rank_info(l, (int)o.rank, &info)) fail("rank info");
       printf(",\n \"rank\": ");
-      print_info_json(l, &info);
+      print_info_json(stdout, l, &info);
     }
     printf("\n}\n");
   } else {
