@@ -24,6 +24,8 @@ static const knob knobs[] = {
     {"MPU_CHECK_CALLS", "1", "1: every collective first checks that all ranks made the same call (0: off)"},
     {"MPU_SPIN", "-1", "busy-wait iterations before a waiting rank sleeps (-1: automatic)"},
     {"MPU_DEBUG", "0", "1: log the file:line path of every error to stderr"},
+    {"MPU_STREAM_MIN_BYTES", "-1", "bytes a threads collective writes before it uses streaming "
+                                   "stores (-1: 3/4 of the last-level cache)"},
 };
 
 static mpu__env_values values;
@@ -65,6 +67,7 @@ static void load(void) {
   values.check_calls = as_long(1) != 0;
   values.spin = as_long(2);
   values.debug = as_long(3) != 0;
+  values.stream_min = as_long(4);
 }
 
 const mpu__env_values *mpu__env(void) {

@@ -12,6 +12,7 @@ typedef struct mpu__env_values {
   int check_calls;  /* MPU_CHECK_CALLS: agree on each collective's signature first */
   long spin;        /* MPU_SPIN: busy-wait iterations before sleeping; -1 = automatic */
   int debug;        /* MPU_DEBUG: log each error's path (file:line) to stderr */
+  long stream_min;  /* MPU_STREAM_MIN_BYTES: streaming-store threshold; -1 = from the cache */
 } mpu__env_values;
 
 /* The knobs, parsed on first use (thread-safe). A malformed value falls back

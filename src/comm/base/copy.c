@@ -7,8 +7,52 @@
  */
 #include "comm/base/copy.h"
 
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "core/env.h"
+
+static size_t stream_min;
+static pthread_once_t stream_once = PTHREAD_ONCE_INIT;
+
+/* The last-level cache one CPU sees: sysfs gives the instance this CPU
+ * shares (sysconf can report the whole package's on AMD: 384 MiB where one
+ * CCX has 32), then sysconf, 0 if neither knows. */
+static long llc_bytes(void) {
+  for (int index = 3; index >= 2; index--) {
+    char path[80], unit = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+    FILE *f = fopen(path, "r");
+    long k = 0;
+    int got = f ? fscanf(f, "%ld%c", &k, &unit) : 0;
+    if (f) fclose(f);
+    if (got >= 1 && k > 0) return unit == 'M' ? k << 20 : unit == 'K' ? k << 10 : k;
+  }
+  long v = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (v <= 0) v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  return v > 0 ? v : 0;
+}
+
+static void stream_init(void) {
+  long forced = mpu__env()->stream_min;
+  if (forced >= 0) {
+    stream_min = (size_t)forced;
+    return;
+  }
+  long llc = llc_bytes();
+  stream_min = llc > 0 ? (size_t)llc / 4 * 3 : (size_t)8 << 20; /* unknown cache: 8 MiB */
+}
+
+size_t mpu__stream_min_bytes(void) {
+  pthread_once(&stream_once, stream_init);
+  return stream_min;
+}
 
 /* Small enough to stay in L1/L2 between the copies of one slice. */
 #define SLICE ((size_t)16 << 10)

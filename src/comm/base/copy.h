@@ -6,10 +6,13 @@
 
 #include <stddef.h>
 
-/* Calls moving at least this many bytes in all write with streaming
- * (non-temporal) stores: their output would not fit in cache anyway, and
- * streaming skips reading each destination line before overwriting it. */
-#define MPU_STREAM_MIN_BYTES ((size_t)4 << 20)
+/* Calls writing at least this many bytes in all write with streaming
+ * (non-temporal) stores: their output would not stay in cache anyway, and
+ * streaming skips reading each destination line before overwriting it.
+ * Below it, outputs stay in cache for whoever reads them next. It is 3/4 of
+ * the last-level cache, as glibc's memcpy chooses its non-temporal threshold
+ * (MPU_STREAM_MIN_BYTES overrides it); read once. */
+size_t mpu__stream_min_bytes(void);
 
 /* memcpy, with streaming stores when `stream` is set and the CPU has them.
  * After streaming copies, call mpu__copy_fence() before telling another

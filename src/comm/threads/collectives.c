@@ -14,8 +14,9 @@
  * the result into every rank's output; in an all_gather each rank writes its
  * input into every output; a broadcast's chunks are pushed by different
  * ranks. Every chunk is reduced by one rank in rank order, so all ranks get
- * the same bits. Calls that move more than the cache holds write with
- * streaming stores (copy.h).
+ * the same bits. Calls whose buffers (everything read and written) do not
+ * fit in the last-level cache write with streaming stores (copy.h): their
+ * outputs would be evicted before anyone read them.
  *
  * That work comes in n tasks, task k by default done by rank k. When ranks
  * outnumber the cores, only as many ranks as there are cores work, rank w
@@ -60,6 +61,16 @@ static mpu_result_t enter(tcomm *tc, const tcall *call, const void *stage, size_
 /* Wait until every member is done with this call's buffers. */
 static mpu_result_t leave(tcomm *tc, const char *fn) { return mpu__tbarrier(tc, 0, fn); }
 
+/* Whether a call touching a * b + c * d bytes in all streams (saturating: a
+ * product past the address space only has to be big). */
+static int streams(size_t a, size_t b, size_t c, size_t d) {
+  size_t x, y, z;
+  if (__builtin_mul_overflow(a, b, &x) || __builtin_mul_overflow(c, d, &y) ||
+      __builtin_add_overflow(x, y, &z))
+    return 1;
+  return z >= mpu__stream_min_bytes();
+}
+
 /* Loop over this rank's tasks of a large call (see the top of the file). */
 #define FOR_EACH_TASK(k, tc)                                                      \
   for (int k = (tc)->me, step_ = (tc)->g->world->cpus < (tc)->g->n                \
@@ -89,7 +100,7 @@ mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t 
   }
   /* task t: reduce chunk t of every input into chunk t of every output */
   const tcall *calls = g->calls[p];
-  int stream = bytes * (size_t)n >= MPU_STREAM_MIN_BYTES;
+  int stream = streams(bytes, (size_t)n, bytes, (size_t)n); /* n inputs, n outputs */
   FOR_EACH_TASK(t, tc) {
     size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
     for (int k = 0; k < n; k++) {
@@ -125,12 +136,13 @@ mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t 
   }
   /* task t: copy rank t's input into block t of every output */
   const tcall *calls = g->calls[p];
+  int stream = streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n); /* n inputs, n outputs */
   FOR_EACH_TASK(t, tc) {
     for (int k = 0; k < n; k++) {
       char *dst = (char *)calls[k].recv + (size_t)t * bytes;
       tc->dsts[k] = dst == calls[t].send ? NULL : dst; /* in place: already there */
     }
-    mpu__copy_to(tc->dsts, n, calls[t].send, bytes, bytes * (size_t)n >= MPU_STREAM_MIN_BYTES);
+    mpu__copy_to(tc->dsts, n, calls[t].send, bytes, stream);
   }
   return leave(tc, fn);
 }
@@ -159,7 +171,7 @@ mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, siz
   FOR_EACH_TASK(t, tc) {
     for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + (size_t)t * bytes;
     mpu__reduce_to(&calls[t].recv, 1, tc->ptrs, n, count, dt, op, n,
-                   total >= MPU_STREAM_MIN_BYTES);
+                   streams(total, (size_t)n, bytes, (size_t)n));
   }
   return leave(tc, fn);
 }
@@ -189,7 +201,7 @@ mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
     for (int k = 0; k < g->n; k++)
       tc->dsts[k] = k == root ? NULL : (char *)calls[k].recv + lo * es;
     mpu__copy_to(tc->dsts, g->n, (const char *)calls[root].send + lo * es, (hi - lo) * es,
-                 bytes * (size_t)g->n >= MPU_STREAM_MIN_BYTES);
+                 streams(bytes, (size_t)g->n, 0, 0));
   }
   return leave(tc, fn);
 }
@@ -220,7 +232,8 @@ mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t coun
       size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
       for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
       void *dst = (char *)calls[root].recv + lo * es;
-      mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, op, n, bytes >= MPU_STREAM_MIN_BYTES);
+      mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, op, n,
+                     streams(bytes, (size_t)n + 1, 0, 0));
     }
   return leave(tc, fn);
 }
@@ -245,12 +258,12 @@ mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t 
     return MPU_SUCCESS;
   }
   const tcall *calls = g->calls[p];
+  int stream = streams(total, (size_t)n, total, (size_t)n); /* n inputs, n outputs */
   FOR_EACH_TASK(t, tc) /* task t: fill rank t's output, block k from rank k's input */
   for (int k = 0; k < n; k++)
     mpu__copy((char *)calls[t].recv + (size_t)k * bytes,
-              (const char *)calls[k].send + (size_t)t * bytes, bytes,
-              total >= MPU_STREAM_MIN_BYTES);
-  if (total >= MPU_STREAM_MIN_BYTES) mpu__copy_fence();
+              (const char *)calls[k].send + (size_t)t * bytes, bytes, stream);
+  if (stream) mpu__copy_fence();
   return leave(tc, fn);
 }
 

@@ -2,6 +2,11 @@
  * sync.c - how threads ranks wait for each other: a generation barrier that
  * spins briefly, then sleeps on a futex, and that can be broken.
  *
+ * Waiting adapts to where the peers run: a waiter spins (briefly, and less
+ * after spins that did not pay) while its peers run on other CPUs, yields at
+ * once when a peer last arrived from its own CPU (it cannot arrive while we
+ * spin), and sleeps when neither ends the wait.
+ *
  * The barrier is one 64-bit word: BROKEN | generation << 32 | arrivals. The
  * last member to arrive starts the next generation; a waiter that gives up
  * (timeout, a peer gone, the world poisoned) sets BROKEN with a
@@ -27,6 +32,9 @@
 #define GEN_MASK UINT64_C(0x7fffffff)
 #define COUNT_MASK UINT64_C(0xffffffff)
 #define SLICE_S 0.01
+#define SPIN_MIN 32          /* the adaptive spin budget's floor (pause()s) */
+#define SHARED_SCAN_MAX 64   /* groups up to this size look for a peer on their CPU */
+#define SHARED_YIELDS 2000   /* yields to a peer on our CPU before sleeping */
 
 static inline uint64_t gen_of(uint64_t s) { return (s >> 32) & GEN_MASK; }
 
@@ -154,9 +162,30 @@ static uint64_t failure(tcomm *tc, double deadline, watch *seen, char *detail, s
   return tc_pack(TC_TIMEOUT, MPU_ERR_TIMEOUT, first < 0 ? g->members[tc->me] : first);
 }
 
+/* 1: generation gen is complete; -1: the barrier broke; 0: still waiting.
+ * Acquire: a completed generation makes the peers' writes before it visible. */
+static inline int look(tbarrier *b, uint64_t gen) {
+  uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
+  if (gen_of(s) != gen) return 1;
+  return s & BROKEN ? -1 : 0;
+}
+
+/* Whether a peer last arrived from this CPU: then it cannot run while we
+ * spin (both threads pinned to one core, or placed there by the scheduler),
+ * and the CPU is better handed to it at once. A hint: a stale entry costs one
+ * call a spin or a yield, never correctness. Big groups skip the scan. */
+static int peer_on_my_cpu(const tgroup *g, int me, int cpu) {
+  if (cpu < 0 || g->n > SHARED_SCAN_MAX) return 0;
+  for (int m = 0; m < g->n; m++)
+    if (m != me && atomic_load_explicit(&g->cpu[m], memory_order_relaxed) == cpu) return 1;
+  return 0;
+}
+
 mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
   tgroup *g = tc->g;
   tbarrier *b = &g->bar;
+  int cpu = sched_getcpu(); /* vDSO: tens of nanoseconds */
+  atomic_store_explicit(&g->cpu[tc->me], cpu, memory_order_relaxed);
   uint64_t s = atomic_fetch_add(&b->state, 1);
   if (s & BROKEN) return mpu__tgroup_broken(g, what);
   uint64_t gen = gen_of(s);
@@ -167,18 +196,25 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
     return MPU_SUCCESS;
   }
 
-  for (long i = 0; i < g->world->spin; i++) {
-    s = atomic_load_explicit(&b->state, memory_order_acquire);
-    if (gen_of(s) != gen) return MPU_SUCCESS;
-    if (s & BROKEN) return mpu__tgroup_broken(g, what);
-    cpu_relax();
+  /* Spin while it pays: not when a peer shares our CPU, and for as long as
+   * recent spins were long enough (the budget halves when a wait outlasts it
+   * and doubles back when one ends within it, as glibc's adaptive mutexes). */
+  int shared = peer_on_my_cpu(g, tc->me, cpu), done;
+  if (!shared) {
+    for (long i = 0; i < tc->spin; i++) {
+      if ((done = look(b, gen))) {
+        if (tc->spin < g->world->spin) /* grow back */
+          tc->spin = tc->spin * 2 > g->world->spin ? g->world->spin : tc->spin * 2;
+        return done > 0 ? MPU_SUCCESS : mpu__tgroup_broken(g, what);
+      }
+      cpu_relax();
+    }
+    if (tc->spin > SPIN_MIN) tc->spin /= 2;
   }
-  /* ranks outnumber cores: hand the core to a peer that has work, a few
-   * times, before paying for a sleep and a wake-up */
-  for (int i = 0; i < g->world->yields; i++) {
-    s = atomic_load_explicit(&b->state, memory_order_acquire);
-    if (gen_of(s) != gen) return MPU_SUCCESS;
-    if (s & BROKEN) return mpu__tgroup_broken(g, what);
+  /* yield: to the peer on our CPU, or (ranks outnumber cores) to one with
+   * work, before paying for a sleep and a wake-up */
+  for (int i = 0, n = shared ? SHARED_YIELDS : g->world->yields; i < n; i++) {
+    if ((done = look(b, gen))) return done > 0 ? MPU_SUCCESS : mpu__tgroup_broken(g, what);
     sched_yield();
   }
 

@@ -77,6 +77,7 @@ typedef struct tgroup {
   _Atomic int *departed;        /* [member]: its handle was destroyed */
   _Atomic uint32_t departures;  /* how many handles were destroyed: a waiter rescans the
                                    members only when this (or the world's exits) moved */
+  _Atomic int *cpu;             /* [member]: the CPU it last arrived from (a hint for waiting) */
 } tgroup;
 
 /* One rank's handle: the impl of an mpu_comm of the threads backend. */
@@ -84,6 +85,7 @@ typedef struct tcomm {
   tgroup *g;
   int me;
   uint64_t seq;        /* calls made on this group */
+  long spin;           /* this rank's spin budget now: adapts between SPIN_MIN and the world's */
   const void **ptrs;   /* [n] scratch for the kernels' source lists ... */
   void **dsts;         /* [n] ... and destination lists */
   mpu_comm *base;
@@ -111,8 +113,9 @@ struct tworld {
   int n;
   double timeout_s;
   int check_calls;
-  long spin;
+  long spin;                 /* most pause()s a wait spins before yielding (adaptive below it) */
   int yields;                /* sched_yield()s before sleeping, when ranks outnumber cores */
+  long online;               /* CPUs online when the world started */
   int cpus;                  /* how many ranks work at once in large calls (online CPUs) */
   _Atomic uint64_t poison;   /* first fatal failure in the world (reason word) */
   _Atomic int *gone;         /* [world rank]: its function returned */

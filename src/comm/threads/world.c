@@ -43,6 +43,7 @@ static void group_free(tgroup *g) {
   free(g->scratch[1]);
   free((void *)g->entered);
   free((void *)g->departed);
+  free((void *)g->cpu);
   free(g);
 }
 
@@ -60,12 +61,14 @@ static tgroup *group_new(tworld *w, const int *members, int n) {
   g->scratch[1] = aligned_alloc(64, (size_t)n * MPU_THREADS_SCRATCH);
   g->entered = calloc((size_t)n, sizeof *g->entered);
   g->departed = calloc((size_t)n, sizeof *g->departed);
+  g->cpu = malloc((size_t)n * sizeof *g->cpu);
   if (!g->members || !g->calls[0] || !g->calls[1] || !g->scratch[0] || !g->scratch[1] ||
-      !g->entered || !g->departed) {
+      !g->entered || !g->departed || !g->cpu) {
     group_free(g);
     return NULL;
   }
   memcpy(g->members, members, (size_t)n * sizeof(int));
+  for (int m = 0; m < n; m++) atomic_init(&g->cpu[m], -1);
   return g;
 }
 
@@ -90,6 +93,7 @@ static mpu_result_t handle_new(tworld *w, tgroup *g, int me, mpu_comm **out) {
   }
   tc->g = g;
   tc->me = me;
+  tc->spin = w->spin;
   tc->ptrs = ptrs;
   tc->dsts = dsts;
   tc->base = c;
@@ -238,6 +242,7 @@ static mpu_result_t world_new(int n, const mpu_launch_options *o, tworld **out) 
   long cpus = o && o->workers > 0 ? o->workers : online;
   w->cpus = cpus < 1 ? 1 : cpus > n ? n : (int)cpus;
   w->yields = n > online ? 100 : 0;
+  w->online = online < 1 ? 1 : online;
   pthread_mutex_init(&w->lock, NULL);
   w->gone = calloc((size_t)n, sizeof *w->gone);
   w->boxes = calloc((size_t)n, sizeof *w->boxes);
