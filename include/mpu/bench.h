@@ -37,21 +37,32 @@ MPU_API mpu_result_t mpu_collective_from_name(const char *name, mpu_collective *
  * broadcast, reduce 1. */
 MPU_API double mpu_bench_bus_factor(mpu_collective c, int nranks);
 
+/* The least memory traffic (bytes read + bytes written, over all ranks) of a
+ * collective of nccl-tests size `bytes` over n ranks sharing one memory:
+ * every input read once, every output written once. all_reduce and
+ * all_to_all 2nS; all_gather, reduce_scatter and reduce (n+1)S; broadcast
+ * nS. `mpu bench` divides it by the copy bandwidth of as many threads to get
+ * its roofline column. */
+MPU_API double mpu_bench_traffic(mpu_collective c, int nranks, size_t bytes);
+
 typedef struct mpu_bench_config {
   size_t size;          /* sizeof(mpu_bench_config), set by the initializer */
   mpu_collective collective;
   mpu_dtype dtype;
   mpu_op op;            /* for the reducing collectives */
-  size_t bytes;         /* nccl-tests "size"; rounded down to whole elements per rank */
+  size_t bytes;         /* nccl-tests "size": rounded down to whole elements per rank, and up
+                           to at least one element per rank (the result says what ran) */
   int warmup;           /* untimed iterations */
   int iters;            /* timed iterations, 1..100000 */
   int in_place;
   int native;           /* 1: also time the backend library's own call (MPI_Allreduce, ...)
                            on the same buffers, iteration by iteration interleaved */
+  int check;            /* 1: after timing, run each variant once on known inputs and count
+                           the wrong output elements over all ranks (nccl-tests -c 1) */
 } mpu_bench_config;
 
 #define MPU_BENCH_CONFIG_INIT \
-  {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0, 0}
+  {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0, 0, 0}
 
 typedef struct mpu_bench_result {
   size_t size;       /* sizeof(mpu_bench_result): set it (MPU_BENCH_RESULT_INIT) */
@@ -65,10 +76,13 @@ typedef struct mpu_bench_result {
   double native_us;  /* with config.native: median of the library's own call; -1 when the
                         backend has none (threads) or it cannot do this call (16-bit sums) */
   double native_mean_us;
+  long long wrong;   /* with config.check: wrong output elements over all ranks; -1 unchecked */
+  long long native_wrong; /* the same for the native call */
 } mpu_bench_result;
 
 #define MPU_BENCH_RESULT_INIT {.size = sizeof(mpu_bench_result)}
-#define MPU_BENCH_RESULT_MIN_SIZE sizeof(mpu_bench_result)
+/* the first version ended before `wrong` */
+#define MPU_BENCH_RESULT_MIN_SIZE offsetof(mpu_bench_result, wrong)
 
 /*
  * Time cfg->iters calls of one collective on comm. Collective over comm: every
@@ -89,8 +103,9 @@ MPU_API mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config
 MPU_API mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms,
                                            const mpu_bench_config *cfg, mpu_bench_result *out);
 
-/* This thread's memcpy bandwidth in GB/s over buffers of `bytes` (the
- * reference the benchmark compares busbw with): median of `iters` copies. */
+/* This thread's copy bandwidth in GB/s (bytes copied per second) over
+ * buffers of `bytes`: median of `iters` copies, with streaming stores where
+ * the threads backend would use them for the same footprint. */
 MPU_API mpu_result_t mpu_bench_memcpy(size_t bytes, int iters, double *gbps);
 
 /* The same with `threads` threads copying at once, each its own buffers:

@@ -7,6 +7,7 @@
  * iteration, whose median is the reported time. Iterations are not separated
  * by barriers: as in nccl-tests, ranks stay in step through the collective.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/base/copy.h"
 #include "comm/comm_internal.h"
 #include "core/error.h"
 #include "core/options.h"
@@ -48,6 +50,20 @@ double mpu_bench_bus_factor(mpu_collective c, int n) {
   case MPU_COLL_ALL_TO_ALL: return (double)(n - 1) / n;
   case MPU_COLL_BROADCAST:
   case MPU_COLL_REDUCE: return 1.0;
+  default: return 0;
+  }
+}
+
+double mpu_bench_traffic(mpu_collective c, int n, size_t bytes) {
+  double S = (double)bytes;
+  if (n <= 0) return 0;
+  switch (c) {
+  case MPU_COLL_ALL_REDUCE:
+  case MPU_COLL_ALL_TO_ALL: return 2.0 * n * S;   /* n inputs read, n outputs written */
+  case MPU_COLL_ALL_GATHER:                      /* S of inputs read, n outputs of S */
+  case MPU_COLL_REDUCE_SCATTER:                  /* n inputs of S read, S of outputs */
+  case MPU_COLL_REDUCE: return (n + 1.0) * S;    /* n inputs read, one output */
+  case MPU_COLL_BROADCAST: return n * S;         /* the root's read, n - 1 written */
   default: return 0;
   }
 }
@@ -120,6 +136,133 @@ static mpu_result_t call_native(mpu_comm *c, const mpu_bench_config *cfg, void *
   }
 }
 
+/* ---- checking results --------------------------------------------------------------
+ * The inputs are small integers, so every sum and product is exact in every
+ * dtype and the expected output does not depend on the reduction's order:
+ * rank r's input element j is ((7r + 3j) mod 16), or for prod 2 where
+ * (r + j) is a multiple of 3, else 1. The expected values go through the same
+ * conversions the reduction rule prescribes (docs/api.md). */
+
+static int input_value(mpu_op op, int rank, size_t j) {
+  if (op == MPU_PROD) return (rank + j) % 3 == 0 ? 2 : 1;
+  return (int)(((size_t)rank * 7 + j * 3) % 16);
+}
+
+/* Store element i of a buffer of dtype dt: floats from a double (already
+ * rounded as the rule wants), integers from their low bits. */
+static void store_float(mpu_dtype dt, void *buf, size_t i, double v) {
+  switch (dt) {
+  case MPU_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case MPU_FLOAT64: ((double *)buf)[i] = v; break;
+  case MPU_FLOAT16: ((uint16_t *)buf)[i] = mpu_float_to_half((float)v); break;
+  default: ((uint16_t *)buf)[i] = mpu_float_to_bfloat16((float)v); break;
+  }
+}
+
+static void store_int(mpu_dtype dt, void *buf, size_t i, uint64_t u) {
+  switch (dt) {
+  case MPU_INT32: ((int32_t *)buf)[i] = (int32_t)(uint32_t)u; break;
+  case MPU_INT64: ((int64_t *)buf)[i] = (int64_t)u; break;
+  default: ((uint8_t *)buf)[i] = (uint8_t)u; break;
+  }
+}
+
+static int is_float(mpu_dtype dt) {
+  return dt == MPU_FLOAT32 || dt == MPU_FLOAT64 || dt == MPU_FLOAT16 || dt == MPU_BFLOAT16;
+}
+
+static void store_input(mpu_dtype dt, void *buf, size_t i, int v) {
+  if (is_float(dt)) store_float(dt, buf, i, v);
+  else store_int(dt, buf, i, (uint64_t)v);
+}
+
+/* op over every rank's element j, stored at out[i] */
+static void store_reduced(mpu_dtype dt, mpu_op op, int n, size_t j, void *out, size_t i) {
+  long long sum = 0, lo = 16, hi = -1, twos = 0;
+  for (int r = 0; r < n; r++) {
+    int v = input_value(op, r, j);
+    sum += v, lo = v < lo ? v : lo, hi = v > hi ? v : hi, twos += v == 2;
+  }
+  if (is_float(dt)) {
+    double v = op == MPU_MIN ? (double)lo : op == MPU_MAX ? (double)hi : (double)sum;
+    if (op == MPU_PROD) v = ldexp(1.0, (int)twos);
+    if (op == MPU_PROD && dt != MPU_FLOAT64) v = (float)v; /* float32 accumulator: inf past 2^127 */
+    if (op == MPU_AVG) v = dt == MPU_FLOAT64 ? (double)sum / n : (double)((float)sum / (float)n);
+    store_float(dt, out, i, v);
+    return;
+  }
+  uint64_t u = op == MPU_MIN ? (uint64_t)lo : op == MPU_MAX ? (uint64_t)hi : (uint64_t)sum;
+  if (op == MPU_PROD) u = twos >= 64 ? 0 : (uint64_t)1 << twos;
+  if (op == MPU_AVG) u = (uint64_t)(sum / n);
+  store_int(dt, out, i, u);
+}
+
+typedef struct check_bufs {
+  char *send, *recv;          /* the call's buffers (device or host) */
+  char *host_send, *host_recv; /* host copies to fill and read (== send, recv on the host) */
+  size_t send_bytes, recv_bytes;
+  int device;
+} check_bufs;
+
+static mpu_result_t call(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
+                         size_t count, int rank, size_t es);
+static mpu_result_t call_native(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
+                                size_t count, int rank, size_t es);
+
+/* Run the call once on known inputs; *wrong = wrong output elements on every
+ * rank together (collective over c). */
+static mpu_result_t check_once(mpu_comm *c, const mpu_bench_config *cfg, int native,
+                               const check_bufs *b, size_t count, int rank, int n,
+                               long long *wrong) {
+  size_t es = mpu_dtype_size(cfg->dtype);
+  mpu_dtype dt = cfg->dtype;
+  mpu_op op = cfg->op;
+  int ip = cfg->in_place;
+  mpu_collective k = cfg->collective;
+  size_t ninput = k == MPU_COLL_REDUCE_SCATTER || k == MPU_COLL_ALL_TO_ALL ? count * n : count;
+  memset(b->host_recv, 0xff, b->recv_bytes); /* NaN or -1: nothing to mistake for a result */
+  char *in = b->host_send;
+  if (k == MPU_COLL_ALL_GATHER && ip) in = b->host_recv + (size_t)rank * count * es;
+  for (size_t j = 0; j < ninput; j++) store_input(dt, in, j, input_value(op, rank, j));
+  if (b->device) {
+    MPU_CHECK(mpu_comm_copy2d(c, b->send, b->send_bytes, b->host_send, b->send_bytes,
+                              b->send_bytes, 1));
+    MPU_CHECK(mpu_comm_copy2d(c, b->recv, b->recv_bytes, b->host_recv, b->recv_bytes,
+                              b->recv_bytes, 1));
+  }
+  MPU_CHECK(native ? call_native(c, cfg, b->send, b->recv, count, rank, es)
+                   : call(c, cfg, b->send, b->recv, count, rank, es));
+  if (b->device) {
+    MPU_CHECK(mpu_comm_copy2d(c, b->host_send, b->send_bytes, b->send, b->send_bytes,
+                              b->send_bytes, 1));
+    MPU_CHECK(mpu_comm_copy2d(c, b->host_recv, b->recv_bytes, b->recv, b->recv_bytes,
+                              b->recv_bytes, 1));
+  }
+  /* where this rank's output is, and what its element i should be */
+  char *out = ip ? b->host_send : b->host_recv, want[16];
+  size_t nout = count;
+  if (k == MPU_COLL_ALL_GATHER || k == MPU_COLL_ALL_TO_ALL) out = b->host_recv, nout = count * n;
+  if (k == MPU_COLL_BROADCAST) out = b->host_send;
+  if (k == MPU_COLL_REDUCE_SCATTER && ip) out = b->host_send + (size_t)rank * count * es;
+  if (k == MPU_COLL_REDUCE && rank != 0) nout = 0; /* only the root's output is defined */
+  int64_t mine = 0;
+  for (size_t i = 0; i < nout; i++) {
+    switch (k) {
+    case MPU_COLL_ALL_REDUCE:
+    case MPU_COLL_REDUCE: store_reduced(dt, op, n, i, want, 0); break;
+    case MPU_COLL_REDUCE_SCATTER: store_reduced(dt, op, n, (size_t)rank * count + i, want, 0); break;
+    case MPU_COLL_BROADCAST: store_input(dt, want, 0, input_value(op, 0, i)); break;
+    case MPU_COLL_ALL_GATHER: store_input(dt, want, 0, input_value(op, (int)(i / count), i % count)); break;
+    default: /* all_to_all: block b came from rank b, its elements for this rank */
+      store_input(dt, want, 0, input_value(op, (int)(i / count), (size_t)rank * count + i % count));
+    }
+    mine += memcmp(out + i * es, want, es) != 0;
+  }
+  MPU_CHECK(mpu_comm_all_reduce(c, &mine, &mine, 1, MPU_INT64, MPU_SUM));
+  *wrong = mine;
+  return MPU_SUCCESS;
+}
+
 static double median_of(double *t, int n) {
   qsort(t, (size_t)n, sizeof(double), cmp_double);
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
@@ -175,6 +318,7 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
                   cfg->collective == MPU_COLL_REDUCE_SCATTER ||
                   cfg->collective == MPU_COLL_ALL_TO_ALL;
   size_t count = cfg->bytes / es / (per_total ? (size_t)n : 1);
+  if (count == 0) count = 1; /* as nccl-tests: at least one element per rank */
   /* send: n blocks for reduce_scatter and all_to_all; recv: n for all_gather
    * and all_to_all; every product and the +64 slack checked */
   int send_blocks = cfg->collective == MPU_COLL_REDUCE_SCATTER || cfg->collective == MPU_COLL_ALL_TO_ALL;
@@ -244,6 +388,25 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   MPU_CHECK_GOTO(mpu_comm_all_reduce(comms[0], times, times,
                                      (size_t)variants * (size_t)cfg->iters, MPU_FLOAT64, MPU_MAX),
                  r, out);
+  /* the results, checked after the timing on every variant (nccl-tests -c 1) */
+  long long wrong[MAX_VARIANTS];
+  for (int v = 0; v < MAX_VARIANTS; v++) wrong[v] = -1;
+  if (cfg->check) {
+    check_bufs cb = {send, recv, send, recv, send_bytes, recv_bytes, device};
+    if (device) {
+      cb.host_send = malloc(send_bytes + 1);
+      cb.host_recv = malloc(recv_bytes + 1);
+    }
+    if (!cb.host_send || !cb.host_recv) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: check buffers", fn);
+    for (int v = 0; v < variants && !r; v++)
+      r = check_once(v == ncomms ? comms[0] : comms[v], cfg, v == ncomms, &cb, count, rank, n,
+                     &wrong[v]);
+    if (device) {
+      free(cb.host_send);
+      free(cb.host_recv);
+    }
+    if (r) goto out;
+  }
   double native_us = -1, native_mean = -1;
   if (native) {
     double *t = times + (size_t)ncomms * (size_t)cfg->iters, sum = 0;
@@ -256,7 +419,7 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
     for (int i = 0; i < cfg->iters; i++) sum += t[i];
     double median = median_of(t, cfg->iters); /* sorts t: t[0] is the minimum */
     mpu_bench_result res = {sizeof res, bytes, count, median, sum / cfg->iters, t[0], 0, 0, native_us,
-                            native_mean};
+                            native_mean, wrong[v], native ? wrong[ncomms] : -1};
     res.algbw_gbps = median > 0 ? (double)bytes / (median * 1e3) : 0;
     res.busbw_gbps = res.algbw_gbps * mpu_bench_bus_factor(cfg->collective, n);
     MPU_CHECK_GOTO(mpu__give_out(fn, "result", "MPU_BENCH_RESULT_INIT", &out[v], &res, sizeof res,
@@ -301,6 +464,7 @@ static void start_wait(start_line *l) {
 typedef struct copier {
   size_t bytes;
   int iters;
+  int stream; /* the threads backend's choice for this footprint */
   start_line *start; /* NULL when copying alone */
   double median_us;
   int failed;
@@ -322,7 +486,8 @@ static void *copy_loop(void *arg) {
     if (c->start) start_wait(c->start); /* even after a failure, so no one waits forever */
     if (c->failed) continue;
     double t0 = now_us();
-    memcpy(i % 2 ? a : b, i % 2 ? b : a, c->bytes);
+    mpu__copy(i % 2 ? a : b, i % 2 ? b : a, c->bytes, c->stream);
+    if (c->stream) mpu__copy_fence();
     t[i] = now_us() - t0;
   }
   if (!c->failed) {
@@ -354,7 +519,9 @@ mpu_result_t mpu_bench_memcpy_concurrent(size_t bytes, int iters, int threads, d
     goto out;
   }
   for (; started < threads; started++) {
-    c[started] = (copier){bytes, iters, threads > 1 ? &line : NULL, 0, 0};
+    size_t footprint = bytes > SIZE_MAX / 2 / (size_t)threads ? SIZE_MAX : 2 * bytes * (size_t)threads;
+    c[started] = (copier){bytes, iters, mpu__streams(footprint),
+                          threads > 1 ? &line : NULL, 0, 0};
     if (threads == 1) {
       copy_loop(&c[0]);
     } else if (pthread_create(&tid[started], NULL, copy_loop, &c[started])) {

@@ -1,7 +1,9 @@
 /*
- * bench_cmd.c - `mpu bench`: collective bandwidth and latency, nccl-tests
- * style, against this machine's single-thread memcpy bandwidth measured in
- * the same run.
+ * bench_cmd.c - `mpu bench`: collective bandwidth and latency in nccl-tests'
+ * flags and columns (out-of-place and in-place side by side, #wrong from
+ * checking every result), each row against a roofline measured in the same
+ * run: the least memory traffic the collective must move, at the copy
+ * bandwidth of as many threads copying buffers of the same size.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -14,16 +16,17 @@
 #include "mpu.h"
 
 #define MAX_ROWS 4096
+#define MAX_SIZES 64
 
 typedef struct bench_opts {
-  size_t min_bytes, max_bytes, memcpy_bytes;
+  size_t min_bytes, max_bytes, step_bytes;
   long factor, warmup, iters, workers;
   long ranks[16];
   int nranks;
   int colls[MPU_COLL_COUNT], ncolls;
   mpu_dtype dtype;
   mpu_op op;
-  int in_place;
+  int check;
   cli_format format;
   const char *csv;
   tool_backend backend;
@@ -33,16 +36,19 @@ typedef struct bench_opts {
 typedef struct bench_row {
   int ranks;
   mpu_collective coll;
-  mpu_bench_result res;    /* MPI: call checking off, with the raw MPI call interleaved */
-  mpu_bench_result checked; /* MPI: the same call with call checking on */
+  mpu_bench_result res[2];     /* [in_place]; MPI: call checking off, raw MPI interleaved */
+  mpu_bench_result checked[2]; /* MPI: the same call with call checking on */
+  double roof_us;              /* the roofline time of this row (see the top of the file) */
 } bench_row;
 
 typedef struct bench_run {
   const bench_opts *o;
-  int cpus;
-  double memcpy_all_gbps; /* one thread's memcpy bandwidth while every CPU copies */
-  int ranks; /* of the launch in progress */
+  int ranks;         /* of the launch in progress */
+  int copiers;       /* threads of the roofline copies: the ranks that work at once */
   mpu_comm *checked; /* MPI: the world with call checking on (bench_rank gets the unchecked one) */
+  size_t sizes[MAX_SIZES];
+  int nsizes;
+  double copy_gbps[MAX_SIZES]; /* per copier, for sizes[i], this launch; 0: not yet measured */
   bench_row rows[MAX_ROWS];
   int nrows, total_rows; /* done and planned (the progress line's time left) */
 } bench_run;
@@ -52,36 +58,42 @@ static void help(void) {
       "usage: mpu bench [options]\n"
       "\n"
       "Time collectives on n ranks (thread ranks by default; MPI processes or NCCL with\n"
-      "--backend), as nccl-tests does:\n"
-      "size is the whole buffer (all_gather: the output; reduce_scatter, all_to_all: the input),\n"
-      "time the median over iterations of the slowest rank, algbw = size / time,\n"
-      "busbw = algbw x the collective's bus factor. The same run measures one thread's memcpy\n"
-      "bandwidth and prints each busbw as a fraction of it.\n"
+      "--backend) with nccl-tests' flags and columns: size is the whole buffer (all_gather:\n"
+      "the output; reduce_scatter, all_to_all: the input), rounded to at least one element\n"
+      "per rank; time is the mean over iterations of the slowest rank (the median beside\n"
+      "it); algbw = size / time, busbw = algbw x the collective's bus factor. Out-of-place\n"
+      "and in-place run side by side; after the timing each is run once more on known\n"
+      "inputs and #wrong counts the output elements that differ. roof is the share of the\n"
+      "roofline reached: the least memory traffic the collective must move (every input read\n"
+      "and every output written once) over the copy bandwidth of as many threads copying\n"
+      "buffers of the same size, measured in this run, as a fraction of the time taken.\n"
       "\n"
-      "options:\n"
+      "options (nccl-tests' letters and meanings):\n"
       "  -b, --minbytes SIZE     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
       "  -e, --maxbytes SIZE     largest size (default 64M)\n"
       "  -f, --stepfactor N      multiply the size by N each step (default 2)\n"
-      "  -n, --ranks LIST        thread ranks, or a comma-separated list of counts measured\n"
-      "                          one after the other in this run (default 2)\n"
-      "  -c, --collective LIST   all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
-      "                          all_to_all, comma-separated, or all (default all_reduce)\n"
-      "  -d, --dtype TYPE        float32, float64, float16, bfloat16, int32, int64, uint8\n"
-      "  -o, --op OP             sum, prod, min, max, avg (default sum)\n"
-      "  -w, --warmup N          untimed iterations per size (default: by size)\n"
-      "  -i, --iters N           timed iterations per size (default: 500 up to 64 KiB,\n"
+      "  -i, --stepbytes SIZE    add SIZE each step instead\n"
+      "  -n, --iters N           timed iterations per size (default: 500 up to 64 KiB,\n"
       "                          100 up to 1 MiB, 20 above)\n"
-      "      --in-place          use the in-place form of each collective\n"
+      "  -w, --warmup_iters N    untimed iterations per size (default: iters / 5 + 1)\n"
+      "  -c, --check 0|1         check every result (default 1)\n"
+      "  -d, --datatype TYPE     float32, float64, float16, bfloat16, int32, int64, uint8\n"
+      "  -o, --op OP             sum, prod, min, max, avg (default sum)\n"
+      "  -t, --nthreads LIST     ranks as threads of this process, or a comma-separated list of\n"
+      "                          counts measured one after the other (default 2)\n"
+      "  -g, --ngpus 1           GPUs per rank: 1 (nccl: one GPU per thread rank)\n"
+      "\n"
+      "mpu's own:\n"
+      "      --collective LIST   all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
+      "                          all_to_all, comma-separated, or all (default all_reduce)\n"
       "      --workers N         ranks that move data at once in large calls (default: CPUs)\n"
       "      --check-calls on|off threads: compare every call's signature across ranks\n"
       "                          (default on; run both to see what it costs)\n"
-      "      --backend NAME      threads, or mpi: this process is one rank of an MPI job\n"
-      "                          (mpirun -n N mpu bench --backend mpi); each row is mpu with\n"
-      "                          call checking off, the raw MPI call timed interleaved with it\n"
-      "                          on the same buffers, and mpu with call checking on\n"
-      "                          nccl: -n thread ranks, each with one GPU and an NCCL\n"
-      "                          communicator (device buffers; nccl-tests -t N -g 1)\n"
-      "      --memcpy-bytes SIZE buffer size of the memcpy reference (default 64M)\n"
+      "      --backend NAME      threads; mpi: this process is one rank of an MPI job\n"
+      "                          (mpirun -n N mpu bench --backend mpi), and each block adds the\n"
+      "                          raw MPI call timed interleaved on the same buffers and mpu with\n"
+      "                          call checking on (the main columns have it off); nccl: -t\n"
+      "                          thread ranks, each with one GPU and an NCCL communicator\n"
       "      --csv FILE          also write the rows as CSV\n"
       "      --format text|json  output format (default text)\n"
       "  -h, --help              this text\n"
@@ -90,23 +102,33 @@ static void help(void) {
       "(see 'mpu bench --block --help').\n");
 }
 
+static void parse_list(const char *what, const char *arg, long lo, long hi, long *out, int cap,
+                       int *n) {
+  if (cli_parse_int_list(arg, lo, hi, out, cap, n))
+    cli_usage_error("bench", "%s wants up to %d whole numbers %ld..%ld separated by single commas, "
+                    "not '%s'", what, cap, lo, hi, arg);
+}
+
 static void parse(int argc, char **argv, bench_opts *o) {
   static const struct option longs[] = {
-      {"minbytes", required_argument, 0, 'b'},  {"maxbytes", required_argument, 0, 'e'},
-      {"stepfactor", required_argument, 0, 'f'}, {"ranks", required_argument, 0, 'n'},
-      {"collective", required_argument, 0, 'c'}, {"dtype", required_argument, 0, 'd'},
-      {"op", required_argument, 0, 'o'},         {"warmup", required_argument, 0, 'w'},
-      {"iters", required_argument, 0, 'i'},      {"in-place", no_argument, 0, 'I'},
-      {"backend", required_argument, 0, 'B'},    {"memcpy-bytes", required_argument, 0, 'M'},
-      {"csv", required_argument, 0, 'C'},        {"format", required_argument, 0, 'F'},
-      {"workers", required_argument, 0, 'W'},    {"help", no_argument, 0, 'h'},
-      {"check-calls", required_argument, 0, 'K'},
+      {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
+      {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
+      {"iters", required_argument, 0, 'n'},      {"warmup_iters", required_argument, 0, 'w'},
+      {"check", required_argument, 0, 'c'},      {"datatype", required_argument, 0, 'd'},
+      {"op", required_argument, 0, 'o'},         {"nthreads", required_argument, 0, 't'},
+      {"ngpus", required_argument, 0, 'g'},      {"collective", required_argument, 0, 'C'},
+      {"backend", required_argument, 0, 'B'},    {"csv", required_argument, 0, 'S'},
+      {"format", required_argument, 0, 'F'},     {"workers", required_argument, 0, 'W'},
+      {"check-calls", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  *o = (bench_opts){8, 64 << 20, 64 << 20, 2, -1, -1, 0, {2}, 1, {MPU_COLL_ALL_REDUCE}, 1,
-                    MPU_FLOAT32, MPU_SUM, 0, CLI_TEXT, NULL, TOOL_THREADS, MPU_CHECKS_DEFAULT};
+  *o = (bench_opts){.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .warmup = -1,
+                    .iters = -1, .ranks = {2}, .nranks = 1, .colls = {MPU_COLL_ALL_REDUCE},
+                    .ncolls = 1, .dtype = MPU_FLOAT32, .op = MPU_SUM, .check = 1,
+                    .format = CLI_TEXT, .backend = TOOL_THREADS, .check_calls = MPU_CHECKS_DEFAULT};
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:n:c:d:o:w:i:h", longs, NULL)) != -1) {
+  long v;
+  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:t:g:h", longs, NULL)) != -1) {
     switch (c) {
     case 'b':
       if (cli_parse_size(optarg, &o->min_bytes)) cli_usage_error("bench", "bad --minbytes '%s'", optarg);
@@ -114,26 +136,33 @@ static void parse(int argc, char **argv, bench_opts *o) {
     case 'e':
       if (cli_parse_size(optarg, &o->max_bytes)) cli_usage_error("bench", "bad --maxbytes '%s'", optarg);
       break;
-    case 'M':
-      if (cli_parse_size(optarg, &o->memcpy_bytes) || !o->memcpy_bytes)
-        cli_usage_error("bench", "bad --memcpy-bytes '%s'", optarg);
-      break;
     case 'f':
       if (cli_parse_int(optarg, 2, 1024, &o->factor))
         cli_usage_error("bench", "--stepfactor wants a whole number 2..1024, not '%s'", optarg);
       break;
-    case 'n': {
-      if (cli_list_ok(optarg))
-        cli_usage_error("bench", "--ranks wants counts separated by single commas, not '%s'", optarg);
-      char *list = strdup(optarg), *save = NULL;
-      o->nranks = 0;
-      for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
-        if (o->nranks == 16 || cli_parse_int(t, 1, 1024, &o->ranks[o->nranks++]))
-          cli_usage_error("bench", "--ranks wants up to 16 counts of 1..1024, not '%s'", optarg);
-      free(list);
-      if (!o->nranks) cli_usage_error("bench", "--ranks names no count");
+    case 'i':
+      if (cli_parse_size(optarg, &o->step_bytes) || !o->step_bytes)
+        cli_usage_error("bench", "--stepbytes wants a size > 0, not '%s'", optarg);
       break;
-    }
+    case 'n':
+      if (cli_parse_int(optarg, 1, 100000, &o->iters))
+        cli_usage_error("bench", "--iters wants 1..100000, not '%s'", optarg);
+      break;
+    case 'w':
+      if (cli_parse_int(optarg, 0, 100000, &o->warmup))
+        cli_usage_error("bench", "--warmup_iters wants 0..100000, not '%s'", optarg);
+      break;
+    case 'c':
+      if (cli_parse_int(optarg, 0, 1, &v)) cli_usage_error("bench", "--check wants 0 or 1, not '%s'", optarg);
+      o->check = (int)v;
+      break;
+    case 't':
+      parse_list("--nthreads", optarg, 1, 1024, o->ranks, 16, &o->nranks);
+      break;
+    case 'g':
+      if (cli_parse_int(optarg, 1, 1, &v))
+        cli_usage_error("bench", "--ngpus wants 1 (one GPU per rank), not '%s'", optarg);
+      break;
     case 'K':
       if (!strcmp(optarg, "on")) o->check_calls = MPU_CHECKS_ON;
       else if (!strcmp(optarg, "off")) o->check_calls = MPU_CHECKS_OFF;
@@ -143,15 +172,7 @@ static void parse(int argc, char **argv, bench_opts *o) {
       if (cli_parse_int(optarg, 1, 1024, &o->workers))
         cli_usage_error("bench", "--workers wants 1..1024, not '%s'", optarg);
       break;
-    case 'w':
-      if (cli_parse_int(optarg, 0, 100000, &o->warmup))
-        cli_usage_error("bench", "--warmup wants 0..100000, not '%s'", optarg);
-      break;
-    case 'i':
-      if (cli_parse_int(optarg, 1, 100000, &o->iters))
-        cli_usage_error("bench", "--iters wants 1..100000, not '%s'", optarg);
-      break;
-    case 'c': {
+    case 'C': {
       o->ncolls = 0;
       if (!strcmp(optarg, "all")) {
         for (int k = 0; k < MPU_COLL_COUNT; k++) o->colls[o->ncolls++] = k;
@@ -161,23 +182,25 @@ static void parse(int argc, char **argv, bench_opts *o) {
         cli_usage_error("bench", "--collective wants names separated by single commas, not '%s'",
                         optarg);
       char *list = strdup(optarg), *save = NULL;
+      if (!list) cli_usage_error("bench", "out of memory");
       for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         mpu_collective k;
-        if (mpu_collective_from_name(t, &k) || o->ncolls == MPU_COLL_COUNT)
-          cli_usage_error("bench", "unknown or repeated collective '%s' in --collective", t);
+        int seen = 0;
+        if (mpu_collective_from_name(t, &k))
+          cli_usage_error("bench", "unknown collective '%s' in --collective", t);
+        for (int i = 0; i < o->ncolls; i++) seen |= o->colls[i] == (int)k;
+        if (seen) cli_usage_error("bench", "collective '%s' named twice in --collective", t);
         o->colls[o->ncolls++] = k;
       }
       free(list);
-      if (!o->ncolls) cli_usage_error("bench", "--collective names no collective");
       break;
     }
     case 'd':
-      if (mpu_dtype_from_name(optarg, &o->dtype)) cli_usage_error("bench", "unknown dtype '%s'", optarg);
+      if (mpu_dtype_from_name(optarg, &o->dtype)) cli_usage_error("bench", "unknown datatype '%s'", optarg);
       break;
     case 'o':
       if (mpu_op_from_name(optarg, &o->op)) cli_usage_error("bench", "unknown op '%s'", optarg);
       break;
-    case 'I': o->in_place = 1; break;
     case 'B':
       if (!strcmp(optarg, "nccl")) {
         if (!mpu_nccl_available()) cli_usage_error("bench", "this build has no NCCL backend");
@@ -186,7 +209,7 @@ static void parse(int argc, char **argv, bench_opts *o) {
         o->backend = tool_parse_backend("bench", optarg);
       }
       break;
-    case 'C': o->csv = optarg; break;
+    case 'S': o->csv = optarg; break;
     case 'F':
       if (cli_parse_format(optarg, &o->format)) cli_usage_error("bench", "--format wants text or json, not '%s'", optarg);
       break;
@@ -201,7 +224,7 @@ static void parse(int argc, char **argv, bench_opts *o) {
   /* refuse what cannot fit before starting, not after an hour of swapping:
    * each rank holds a send and a receive buffer of up to --maxbytes */
   double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-  long most = 1, cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  long most = 1;
   for (int i = 0; i < o->nranks; i++) most = o->ranks[i] > most ? o->ranks[i] : most;
   if (o->backend == TOOL_MPI) most = 1; /* this process is one rank */
   const double gib = 1024.0 * 1024 * 1024;
@@ -209,9 +232,6 @@ static void parse(int argc, char **argv, bench_opts *o) {
     cli_usage_error("bench", "--maxbytes %.1f GiB needs about %.1f GiB for %ld rank(s), more than "
                     "half of this machine's %.1f GiB", (double)o->max_bytes / gib,
                     2.0 * (double)o->max_bytes * (double)most / gib, most, mem / gib);
-  if (mem > 0 && 2.0 * (double)o->memcpy_bytes * (double)(cpus < 1 ? 1 : cpus) > mem / 2)
-    cli_usage_error("bench", "--memcpy-bytes %.1f GiB copied by %ld threads needs more than half of "
-                    "this machine's %.1f GiB", (double)o->memcpy_bytes / gib, cpus, mem / gib);
   if (o->csv) { /* a bad output path fails now, before the work */
     FILE *f = *o->csv ? fopen(o->csv, "a") : NULL;
     if (!f) cli_usage_error("bench", "cannot write --csv '%s'", o->csv);
@@ -219,9 +239,42 @@ static void parse(int argc, char **argv, bench_opts *o) {
   }
 }
 
+/* The sizes of the sweep: -b to -e, times -f or plus -i. */
+static int plan_sizes(const bench_opts *o, size_t *sizes) {
+  int n = 0;
+  for (size_t b = o->min_bytes; b <= o->max_bytes && n < MAX_SIZES;) {
+    sizes[n++] = b;
+    size_t next;
+    if (o->step_bytes ? __builtin_add_overflow(b, o->step_bytes, &next)
+                      : __builtin_mul_overflow(b, (size_t)o->factor, &next))
+      break;
+    if (next == b) break; /* -b 0 with a factor */
+    b = next;
+  }
+  return n;
+}
+
 static int iters_for(const bench_opts *o, size_t bytes) {
   if (o->iters > 0) return (int)o->iters;
   return bytes <= (64 << 10) ? 500 : bytes <= (1 << 20) ? 100 : 20;
+}
+
+/* The roofline's copy bandwidth for one size, measured by rank 0 while the
+ * others wait (so the copies have the machine to themselves, as the
+ * collective had), once per size and launch. */
+static mpu_result_t copy_rate(mpu_comm *world, bench_run *run, int size_index, int rank) {
+  if (run->copy_gbps[size_index] > 0) return MPU_SUCCESS;
+  size_t bytes = run->sizes[size_index] ? run->sizes[size_index] : 1;
+  double gbps = 0;
+  mpu_result_t r = MPU_SUCCESS;
+  if (rank == 0) {
+    int iters = iters_for(run->o, bytes);
+    r = mpu_bench_memcpy_concurrent(bytes, iters > 50 ? 50 : iters, run->copiers, &gbps);
+  }
+  mpu_result_t b = mpu_comm_broadcast(world, &gbps, 1, MPU_FLOAT64, 0);
+  if (!r) r = b;
+  if (!r) run->copy_gbps[size_index] = gbps;
+  return r;
 }
 
 static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
@@ -230,30 +283,39 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
   int rank;
   mpu_comm_rank(world, &rank);
   for (int k = 0; k < o->ncolls; k++)
-    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes;
-         bytes = bytes > o->max_bytes / (size_t)o->factor ? o->max_bytes + 1 : bytes * (size_t)o->factor) {
-      mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
-      cfg.collective = (mpu_collective)o->colls[k];
-      cfg.dtype = o->dtype;
-      cfg.op = o->op;
-      cfg.bytes = bytes;
-      cfg.iters = iters_for(o, bytes);
-      cfg.warmup = o->warmup >= 0 ? (int)o->warmup : cfg.iters / 5 + 1;
-      cfg.in_place = o->in_place;
-      cfg.native = o->backend == TOOL_MPI;
-      mpu_bench_result res[2] = {MPU_BENCH_RESULT_INIT, MPU_BENCH_RESULT_INIT};
-      mpu_comm *comms[2] = {world, run->checked};
-      mpu_result_t r = mpu_bench_collectives(comms, run->checked ? 2 : 1, &cfg, res);
+    for (int si = 0; si < run->nsizes; si++) {
+      size_t bytes = run->sizes[si];
+      bench_row row = {.ranks = run->ranks, .coll = (mpu_collective)o->colls[k]};
+      for (int ip = 0; ip < 2; ip++) {
+        mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
+        cfg.collective = row.coll;
+        cfg.dtype = o->dtype;
+        cfg.op = o->op;
+        cfg.bytes = bytes;
+        cfg.iters = iters_for(o, bytes);
+        cfg.warmup = o->warmup >= 0 ? (int)o->warmup : cfg.iters / 5 + 1;
+        cfg.in_place = ip;
+        cfg.native = o->backend == TOOL_MPI;
+        cfg.check = o->check;
+        mpu_bench_result res[2] = {MPU_BENCH_RESULT_INIT, MPU_BENCH_RESULT_INIT};
+        mpu_comm *comms[2] = {world, run->checked};
+        mpu_result_t r = mpu_bench_collectives(comms, run->checked ? 2 : 1, &cfg, res);
+        if (r) return r;
+        row.res[ip] = res[0];
+        row.checked[ip] = res[1];
+      }
+      mpu_result_t r = copy_rate(world, run, si, rank);
       if (r) return r;
-      mpu_bench_result checked = res[1];
+      /* copy_gbps is what one copier copies per second: 2x that in traffic */
+      double traffic = mpu_bench_traffic(row.coll, run->ranks, row.res[0].bytes);
+      row.roof_us = traffic / (2.0 * run->copy_gbps[si] * run->copiers * 1e3);
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
-        run->rows[run->nrows++] = (bench_row){run->ranks, cfg.collective, res[0], checked};
+        run->rows[run->nrows++] = row;
         cli_progress_share((double)run->nrows / run->total_rows);
-        cli_progress("mpu bench: %d ranks, %s %s done", run->ranks,
-                     mpu_collective_name(cfg.collective), cli_format_size(bytes, sz, sizeof sz));
+        cli_progress("mpu bench: %d ranks, %s %s done", run->ranks, mpu_collective_name(row.coll),
+                     cli_format_size(bytes, sz, sizeof sz));
       }
-      if (bytes == 0) break;
     }
   return MPU_SUCCESS;
 }
@@ -272,79 +334,133 @@ static const char *backend_name(tool_backend b) {
   return b == TOOL_MPI ? "mpi" : b == TOOL_NCCL ? "nccl" : "threads";
 }
 
-static void print_text(const bench_run *run, double memcpy_gbps) {
+static int rooted(mpu_collective c) { return c == MPU_COLL_BROADCAST || c == MPU_COLL_REDUCE; }
+static int reducing(mpu_collective c) {
+  return c == MPU_COLL_ALL_REDUCE || c == MPU_COLL_REDUCE_SCATTER || c == MPU_COLL_REDUCE;
+}
+
+static void print_block(const bench_run *run, const bench_row *r, int ip, int mpi) {
+  const mpu_bench_result *x = &r->res[ip];
+  char wrong[24];
+  if (x->wrong < 0) snprintf(wrong, sizeof wrong, "N/A");
+  else snprintf(wrong, sizeof wrong, "%lld", x->wrong);
+  printf("  %9.2f %9.2f %7.2f %7.2f %6s %5.0f%%", x->mean_us, x->time_us,
+         x->mean_us > 0 ? (double)x->bytes / (x->mean_us * 1e3) : 0,
+         x->mean_us > 0 ? (double)x->bytes / (x->mean_us * 1e3) *
+                              mpu_bench_bus_factor(r->coll, r->ranks) : 0,
+         wrong, x->mean_us > 0 ? 100.0 * r->roof_us / x->mean_us : 0);
+  if (mpi) {
+    if (x->native_mean_us >= 0) printf(" %9.2f", x->native_mean_us);
+    else printf(" %9s", "-");
+    printf(" %9.2f", r->checked[ip].mean_us);
+  }
+}
+
+static int print_text(const bench_run *run) {
   const bench_opts *o = run->o;
-  char sz[32];
   int mpi = o->backend == TOOL_MPI;
-  printf("# mpu bench: %s backend, %s, op %s, %s\n", backend_name(o->backend), mpu_dtype_name(o->dtype),
-         mpu_op_name(o->op), o->in_place ? "in place" : "out of place");
-  printf("# reference: memcpy, 1 thread, %s buffers: %.2f GB/s\n",
-         cli_format_size(o->memcpy_bytes, sz, sizeof sz), memcpy_gbps);
-  printf("#   (%d threads copying at once: %.2f GB/s each, %.2f GB/s together)\n", run->cpus,
-         run->memcpy_all_gbps, run->memcpy_all_gbps * run->cpus);
-  printf("# time: median over iterations of the slowest rank; GB/s = 1e9 bytes/s\n");
+  long long wrong = 0;
+  double busbw_sum = 0;
+  int counted = 0;
+  printf("# mpu bench: %s backend, %s, op %s; nccl-tests' columns\n", backend_name(o->backend),
+         mpu_dtype_name(o->dtype), mpu_op_name(o->op));
+  printf("# time: mean over iterations of the slowest rank, median beside it; algbw = size / time;\n"
+         "#   busbw = algbw x bus factor (GB/s = 1e9 bytes/s)\n"
+         "# #wrong: output elements that differ from the expected ones, all ranks together%s\n"
+         "# roof: the collective's least memory traffic at the copy bandwidth of as many threads\n"
+         "#   copying buffers of the same size (measured in this run), over the time taken\n",
+         o->check ? "" : " (-c 0: not checked)");
   if (mpi)
-    printf("# mpu: call checking off; mpi: the raw MPI call (MPI_Allreduce, ...); checked: mpu with\n"
-           "#   call checking on (the default); the three timed interleaved on the same buffers\n");
-  printf("#\n");
-  printf("# %-14s %5s %12s %12s %11s %11s %11s %11s %9s%s\n", "collective", "ranks", "size(B)",
-         "count", "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "busbw/mem",
-         mpi ? "     mpi(us)   overhead  checked(us)  +check" : "");
+    printf("# mpi: the raw MPI call (MPI_Allreduce, ...) timed interleaved with mpu on the same\n"
+           "#   buffers; +chk: mpu with call checking on (the main columns have it off)\n");
   for (int i = 0; i < run->nrows; i++) {
-    const mpu_bench_result *r = &run->rows[i].res;
-    printf("  %-14s %5d %12zu %12zu %11.2f %11.2f %11.3f %11.3f %8.1f%%",
-           mpu_collective_name(run->rows[i].coll), run->rows[i].ranks, r->bytes, r->count,
-           r->time_us, r->mean_us, r->algbw_gbps, r->busbw_gbps, 100.0 * r->busbw_gbps / memcpy_gbps);
-    double raw = r->native_us, chk = run->rows[i].checked.time_us;
-    if (mpi && raw >= 0)
-      printf(" %11.2f %+8.2fus %+6.1f%%", raw, r->time_us - raw, 100.0 * (r->time_us - raw) / raw);
-    else if (mpi)
-      printf(" %11s %10s %7s", "-", "-", "-");
-    if (mpi) printf(" %12.2f %+6.1f%%", chk, 100.0 * (chk - r->time_us) / r->time_us);
+    const bench_row *r = &run->rows[i];
+    if (i == 0 || r->coll != run->rows[i - 1].coll || r->ranks != run->rows[i - 1].ranks) {
+      char phrase[48];
+      printf("#\n# %s, %s\n", mpu_collective_name(r->coll),
+             tool_ranks_phrase(o->backend == TOOL_NCCL ? TOOL_THREADS : o->backend, r->ranks,
+                               phrase, sizeof phrase));
+      printf("# %52s%s %-*s %s\n", "", "out-of-place", mpi ? 54 : 34, "", "in-place");
+      printf("# %12s %12s %9s %6s %5s", "size", "count", "type", "redop", "root");
+      for (int ip = 0; ip < 2; ip++)
+        printf("  %9s %9s %7s %7s %6s %6s%s", "time", "median", "algbw", "busbw", "#wrong",
+               "roof", mpi ? "       mpi      +chk" : "");
+      printf("\n# %12s %12s %9s %6s %5s", "(B)", "(elements)", "", "", "");
+      for (int ip = 0; ip < 2; ip++)
+        printf("  %9s %9s %7s %7s %6s %6s%s", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "",
+               mpi ? "      (us)      (us)" : "");
+      printf("\n");
+    }
+    printf("  %12zu %12zu %9s %6s %5d", r->res[0].bytes, r->res[0].count,
+           mpu_dtype_name(o->dtype), reducing(r->coll) ? mpu_op_name(o->op) : "none",
+           rooted(r->coll) ? 0 : -1);
+    for (int ip = 0; ip < 2; ip++) {
+      print_block(run, r, ip, mpi);
+      if (r->res[ip].wrong > 0) wrong += r->res[ip].wrong;
+      if (r->res[ip].native_wrong > 0) wrong += r->res[ip].native_wrong;
+      if (r->res[ip].mean_us > 0) {
+        busbw_sum += (double)r->res[ip].bytes / (r->res[ip].mean_us * 1e3) *
+                     mpu_bench_bus_factor(r->coll, r->ranks);
+        counted++;
+      }
+    }
     printf("\n");
   }
+  printf("# Out of bounds values : %lld %s\n", wrong, wrong ? "FAILED" : "OK");
+  printf("# Avg bus bandwidth    : %g\n#\n", counted ? busbw_sum / counted : 0);
+  return wrong ? 1 : 0;
 }
 
-static void print_json(const bench_run *run, double memcpy_gbps) {
+static int print_json(const bench_run *run) {
   const bench_opts *o = run->o;
+  long long wrong = 0;
   printf("{\"backend\": \"%s\", \"ranks\": [", backend_name(o->backend));
   for (int i = 0; i < o->nranks; i++) printf("%s%ld", i ? ", " : "", o->ranks[i]);
-  printf("], \"dtype\": \"%s\", \"op\": \"%s\", \"in_place\": %s,\n \"memcpy\": {\"bytes\": "
-         "%zu, \"gbps\": %.4f, \"concurrent_threads\": %d, \"concurrent_gbps_each\": %.4f},\n"
-         " \"rows\": [",
-         mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->in_place ? "true" : "false",
-         o->memcpy_bytes, memcpy_gbps, run->cpus, run->memcpy_all_gbps);
-  for (int i = 0; i < run->nrows; i++) {
-    const mpu_bench_result *r = &run->rows[i].res;
-    printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"count\": %zu, "
-           "\"time_us\": %.3f, \"mean_us\": %.3f, \"min_us\": %.3f, \"algbw_gbps\": %.4f, "
-           "\"busbw_gbps\": %.4f, \"busbw_fraction_of_memcpy\": %.4f, \"raw_mpi_us\": %.3f, "
-           "\"checked_us\": %.3f}",
-           i ? "," : "", mpu_collective_name(run->rows[i].coll), run->rows[i].ranks, r->bytes,
-           r->count, r->time_us, r->mean_us, r->min_us, r->algbw_gbps, r->busbw_gbps,
-           r->busbw_gbps / memcpy_gbps, r->native_us,
-           o->backend == TOOL_MPI ? run->rows[i].checked.time_us : -1.0);
-  }
-  printf("\n]}\n");
+  printf("], \"dtype\": \"%s\", \"op\": \"%s\", \"checked\": %s,\n \"rows\": [",
+         mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->check ? "true" : "false");
+  for (int i = 0, first = 1; i < run->nrows; i++)
+    for (int ip = 0; ip < 2; ip++, first = 0) {
+      const bench_row *row = &run->rows[i];
+      const mpu_bench_result *r = &row->res[ip];
+      double algbw = r->mean_us > 0 ? (double)r->bytes / (r->mean_us * 1e3) : 0;
+      if (r->wrong > 0) wrong += r->wrong;
+      printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"in_place\": %s, \"op\": \"%s\", "
+             "\"root\": %d, \"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, \"mean_us\": %.3f, "
+             "\"median_us\": %.3f, \"min_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+             "\"wrong\": %lld, \"roofline_us\": %.3f, \"roofline_fraction\": %.4f, "
+             "\"raw_mpi_us\": %.3f, \"checked_us\": %.3f}",
+             first ? "" : ",", mpu_collective_name(row->coll), row->ranks, ip ? "true" : "false",
+             reducing(row->coll) ? mpu_op_name(o->op) : "none", rooted(row->coll) ? 0 : -1,
+             r->bytes, r->count, r->mean_us, r->mean_us, r->time_us, r->min_us, algbw,
+             algbw * mpu_bench_bus_factor(row->coll, row->ranks), r->wrong, row->roof_us,
+             r->mean_us > 0 ? row->roof_us / r->mean_us : 0, r->native_mean_us,
+             o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1.0);
+    }
+  printf("\n], \"wrong\": %lld}\n", wrong);
+  return wrong ? 1 : 0;
 }
 
-static int write_csv(const bench_run *run, double memcpy_gbps) {
+static int write_csv(const bench_run *run) {
   const bench_opts *o = run->o;
   FILE *f = fopen(o->csv, "w");
   if (!f) {
     perror(o->csv);
     return -1;
   }
-  fprintf(f, "collective,backend,ranks,dtype,bytes,time_us,algbw_gbps,busbw_gbps\n");
-  fprintf(f, "memcpy,threads,1,%s,%zu,%.3f,%.4f,%.4f\n", mpu_dtype_name(o->dtype),
-          o->memcpy_bytes, (double)o->memcpy_bytes / (memcpy_gbps * 1e3), memcpy_gbps,
-          memcpy_gbps);
-  for (int i = 0; i < run->nrows; i++) {
-    const mpu_bench_result *r = &run->rows[i].res;
-    fprintf(f, "%s,%s,%d,%s,%zu,%.3f,%.4f,%.4f\n", mpu_collective_name(run->rows[i].coll),
-            backend_name(o->backend), run->rows[i].ranks, mpu_dtype_name(o->dtype), r->bytes, r->time_us, r->algbw_gbps,
-            r->busbw_gbps);
-  }
+  fprintf(f, "collective,backend,ranks,dtype,op,in_place,bytes,count,mean_us,median_us,"
+             "algbw_gbps,busbw_gbps,wrong,roofline_us,raw_mpi_us\n");
+  for (int i = 0; i < run->nrows; i++)
+    for (int ip = 0; ip < 2; ip++) {
+      const bench_row *row = &run->rows[i];
+      const mpu_bench_result *r = &row->res[ip];
+      double algbw = r->mean_us > 0 ? (double)r->bytes / (r->mean_us * 1e3) : 0;
+      fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.3f,%.3f,%.4f,%.4f,%lld,%.3f,%.3f\n",
+              mpu_collective_name(row->coll), backend_name(o->backend), row->ranks,
+              mpu_dtype_name(o->dtype), reducing(row->coll) ? mpu_op_name(o->op) : "none", ip,
+              r->bytes, r->count, r->mean_us, r->time_us, algbw,
+              algbw * mpu_bench_bus_factor(row->coll, row->ranks), r->wrong, row->roof_us,
+              r->native_mean_us);
+    }
   return fclose(f);
 }
 
@@ -355,45 +471,28 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[i], "--block")) return cmd_bench_block(argc, argv);
   bench_opts o;
   parse(argc, argv, &o);
-  /* the memcpy reference is measured by one process (rank 0 of an MPI job,
-   * the others waiting), so the copies do not compete with each other */
-  int measure = 1;
   mpu_comm *world = NULL;
-  if (o.backend == TOOL_MPI) {
-    if (!(world = tool_mpi_world_unchecked())) return 1;
-    int rank;
-    mpu_comm_rank(world, &rank);
-    measure = rank == 0;
-  }
-  double memcpy_gbps = 0;
+  if (o.backend == TOOL_MPI && !(world = tool_mpi_world_unchecked())) return 1;
   bench_run *run = calloc(1, sizeof *run);
-  mpu_result_t r = run ? MPU_SUCCESS : MPU_ERR_OUT_OF_MEMORY;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  if (run) run->cpus = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
-  if (!r && measure) r = mpu_bench_memcpy(o.memcpy_bytes, 11, &memcpy_gbps);
-  if (!r && measure)
-    r = mpu_bench_memcpy_concurrent(o.memcpy_bytes, 11, run->cpus, &run->memcpy_all_gbps);
-  if (world) mpu_comm_barrier(world);
-  if (r) {
-    fprintf(stderr, "mpu bench: memcpy reference: %s\n", run ? mpu_last_error() : "out of memory");
-    free(run);
+  if (!run) {
+    fprintf(stderr, "mpu bench: out of memory\n");
     tool_backend_done(o.backend);
     return 1;
   }
   run->o = &o;
-  int sizes = 0;
-  for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;
-       bytes = bytes > o.max_bytes / (size_t)o.factor ? o.max_bytes + 1 : bytes * (size_t)o.factor) {
-    sizes++;
-    if (bytes == 0) break;
-  }
-  run->total_rows = sizes * o.ncolls * (o.backend == TOOL_MPI ? 1 : o.nranks);
+  run->nsizes = plan_sizes(&o, run->sizes);
+  run->total_rows = run->nsizes * o.ncolls * (o.backend == TOOL_MPI ? 1 : o.nranks);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 1) cpus = 1;
+  if (o.workers > 0 && o.workers < cpus) cpus = o.workers;
   int printer = 1;
+  mpu_result_t r = MPU_SUCCESS;
   if (o.backend == TOOL_MPI) { /* this process is one rank of the job */
     mpu_comm_size(world, &run->ranks);
     int rank;
     mpu_comm_rank(world, &rank);
     printer = rank == 0;
+    run->copiers = run->ranks < cpus ? run->ranks : (int)cpus;
     run->checked = tool_mpi_world();
     r = bench_rank(world, run);
   } else {
@@ -402,6 +501,8 @@ int cmd_bench(int argc, char **argv) {
     lo.check_calls = o.check_calls;
     for (int i = 0; i < o.nranks && r == MPU_SUCCESS; i++) {
       run->ranks = (int)o.ranks[i];
+      run->copiers = run->ranks < cpus ? run->ranks : (int)cpus;
+      memset(run->copy_gbps, 0, sizeof run->copy_gbps);
       r = mpu_launch(run->ranks, o.backend == TOOL_NCCL ? bench_rank_nccl : bench_rank, run, NULL,
                      &lo);
     }
@@ -415,12 +516,12 @@ int cmd_bench(int argc, char **argv) {
   if (r) {
     fprintf(stderr, "mpu bench: %s: %s\n", mpu_result_name(r), mpu_last_error());
     free(run);
+    tool_backend_done(o.backend);
     return 1;
   }
-  if (o.format == CLI_JSON) print_json(run, memcpy_gbps);
-  else print_text(run, memcpy_gbps);
-  int bad = o.csv && write_csv(run, memcpy_gbps);
+  int bad = o.format == CLI_JSON ? print_json(run) : print_text(run);
+  if (o.csv && write_csv(run)) bad = 1;
   free(run);
   tool_backend_done(o.backend);
-  return bad ? 1 : 0;
+  return bad;
 }

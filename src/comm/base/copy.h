@@ -14,6 +14,9 @@
  * (MPU_STREAM_MIN_BYTES overrides it); read once. */
 size_t mpu__stream_min_bytes(void);
 
+/* Whether work touching `footprint` bytes (read + written) should stream. */
+static inline int mpu__streams(size_t footprint) { return footprint >= mpu__stream_min_bytes(); }
+
 /* memcpy, with streaming stores when `stream` is set and the CPU has them.
  * After streaming copies, call mpu__copy_fence() before telling another
  * thread the data is there. */

@@ -68,7 +68,7 @@ static int streams(size_t a, size_t b, size_t c, size_t d) {
   if (__builtin_mul_overflow(a, b, &x) || __builtin_mul_overflow(c, d, &y) ||
       __builtin_add_overflow(x, y, &z))
     return 1;
-  return z >= mpu__stream_min_bytes();
+  return mpu__streams(z);
 }
 
 /* Loop over this rank's tasks of a large call (see the top of the file). */

@@ -35,6 +35,8 @@
 #define SPIN_MIN 32          /* the adaptive spin budget's floor (pause()s) */
 #define SHARED_SCAN_MAX 64   /* groups up to this size look for a peer on their CPU */
 #define SHARED_YIELDS 2000   /* yields to a peer on our CPU before sleeping */
+#define SHARED_MOVE_EVERY 256 /* shared waits between two tries to move off the CPU */
+#define SHORT_WAIT_S 50e-6   /* a wait past the spin this short grows the budget back */
 
 static inline uint64_t gen_of(uint64_t s) { return (s >> 32) & GEN_MASK; }
 
@@ -181,6 +183,34 @@ static int peer_on_my_cpu(const tgroup *g, int me, int cpu) {
   return 0;
 }
 
+static mpu_result_t wait_slow(tcomm *tc, int breakable, const char *what, uint64_t gen,
+                              int shared);
+
+/* Move this thread to an allowed CPU that no member of the group was last
+ * seen on, when the group has CPUs enough for one each: set the affinity to
+ * that CPU alone, which migrates the thread at once, then give the original
+ * mask back (the thread stays where it now is). Threads pinned to one CPU, or
+ * more ranks than CPUs, are left where they are. */
+static void move_off(tcomm *tc) {
+  tgroup *g = tc->g;
+  cpu_set_t allowed, one;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) || CPU_COUNT(&allowed) < g->n) return;
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    int used = 0;
+    for (int m = 0; m < g->n && !used; m++)
+      used = atomic_load_explicit(&g->cpu[m], memory_order_relaxed) == c;
+    if (used) continue;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    if (!sched_setaffinity(0, sizeof one, &one)) {
+      sched_setaffinity(0, sizeof allowed, &allowed);
+      atomic_store_explicit(&g->cpu[tc->me], sched_getcpu(), memory_order_relaxed);
+    }
+    return;
+  }
+}
+
 mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
   tgroup *g = tc->g;
   tbarrier *b = &g->bar;
@@ -197,8 +227,9 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
   }
 
   /* Spin while it pays: not when a peer shares our CPU, and for as long as
-   * recent spins were long enough (the budget halves when a wait outlasts it
-   * and doubles back when one ends within it, as glibc's adaptive mutexes). */
+   * recent waits were short (the budget halves after a wait that outlasted it
+   * by far and doubles after one that ended within it or soon after, as
+   * glibc's adaptive mutexes follow their recent spins). */
   int shared = peer_on_my_cpu(g, tc->me, cpu), done;
   if (!shared) {
     for (long i = 0; i < tc->spin; i++) {
@@ -209,11 +240,37 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
       }
       cpu_relax();
     }
-    if (tc->spin > SPIN_MIN) tc->spin /= 2;
   }
+  double t0 = mpu__now();
+  mpu_result_t r = wait_slow(tc, breakable, what, gen, shared);
+  /* the budget follows what waits take: one that ended soon after the spin
+   * gave up says spinning a little longer would have paid */
+  if (!shared) {
+    if (mpu__now() - t0 < SHORT_WAIT_S) {
+      if (tc->spin < g->world->spin) tc->spin = tc->spin * 2 > g->world->spin ? g->world->spin : tc->spin * 2;
+    } else if (tc->spin > SPIN_MIN) {
+      tc->spin /= 2;
+    }
+  }
+  return r;
+}
+
+/* After the spin: yield, then sleep until the generation completes, the
+ * barrier breaks, or (breakable) this wait finds a reason to break it. */
+static mpu_result_t wait_slow(tcomm *tc, int breakable, const char *what, uint64_t gen,
+                              int shared) {
+  tgroup *g = tc->g;
+  tbarrier *b = &g->bar;
+  uint64_t s;
+  int done;
   /* yield: to the peer on our CPU, or (ranks outnumber cores) to one with
-   * work, before paying for a sleep and a wake-up */
-  for (int i = 0, n = shared ? SHARED_YIELDS : g->world->yields; i < n; i++) {
+   * work, before paying for a sleep and a wake-up. Two threads that hand
+   * each other one CPU look busy and cache-hot to the scheduler, which then
+   * leaves them there even with a CPU idle: so a shared wait now and then
+   * moves this thread to a CPU no member was seen on (move_off). */
+  int yields = shared ? SHARED_YIELDS : g->world->yields;
+  if (shared && tc->shared_waits++ % SHARED_MOVE_EVERY == 0) move_off(tc);
+  for (int i = 0; i < yields; i++) {
     if ((done = look(b, gen))) return done > 0 ? MPU_SUCCESS : mpu__tgroup_broken(g, what);
     sched_yield();
   }

@@ -86,6 +86,7 @@ typedef struct tcomm {
   int me;
   uint64_t seq;        /* calls made on this group */
   long spin;           /* this rank's spin budget now: adapts between SPIN_MIN and the world's */
+  unsigned shared_waits; /* waits that found a peer on this CPU (sync.c) */
   const void **ptrs;   /* [n] scratch for the kernels' source lists ... */
   void **dsts;         /* [n] ... and destination lists */
   mpu_comm *base;
