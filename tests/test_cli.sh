@@ -27,20 +27,25 @@ expect_usage_error frobnicate
 v=$(sed -n 's/^#define MPU_VERSION_STRING "\(.*\)"/\1/p' "$(dirname "$0")/../include/mpu/version.h")
 [ "$("$mpu" --version)" = "mpu $v (libmpu $v)" ] && ok || bad "mpu --version says '$("$mpu" --version)', want $v"
 expect_usage_error bench --bogus
+expect_usage_error bench -t 0
 expect_usage_error bench -n 0
-expect_usage_error bench -n 2,x
+expect_usage_error bench -c 2
+expect_usage_error bench -g 2
+expect_usage_error bench -i 0
+expect_usage_error bench -t 2,x
 expect_usage_error bench --workers 0
 expect_usage_error bench -b 1Q
 expect_usage_error bench -b 64M -e 8
-expect_usage_error bench -c all_sum
+expect_usage_error bench --collective all_sum
+expect_usage_error bench --collective all_reduce,all_reduce
 expect_usage_error bench -d float8
 expect_usage_error bench --format xml
 expect_usage_error bench --backend gloo
 # issue 12: empty list elements, overflowing sizes, wrong limits in messages
-expect_usage_error bench -n 2,,4
-expect_usage_error bench -n 2,
-expect_usage_error bench -n ,2
-expect_usage_error bench -c all_reduce,,
+expect_usage_error bench -t 2,,4
+expect_usage_error bench -t 2,
+expect_usage_error bench -t ,2
+expect_usage_error bench --collective all_reduce,,
 expect_usage_error mesh --shape 2,,4
 expect_usage_error mesh --shape 2,4 --names a,,b
 expect_usage_error plan --world-size 8 --order tp--dp
@@ -54,7 +59,7 @@ expect_usage_error demo hsdp --mesh -2x1
 expect_usage_error demo hsdp --mesh 3x
 expect_usage_error bench --check-calls maybe
 expect_usage_error bench -e 1T
-expect_usage_error bench --memcpy-bytes 1T
+expect_usage_error bench --memcpy-bytes 1M
 expect_usage_error bench --csv ""
 expect_usage_error bench --csv /nonexistent/dir/out.csv
 expect_message() { # text, args...
@@ -100,7 +105,7 @@ timeout 10 "$mpu" plan --world-size 1048576 --tp 8 --pp 8 --format svg >"$tmp/bi
 timeout 10 "$mpu" plan --world-size 1048576 --tp 8 --pp 8 --cp 2 --ep 4 --format html >"$tmp/big.html" &&
   grep -q "</html>" "$tmp/big.html" && ok || bad "plan html of a million ranks"
 for junk in nan inf -1 0 1e999 abc; do # refused with a warning, the default used: the run works
-  MPU_TIMEOUT=$junk "$mpu" bench -n 2 -b 8 -e 8 -i 2 >"$tmp/o" 2>"$tmp/e" &&
+  MPU_TIMEOUT=$junk "$mpu" bench -t 2 -b 8 -e 8 -n 2 >"$tmp/o" 2>"$tmp/e" &&
     grep -q "ignoring MPU_TIMEOUT=$junk" "$tmp/e" && ok || bad "MPU_TIMEOUT=$junk not refused"
 done
 if "$mpu" bench --backend mpi --help >/dev/null 2>&1 && [ "$(ASAN_OPTIONS=detect_leaks=0 "$mpu" demo train --backend mpi 2>&1 >/dev/null | wc -l)" -eq 1 ]; then ok
@@ -111,21 +116,37 @@ expect_message "--steps wants a whole number 1..1048576, not '0'" demo train --s
 expect_usage_error bench -i
 expect_usage_error bench stray
 
-"$mpu" bench -n 3 -c all -b 8 -e 64K -f 8 -i 3 --csv "$tmp/b.csv" >"$tmp/text" || bad "bench run failed"
-grep -q "reference: memcpy" "$tmp/text" && ok || bad "text output has no memcpy reference"
-[ "$(grep -c '^  all_to_all' "$tmp/text")" -eq 5 ] && ok || bad "want 5 all_to_all rows (8 B..32 KiB by 8)"
-[ "$(head -1 "$tmp/b.csv")" = "collective,backend,ranks,dtype,bytes,time_us,algbw_gbps,busbw_gbps" ] && ok || bad "csv header"
-grep -q '^memcpy,threads,1,float32,' "$tmp/b.csv" && ok || bad "csv memcpy row"
-[ "$(grep -c '^all_reduce,threads,3,float32,' "$tmp/b.csv")" -eq 5 ] && ok || bad "csv all_reduce rows"
+# nccl-tests' flags and columns: both placements, #wrong checked, the roofline
+"$mpu" bench -t 3 --collective all -b 8 -e 64K -f 8 -n 3 --csv "$tmp/b.csv" >"$tmp/text" || bad "bench run failed"
+grep -q "out-of-place" "$tmp/text" && grep -q "in-place" "$tmp/text" && grep -q "roof" "$tmp/text" && ok ||
+  bad "text output lacks nccl-tests' columns"
+grep -q "^# Out of bounds values : 0 OK" "$tmp/text" && ok || bad "results not all right"
+[ "$(grep -c '^# all_to_all, 3 thread ranks' "$tmp/text")" -eq 1 ] && ok || bad "no all_to_all block"
+[ "$(head -1 "$tmp/b.csv")" = "collective,backend,ranks,dtype,op,in_place,bytes,count,mean_us,median_us,algbw_gbps,busbw_gbps,wrong,roofline_us,raw_mpi_us" ] && ok || bad "csv header"
+[ "$(grep -c '^all_reduce,threads,3,float32,sum,[01],' "$tmp/b.csv")" -eq 10 ] && ok || bad "csv all_reduce rows (5 sizes x 2 placements)"
+# -b 8 with 3 ranks: all_gather rounds up to one element per rank and says so (12 B)
+grep -q '^all_gather,threads,3,float32,none,0,12,1,' "$tmp/b.csv" && ok || bad "sizes not rounded up to one element per rank"
+[ "$(grep -c ',0,[0-9.]*,[0-9.-]*$' "$tmp/b.csv")" -ge 60 ] && ok || bad "csv: not every row checked with 0 wrong"
+# -i adds instead of multiplying
+"$mpu" bench -b 1K -e 3K -i 1K -n 2 -c 0 --format json >"$tmp/step.json" &&
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert sorted({r["bytes"] for r in d["rows"]}) == [1024, 2048, 3072]; assert all(r["wrong"] == -1 for r in d["rows"])' "$tmp/step.json" &&
+  ok || bad "-i stepbytes, -c 0"
+for dt in float16 bfloat16 int32 int64 uint8 float64; do
+  for op in sum prod min max avg; do
+    "$mpu" bench -t 3 --collective all_reduce,reduce_scatter,reduce -b 1K -e 1K -n 1 -d $dt -o $op >"$tmp/chk" 2>&1 &&
+      grep -q "^# Out of bounds values : 0 OK" "$tmp/chk" && ok || bad "bench check $dt $op: $(grep 'Out of bounds' "$tmp/chk")"
+  done
+done
 
-"$mpu" bench -n 2 -b 1K -e 4K -i 3 -d bf16 --format json >"$tmp/json" || bad "json run failed"
+"$mpu" bench -t 2 -b 1K -e 4K -n 3 -d bf16 --format json >"$tmp/json" || bad "json run failed"
 if command -v python3 >/dev/null; then
   python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["dtype"] == "bfloat16" and d["ranks"] == [2], d
-assert [r["bytes"] for r in d["rows"]] == [1024, 2048, 4096], d["rows"]
-assert all(r["busbw_gbps"] > 0 for r in d["rows"])
+assert d["dtype"] == "bfloat16" and d["ranks"] == [2] and d["wrong"] == 0, d
+assert [r["bytes"] for r in d["rows"]] == [1024, 1024, 2048, 2048, 4096, 4096], d["rows"]
+assert [r["in_place"] for r in d["rows"][:2]] == [False, True]
+assert all(r["busbw_gbps"] > 0 and r["median_us"] > 0 and r["roofline_fraction"] > 0 for r in d["rows"])
 ' "$tmp/json" && ok || bad "json output"
 else
   grep -q '"rows"' "$tmp/json" && ok || bad "json output"

@@ -11,9 +11,10 @@
  * Large calls split the work so that every input byte is read once and every
  * output byte written once, the least memory traffic there is: in an
  * all_reduce rank k reduces chunk k of the vector from every input and writes
- * the result into every rank's output; in an all_gather each rank writes its
- * input into every output; a broadcast's chunks are pushed by different
- * ranks. Every chunk is reduced by one rank in rank order, so all ranks get
+ * the result into every rank's output; in an all_gather past the cache each
+ * rank writes its input into every output (in cache each rank fills its own
+ * output, keeping its lines in one core); a broadcast's chunks are pushed by
+ * different ranks. Every chunk is reduced by one rank in rank order, so all ranks get
  * the same bits. Calls whose buffers (everything read and written) do not
  * fit in the last-level cache write with streaming stores (copy.h): their
  * outputs would be evicted before anyone read them.
@@ -137,6 +138,18 @@ mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t 
   /* task t: copy rank t's input into block t of every output */
   const tcall *calls = g->calls[p];
   int stream = streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n); /* n inputs, n outputs */
+  if (!stream) { /* in cache: task t pulls every input into rank t's output, so each output
+                    is written by one core and its lines do not bounce between caches */
+    FOR_EACH_TASK(t, tc) {
+      for (int k = 0; k < n; k++) {
+        char *dst = (char *)calls[t].recv + (size_t)k * bytes;
+        if (dst != calls[k].send) mpu__copy(dst, calls[k].send, bytes, 0);
+      }
+    }
+    return leave(tc, fn);
+  }
+  /* past the cache: task t pushes rank t's input into every output, a slice
+   * at a time, so that each input is read from memory once */
   FOR_EACH_TASK(t, tc) {
     for (int k = 0; k < n; k++) {
       char *dst = (char *)calls[k].recv + (size_t)t * bytes;
