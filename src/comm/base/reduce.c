@@ -98,12 +98,23 @@ static void store_f32(mpu_dtype dt, const float *acc, size_t m, const sink *k, s
   emit(k, offset, narrow, m * sizeof(uint16_t));
 }
 
+/* Ask for every source's next block while this one is combined: past the
+ * cache the reduction waits on memory, and the hardware prefetchers stop at
+ * page boundaries. */
+static void prefetch_next(const void *const *srcs, int n, size_t next, size_t count, size_t es) {
+  if (next >= count) return;
+  size_t bytes = (count - next < BLOCK ? count - next : BLOCK) * es;
+  for (int j = 0; j < n; j++)
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char *)srcs[j] + next * es + off);
+}
+
 static void reduce_f32(const sink *k, const void *const *srcs, int n, size_t count, mpu_dtype dt,
                        mpu_op op, int divisor) {
   float acc[BLOCK], tmp[BLOCK];
   size_t es = mpu_dtype_size(dt);
   for (size_t b = 0; b < count; b += BLOCK) {
     size_t m = count - b < BLOCK ? count - b : BLOCK;
+    prefetch_next(srcs, n, b + BLOCK, count, es);
     load_f32(dt, (const char *)srcs[0] + b * es, m, acc);
     for (int j = 1; j < n; j++) {
       const void *src = (const char *)srcs[j] + b * es;
