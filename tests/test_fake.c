@@ -258,6 +258,69 @@ static void test_option_sizes(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* One rank's state on the fake backend describes its groups instead of
+ * listing them: every group's size, this rank's place and (asked for) every
+ * member must still be the layout's, for both flavours and several ranks. */
+static void test_mock_groups_are_the_layouts(void **state) {
+  (void)state;
+  for (int f = 0; f < 2; f++) {
+    mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+    c.flavor = f ? MPU_FLAVOR_CORE : MPU_FLAVOR_DEEPSPEED;
+    c.world_size = 64, c.tp = 2, c.pp = 4;
+    if (f) c.cp = 2, c.ep = 2, c.vp = 2;
+    else c.fp8 = 1;
+    mpu_layout *l;
+    assert_int_equal(mpu_layout_create(&c, &l), MPU_SUCCESS);
+    int want[67], n;
+    for (int rank = 0; rank < 64; rank += 7) {
+      mpu_state *s;
+      assert_int_equal(mpu_state_mock(rank, &c, 1, &s), MPU_SUCCESS);
+      for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
+        if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
+        assert_int_equal(mpu_layout_group(l, (mpu_group_kind)k, rank, want, 67, &n), MPU_SUCCESS);
+        mpu_comm *g = NULL;
+        mpu_result_t r = mpu_state_comm(s, (mpu_group_kind)k, &g);
+        if (!n) continue; /* not in an embedding group */
+        assert_int_equal(r, MPU_SUCCESS);
+        int size, me, w;
+        assert_int_equal(mpu_comm_size(g, &size), MPU_SUCCESS);
+        assert_int_equal(mpu_comm_rank(g, &me), MPU_SUCCESS);
+        assert_int_equal(size, n);
+        assert_int_equal(want[me], rank);
+        for (int i = 0; i < n; i++) {
+          assert_int_equal(mpu_comm_world_rank(g, i, &w), MPU_SUCCESS);
+          assert_int_equal(w, want[i]);
+        }
+        /* a group of the described group: its members are listed on demand */
+        mpu_comm *sub = NULL;
+        assert_int_equal(mpu_comm_create_group(g, &me, 1, &sub), MPU_SUCCESS);
+        assert_int_equal(mpu_comm_world_rank(sub, 0, &w), MPU_SUCCESS);
+        assert_int_equal(w, rank);
+        mpu_comm_destroy(sub);
+      }
+      mpu_state_destroy(s);
+    }
+    mpu_layout_free(l);
+  }
+}
+
+/* ... which makes one rank of 16,777,216 cheap: no member list is built. */
+static void test_mock_huge(void **state) {
+  (void)state;
+  mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+  c.world_size = 1 << 24, c.tp = 8, c.pp = 8, c.cp = 2, c.ep = 4;
+  mpu_state *s;
+  assert_int_equal(mpu_state_mock((1 << 24) - 1, &c, 1, &s), MPU_SUCCESS);
+  mpu_comm *dp;
+  int size, w;
+  assert_int_equal(mpu_state_comm(s, MPU_GROUP_DP, &dp), MPU_SUCCESS);
+  assert_int_equal(mpu_comm_size(dp, &size), MPU_SUCCESS);
+  assert_int_equal(size, (1 << 24) / (8 * 8 * 2));
+  assert_int_equal(mpu_comm_world_rank(dp, 0, &w), MPU_SUCCESS);
+  assert_int_equal(w, (1 << 24) - 1 - (size - 1) * 16); /* dp stride: tp x cp */
+  mpu_state_destroy(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create),       cmocka_unit_test(test_collectives_move_nothing),
@@ -266,6 +329,8 @@ int main(void) {
       cmocka_unit_test(test_bench_sizes),
       cmocka_unit_test(test_destroyed_handle),
       cmocka_unit_test(test_option_sizes),
+      cmocka_unit_test(test_mock_groups_are_the_layouts),
+      cmocka_unit_test(test_mock_huge),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

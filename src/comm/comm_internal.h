@@ -64,6 +64,9 @@ typedef struct mpu__comm_ops {
   mpu_result_t (*copy2d)(mpu_comm *c, void *dst, size_t dpitch, const void *src, size_t spitch,
                          size_t width, size_t height);
   void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
+  /* optional: a communicator made from a description (the fake backend's
+   * groups of a huge layout) lists its members' world ranks on first need */
+  mpu_result_t (*list_members)(const mpu_comm *c, int *world_ranks);
 } mpu__comm_ops;
 
 struct mpu_comm {
@@ -71,7 +74,9 @@ struct mpu_comm {
   const mpu__comm_ops *ops;
   int rank;
   int size;
-  int *world_ranks;      /* world rank of each member; NULL when member i is world rank i */
+  int *world_ranks;      /* world rank of each member; NULL when member i is world rank i,
+                            or (lazy_members) not listed yet */
+  int lazy_members;      /* ops->list_members lists world_ranks on first need */
   int owned_by_launcher; /* the threads world communicator: only the launcher frees it */
   void *impl;            /* the backend's state */
   mpu_comm *next_live;   /* comm.c's registry of live handles (catches double destroy) */
@@ -123,7 +128,22 @@ mpu_result_t mpu__run_call(mpu_comm *comm, const mpu__call *call);
  * another backend). */
 mpu_result_t mpu__nccl_device(const mpu_comm *comm, int *device);
 
-/* World rank of member r of c (no checks). */
+/* Make c->world_ranks real where the backend listed them lazily. */
+mpu_result_t mpu__comm_members(mpu_comm *c);
+
+/* The fake backend: a group of `size` with this rank at `pos`, its members
+ * listed by list(ctx, out) only when someone asks (O(1) to create, however
+ * big the group). free_ctx(ctx) at destroy; on failure the caller keeps
+ * ctx. MPU_ERR_UNSUPPORTED unless world is a fake communicator. */
+mpu_result_t mpu__fake_group_described(mpu_comm *world, int pos, int size,
+                                       mpu_result_t (*list)(const void *ctx, int *out, int size),
+                                       void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out);
+
+/* Whether c is a fake-backend communicator. */
+int mpu__comm_is_fake(const mpu_comm *c);
+
+/* World rank of member r of c (no checks; mpu__comm_members first where the
+ * backend lists members lazily). */
 static inline int mpu__comm_world_rank(const mpu_comm *c, int r) {
   return c->world_ranks ? c->world_ranks[r] : r;
 }

@@ -76,6 +76,10 @@ typedef struct fake_msg {
 
 typedef struct fake_state {
   fake_msg *head, *tail;
+  /* a described group (mpu__fake_group_described): how to list its members */
+  mpu_result_t (*list)(const void *ctx, int *out, int size);
+  void *ctx;
+  void (*free_ctx)(void *ctx);
 } fake_state;
 
 static mpu_result_t fake_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt,
@@ -122,6 +126,7 @@ static mpu_result_t fake_new(int rank, int size, const int *world_ranks, mpu_com
 
 /* The caller alone decides: the members are known, so no peer is needed. */
 static mpu_result_t fake_create_group(mpu_comm *c, const int *members, int n, mpu_comm **out) {
+  MPU_CHECK(mpu__comm_members(c));
   int *wr = malloc((size_t)n * sizeof(int));
   if (!wr) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "fake: group of %d", n);
   int me = 0;
@@ -141,7 +146,10 @@ static mpu_result_t fake_split(mpu_comm *c, int color, int key, mpu_comm **out) 
     *out = NULL;
     return MPU_SUCCESS;
   }
-  if (c->size == 1) return fake_new(0, 1, c->world_ranks, out);
+  if (c->size == 1) {
+    MPU_CHECK(mpu__comm_members(c));
+    return fake_new(0, 1, c->world_ranks, out);
+  }
   return mpu__error(MPU_ERR_UNSUPPORTED,
                     "mpu_comm_split: the fake backend cannot learn the other ranks' colors; "
                     "compute the members and use mpu_comm_create_group");
@@ -152,8 +160,14 @@ static mpu_result_t fake_abort(mpu_comm *c) {
   return MPU_SUCCESS;
 }
 
+static mpu_result_t fake_list_members(const mpu_comm *c, int *world_ranks) {
+  const fake_state *st = c->impl;
+  return st->list(st->ctx, world_ranks, c->size); /* only lazy_members comms get here */
+}
+
 static void fake_destroy(mpu_comm *c) {
   fake_state *st = c->impl;
+  if (st->free_ctx) st->free_ctx(st->ctx);
   while (st->head) {
     fake_msg *m = st->head;
     st->head = m->next;
@@ -177,7 +191,22 @@ static const mpu__comm_ops fake_ops = {
     .split = fake_split,
     .abort = fake_abort,
     .destroy = fake_destroy,
+    .list_members = fake_list_members,
 };
+
+int mpu__comm_is_fake(const mpu_comm *c) { return c && c->ops == &fake_ops; }
+
+mpu_result_t mpu__fake_group_described(mpu_comm *world, int pos, int size,
+                                       mpu_result_t (*list)(const void *ctx, int *out, int size),
+                                       void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out) {
+  if (world->ops != &fake_ops)
+    return mpu__error(MPU_ERR_UNSUPPORTED, "described groups are the fake backend's");
+  MPU_CHECK(fake_new(pos, size, NULL, out));
+  fake_state *st = (*out)->impl;
+  st->list = list, st->ctx = ctx, st->free_ctx = free_ctx;
+  (*out)->lazy_members = 1;
+  return MPU_SUCCESS;
+}
 
 mpu_result_t mpu_comm_fake_create(int rank, int size, mpu_comm **out) {
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_fake_create: out is NULL");

@@ -197,6 +197,33 @@ static mpu_result_t agree_on_config(mpu_comm *world, const mpu_layout_config *c)
                     f == NFIELDS - 1 ? ", as hashes of the order text" : "");
 }
 
+/* A described group's members, listed on demand (mpu__fake_group_described). */
+typedef struct group_ref {
+  const mpu_layout *layout; /* the state's: it outlives the state's communicators */
+  mpu_group_kind kind;
+  int rank;
+} group_ref;
+
+static mpu_result_t list_group(const void *ctx, int *out, int size) {
+  const group_ref *g = ctx;
+  int n = 0;
+  MPU_CHECK(mpu_layout_group(g->layout, g->kind, g->rank, out, (size_t)size, &n));
+  return n == size ? MPU_SUCCESS
+                   : mpu__error(MPU_ERR_INTERNAL, "group of %d listed %d members", size, n);
+}
+
+static mpu_result_t described_group(mpu_comm *world, const mpu_layout *l, mpu_group_kind kind,
+                                    int rank, mpu_comm **out) {
+  int pos, n, first;
+  MPU_CHECK(mpu_layout_locate(l, kind, rank, &pos, &n, &first));
+  group_ref *ref = malloc(sizeof *ref);
+  if (!ref) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_state_init: group reference");
+  *ref = (group_ref){l, kind, rank};
+  mpu_result_t r = mpu__fake_group_described(world, pos, n, list_group, ref, free, out);
+  if (r) free(ref);
+  return r;
+}
+
 mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_state **out) {
   static const char fn[] = "mpu_state_init";
   int size, rank;
@@ -229,7 +256,12 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   MPU_CHECK_GOTO(mpu_layout_create(&c, &s->layout), r, fail);
   s->base.size = sizeof s->base;
   MPU_CHECK_GOTO(mpu_layout_rank_info(s->layout, rank, &s->base), r, fail);
-  members = malloc(((size_t)size + 3) * sizeof(int)); /* embedding groups hold up to 3 */
+  /* On the fake backend (one rank of a huge world) every group except the
+   * small pipeline and embedding ones is made from its description: this
+   * rank's place and the group's size, O(dims), never its member list. */
+  int described = mpu__comm_is_fake(world);
+  size_t cap = described ? (size_t)c.pp + 3 : (size_t)size + 3; /* embedding groups: up to 3 */
+  members = malloc(cap * sizeof(int));
   s->pipe = malloc((size_t)c.pp * sizeof(int));
   if (!members || !s->pipe) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
@@ -247,9 +279,14 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
     int n = 0;
     if (!mpu_layout_has(s->layout, (mpu_group_kind)k)) continue;
-    MPU_CHECK_GOTO(
-        mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, (size_t)size + 3, &n), r,
-        fail);
+    if (described && k != MPU_GROUP_PP && k != MPU_GROUP_EMBEDDING &&
+        k != MPU_GROUP_POSITION_EMBEDDING) {
+      MPU_CHECK_GOTO(described_group(world, s->layout, (mpu_group_kind)k, rank, &s->comms[k]), r,
+                     fail);
+      continue;
+    }
+    MPU_CHECK_GOTO(mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, cap, &n), r,
+                   fail);
     if (k == MPU_GROUP_PP) memcpy(s->pipe, members, (size_t)n * sizeof(int));
     if (by_split) {
       int color = MPU_COMM_SPLIT_NOCOLOR, key = 0;

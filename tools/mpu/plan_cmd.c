@@ -497,6 +497,28 @@ static int bench(void) {
       printf("  %-10s %-44s %9.2f us\n", mpu_flavor_name(c.flavor), desc, us);
       mpu_layout_free(l);
     }
+  printf("\n# one rank's whole parallel state on the fake backend (mpu_state_mock: every group a\n"
+         "# communicator, made from its description), best of 5, last rank\n");
+  for (int f = 0; f < 2; f++)
+    for (int w = 0; w < 2; w++) {
+      mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+      c.flavor = f ? MPU_FLAVOR_CORE : MPU_FLAVOR_DEEPSPEED;
+      c.world_size = w ? 1 << 24 : 1 << 20;
+      c.tp = 8, c.pp = 8;
+      if (f) c.cp = 2, c.ep = 4;
+      double best = 1e30;
+      for (int rep = 0; rep < 5; rep++) {
+        mpu_state *st;
+        double t0 = now_us();
+        if (mpu_state_mock(c.world_size - 1, &c, 1, &st)) fail("mpu_state_mock");
+        double t = now_us() - t0;
+        mpu_state_destroy(st);
+        best = t < best ? t : best;
+      }
+      char desc[64];
+      snprintf(desc, sizeof desc, "W %d, tp 8, pp 8, %s", c.world_size, f ? "cp 2, ep 4" : "dp only");
+      printf("  %-10s %-44s %9.2f us\n", mpu_flavor_name(c.flavor), desc, best);
+    }
   printf("\n# initialising the parallel state of 64 thread ranks (tp 4, pp 4, dp 4), threads "
          "backend,\n# rank 0's time between barriers, median of 5\n");
   for (int f = 0; f < 2; f++) {

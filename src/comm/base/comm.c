@@ -232,11 +232,23 @@ mpu_result_t mpu_comm_size(const mpu_comm *comm, int *size) {
   return MPU_SUCCESS;
 }
 
+mpu_result_t mpu__comm_members(mpu_comm *c) {
+  if (c->world_ranks || !c->lazy_members || !c->ops->list_members) return MPU_SUCCESS;
+  int *w = malloc((size_t)c->size * sizeof(int));
+  if (!w) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "listing the %d members of a group", c->size);
+  mpu_result_t r = c->ops->list_members(c, w);
+  if (r) free(w);
+  else c->world_ranks = w;
+  return r;
+}
+
 mpu_result_t mpu_comm_world_rank(const mpu_comm *comm, int rank, int *world_rank) {
   MPU_CHECK(check_comm("mpu_comm_world_rank", comm));
   MPU_CHECK(check_rank("mpu_comm_world_rank", "rank", comm, rank));
   if (!world_rank)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_world_rank: world_rank is NULL");
+  /* the answer does not change: listing a described group's members is a cache */
+  MPU_CHECK(mpu__comm_members((mpu_comm *)comm));
   *world_rank = mpu__comm_world_rank(comm, rank);
   return MPU_SUCCESS;
 }
