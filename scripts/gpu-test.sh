@@ -36,8 +36,8 @@ if command -v mpirun >/dev/null; then
   run "tp x dp program, mpirun -n $gpus" mpirun --allow-run-as-root --oversubscribe -n "$gpus" \
     "$dir/bin/example_gpu_tp_dp" --tp "$tp" --mpi
 fi
-run "mpu bench --backend nccl -n $gpus" "$dir/bin/mpu" bench --backend nccl -n "$gpus" \
-  -c all_reduce,all_gather,reduce_scatter,broadcast,all_to_all -b 8 -e 256M -f 4
+run "mpu bench --backend nccl -t $gpus" "$dir/bin/mpu" bench --backend nccl -t "$gpus" -g 1 \
+  --collective all_reduce,all_gather,reduce_scatter,broadcast,all_to_all -b 8 -e 256M -f 4
 
 echo
 echo "gpu-test summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $gpus GPU(s)):"

@@ -8,4 +8,4 @@ bash scripts/deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 build/bin/mpu demo train "$@"
-build/bin/mpu bench -n 2 -b 8 -e 16M -f 8 -c all_reduce
+build/bin/mpu bench -t 2 -b 8 -e 16M -f 8 --collective all_reduce
