@@ -48,7 +48,6 @@ typedef struct bench_run {
   mpu_comm *checked; /* MPI: the world with call checking on (bench_rank gets the unchecked one) */
   size_t sizes[MAX_SIZES];
   int nsizes;
-  double copy_gbps[MAX_SIZES]; /* per copier, for sizes[i], this launch; 0: not yet measured */
   bench_row rows[MAX_ROWS];
   int nrows, total_rows; /* done and planned (the progress line's time left) */
 } bench_run;
@@ -261,9 +260,12 @@ static int iters_for(const bench_opts *o, size_t bytes) {
 
 /* The roofline's copy bandwidth for one size, measured by rank 0 while the
  * others wait (so the copies have the machine to themselves, as the
- * collective had), once per size and launch. */
-static mpu_result_t copy_rate(mpu_comm *world, bench_run *run, int size_index, int rank) {
-  if (run->copy_gbps[size_index] > 0) return MPU_SUCCESS;
+ * collective had), once per size and launch; every rank keeps its own copy
+ * of the answer (copy_gbps, the rank's own array), so all make the same
+ * calls. */
+static mpu_result_t copy_rate(mpu_comm *world, const bench_run *run, double *copy_gbps,
+                              int size_index, int rank) {
+  if (copy_gbps[size_index] > 0) return MPU_SUCCESS;
   size_t bytes = run->sizes[size_index] ? run->sizes[size_index] : 1;
   double gbps = 0;
   mpu_result_t r = MPU_SUCCESS;
@@ -273,7 +275,7 @@ static mpu_result_t copy_rate(mpu_comm *world, bench_run *run, int size_index, i
   }
   mpu_result_t b = mpu_comm_broadcast(world, &gbps, 1, MPU_FLOAT64, 0);
   if (!r) r = b;
-  if (!r) run->copy_gbps[size_index] = gbps;
+  if (!r) copy_gbps[size_index] = gbps;
   return r;
 }
 
@@ -281,6 +283,7 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
   bench_run *run = arg;
   const bench_opts *o = run->o;
   int rank;
+  double copy_gbps[MAX_SIZES] = {0}; /* per copier, for sizes[i]; 0: not measured yet */
   mpu_comm_rank(world, &rank);
   for (int k = 0; k < o->ncolls; k++)
     for (int si = 0; si < run->nsizes; si++) {
@@ -304,11 +307,11 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
         row.res[ip] = res[0];
         row.checked[ip] = res[1];
       }
-      mpu_result_t r = copy_rate(world, run, si, rank);
+      mpu_result_t r = copy_rate(world, run, copy_gbps, si, rank);
       if (r) return r;
       /* copy_gbps is what one copier copies per second: 2x that in traffic */
       double traffic = mpu_bench_traffic(row.coll, run->ranks, row.res[0].bytes);
-      row.roof_us = traffic / (2.0 * run->copy_gbps[si] * run->copiers * 1e3);
+      row.roof_us = traffic / (2.0 * copy_gbps[si] * run->copiers * 1e3);
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
         run->rows[run->nrows++] = row;
@@ -502,7 +505,6 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < o.nranks && r == MPU_SUCCESS; i++) {
       run->ranks = (int)o.ranks[i];
       run->copiers = run->ranks < cpus ? run->ranks : (int)cpus;
-      memset(run->copy_gbps, 0, sizeof run->copy_gbps);
       r = mpu_launch(run->ranks, o.backend == TOOL_NCCL ? bench_rank_nccl : bench_rank, run, NULL,
                      &lo);
     }
