@@ -177,7 +177,10 @@ static inline int look(tbarrier *b, uint64_t gen) {
  * and the CPU is better handed to it at once. A hint: a stale entry costs one
  * call a spin or a yield, never correctness. Big groups skip the scan. */
 static int peer_on_my_cpu(const tgroup *g, int me, int cpu) {
-  if (cpu < 0 || g->n > SHARED_SCAN_MAX) return 0;
+  /* with more ranks than CPUs sharing is the rule, not an accident: those
+   * waiters sleep (after the world's few yields) and leave the CPUs to the
+   * ranks that work */
+  if (cpu < 0 || g->n > SHARED_SCAN_MAX || g->n > g->world->online) return 0;
   for (int m = 0; m < g->n; m++)
     if (m != me && atomic_load_explicit(&g->cpu[m], memory_order_relaxed) == cpu) return 1;
   return 0;
