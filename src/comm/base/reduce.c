@@ -108,8 +108,63 @@ static void prefetch_next(const void *const *srcs, int n, size_t next, size_t co
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char *)srcs[j] + next * es + off);
 }
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+
+/* float32 sum, avg and prod in one pass: each group of 16 elements is loaded
+ * from every source, combined left to right in registers and stored to every
+ * destination (streaming where asked and aligned), with no staging block in
+ * between. Lanes are elements, so the order per element - and so every bit
+ * of the result - is the generic path's. No software prefetch here: with
+ * plain sequential loads the hardware prefetchers keep up, and in A/B runs
+ * prefetching made this loop slower (64 MiB reduce_scatter, 2 ranks:
+ * 4.6-5.8 ms with it, 3.8-4.5 ms without). */
+static void fused_f32(const sink *k, const void *const *srcs, int n, size_t count, mpu_op op,
+                      int divisor) {
+  const float *const *s = (const float *const *)srcs;
+  const __m128 div = _mm_set1_ps((float)divisor);
+  const int prod = op == MPU_PROD, avg = op == MPU_AVG;
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m128 a0 = _mm_loadu_ps(s[0] + i), a1 = _mm_loadu_ps(s[0] + i + 4);
+    __m128 a2 = _mm_loadu_ps(s[0] + i + 8), a3 = _mm_loadu_ps(s[0] + i + 12);
+    for (int j = 1; j < n; j++) {
+      __m128 b0 = _mm_loadu_ps(s[j] + i), b1 = _mm_loadu_ps(s[j] + i + 4);
+      __m128 b2 = _mm_loadu_ps(s[j] + i + 8), b3 = _mm_loadu_ps(s[j] + i + 12);
+      if (prod) {
+        a0 = _mm_mul_ps(a0, b0), a1 = _mm_mul_ps(a1, b1), a2 = _mm_mul_ps(a2, b2), a3 = _mm_mul_ps(a3, b3);
+      } else {
+        a0 = _mm_add_ps(a0, b0), a1 = _mm_add_ps(a1, b1), a2 = _mm_add_ps(a2, b2), a3 = _mm_add_ps(a3, b3);
+      }
+    }
+    if (avg) a0 = _mm_div_ps(a0, div), a1 = _mm_div_ps(a1, div), a2 = _mm_div_ps(a2, div), a3 = _mm_div_ps(a3, div);
+    for (int d = 0; d < k->ndst; d++) {
+      float *p = (float *)k->dsts[d] + i;
+      if (k->stream && ((uintptr_t)p & 15) == 0) {
+        _mm_stream_ps(p, a0), _mm_stream_ps(p + 4, a1), _mm_stream_ps(p + 8, a2), _mm_stream_ps(p + 12, a3);
+      } else {
+        _mm_storeu_ps(p, a0), _mm_storeu_ps(p + 4, a1), _mm_storeu_ps(p + 8, a2), _mm_storeu_ps(p + 12, a3);
+      }
+    }
+  }
+  for (; i < count; i++) { /* the tail, the same operations one element at a time */
+    float a = s[0][i];
+    for (int j = 1; j < n; j++) a = prod ? a * s[j][i] : a + s[j][i];
+    if (avg) a /= (float)divisor;
+    for (int d = 0; d < k->ndst; d++) ((float *)k->dsts[d])[i] = a;
+  }
+}
+#define HAVE_FUSED_F32 1
+#endif
+
 static void reduce_f32(const sink *k, const void *const *srcs, int n, size_t count, mpu_dtype dt,
                        mpu_op op, int divisor) {
+#ifdef HAVE_FUSED_F32
+  if (dt == MPU_FLOAT32 && (op == MPU_SUM || op == MPU_AVG || op == MPU_PROD)) {
+    fused_f32(k, srcs, n, count, op, divisor);
+    return;
+  }
+#endif
   float acc[BLOCK], tmp[BLOCK];
   size_t es = mpu_dtype_size(dt);
   for (size_t b = 0; b < count; b += BLOCK) {
