@@ -1,6 +1,7 @@
 /*
  * sync.c - how threads ranks wait for each other: a generation barrier that
- * spins briefly, then sleeps on a futex, and that can be broken.
+ * spins, yields or sleeps on a futex as the peers' placement warrants, and
+ * that can be broken.
  *
  * Waiting adapts to where the peers run: a waiter spins (briefly, and less
  * after spins that did not pay) while its peers run on other CPUs, yields at
@@ -177,10 +178,10 @@ static inline int look(tbarrier *b, uint64_t gen) {
  * and the CPU is better handed to it at once. A hint: a stale entry costs one
  * call a spin or a yield, never correctness. Big groups skip the scan. */
 static int peer_on_my_cpu(const tgroup *g, int me, int cpu) {
-  /* with more ranks than CPUs sharing is the rule, not an accident: those
-   * waiters sleep (after the world's few yields) and leave the CPUs to the
-   * ranks that work */
-  if (cpu < 0 || g->n > SHARED_SCAN_MAX || g->n > g->world->online) return 0;
+  /* with more ranks in the world than CPUs sharing is the rule, not an
+   * accident: those waiters sleep (after the world's few yields) and leave
+   * the CPUs to the ranks that work */
+  if (cpu < 0 || g->n > SHARED_SCAN_MAX || g->world->n > g->world->online) return 0;
   for (int m = 0; m < g->n; m++)
     if (m != me && atomic_load_explicit(&g->cpu[m], memory_order_relaxed) == cpu) return 1;
   return 0;
@@ -189,15 +190,21 @@ static int peer_on_my_cpu(const tgroup *g, int me, int cpu) {
 static mpu_result_t wait_slow(tcomm *tc, int breakable, const char *what, uint64_t gen,
                               int shared);
 
+/* A wait ended within the spin, or soon after: spin longer next time. */
+static inline void grow_spin(tcomm *tc) {
+  long most = tc->g->world->spin;
+  if (tc->spin < most) tc->spin = tc->spin * 2 > most ? most : tc->spin * 2;
+}
+
 /* Move this thread to an allowed CPU that no member of the group was last
- * seen on, when the group has CPUs enough for one each: set the affinity to
+ * seen on, when the world has CPUs enough for one each: set the affinity to
  * that CPU alone, which migrates the thread at once, then give the original
  * mask back (the thread stays where it now is). Threads pinned to one CPU, or
  * more ranks than CPUs, are left where they are. */
 static void move_off(tcomm *tc) {
   tgroup *g = tc->g;
   cpu_set_t allowed, one;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) || CPU_COUNT(&allowed) < g->n) return;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) || CPU_COUNT(&allowed) < g->world->n) return;
   for (int c = 0; c < CPU_SETSIZE; c++) {
     if (!CPU_ISSET(c, &allowed)) continue;
     int used = 0;
@@ -237,8 +244,7 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
   if (!shared) {
     for (long i = 0; i < tc->spin; i++) {
       if ((done = look(b, gen))) {
-        if (tc->spin < g->world->spin) /* grow back */
-          tc->spin = tc->spin * 2 > g->world->spin ? g->world->spin : tc->spin * 2;
+        grow_spin(tc);
         return done > 0 ? MPU_SUCCESS : mpu__tgroup_broken(g, what);
       }
       cpu_relax();
@@ -249,11 +255,8 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
   /* the budget follows what waits take: one that ended soon after the spin
    * gave up says spinning a little longer would have paid */
   if (!shared) {
-    if (mpu__now() - t0 < SHORT_WAIT_S) {
-      if (tc->spin < g->world->spin) tc->spin = tc->spin * 2 > g->world->spin ? g->world->spin : tc->spin * 2;
-    } else if (tc->spin > SPIN_MIN) {
-      tc->spin /= 2;
-    }
+    if (mpu__now() - t0 < SHORT_WAIT_S) grow_spin(tc);
+    else if (tc->spin > SPIN_MIN) tc->spin /= 2;
   }
   return r;
 }
