@@ -371,6 +371,9 @@ static double cpu_seconds(void) {
 
 static void test_oversubscribed_waits_sleep(void **state) {
   (void)state;
+  /* under valgrind (and TSan) the process's CPU time is mostly the tool's
+   * own instrumentation of the waits: the plain run is the one that checks */
+  if (getenv("MPU_TEST_FEW_THREADS")) skip();
   double before = cpu_seconds();
   assert_int_equal(mpu_launch(16, sleepy, NULL, NULL, NULL), MPU_SUCCESS);
   double used = cpu_seconds() - before;
