@@ -401,6 +401,90 @@ static void test_virtual_and_overrides(void **state) {
 }
 
 /* Set up and tear down many times (mock and threads). */
+/* Several grids in one job: 16 ranks make two grids of 8 (ranks 0-7 and
+ * 8-15, a grid at an offset, as an RL actor and critic would), each its own
+ * state over its own communicator, and both train at once; and two states
+ * over the same 8 ranks (tp 2 and tp 4) live side by side. Each state's
+ * groups hold its own ranks and move data among them only. */
+static mpu_result_t train(mpu_state *s, double lr, double *w) {
+  mpu_comm *dp, *tp;
+  int dp_rank;
+  RCHECK(!mpu_state_comm(s, MPU_GROUP_DP, &dp) && !mpu_state_comm(s, MPU_GROUP_TP, &tp),
+         "comms: %s", mpu_last_error());
+  RCHECK(!mpu_comm_rank(dp, &dp_rank), "dp rank");
+  *w = 1.0;
+  for (int step = 0; step < 5; step++) {
+    /* the gradient of replica r is (r + 1) w; averaged over the replicas, summed over tp */
+    double g = (dp_rank + 1) * *w;
+    RCHECK(!mpu_comm_all_reduce(dp, &g, &g, 1, MPU_FLOAT64, MPU_AVG), "dp: %s", mpu_last_error());
+    RCHECK(!mpu_comm_all_reduce(tp, &g, &g, 1, MPU_FLOAT64, MPU_SUM), "tp: %s", mpu_last_error());
+    *w -= lr * g;
+  }
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t two_grids(mpu_comm *world, void *arg) {
+  (void)arg;
+  int rank, members[8];
+  mpu_comm_rank(world, &rank);
+  int grid = rank / 8;
+  for (int i = 0; i < 8; i++) members[i] = grid * 8 + i;
+  mpu_comm *half = NULL;
+  mpu_result_t r = mpu_comm_create_group(world, members, 8, &half);
+  if (r) return r;
+  mpu_layout_config c = ds(2, 2, 1, 0, -1, 0);
+  mpu_state *s = NULL, *other = NULL;
+  if ((r = mpu_state_init(half, &c, &s))) goto out;
+  /* every group of this grid holds ranks of this grid only */
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++) {
+    mpu_comm *g = NULL;
+    if (!mpu_layout_has(mpu_state_layout(s), (mpu_group_kind)k) ||
+        mpu_state_comm(s, (mpu_group_kind)k, &g))
+      continue;
+    int n, w;
+    mpu_comm_size(g, &n);
+    for (int i = 0; i < n && !r; i++)
+      if (mpu_comm_world_rank(g, i, &w) || w / 8 != grid)
+        r = mpu_fail(MPU_ERR_INTERNAL, "grid %d: a group holds world rank %d", grid, w);
+  }
+  mpu_state_set_current(s);
+  if (!r) r = groups_move_data(s, NULL);
+  /* both grids train at once, each with its own learning rate */
+  double w = 0, lr = grid ? 0.01 : 0.02, want = 1.0;
+  for (int step = 0; step < 5; step++) { /* the same operations: mean of w and 2w, twice (tp 2) */
+    double g = (1 * want + 2 * want) / 2;
+    want -= lr * (g + g);
+  }
+  if (!r) r = train(s, lr, &w);
+  if (!r && w != want) r = mpu_fail(MPU_ERR_INTERNAL, "grid %d trained to %g, want %g", grid, w, want);
+  /* a second state over the same ranks, another layout, alongside the first */
+  mpu_layout_config c4 = ds(4, 1, 1, 0, -1, 0);
+  if (!r) r = mpu_state_init(half, &c4, &other);
+  if (!r && mpu_state_current() != other) r = mpu_fail(MPU_ERR_INTERNAL, "not current");
+  if (!r) r = groups_move_data(other, NULL);
+  int tp_first = -1, tp_second = -1;
+  if (!r) r = mpu_state_tp_size(s, &tp_first);
+  if (!r) r = mpu_state_tp_size(other, &tp_second);
+  if (!r && (tp_first != 2 || tp_second != 4))
+    r = mpu_fail(MPU_ERR_INTERNAL, "tp sizes %d and %d, want 2 and 4", tp_first, tp_second);
+out:
+  mpu_state_destroy(other);
+  mpu_state_destroy(s);
+  mpu_result_t d = half ? mpu_comm_destroy(half) : MPU_SUCCESS;
+  return r ? r : d;
+}
+
+static void test_two_grids(void **state) {
+  (void)state;
+  memset(messages, 0, sizeof messages);
+  mpu_result_t r = mpu_launch(16, two_grids, NULL, NULL, NULL);
+  if (r) {
+    for (int k = 0; k < 16; k++)
+      if (messages[k][0]) print_error("rank %d: %s\n", k, messages[k]);
+    fail_msg("%s", mpu_last_error());
+  }
+}
+
 static void test_cycles(void **state) {
   (void)state;
   mpu_layout_config c = core(2, 2, 2, 2, NULL);
@@ -420,6 +504,7 @@ int main(void) {
       cmocka_unit_test(test_cleanup),     cmocka_unit_test(test_streams),
       cmocka_unit_test(test_mock),        cmocka_unit_test(test_virtual_and_overrides),
       cmocka_unit_test(test_cycles),      cmocka_unit_test(test_differing_configs),
+      cmocka_unit_test(test_two_grids),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
 #endif
