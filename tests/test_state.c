@@ -293,6 +293,60 @@ static mpu_result_t streams(mpu_state *s, void *arg) {
   return MPU_SUCCESS;
 }
 
+/* core_v0.8.0's three streams, with their seeds, and saving and restoring
+ * every stream (a checkpoint, or recomputing activations with the same
+ * dropout masks). */
+static mpu_result_t core_streams(mpu_state *s, void *arg) {
+  (void)arg;
+  int tp, ep;
+  mpu_rank_info info = MPU_RANK_INFO_INIT;
+  RCHECK(!mpu_state_tp_rank(s, &tp) && !mpu_state_info(s, &info), "getters");
+  ep = info.ep_rank;
+  mpu_rng_tracker *t = mpu_state_rng_tracker(s);
+  const char *names[3] = {MPU_DATA_PARALLEL_RNG, MPU_MODEL_PARALLEL_RNG, MPU_EXPERT_PARALLEL_RNG};
+  uint64_t seeds[3] = {42, 42 + 2718 + (uint64_t)tp, 42 + 1024 + 100 * (uint64_t)ep + (uint64_t)tp};
+  RCHECK(t->n == 3, "%d streams, want 3", t->n);
+  for (int i = 0; i < 3; i++) {
+    mpu_rng *g, ref;
+    RCHECK(!strcmp(t->names[i], names[i]), "stream %d is %s, want %s", i, t->names[i], names[i]);
+    RCHECK(!mpu_rng_tracker_fork(t, names[i], &g), "fork %s", names[i]);
+    mpu_rng_seed(&ref, seeds[i]);
+    RCHECK(mpu_rng_next(g) == mpu_rng_next(&ref), "%s is not seeded with %llu", names[i],
+           (unsigned long long)seeds[i]);
+  }
+  /* save, draw, restore, draw again: the same numbers */
+  mpu_rng_states saved;
+  mpu_rng *mp;
+  RCHECK(!mpu_rng_tracker_get_states(t, &saved) && !mpu_rng_tracker_fork(t, MPU_MODEL_PARALLEL_RNG, &mp),
+         "get_states");
+  uint64_t first = mpu_rng_next(mp), again;
+  RCHECK(!mpu_rng_tracker_set_states(t, &saved), "set_states: %s", mpu_last_error());
+  RCHECK(!mpu_rng_tracker_fork(t, MPU_MODEL_PARALLEL_RNG, &mp), "fork after set_states");
+  again = mpu_rng_next(mp);
+  RCHECK(first == again, "restored stream drew %llu, first %llu", (unsigned long long)again,
+         (unsigned long long)first);
+  /* set_states replaces the streams, not the remembered seeds (as Megatron's) */
+  mpu_rng_states none;
+  memset(&none, 0, sizeof none);
+  RCHECK(!mpu_rng_tracker_set_states(t, &none) && t->n == 0, "set_states to none");
+  RCHECK(mpu_rng_tracker_add(t, "again", 42) == MPU_ERR_INVALID_ARGUMENT, "a used seed came back");
+  RCHECK(!mpu_rng_tracker_set_states(t, &saved) && t->n == 3, "set_states back");
+  saved.n = MPU_RNG_TRACKER_MAX + 1;
+  RCHECK(mpu_rng_tracker_set_states(t, &saved) == MPU_ERR_INVALID_ARGUMENT, "bad count taken");
+  saved.n = 1;
+  memset(saved.names[0], 'x', sizeof saved.names[0]);
+  RCHECK(mpu_rng_tracker_set_states(t, &saved) == MPU_ERR_INVALID_ARGUMENT, "unterminated name taken");
+  return MPU_SUCCESS;
+}
+
+static void test_core_streams(void **state) {
+  (void)state;
+  mpu_layout_config c = core(2, 1, 1, 2, NULL);
+  memset(messages, 0, sizeof messages);
+  mpu_result_t r = mpu_with_state(8, &c, 42, core_streams, NULL, NULL, NULL);
+  if (r) fail_msg("%s / %s / %s", messages[0], messages[1], mpu_last_error());
+}
+
 static void test_streams(void **state) {
   (void)state;
   mpu_layout_config c = ds(2, 1, 1, 0, -1, 0);
@@ -504,7 +558,7 @@ int main(void) {
       cmocka_unit_test(test_cleanup),     cmocka_unit_test(test_streams),
       cmocka_unit_test(test_mock),        cmocka_unit_test(test_virtual_and_overrides),
       cmocka_unit_test(test_cycles),      cmocka_unit_test(test_differing_configs),
-      cmocka_unit_test(test_two_grids),
+      cmocka_unit_test(test_two_grids),   cmocka_unit_test(test_core_streams),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
 #endif

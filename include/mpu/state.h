@@ -42,21 +42,39 @@ MPU_API float mpu_rng_uniform(mpu_rng *g);                 /* [0, 1), 24 random 
 MPU_API float mpu_rng_normal(mpu_rng *g, float mean, float std);
 
 #define MPU_RNG_TRACKER_MAX 8
-#define MPU_MODEL_PARALLEL_RNG "model-parallel-rng"
+#define MPU_MODEL_PARALLEL_RNG "model-parallel-rng"   /* seed + 2718 + tp rank */
+#define MPU_DATA_PARALLEL_RNG "data-parallel-rng"     /* core: the seed itself */
+#define MPU_EXPERT_PARALLEL_RNG "expert-parallel-rng" /* core: seed + 1024 + 100 ep rank + tp rank */
 
-/* Megatron's RNG state tracker: named streams, each with its own seed. */
+/* Megatron's RNG state tracker: named streams, each with its own seed. The
+ * seeds ever added are remembered apart from the streams (set_states replaces
+ * the streams, not the seeds), as Megatron's tracker does. */
 typedef struct mpu_rng_tracker {
   int n;
   char names[MPU_RNG_TRACKER_MAX][48];
-  uint64_t seeds[MPU_RNG_TRACKER_MAX];
   mpu_rng rngs[MPU_RNG_TRACKER_MAX];
+  int nseeds;
+  uint64_t seeds[MPU_RNG_TRACKER_MAX];
 } mpu_rng_tracker;
+
+/* Every stream's state by name (Megatron's get_states()/set_states()): what a
+ * checkpoint saves, and what recomputing activations restores so that the
+ * recomputed dropout masks are the ones of the first pass. */
+typedef struct mpu_rng_states {
+  int n;
+  char names[MPU_RNG_TRACKER_MAX][48];
+  mpu_rng rngs[MPU_RNG_TRACKER_MAX];
+} mpu_rng_states;
 
 MPU_API void mpu_rng_tracker_reset(mpu_rng_tracker *t);
 /* Add a stream; fails if the name or the seed is already there (as Megatron's). */
 MPU_API mpu_result_t mpu_rng_tracker_add(mpu_rng_tracker *t, const char *name, uint64_t seed);
 /* The stream called name (Megatron's fork(name)); fails if there is none. */
 MPU_API mpu_result_t mpu_rng_tracker_fork(mpu_rng_tracker *t, const char *name, mpu_rng **out);
+/* A copy of every stream's state; set_states makes the tracker's streams
+ * exactly those (the seeds stay remembered). */
+MPU_API mpu_result_t mpu_rng_tracker_get_states(const mpu_rng_tracker *t, mpu_rng_states *out);
+MPU_API mpu_result_t mpu_rng_tracker_set_states(mpu_rng_tracker *t, const mpu_rng_states *states);
 
 /* ---- the state ------------------------------------------------------------------ */
 

@@ -79,18 +79,18 @@ void mpu_rng_tracker_reset(mpu_rng_tracker *t) {
 mpu_result_t mpu_rng_tracker_add(mpu_rng_tracker *t, const char *name, uint64_t seed) {
   if (!t || !name || !*name || strlen(name) >= sizeof t->names[0])
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_add: bad tracker or name");
-  for (int i = 0; i < t->n; i++) {
-    if (!strcmp(t->names[i], name))
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "rng state %s already exists", name);
+  for (int i = 0; i < t->nseeds; i++) /* Megatron checks the seed first */
     if (t->seeds[i] == seed)
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "seed %llu already exists",
                         (unsigned long long)seed);
-  }
-  if (t->n == MPU_RNG_TRACKER_MAX)
+  for (int i = 0; i < t->n; i++)
+    if (!strcmp(t->names[i], name))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "rng state %s already exists", name);
+  if (t->n == MPU_RNG_TRACKER_MAX || t->nseeds == MPU_RNG_TRACKER_MAX)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_add: more than %d streams",
                       MPU_RNG_TRACKER_MAX);
+  t->seeds[t->nseeds++] = seed;
   strcpy(t->names[t->n], name);
-  t->seeds[t->n] = seed;
   mpu_rng_seed(&t->rngs[t->n++], seed);
   return MPU_SUCCESS;
 }
@@ -101,6 +101,31 @@ mpu_result_t mpu_rng_tracker_fork(mpu_rng_tracker *t, const char *name, mpu_rng 
   for (int i = 0; i < t->n; i++)
     if (!strcmp(t->names[i], name)) return *out = &t->rngs[i], MPU_SUCCESS;
   return mpu__error(MPU_ERR_INVALID_ARGUMENT, "rng state %s is not added", name);
+}
+
+mpu_result_t mpu_rng_tracker_get_states(const mpu_rng_tracker *t, mpu_rng_states *out) {
+  if (!t || !out)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_get_states: NULL argument");
+  memset(out, 0, sizeof *out);
+  out->n = t->n;
+  memcpy(out->names, t->names, sizeof out->names);
+  memcpy(out->rngs, t->rngs, sizeof out->rngs);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_rng_tracker_set_states(mpu_rng_tracker *t, const mpu_rng_states *states) {
+  static const char fn[] = "mpu_rng_tracker_set_states";
+  if (!t || !states) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (states->n < 0 || states->n > MPU_RNG_TRACKER_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d streams (want 0..%d)", fn, states->n,
+                      MPU_RNG_TRACKER_MAX);
+  for (int i = 0; i < states->n; i++) /* names must be strings, or fork would read past them */
+    if (!memchr(states->names[i], 0, sizeof states->names[i]) || !states->names[i][0])
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: stream %d has no name", fn, i);
+  t->n = states->n;
+  memcpy(t->names, states->names, sizeof t->names);
+  memcpy(t->rngs, states->rngs, sizeof t->rngs);
+  return MPU_SUCCESS;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
@@ -609,10 +634,19 @@ SETTER(set_pp_rank, pp_rank_ov, -1)
 mpu_result_t mpu_state_manual_seed(mpu_state *s, uint64_t seed) {
   mpu_state *st = NULL;
   MPU_CHECK(mutable_state("mpu_state_manual_seed", s, &st));
-  mpu_rng_seed(&st->default_rng, seed); /* data_parallel_seed = seed */
+  /* model_parallel_cuda_manual_seed: the default stream gets the seed, the
+   * tensor-parallel one seed + 2718 + tp rank; core_v0.8.0 also tracks the
+   * data-parallel stream (the seed) and the expert one, in this order */
+  uint64_t tp = (uint64_t)tp_rank(st);
+  mpu_rng_seed(&st->default_rng, seed);
   mpu_rng_tracker_reset(&st->tracker);
-  return mpu_rng_tracker_add(&st->tracker, MPU_MODEL_PARALLEL_RNG,
-                             seed + 2718 + (uint64_t)tp_rank(st));
+  int core = mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_CORE;
+  if (core) MPU_CHECK(mpu_rng_tracker_add(&st->tracker, MPU_DATA_PARALLEL_RNG, seed));
+  MPU_CHECK(mpu_rng_tracker_add(&st->tracker, MPU_MODEL_PARALLEL_RNG, seed + 2718 + tp));
+  if (core)
+    MPU_CHECK(mpu_rng_tracker_add(&st->tracker, MPU_EXPERT_PARALLEL_RNG,
+                                  seed + 1024 + 100 * (uint64_t)st->base.ep_rank + tp));
+  return MPU_SUCCESS;
 }
 
 mpu_rng *mpu_state_default_rng(mpu_state *s) {
