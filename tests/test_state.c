@@ -347,6 +347,64 @@ static void test_core_streams(void **state) {
   if (r) fail_msg("%s / %s / %s", messages[0], messages[1], mpu_last_error());
 }
 
+/* Seed 003's sequence getters and setters, and training/eval mode: the
+ * override initialize sets keeps the sp size in eval mode; the rank drops
+ * to 0 there; clearing the override gives 1. */
+static mpu_result_t sequence(mpu_state *s, void *arg) {
+  (void)arg;
+  int rank, v;
+  mpu_comm_rank(mpu_state_world(s), &rank);
+  RCHECK(mpu_state_sp_is_initialized(NULL) && mpu_state_sdp_is_initialized(s) &&
+             !mpu_state_is_uninitialized(NULL),
+         "initialized flags");
+  RCHECK(!mpu_state_is_training_mode(s, &v) && v == 1, "training mode after init");
+  RCHECK(!mpu_state_sp_size(s, &v) && v == 4, "sp size %d", v);
+  RCHECK(!mpu_state_sp_rank(s, &v) && v == rank % 4, "sp rank %d", v);
+  RCHECK(!mpu_state_sp_src_rank(s, &v) && v == rank / 4 * 4, "sp src %d", v);
+  RCHECK(!mpu_state_sdp_size(s, &v) && v == 8, "sdp size %d", v);
+  RCHECK(!mpu_state_sdp_rank(s, &v) && v == rank, "sdp rank %d", v);
+  RCHECK(!mpu_state_set_eval_mode(NULL) && !mpu_state_is_training_mode(s, &v) && v == 0, "eval");
+  RCHECK(!mpu_state_sp_size(s, &v) && v == 4, "eval keeps the overridden sp size, got %d", v);
+  RCHECK(!mpu_state_sp_rank(s, &v) && v == 0, "eval sp rank %d", v);
+  RCHECK(!mpu_state_set_sp_size(s, -1) && !mpu_state_sp_size(s, &v) && v == 1, "eval, None: %d", v);
+  RCHECK(!mpu_state_sp_src_rank(s, &v) && v == rank, "eval src %d", v);
+  RCHECK(!mpu_state_set_training_mode(s) && !mpu_state_sp_size(s, &v) && v == 4, "training, None");
+  RCHECK(!mpu_state_set_sp_rank(s, 2) && !mpu_state_sp_rank(s, &v) && v == 2, "sp rank override");
+  RCHECK(!mpu_state_set_sdp_size(s, 3) && !mpu_state_sdp_size(s, &v) && v == 3, "sdp override");
+  RCHECK(!mpu_state_set_sdp_rank(s, 1) && !mpu_state_sdp_rank(s, &v) && v == 1, "sdp rank override");
+  RCHECK(!mpu_state_set_sdp_size(s, -1) && !mpu_state_sdp_size(s, &v) && v == 8, "sdp None");
+  RCHECK(mpu_state_set_sp_size(s, -2) == MPU_ERR_INVALID_ARGUMENT, "-2 taken");
+  RCHECK(!mpu_state_set_sp_size(s, 0) && mpu_state_sp_src_rank(s, &v) == MPU_ERR_INVALID_USAGE,
+         "sp size 0: src rank must fail, not divide by zero");
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t sequence_on_core(mpu_state *s, void *arg) {
+  (void)arg;
+  int v;
+  RCHECK(mpu_state_sp_size(s, &v) == MPU_ERR_INVALID_ARGUMENT, "core answered sp size");
+  RCHECK(mpu_state_set_sp_rank(s, 1) == MPU_ERR_INVALID_ARGUMENT, "core took an sp rank");
+  RCHECK(!mpu_state_sp_is_initialized(s) && !mpu_state_sdp_is_initialized(NULL), "core sp init");
+  RCHECK(!mpu_state_set_eval_mode(s) && !mpu_state_is_training_mode(s, &v) && v == 0, "core eval");
+  return MPU_SUCCESS;
+}
+
+static void test_sequence_and_modes(void **state) {
+  (void)state;
+  assert_true(mpu_state_is_uninitialized(NULL));
+  assert_false(mpu_state_sp_is_initialized(NULL));
+  int v;
+  assert_int_equal(mpu_state_sp_size(NULL, &v), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_state_set_training_mode(NULL), MPU_ERR_INVALID_USAGE);
+  mpu_layout_config c = ds(1, 1, 4, 0, -1, 0);
+  memset(messages, 0, sizeof messages);
+  mpu_result_t r = mpu_with_state(8, &c, 42, sequence, NULL, NULL, NULL);
+  if (r) fail_msg("%s / %s / %s", messages[0], messages[1], mpu_last_error());
+  mpu_layout_config k = core(2, 1, 1, 1, NULL);
+  r = mpu_with_state(4, &k, 42, sequence_on_core, NULL, NULL, NULL);
+  if (r) fail_msg("%s / %s", messages[0], mpu_last_error());
+}
+
 static void test_streams(void **state) {
   (void)state;
   mpu_layout_config c = ds(2, 1, 1, 0, -1, 0);
@@ -559,6 +617,7 @@ int main(void) {
       cmocka_unit_test(test_mock),        cmocka_unit_test(test_virtual_and_overrides),
       cmocka_unit_test(test_cycles),      cmocka_unit_test(test_differing_configs),
       cmocka_unit_test(test_two_grids),   cmocka_unit_test(test_core_streams),
+      cmocka_unit_test(test_sequence_and_modes),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
 #endif

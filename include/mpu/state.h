@@ -173,9 +173,44 @@ MPU_API mpu_result_t mpu_state_set_tp_rank(mpu_state *s, int rank);
 MPU_API mpu_result_t mpu_state_set_pp_size(mpu_state *s, int size);
 MPU_API mpu_result_t mpu_state_set_pp_rank(mpu_state *s, int rank);
 
+/*
+ * Seed 003 (Megatron-DeepSpeed): sequence parallelism, training and eval mode.
+ * initialize_model_parallel leaves training mode on and sets the sequence-
+ * parallel size override to sp (every rank: the assignment follows the group
+ * loop), so:
+ *   sp_size   the override if set, else training ? the sp group's size : 1
+ *   sp_rank   the override if set (none at init), else training ? the rank in the sp group : 0
+ *   sdp_size, sdp_rank   the override if set, else the sequence-data group's
+ *   sp_src_rank   (rank / sp_size) * sp_size, with sp_size as above
+ * so eval mode answers sp rank 0 but still the sp size, until
+ * mpu_state_set_sp_size(s, -1) clears the override (-1 is Python's None for
+ * every setter here). The sp/sdp calls are the deepspeed flavour's; on a
+ * core state they return MPU_ERR_INVALID_ARGUMENT. Training mode is kept for
+ * either flavour.
+ */
+MPU_API mpu_result_t mpu_state_is_training_mode(const mpu_state *s, int *yes);
+MPU_API mpu_result_t mpu_state_set_training_mode(mpu_state *s);
+MPU_API mpu_result_t mpu_state_set_eval_mode(mpu_state *s);
+MPU_API mpu_result_t mpu_state_sp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_sp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_sp_src_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_sdp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_sdp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_set_sp_size(mpu_state *s, int size);
+MPU_API mpu_result_t mpu_state_set_sp_rank(mpu_state *s, int rank);
+MPU_API mpu_result_t mpu_state_set_sdp_size(mpu_state *s, int size);
+MPU_API mpu_result_t mpu_state_set_sdp_rank(mpu_state *s, int rank);
+/* sequence_parallel_is_initialized / sequence_data_parallel_is_initialized:
+ * 1 for a live deepspeed state (s or the current one), else 0.
+ * is_unitialized (sic): 1 when there is no live state to answer. */
+MPU_API int mpu_state_sp_is_initialized(const mpu_state *s);
+MPU_API int mpu_state_sdp_is_initialized(const mpu_state *s);
+MPU_API int mpu_state_is_uninitialized(const mpu_state *s);
+
 /* model_parallel_cuda_manual_seed, on CPU streams: the default stream gets
  * seed (equal on all ranks of a tensor-parallel group), the tracker's
- * "model-parallel-rng" stream seed + 2718 + tp rank. */
+ * "model-parallel-rng" stream seed + 2718 + tp rank (and, for the core
+ * flavour, the data- and expert-parallel streams; docs/state.md). */
 MPU_API mpu_result_t mpu_state_manual_seed(mpu_state *s, uint64_t seed);
 MPU_API mpu_rng *mpu_state_default_rng(mpu_state *s);
 MPU_API mpu_rng_tracker *mpu_state_rng_tracker(mpu_state *s);

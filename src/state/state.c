@@ -30,6 +30,8 @@ struct mpu_state {
   int *pipe;                             /* this rank's pipeline, global ranks */
   int vp_rank, vp_size, split_rank;      /* -1: None */
   int tp_size_ov, tp_rank_ov, pp_size_ov, pp_rank_ov; /* -1: not overridden */
+  int sp_size_ov, sp_rank_ov, sdp_size_ov, sdp_rank_ov; /* seed 003's; -1: None */
+  int training;                          /* seed 003's _TRAINING_MODE */
   mpu_rng default_rng;
   mpu_rng_tracker tracker;
 };
@@ -273,6 +275,11 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   s->magic = STATE_MAGIC;
   s->world = world;
   s->tp_size_ov = s->tp_rank_ov = s->pp_size_ov = s->pp_rank_ov = -1;
+  /* seed 003's initialize: training mode on, and the sp size override set
+   * (on every rank); the other sequence overrides stay None */
+  s->training = 1;
+  s->sp_rank_ov = s->sdp_size_ov = s->sdp_rank_ov = -1;
+  s->sp_size_ov = c.flavor == MPU_FLAVOR_DEEPSPEED ? c.sp : -1;
   s->vp_rank = c.vp ? 0 : -1;
   s->vp_size = c.vp ? c.vp : -1;
   s->split_rank = c.split_rank;
@@ -630,6 +637,95 @@ SETTER(set_tp_size, tp_size_ov, -1)
 SETTER(set_tp_rank, tp_rank_ov, -1)
 SETTER(set_pp_size, pp_size_ov, -1)
 SETTER(set_pp_rank, pp_rank_ov, -1)
+
+/* ---- seed 003: sequence parallelism, training and eval mode ----------------------------- */
+
+static mpu_result_t deepspeed_only(const char *fn, const mpu_state *st) {
+  if (mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED) return MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "%s: the core layout has no sequence-parallel groups (a deepspeed-flavour call)",
+                    fn);
+}
+
+static int sp_size(const mpu_state *s) {
+  return s->sp_size_ov >= 0 ? s->sp_size_ov : s->training ? s->base.sp_size : 1;
+}
+
+#define SEQ_GETTER(name, expr)                                \
+  mpu_result_t mpu_state_##name(const mpu_state *s, int *v) { \
+    STATE("mpu_state_" #name, s, v);                          \
+    MPU_CHECK(deepspeed_only("mpu_state_" #name, st));        \
+    *v = (expr);                                              \
+    return MPU_SUCCESS;                                       \
+  }
+
+SEQ_GETTER(sp_size, sp_size(st))
+SEQ_GETTER(sp_rank, st->sp_rank_ov >= 0 ? st->sp_rank_ov : st->training ? st->base.sp_rank : 0)
+SEQ_GETTER(sdp_size, st->sdp_size_ov >= 0 ? st->sdp_size_ov : st->base.sdp_size)
+SEQ_GETTER(sdp_rank, st->sdp_rank_ov >= 0 ? st->sdp_rank_ov : st->base.sdp_rank)
+
+mpu_result_t mpu_state_sp_src_rank(const mpu_state *s, int *rank) {
+  STATE("mpu_state_sp_src_rank", s, rank);
+  MPU_CHECK(deepspeed_only("mpu_state_sp_src_rank", st));
+  int n = sp_size(st);
+  if (n <= 0) /* Python: ZeroDivisionError */
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "mpu_state_sp_src_rank: the sequence-parallel size is overridden to %d", n);
+  *rank = (st->base.rank / n) * n;
+  return MPU_SUCCESS;
+}
+
+#define SEQ_SETTER(name, field)                                                       \
+  mpu_result_t mpu_state_##name(mpu_state *s, int v) {                                \
+    mpu_state *st = NULL;                                                             \
+    MPU_CHECK(mutable_state("mpu_state_" #name, s, &st));                             \
+    MPU_CHECK(deepspeed_only("mpu_state_" #name, st));                                \
+    if (v < -1)                                                                       \
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_state_" #name ": %d (want >= -1)", v); \
+    st->field = v;                                                                    \
+    return MPU_SUCCESS;                                                               \
+  }
+
+SEQ_SETTER(set_sp_size, sp_size_ov)
+SEQ_SETTER(set_sp_rank, sp_rank_ov)
+SEQ_SETTER(set_sdp_size, sdp_size_ov)
+SEQ_SETTER(set_sdp_rank, sdp_rank_ov)
+
+mpu_result_t mpu_state_is_training_mode(const mpu_state *s, int *yes) {
+  STATE("mpu_state_is_training_mode", s, yes);
+  *yes = st->training;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t set_mode(const char *fn, mpu_state *s, int training) {
+  mpu_state *st = NULL;
+  MPU_CHECK(mutable_state(fn, s, &st));
+  st->training = training;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_state_set_training_mode(mpu_state *s) {
+  return set_mode("mpu_state_set_training_mode", s, 1);
+}
+
+mpu_result_t mpu_state_set_eval_mode(mpu_state *s) {
+  return set_mode("mpu_state_set_eval_mode", s, 0);
+}
+
+/* a live state of the deepspeed flavour, given or current */
+static int live_deepspeed(const mpu_state *s) {
+  const mpu_state *st = s ? s : current;
+  return st && st->magic == STATE_MAGIC &&
+         mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED;
+}
+
+int mpu_state_sp_is_initialized(const mpu_state *s) { return live_deepspeed(s); }
+int mpu_state_sdp_is_initialized(const mpu_state *s) { return live_deepspeed(s); }
+
+int mpu_state_is_uninitialized(const mpu_state *s) {
+  const mpu_state *st = s ? s : current;
+  return !st || st->magic != STATE_MAGIC;
+}
 
 mpu_result_t mpu_state_manual_seed(mpu_state *s, uint64_t seed) {
   mpu_state *st = NULL;
