@@ -405,6 +405,44 @@ static void test_sequence_and_modes(void **state) {
   if (r) fail_msg("%s / %s", messages[0], mpu_last_error());
 }
 
+/* The global memory buffer: one buffer per (name, dtype), reused, grown on
+ * demand with earlier views still valid, freed with the state. */
+static mpu_result_t memory_buffer(mpu_state *s, void *arg) {
+  (void)arg;
+  mpu_tensor a, b, c, d, e;
+  int64_t s48[2] = {4, 8}, s216[2] = {2, 16}, s64[1] = {64}, big[2] = {INT64_MAX / 2, 4};
+  RCHECK(!mpu_state_memory_buffer(s, "mpu", MPU_FLOAT32, 2, s48, &a), "get: %s", mpu_last_error());
+  RCHECK(a.ndim == 2 && a.shape[1] == 8 && !a.owns_data && a.data, "view");
+  for (int i = 0; i < 32; i++) ((float *)a.data)[i] = (float)i;
+  RCHECK(!mpu_state_memory_buffer(s, "mpu", MPU_FLOAT32, 2, s216, &b) && b.data == a.data,
+         "same size: reused");
+  RCHECK(((float *)b.data)[31] == 31.0f, "contents kept");
+  RCHECK(!mpu_state_memory_buffer(s, "mpu", MPU_FLOAT32, 1, s64, &c) && c.data != a.data,
+         "grown");
+  RCHECK(((float *)a.data)[31] == 31.0f, "an earlier view still reads its memory"); /* ASan: no UAF */
+  RCHECK(!mpu_state_memory_buffer(s, "mpu", MPU_FLOAT32, 2, s48, &d) && d.data == c.data,
+         "the grown buffer serves smaller asks");
+  RCHECK(!mpu_state_memory_buffer(s, "mpu", MPU_BFLOAT16, 2, s48, &e) && e.data != c.data,
+         "another dtype: another buffer");
+  RCHECK(mpu_state_memory_buffer(s, "", MPU_FLOAT32, 1, s64, &e) == MPU_ERR_INVALID_ARGUMENT, "empty name");
+  RCHECK(mpu_state_memory_buffer(s, "x", MPU_FLOAT32, 2, big, &e) == MPU_ERR_INVALID_ARGUMENT,
+         "a size past size_t");
+  RCHECK(mpu_state_memory_buffer(s, "x", MPU_FLOAT32, 9, s64, &e) == MPU_ERR_INVALID_ARGUMENT,
+         "nine dims");
+  return MPU_SUCCESS;
+}
+
+static void test_memory_buffer(void **state) {
+  (void)state;
+  mpu_layout_config c = ds(2, 1, 1, 0, -1, 0);
+  memset(messages, 0, sizeof messages);
+  mpu_result_t r = mpu_with_state(2, &c, 42, memory_buffer, NULL, NULL, NULL);
+  if (r) fail_msg("%s / %s / %s", messages[0], messages[1], mpu_last_error());
+  int64_t one = 1;
+  mpu_tensor t;
+  assert_int_equal(mpu_state_memory_buffer(NULL, "a", MPU_FLOAT32, 1, &one, &t), MPU_ERR_INVALID_USAGE);
+}
+
 static void test_streams(void **state) {
   (void)state;
   mpu_layout_config c = ds(2, 1, 1, 0, -1, 0);
@@ -617,7 +655,7 @@ int main(void) {
       cmocka_unit_test(test_mock),        cmocka_unit_test(test_virtual_and_overrides),
       cmocka_unit_test(test_cycles),      cmocka_unit_test(test_differing_configs),
       cmocka_unit_test(test_two_grids),   cmocka_unit_test(test_core_streams),
-      cmocka_unit_test(test_sequence_and_modes),
+      cmocka_unit_test(test_sequence_and_modes), cmocka_unit_test(test_memory_buffer),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
 #endif

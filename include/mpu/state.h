@@ -212,6 +212,17 @@ MPU_API int mpu_state_is_uninitialized(const mpu_state *s);
  * "model-parallel-rng" stream seed + 2718 + tp rank (and, for the core
  * flavour, the data- and expert-parallel streams; docs/state.md). */
 MPU_API mpu_result_t mpu_state_manual_seed(mpu_state *s, uint64_t seed);
+
+/*
+ * get_global_memory_buffer().get_tensor(shape, dtype, name): a per-state
+ * scratch arena. The buffer for (name, dtype) is reused across calls and
+ * grows when a larger shape asks; *out is a view of its first elements with
+ * that shape (owns_data 0, contents whatever was there). A grown buffer's old
+ * memory stays valid until mpu_state_destroy, so earlier views never dangle
+ * (Megatron's old tensor lives on while referenced). name: 1..63 characters.
+ */
+MPU_API mpu_result_t mpu_state_memory_buffer(mpu_state *s, const char *name, mpu_dtype dtype,
+                                             int ndim, const int64_t *shape, mpu_tensor *out);
 MPU_API mpu_rng *mpu_state_default_rng(mpu_state *s);
 MPU_API mpu_rng_tracker *mpu_state_rng_tracker(mpu_state *s);
 

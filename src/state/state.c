@@ -34,7 +34,26 @@ struct mpu_state {
   int training;                          /* seed 003's _TRAINING_MODE */
   mpu_rng default_rng;
   mpu_rng_tracker tracker;
+  struct scratch *buffers, *retired;     /* mpu_state_memory_buffer's, by (name, dtype) */
 };
+
+/* One buffer of the global memory buffer. */
+typedef struct scratch {
+  struct scratch *next;
+  char name[64];
+  mpu_dtype dtype;
+  size_t numel;
+  void *data;
+} scratch;
+
+static void scratch_free(scratch *b) {
+  while (b) {
+    scratch *next = b->next;
+    free(b->data);
+    free(b);
+    b = next;
+  }
+}
 
 static _Thread_local mpu_state *current;
 
@@ -142,6 +161,8 @@ void mpu_state_destroy(mpu_state *s) {
   if (s->owns_world) mpu_comm_destroy(s->world);
   mpu_layout_free(s->layout);
   free(s->pipe);
+  scratch_free(s->buffers);
+  scratch_free(s->retired);
   s->magic = 0;
   if (current == s) current = NULL;
   free(s);
@@ -725,6 +746,45 @@ int mpu_state_sdp_is_initialized(const mpu_state *s) { return live_deepspeed(s);
 int mpu_state_is_uninitialized(const mpu_state *s) {
   const mpu_state *st = s ? s : current;
   return !st || st->magic != STATE_MAGIC;
+}
+
+/* ---- the global memory buffer ---------------------------------------------------------- */
+
+mpu_result_t mpu_state_memory_buffer(mpu_state *s, const char *name, mpu_dtype dtype, int ndim,
+                                     const int64_t *shape, mpu_tensor *out) {
+  static const char fn[] = "mpu_state_memory_buffer";
+  mpu_state *st = NULL;
+  MPU_CHECK(mutable_state(fn, s, &st));
+  if (!name || !*name || strlen(name) >= sizeof st->buffers->name || !out)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: want a name of 1..63 characters and an out",
+                      fn);
+  /* the shape's checks (dims, byte size in size_t) are the tensor view's */
+  static char probe;
+  mpu_tensor want;
+  MPU_CHECK(mpu_tensor_init(&want, &probe, dtype, ndim, shape));
+  size_t numel = mpu_tensor_numel(&want), bytes = mpu_tensor_nbytes(&want);
+  scratch *b = st->buffers;
+  while (b && (b->dtype != dtype || strcmp(b->name, name))) b = b->next;
+  if (!b || b->numel < numel) {
+    scratch *grown = calloc(1, sizeof *grown);
+    void *data = grown ? aligned_alloc(64, (bytes + 63) / 64 * 64 + 64) : NULL;
+    if (!data) {
+      free(grown);
+      return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes for '%s'", fn, bytes, name);
+    }
+    strcpy(grown->name, name); /* length checked above */
+    grown->dtype = dtype, grown->numel = numel, grown->data = data;
+    if (b) { /* retire the smaller one: views of it stay valid until destroy */
+      scratch **p = &st->buffers;
+      while (*p != b) p = &(*p)->next;
+      *p = b->next;
+      b->next = st->retired;
+      st->retired = b;
+    }
+    grown->next = st->buffers;
+    st->buffers = b = grown;
+  }
+  return mpu_tensor_init(out, b->data, dtype, ndim, shape);
 }
 
 mpu_result_t mpu_state_manual_seed(mpu_state *s, uint64_t seed) {
