@@ -443,6 +443,45 @@ static void test_memory_buffer(void **state) {
   assert_int_equal(mpu_state_memory_buffer(NULL, "a", MPU_FLOAT32, 1, &one, &t), MPU_ERR_INVALID_USAGE);
 }
 
+/* mpu_with_state_on: the helper around ranks the caller already runs; the
+ * state current before comes back afterwards. */
+static mpu_result_t inside(mpu_state *s, void *arg) {
+  int *calls = arg, tp;
+  RCHECK(mpu_state_current() == s && !mpu_state_tp_size(NULL, &tp) && tp == 2, "inside");
+  __atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t fails_inside(mpu_state *s, void *arg) {
+  (void)s, (void)arg;
+  return mpu_fail(MPU_ERR_INTERNAL, "the test body failed");
+}
+
+static mpu_result_t own_ranks(mpu_comm *world, void *arg) {
+  int *calls = arg;
+  mpu_layout_config c = ds(2, 1, 1, 0, -1, 0);
+  mpu_state *mine = NULL;
+  mpu_result_t r = mpu_state_init(world, &c, &mine); /* a state of the caller's, current */
+  if (!r) r = mpu_with_state_on(world, &c, 7, inside, calls);
+  if (!r && mpu_state_current() != mine) r = mpu_fail(MPU_ERR_INTERNAL, "the state before did not come back");
+  if (!r && mpu_with_state_on(world, &c, 7, fails_inside, NULL) != MPU_ERR_INTERNAL)
+    r = mpu_fail(MPU_ERR_INTERNAL, "the body's failure was not returned");
+  if (!r && mpu_state_current() != mine) r = mpu_fail(MPU_ERR_INTERNAL, "not restored after a failure");
+  if (!r && mpu_with_state_on(NULL, &c, 7, inside, calls) != MPU_ERR_INVALID_ARGUMENT)
+    r = mpu_fail(MPU_ERR_INTERNAL, "NULL world taken");
+  mpu_state_destroy(mine);
+  return r;
+}
+
+static void test_with_state_on(void **state) {
+  (void)state;
+  int calls = 0;
+  memset(messages, 0, sizeof messages);
+  mpu_result_t r = mpu_launch(4, own_ranks, &calls, NULL, NULL);
+  if (r) fail_msg("%s / %s", messages[0], mpu_last_error());
+  assert_int_equal(calls, 4);
+}
+
 static void test_streams(void **state) {
   (void)state;
   mpu_layout_config c = ds(2, 1, 1, 0, -1, 0);
@@ -656,6 +695,7 @@ int main(void) {
       cmocka_unit_test(test_cycles),      cmocka_unit_test(test_differing_configs),
       cmocka_unit_test(test_two_grids),   cmocka_unit_test(test_core_streams),
       cmocka_unit_test(test_sequence_and_modes), cmocka_unit_test(test_memory_buffer),
+      cmocka_unit_test(test_with_state_on),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
 #endif

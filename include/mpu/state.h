@@ -242,6 +242,17 @@ MPU_API mpu_result_t mpu_with_state(int nranks, const mpu_layout_config *cfg, ui
                                     const mpu_launch_options *options);
 
 /*
+ * The same around ranks that already run (the processes of an MPI job, the
+ * caller's own threads): collective over world, every rank calls it with the
+ * same config. Builds a state over world (cfg->world_size 0 takes world's
+ * size), seeds it, runs fn, destroys the state whatever fn returned, and
+ * gives back the state that was current on this thread before (as BioNeMo's
+ * helpers restore what they found). world stays the caller's.
+ */
+MPU_API mpu_result_t mpu_with_state_on(mpu_comm *world, const mpu_layout_config *cfg,
+                                       uint64_t seed, mpu_state_fn fn, void *arg);
+
+/*
  * mock_distributed_parallel_state: this thread becomes rank `rank` of a world
  * of cfg->world_size on the fake backend (no data moves), with a state whose
  * getters answer as that rank would; it becomes the current state. Free it

@@ -824,14 +824,30 @@ typedef struct with_state_ctx {
   void *arg;
 } with_state_ctx;
 
+/* One rank's with-state run: init, seed, fn, destroy always (so the next
+ * test starts clean), and the state current before comes back. */
+static mpu_result_t run_with_state(mpu_comm *world, const mpu_layout_config *cfg, uint64_t seed,
+                                   mpu_state_fn fn, void *arg) {
+  mpu_state *before = current, *s = NULL;
+  mpu_result_t r = mpu_state_init(world, cfg, &s);
+  if (!r) r = mpu_state_manual_seed(s, seed);
+  if (!r) r = fn(s, arg);
+  mpu_state_destroy(s);
+  current = before;
+  return r;
+}
+
 static mpu_result_t with_state_rank(mpu_comm *world, void *arg) {
   with_state_ctx *ctx = arg;
-  mpu_state *s = NULL;
-  MPU_CHECK(mpu_state_init(world, &ctx->cfg, &s));
-  mpu_result_t r = mpu_state_manual_seed(s, ctx->seed);
-  if (!r) r = ctx->fn(s, ctx->arg);
-  mpu_state_destroy(s); /* always, so the next test starts clean */
-  return r;
+  return run_with_state(world, &ctx->cfg, ctx->seed, ctx->fn, ctx->arg);
+}
+
+mpu_result_t mpu_with_state_on(mpu_comm *world, const mpu_layout_config *cfg, uint64_t seed,
+                               mpu_state_fn fn, void *arg) {
+  if (!world || !cfg || !fn)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "mpu_with_state_on: NULL communicator, config or function");
+  return run_with_state(world, cfg, seed, fn, arg);
 }
 
 mpu_result_t mpu_with_state(int nranks, const mpu_layout_config *cfg, uint64_t seed,

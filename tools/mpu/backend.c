@@ -60,12 +60,7 @@ mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, 
   if (r) return r;
   mpu_layout_config c = *cfg;
   c.world_size = nranks;
-  mpu_state *s = NULL;
-  if ((r = mpu_state_init(mpi_world, &c, &s))) return r;
-  r = mpu_state_manual_seed(s, seed);
-  if (!r) r = fn(s, arg);
-  mpu_state_destroy(s);
-  return r;
+  return mpu_with_state_on(mpi_world, &c, seed, fn, arg);
 }
 
 mpu_comm *tool_mpi_world(void) {
