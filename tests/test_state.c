@@ -53,9 +53,12 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
   RCHECK(!mpu_state_enable_nccl(s, NULL), "enable NCCL: %s", mpu_last_error());
 #endif
   RCHECK(mpu_state_is_initialized(NULL) && mpu_state_current() == s, "not the current state");
+  int ds = mpu_layout_config_of(l)->flavor == MPU_FLAVOR_DEEPSPEED;
   for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
     if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
-    RCHECK(!mpu_layout_group(l, (mpu_group_kind)k, rank, members, 64, &n), "group");
+    /* seed 003: the deepspeed flavour's data-parallel group is the sequence-data one */
+    mpu_group_kind as = ds && k == MPU_GROUP_DP ? MPU_GROUP_SDP : (mpu_group_kind)k;
+    RCHECK(!mpu_layout_group(l, as, rank, members, 64, &n), "group");
     mpu_comm *c = NULL;
     mpu_result_t r = mpu_state_comm(s, (mpu_group_kind)k, &c);
     if (!n) {
@@ -84,6 +87,24 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
     int gr;
     RCHECK(!mpu_state_group_rank(s, (mpu_group_kind)k, &gr) && members[gr] == rank,
            "kind %d: group rank %d", k, gr);
+  }
+  /* the plain data-parallel group under its own name */
+  mpu_comm *plain = NULL;
+  RCHECK(!mpu_state_plain_dp_comm(s, &plain), "plain dp: %s", mpu_last_error());
+  RCHECK(!mpu_layout_group(l, MPU_GROUP_DP, rank, members, 64, &n), "dp group");
+  int64_t mine = rank, sum = 0, want_sum = 0;
+  for (int i = 0; i < n; i++) want_sum += members[i];
+  RCHECK(!mpu_comm_all_reduce(plain, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want_sum,
+         "plain dp: sum %lld, want %lld", (long long)sum, (long long)want_sum);
+  if (ds) { /* the communicator, the size and the rank agree, as the seed's getters */
+    mpu_comm *dpc;
+    int size, r, want_size, want_rank;
+    RCHECK(!mpu_state_comm(s, MPU_GROUP_DP, &dpc) && !mpu_comm_size(dpc, &size) &&
+               !mpu_comm_rank(dpc, &r) && !mpu_state_dp_size(s, &want_size) &&
+               !mpu_state_dp_rank(s, &want_rank),
+           "dp getters");
+    RCHECK(size == want_size && r == want_rank, "dp comm %d of %d, getters %d of %d", r, size,
+           want_rank, want_size);
   }
   /* getters agree with the layout */
   mpu_rank_info want = MPU_RANK_INFO_INIT, got = MPU_RANK_INFO_INIT;

@@ -110,6 +110,14 @@ MPU_API mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info);
  * flavour has no such kind or this rank is in none (embedding groups). */
 MPU_API mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out);
 
+/* The deepspeed flavour answers MPU_GROUP_DP with the sequence-data group,
+ * as seed 003's get_data_parallel_group() does (the same group when sp is 1),
+ * so the communicator, mpu_state_dp_size and mpu_state_dp_rank agree (the
+ * dp src rank stays the plain group's first, as get_data_parallel_src_rank
+ * reads _DATA_PARALLEL_GLOBAL_RANKS); this is the plain data-parallel group
+ * (_DATA_PARALLEL_GROUP) under its own name. */
+MPU_API mpu_result_t mpu_state_plain_dp_comm(const mpu_state *s, mpu_comm **out);
+
 /*
  * Give every group of this rank an NCCL communicator over its host one (the
  * collective of all ranks of the state's world, as init is): afterwards

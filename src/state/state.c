@@ -508,8 +508,11 @@ mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options
   return r;
 }
 
+static mpu_group_kind seen_as(const mpu_state *st, mpu_group_kind kind);
+
 mpu_result_t mpu_state_host_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out) {
   STATE("mpu_state_host_comm", s, out);
+  if ((unsigned)kind < MPU_GROUP_KIND_COUNT) kind = seen_as(st, kind);
   if ((unsigned)kind >= MPU_GROUP_KIND_COUNT || !st->comms[kind])
     return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_state_host_comm: rank %d is in no group of kind %d",
                       st->base.rank, (int)kind);
@@ -517,8 +520,27 @@ mpu_result_t mpu_state_host_comm(const mpu_state *s, mpu_group_kind kind, mpu_co
   return MPU_SUCCESS;
 }
 
+/* Seed 003: get_data_parallel_group() answers with the sequence-data group
+ * (equal to the data-parallel group when sp is 1), as get_data_parallel_
+ * world_size and _rank do; the plain group stays reachable through
+ * mpu_state_plain_dp_comm. Core has no such alias. */
+static mpu_group_kind seen_as(const mpu_state *st, mpu_group_kind kind) {
+  int ds = mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED;
+  return ds && kind == MPU_GROUP_DP ? MPU_GROUP_SDP : kind;
+}
+
+mpu_result_t mpu_state_plain_dp_comm(const mpu_state *s, mpu_comm **out) {
+  STATE("mpu_state_plain_dp_comm", s, out);
+  if (!st->comms[MPU_GROUP_DP])
+    return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_state_plain_dp_comm: rank %d is in no dp group",
+                      st->base.rank);
+  *out = st->nccl[MPU_GROUP_DP] ? st->nccl[MPU_GROUP_DP] : st->comms[MPU_GROUP_DP];
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out) {
   STATE("mpu_state_comm", s, out);
+  if ((unsigned)kind < MPU_GROUP_KIND_COUNT) kind = seen_as(st, kind);
   if (!mpu_layout_has(st->layout, kind))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_state_comm: the %s layout has no %s groups",
                       mpu_flavor_name(mpu_layout_config_of(st->layout)->flavor),
@@ -551,7 +573,7 @@ mpu_result_t mpu_state_src_rank(const mpu_state *s, mpu_group_kind kind, int *ra
     *rank = (st->base.rank / st->base.sp_size) * st->base.sp_size;
     return MPU_SUCCESS;
   }
-  int pos, size;
+  int pos, size; /* dp: get_data_parallel_src_rank reads the plain group's ranks */
   return mpu_layout_locate(st->layout, kind, st->base.rank, &pos, &size, rank);
 }
 
