@@ -392,8 +392,10 @@ static mpu_result_t sequence(mpu_state *s, void *arg) {
   RCHECK(!mpu_state_set_training_mode(s) && !mpu_state_sp_size(s, &v) && v == 4, "training, None");
   RCHECK(!mpu_state_set_sp_rank(s, 2) && !mpu_state_sp_rank(s, &v) && v == 2, "sp rank override");
   RCHECK(!mpu_state_set_sdp_size(s, 3) && !mpu_state_sdp_size(s, &v) && v == 3, "sdp override");
+  RCHECK(!mpu_state_dp_size(s, &v) && v == 3, "dp size follows the sdp override, got %d", v);
   RCHECK(!mpu_state_set_sdp_rank(s, 1) && !mpu_state_sdp_rank(s, &v) && v == 1, "sdp rank override");
   RCHECK(!mpu_state_set_sdp_size(s, -1) && !mpu_state_sdp_size(s, &v) && v == 8, "sdp None");
+  RCHECK(!mpu_state_dp_size(s, &v) && v == 8, "dp size back, got %d", v);
   RCHECK(mpu_state_set_sp_size(s, -2) == MPU_ERR_INVALID_ARGUMENT, "-2 taken");
   RCHECK(!mpu_state_set_sp_size(s, 0) && mpu_state_sp_src_rank(s, &v) == MPU_ERR_INVALID_USAGE,
          "sp size 0: src rank must fail, not divide by zero");

@@ -189,6 +189,8 @@ MPU_API mpu_result_t mpu_state_set_pp_rank(mpu_state *s, int rank);
  *   sp_size   the override if set, else training ? the sp group's size : 1
  *   sp_rank   the override if set (none at init), else training ? the rank in the sp group : 0
  *   sdp_size, sdp_rank   the override if set, else the sequence-data group's
+ *             (mpu_state_dp_size follows the sdp size override, as
+ *             get_data_parallel_world_size does)
  *   sp_src_rank   (rank / sp_size) * sp_size, with sp_size as above
  * so eval mode answers sp rank 0 but still the sp size, until
  * mpu_state_set_sp_size(s, -1) clears the override (-1 is Python's None for

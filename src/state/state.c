@@ -592,7 +592,12 @@ GETTER(tp_src_rank, mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPS
 GETTER(pp_rank, pp_rank(st))
 GETTER(pp_size, pp_size(st))
 GETTER(dp_rank, st->base.dp_rank)
-GETTER(dp_size, st->base.dp_size)
+/* seed 003: get_data_parallel_world_size() is get_sequence_data_parallel_
+ * world_size(), so an sdp size override moves it too (deepspeed only) */
+GETTER(dp_size, mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED &&
+                        st->sdp_size_ov >= 0
+                    ? st->sdp_size_ov
+                    : st->base.dp_size)
 GETTER(dp_src_rank, st->base.dp_src)
 GETTER(mp_rank, st->base.mp_rank)
 GETTER(mp_size, st->base.mp_size)
