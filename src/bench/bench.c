@@ -485,10 +485,14 @@ static void *copy_loop(void *arg) {
   for (int i = 0; i < c->iters; i++) {
     if (c->start) start_wait(c->start); /* even after a failure, so no one waits forever */
     if (c->failed) continue;
+    /* small copies take less than the clock resolves: time enough of them
+     * (at least 256 KiB in all) and divide */
+    int reps = c->bytes >= ((size_t)256 << 10) ? 1 : (int)(((size_t)256 << 10) / c->bytes);
     double t0 = now_us();
-    mpu__copy(i % 2 ? a : b, i % 2 ? b : a, c->bytes, c->stream);
+    for (int k = 0; k < reps; k++)
+      mpu__copy((i + k) % 2 ? a : b, (i + k) % 2 ? b : a, c->bytes, c->stream);
     if (c->stream) mpu__copy_fence();
-    t[i] = now_us() - t0;
+    t[i] = (now_us() - t0) / reps;
   }
   if (!c->failed) {
     qsort(t, (size_t)c->iters, sizeof(double), cmp_double);
@@ -547,6 +551,9 @@ mpu_result_t mpu_bench_memcpy_concurrent(size_t bytes, int iters, int threads, d
       }
       if (c[i].median_us > worst) worst = c[i].median_us;
     }
+    if (r == MPU_SUCCESS && !(worst > 0))
+      r = mpu__error(MPU_ERR_SYSTEM, "mpu_bench_memcpy: copies of %zu bytes took no measurable time",
+                     bytes);
     if (r == MPU_SUCCESS) *gbps = (double)bytes / (worst * 1e3);
   }
 out:
