@@ -428,10 +428,10 @@ static int print_json(const bench_run *run) {
       double algbw = r->mean_us > 0 ? (double)r->bytes / (r->mean_us * 1e3) : 0;
       if (r->wrong > 0) wrong += r->wrong;
       printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"in_place\": %s, \"op\": \"%s\", "
-             "\"root\": %d, \"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, \"mean_us\": %.3f, "
-             "\"median_us\": %.3f, \"min_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
-             "\"wrong\": %lld, \"roofline_us\": %.3f, \"roofline_fraction\": %.4f, "
-             "\"raw_mpi_us\": %.3f, \"checked_us\": %.3f}",
+             "\"root\": %d, \"bytes\": %zu, \"count\": %zu, \"time_us\": %.6g, \"mean_us\": %.6g, "
+             "\"median_us\": %.6g, \"min_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, "
+             "\"wrong\": %lld, \"roofline_us\": %.6g, \"roofline_fraction\": %.6g, "
+             "\"raw_mpi_us\": %.6g, \"checked_us\": %.6g}",
              first ? "" : ",", mpu_collective_name(row->coll), row->ranks, ip ? "true" : "false",
              reducing(row->coll) ? mpu_op_name(o->op) : "none", rooted(row->coll) ? 0 : -1,
              r->bytes, r->count, r->mean_us, r->mean_us, r->time_us, r->min_us, algbw,
@@ -457,7 +457,7 @@ static int write_csv(const bench_run *run) {
       const bench_row *row = &run->rows[i];
       const mpu_bench_result *r = &row->res[ip];
       double algbw = r->mean_us > 0 ? (double)r->bytes / (r->mean_us * 1e3) : 0;
-      fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.3f,%.3f,%.4f,%.4f,%lld,%.3f,%.3f\n",
+      fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%lld,%.6g,%.6g\n",
               mpu_collective_name(row->coll), backend_name(o->backend), row->ranks,
               mpu_dtype_name(o->dtype), reducing(row->coll) ? mpu_op_name(o->op) : "none", ip,
               r->bytes, r->count, r->mean_us, r->time_us, algbw,
