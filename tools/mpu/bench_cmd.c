@@ -342,16 +342,19 @@ static int reducing(mpu_collective c) {
   return c == MPU_COLL_ALL_REDUCE || c == MPU_COLL_REDUCE_SCATTER || c == MPU_COLL_REDUCE;
 }
 
-static void print_block(const bench_run *run, const bench_row *r, int ip, int mpi) {
+/* algbw from the mean time, as nccl-tests reports it (the library's
+ * algbw_gbps is from the median) */
+static double mean_algbw(const mpu_bench_result *x) {
+  return x->mean_us > 0 ? (double)x->bytes / (x->mean_us * 1e3) : 0;
+}
+
+static void print_block(const bench_row *r, int ip, int mpi) {
   const mpu_bench_result *x = &r->res[ip];
   char wrong[24];
   if (x->wrong < 0) snprintf(wrong, sizeof wrong, "N/A");
   else snprintf(wrong, sizeof wrong, "%lld", x->wrong);
-  printf("  %9.2f %9.2f %7.2f %7.2f %6s %5.0f%%", x->mean_us, x->time_us,
-         x->mean_us > 0 ? (double)x->bytes / (x->mean_us * 1e3) : 0,
-         x->mean_us > 0 ? (double)x->bytes / (x->mean_us * 1e3) *
-                              mpu_bench_bus_factor(r->coll, r->ranks) : 0,
-         wrong, x->mean_us > 0 ? 100.0 * r->roof_us / x->mean_us : 0);
+  printf("  %9.2f %9.2f %7.2f %7.2f %6s %5.0f%%", x->mean_us, x->time_us, mean_algbw(x),
+         mean_algbw(x) * mpu_bench_bus_factor(r->coll, r->ranks), wrong, x->mean_us > 0 ? 100.0 * r->roof_us / x->mean_us : 0);
   if (mpi) {
     if (x->native_mean_us >= 0) printf(" %9.2f", x->native_mean_us);
     else printf(" %9s", "-");
@@ -398,12 +401,11 @@ static int print_text(const bench_run *run) {
            mpu_dtype_name(o->dtype), reducing(r->coll) ? mpu_op_name(o->op) : "none",
            rooted(r->coll) ? 0 : -1);
     for (int ip = 0; ip < 2; ip++) {
-      print_block(run, r, ip, mpi);
+      print_block(r, ip, mpi);
       if (r->res[ip].wrong > 0) wrong += r->res[ip].wrong;
       if (r->res[ip].native_wrong > 0) wrong += r->res[ip].native_wrong;
       if (r->res[ip].mean_us > 0) {
-        busbw_sum += (double)r->res[ip].bytes / (r->res[ip].mean_us * 1e3) *
-                     mpu_bench_bus_factor(r->coll, r->ranks);
+        busbw_sum += mean_algbw(&r->res[ip]) * mpu_bench_bus_factor(r->coll, r->ranks);
         counted++;
       }
     }
@@ -425,7 +427,7 @@ static int print_json(const bench_run *run) {
     for (int ip = 0; ip < 2; ip++, first = 0) {
       const bench_row *row = &run->rows[i];
       const mpu_bench_result *r = &row->res[ip];
-      double algbw = r->mean_us > 0 ? (double)r->bytes / (r->mean_us * 1e3) : 0;
+      double algbw = mean_algbw(r);
       if (r->wrong > 0) wrong += r->wrong;
       printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"in_place\": %s, \"op\": \"%s\", "
              "\"root\": %d, \"bytes\": %zu, \"count\": %zu, \"time_us\": %.6g, \"mean_us\": %.6g, "
@@ -456,7 +458,7 @@ static int write_csv(const bench_run *run) {
     for (int ip = 0; ip < 2; ip++) {
       const bench_row *row = &run->rows[i];
       const mpu_bench_result *r = &row->res[ip];
-      double algbw = r->mean_us > 0 ? (double)r->bytes / (r->mean_us * 1e3) : 0;
+      double algbw = mean_algbw(r);
       fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%lld,%.6g,%.6g\n",
               mpu_collective_name(row->coll), backend_name(o->backend), row->ranks,
               mpu_dtype_name(o->dtype), reducing(row->coll) ? mpu_op_name(o->op) : "none", ip,

@@ -6,8 +6,9 @@
 
 #include <stddef.h>
 
-/* Calls writing at least this many bytes in all write with streaming
- * (non-temporal) stores: their output would not stay in cache anyway, and
+/* Calls touching at least this many bytes in all (everything read and
+ * written) write with streaming (non-temporal) stores: their output would not
+ * stay in cache anyway, and
  * streaming skips reading each destination line before overwriting it.
  * Below it, outputs stay in cache for whoever reads them next. It is 3/4 of
  * the last-level cache, as glibc's memcpy chooses its non-temporal threshold
