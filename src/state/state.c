@@ -762,18 +762,14 @@ mpu_result_t mpu_state_set_eval_mode(mpu_state *s) {
 
 /* a live state of the deepspeed flavour, given or current */
 static int live_deepspeed(const mpu_state *s) {
-  const mpu_state *st = s ? s : current;
-  return st && st->magic == STATE_MAGIC &&
-         mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED;
+  return mpu_state_is_initialized(s) &&
+         mpu_layout_config_of((s ? s : current)->layout)->flavor == MPU_FLAVOR_DEEPSPEED;
 }
 
 int mpu_state_sp_is_initialized(const mpu_state *s) { return live_deepspeed(s); }
 int mpu_state_sdp_is_initialized(const mpu_state *s) { return live_deepspeed(s); }
 
-int mpu_state_is_uninitialized(const mpu_state *s) {
-  const mpu_state *st = s ? s : current;
-  return !st || st->magic != STATE_MAGIC;
-}
+int mpu_state_is_uninitialized(const mpu_state *s) { return !mpu_state_is_initialized(s); }
 
 /* ---- the global memory buffer ---------------------------------------------------------- */
 
