@@ -11,6 +11,11 @@
  *   core       Megatron-LM core (core_v0.8.0): the RankGenerator over an order
  *              string (default "tp-cp-ep-dp-pp", first token varying fastest),
  *              with context (cp) and expert (ep) parallelism.
+ *   core-0.19  Megatron-LM core_v0.19.0 (the layout since core_v0.10): two rank
+ *              generators over one order, the dense one (tp, cp, dp, pp) and
+ *              the expert one (etp, ep, expert dp, pp), hierarchical context
+ *              parallelism, distributed-optimizer instances, gloo twins of
+ *              the data-parallel groups, and grids at a rank offset.
  *
  * Nothing here communicates. One rank's groups are computed in O(their
  * sizes), never by enumerating the world, so any rank of a million-rank
@@ -32,7 +37,13 @@
 extern "C" {
 #endif
 
-typedef enum mpu_flavor { MPU_FLAVOR_DEEPSPEED = 0, MPU_FLAVOR_CORE = 1 } mpu_flavor;
+typedef enum mpu_flavor {
+  MPU_FLAVOR_DEEPSPEED = 0,
+  MPU_FLAVOR_CORE = 1,
+  MPU_FLAVOR_CORE_019 = 2
+} mpu_flavor;
+
+#define MPU_HCP_MAX_LEVELS 8
 
 typedef struct mpu_layout_config {
   size_t size;       /* sizeof(mpu_layout_config), set by the initializer */
@@ -48,14 +59,23 @@ typedef struct mpu_layout_config {
   int ep;            /* core: expert_model_parallel_size */
   int fp8;           /* deepspeed: build the FP8 amax reduction groups */
   char order[64];    /* core: "" means "tp-cp-ep-dp-pp" */
+  /* core-0.19 only (the other flavours refuse values other than these defaults) */
+  int etp;                      /* expert_tensor_parallel_size; 0 = None (= tp) */
+  int hcp[MPU_HCP_MAX_LEVELS];  /* hierarchical_context_parallel_sizes ... */
+  int n_hcp;                    /* ... how many; 0 = None */
+  int dist_opt_instances;       /* num_distributed_optimizer_instances (1) */
+  int gloo;                     /* create_gloo_process_groups (1 = True) */
+  int rank_offset;              /* the grid's first rank (0; <= 0 means none, as the original) */
+  int local_world_size;         /* the grid's size; 0 = None (the world size) */
 } mpu_layout_config;
 
 /* The size of this struct's first version (every field up to order): a
  * program built against it keeps working; newer fields take their defaults. */
-#define MPU_LAYOUT_CONFIG_MIN_SIZE sizeof(mpu_layout_config)
+#define MPU_LAYOUT_CONFIG_MIN_SIZE offsetof(mpu_layout_config, etp)
 
-#define MPU_LAYOUT_CONFIG_INIT \
-  {sizeof(mpu_layout_config), MPU_FLAVOR_CORE, 0, 1, 1, 0, -1, 1, 1, 1, 0, ""}
+#define MPU_LAYOUT_CONFIG_INIT                                                           \
+  {.size = sizeof(mpu_layout_config), .flavor = MPU_FLAVOR_CORE, .tp = 1, .pp = 1,       \
+   .split_rank = -1, .sp = 1, .cp = 1, .ep = 1, .dist_opt_instances = 1, .gloo = 1}
 
 /* Group kinds. Each flavour builds some of them (mpu_layout_has). */
 typedef enum mpu_group_kind {
@@ -78,14 +98,32 @@ typedef enum mpu_group_kind {
   MPU_GROUP_EP,                 /* core: expert */
   MPU_GROUP_DP_MODULO_EP,       /* core: data modulo expert */
   MPU_GROUP_DP_CP_MODULO_EP,    /* core: data + context modulo expert */
+  /* core-0.19. It reuses TP_EP ("etp_ep"), TP_EP_PP ("etp_ep_pp") and
+   * DP_MODULO_EP ("edp") for the expert generator's groups, MP ("mp") */
+  MPU_GROUP_ETP,                      /* expert tensor parallel */
+  MPU_GROUP_INTRA_PARTIAL_DP_CP,      /* a distributed-optimizer instance's share of dp_cp */
+  MPU_GROUP_INTRA_PARTIAL_EDP,        /* ... of the expert data-parallel group */
+  MPU_GROUP_INTER_PARTIAL_EDP,        /* across instances (only with more than one) */
+  MPU_GROUP_INTRA_DIST_OPT_INSTANCE,  /* every rank of one instance */
+  MPU_GROUP_HCP_L0,                   /* hierarchical context parallel, level 0 ... */
+  MPU_GROUP_HCP_LAST = MPU_GROUP_HCP_L0 + MPU_HCP_MAX_LEVELS - 1,
+  MPU_GROUP_DP_GLOO,                  /* gloo twins: host groups of the same members */
+  MPU_GROUP_DP_CP_GLOO,
+  MPU_GROUP_INTRA_PARTIAL_DP_CP_GLOO,
+  MPU_GROUP_EDP_GLOO,
+  MPU_GROUP_INTRA_PARTIAL_EDP_GLOO,
   MPU_GROUP_KIND_COUNT
 } mpu_group_kind;
 
+/* Is kind a gloo twin (a host-memory group that a device backend leaves on
+ * the host)? */
+MPU_API int mpu_group_kind_is_gloo(mpu_group_kind kind);
+
 /* "dp", "tp", ..., "tp_pp" for core's model-parallel group, "mp" for
- * deepspeed's: the names mpu plan prints. */
+ * deepspeed's and core-0.19's: the names mpu plan prints. */
 MPU_API const char *mpu_group_kind_name(mpu_flavor flavor, mpu_group_kind kind);
 
-/* "deepspeed" / "core"; and back. */
+/* "deepspeed" / "core" / "core-0.19"; and back. */
 MPU_API const char *mpu_flavor_name(mpu_flavor flavor);
 MPU_API mpu_result_t mpu_flavor_from_name(const char *name, mpu_flavor *out);
 
@@ -105,8 +143,16 @@ MPU_API void mpu_layout_free(mpu_layout *layout);
 MPU_API const mpu_layout_config *mpu_layout_config_of(const mpu_layout *layout);
 MPU_API int mpu_layout_dp(const mpu_layout *layout); /* data_parallel_size */
 
-/* Does this flavour (and config: amax needs fp8) build groups of kind? */
+/* Does this flavour (and config: amax needs fp8, inter_partial_edp more than
+ * one distributed-optimizer instance, hcp_lK K+1 levels, gloo twins gloo)
+ * build groups of kind? */
 MPU_API int mpu_layout_has(const mpu_layout *layout, mpu_group_kind kind);
+
+/* The kind whose process groups kind's are (the original assigns one global
+ * to another: with one distributed-optimizer instance the intra-partial
+ * groups are the full data-parallel ones); kind itself otherwise. A state
+ * gives both kinds one communicator. */
+MPU_API mpu_group_kind mpu_layout_alias_of(const mpu_layout *layout, mpu_group_kind kind);
 
 /* The most members a group of kind can have (the size to give out[]). */
 MPU_API int mpu_layout_max_group_size(const mpu_layout *layout, mpu_group_kind kind);
@@ -155,12 +201,21 @@ typedef struct mpu_rank_info {
   int cp_rank, cp_size;
   int ep_rank, ep_size, tp_ep_rank;
   int dp_modulo_ep_rank, dp_modulo_ep_size;
+  /* core and core-0.19 (added later: fill as much as info->size holds) */
+  int in_grid;                             /* core-0.19: is rank in [offset, offset + grid)? */
+  int mp_src, ep_src;
+  int tp_cp_rank, tp_cp_size, tp_dp_rank, tp_dp_size, tp_dp_cp_rank, tp_dp_cp_size;
+  int etp_rank, etp_size, etp_ep_rank, etp_ep_size, etp_ep_pp_rank, etp_ep_pp_size;
+  int edp_rank, edp_size;                  /* core: dp_modulo_ep */
+  int partial_dp_cp_rank, partial_dp_cp_size, partial_edp_rank, partial_edp_size;
+  int intra_dist_opt_rank, intra_dist_opt_size;
+  int inter_dist_opt_rank, inter_dist_opt_size; /* -1: None (one instance) */
 } mpu_rank_info;
 
 /* Start every mpu_rank_info from this: the library fills as much as the
  * caller's version of the struct holds, so it can grow. */
 #define MPU_RANK_INFO_INIT {.size = sizeof(mpu_rank_info)}
-#define MPU_RANK_INFO_MIN_SIZE sizeof(mpu_rank_info)
+#define MPU_RANK_INFO_MIN_SIZE offsetof(mpu_rank_info, in_grid)
 
 /* Every getter's answer for rank, in O(the sizes of its groups). */
 MPU_API mpu_result_t mpu_layout_rank_info(const mpu_layout *layout, int rank,
@@ -168,8 +223,15 @@ MPU_API mpu_result_t mpu_layout_rank_info(const mpu_layout *layout, int rank,
 
 /* Parse "tp-cp-ep-dp-pp" style orders and the sizes of a config from
  * "key=value" text ("world_size=8 tp=2 pp=2 order=tp-dp-pp"), for tools and
- * the fuzz target. Unknown keys and malformed values are errors. */
+ * the fuzz target; core-0.19's keys are etp, hcp (levels joined by 'x':
+ * hcp=2x4), dist_opt_instances, gloo, rank_offset, local_world_size.
+ * Unknown keys and malformed values are errors. */
 MPU_API mpu_result_t mpu_layout_config_parse(const char *text, mpu_layout_config *cfg);
+
+/* "2,4" (sep ',') or "2x4" (sep 'x'): hierarchical_context_parallel_sizes
+ * into cfg->hcp and cfg->n_hcp; every size at least 1, at most
+ * MPU_HCP_MAX_LEVELS of them. The one parser the CLI and the config text use. */
+MPU_API mpu_result_t mpu_layout_parse_hcp(const char *text, char sep, mpu_layout_config *cfg);
 
 #ifdef __cplusplus
 }
