@@ -29,8 +29,10 @@ static void help(void) {
          "message for the check that failed.\n"
          "\n"
          "options:\n"
-         "  --flavor deepspeed|core   Megatron-DeepSpeed's parallel_state or Megatron-LM core's\n"
-         "                            (core_v0.8.0) RankGenerator (default core)\n"
+         "  --flavor deepspeed|core|core-0.19\n"
+         "                            Megatron-DeepSpeed's parallel_state, Megatron-LM core's\n"
+         "                            (core_v0.8.0) RankGenerator (default core), or core_v0.19.0's\n"
+         "                            two generators (dense and expert)\n"
          "  --world-size W            number of ranks (required)\n"
          "  --tp T, --pp P            tensor and pipeline model parallel sizes (default 1)\n"
          "  --vp V                    virtual pipeline stages per rank (default none)\n"
@@ -39,6 +41,13 @@ static void help(void) {
          "  --fp8                     deepspeed: build the FP8 amax reduction groups\n"
          "  --cp C, --ep E            core: context and expert parallel sizes\n"
          "  --order ORDER             core: token order, first fastest (default tp-cp-ep-dp-pp)\n"
+         "  --etp T                   core-0.19: expert tensor parallel size (default --tp)\n"
+         "  --hcp SIZES               core-0.19: hierarchical context parallel sizes, comma-\n"
+         "                            separated, multiplying to --cp (e.g. 2,4)\n"
+         "  --dist-opt-instances K    core-0.19: distributed-optimizer instances (default 1)\n"
+         "  --no-gloo                 core-0.19: no gloo twins of the data-parallel groups\n"
+         "  --rank-offset O           core-0.19: the grid's first rank (default 0)\n"
+         "  --local-world-size L      core-0.19: the grid's size (default the world size)\n"
          "  --rank R                  print rank R's answers to every getter\n"
          "  --per-rank                every rank's answers to every getter (text or json)\n"
          "  --format FORMAT           text, json, svg (a picture: rows = pipeline stages,\n"
@@ -61,7 +70,10 @@ static void parse(int argc, char **argv, plan_opts *o) {
       {"cp", required_argument, 0, 'c'},     {"ep", required_argument, 0, 'e'},
       {"order", required_argument, 0, 'o'},  {"rank", required_argument, 0, 'r'},
       {"per-rank", no_argument, 0, 'R'},     {"format", required_argument, 0, 'F'},
-      {"bench", no_argument, 0, 'B'},
+      {"bench", no_argument, 0, 'B'},        {"etp", required_argument, 0, 'E'},
+      {"hcp", required_argument, 0, 'H'},    {"dist-opt-instances", required_argument, 0, 'D'},
+      {"no-gloo", no_argument, 0, 'G'},      {"rank-offset", required_argument, 0, 'O'},
+      {"local-world-size", required_argument, 0, 'L'},
       {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   mpu_layout_config init = MPU_LAYOUT_CONFIG_INIT;
   o->cfg = init;
@@ -80,7 +92,20 @@ static void parse(int argc, char **argv, plan_opts *o) {
     switch (c) {
     case 'f':
       if (mpu_flavor_from_name(optarg, &o->cfg.flavor))
-        cli_usage_error("plan", "--flavor wants deepspeed or core, not '%s'", optarg);
+        cli_usage_error("plan", "--flavor wants deepspeed, core or core-0.19, not '%s'", optarg);
+      break;
+    case 'E': field = &o->cfg.etp, what = "--etp"; break;
+    case 'D': field = &o->cfg.dist_opt_instances, what = "--dist-opt-instances"; break;
+    case 'L': field = &o->cfg.local_world_size, what = "--local-world-size"; break;
+    case 'G': o->cfg.gloo = 0; break;
+    case 'H':
+      if (mpu_layout_parse_hcp(optarg, ',', &o->cfg))
+        cli_usage_error("plan", "--hcp: %s", mpu_last_error());
+      break;
+    case 'O':
+      if (cli_parse_int(optarg, -(1L << 30), 1L << 30, &v))
+        cli_usage_error("plan", "--rank-offset wants a whole number, not '%s'", optarg);
+      o->cfg.rank_offset = (int)v;
       break;
     case 'w': field = &o->cfg.world_size, what = "--world-size"; break;
     case 't': field = &o->cfg.tp, what = "--tp"; break;
@@ -134,6 +159,16 @@ static const mpu_group_kind core_kinds[] = {
     MPU_GROUP_PP, MPU_GROUP_EMBEDDING, MPU_GROUP_POSITION_EMBEDDING, MPU_GROUP_TP_DP_CP,
     MPU_GROUP_TP_DP, MPU_GROUP_TP_CP, MPU_GROUP_TP_EP, MPU_GROUP_EP, MPU_GROUP_DP_MODULO_EP,
     MPU_GROUP_DP_CP_MODULO_EP};
+static const mpu_group_kind core19_kinds[] = {
+    MPU_GROUP_DP, MPU_GROUP_DP_CP, MPU_GROUP_INTRA_PARTIAL_DP_CP, MPU_GROUP_CP,
+    MPU_GROUP_HCP_L0, MPU_GROUP_HCP_L0 + 1, MPU_GROUP_HCP_L0 + 2, MPU_GROUP_HCP_L0 + 3,
+    MPU_GROUP_HCP_L0 + 4, MPU_GROUP_HCP_L0 + 5, MPU_GROUP_HCP_L0 + 6, MPU_GROUP_HCP_L0 + 7,
+    MPU_GROUP_MP, MPU_GROUP_TP, MPU_GROUP_PP, MPU_GROUP_EMBEDDING, MPU_GROUP_POSITION_EMBEDDING,
+    MPU_GROUP_TP_DP_CP, MPU_GROUP_TP_DP, MPU_GROUP_TP_CP, MPU_GROUP_EP, MPU_GROUP_ETP,
+    MPU_GROUP_TP_EP, MPU_GROUP_TP_EP_PP, MPU_GROUP_DP_MODULO_EP, MPU_GROUP_INTRA_PARTIAL_EDP,
+    MPU_GROUP_INTER_PARTIAL_EDP, MPU_GROUP_INTRA_DIST_OPT_INSTANCE, MPU_GROUP_DP_GLOO,
+    MPU_GROUP_DP_CP_GLOO, MPU_GROUP_INTRA_PARTIAL_DP_CP_GLOO, MPU_GROUP_EDP_GLOO,
+    MPU_GROUP_INTRA_PARTIAL_EDP_GLOO};
 
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
@@ -171,7 +206,139 @@ static void print_groups(const mpu_layout *l, mpu_group_kind kind, int json, int
   }
 }
 
+/* ---- core-0.19's per-rank JSON: Megatron's names, null where it answers None ---- */
+
+static void json_key_int(FILE *f, int *first, const char *key, int v, int null) {
+  fprintf(f, "%s\"%s\": ", *first ? "" : ", ", key);
+  *first = 0;
+  if (null) fprintf(f, "null");
+  else fprintf(f, "%d", v);
+}
+
+static void json_key_bool(FILE *f, int *first, const char *key, int v) {
+  fprintf(f, "%s\"%s\": %s", *first ? "" : ", ", key, v ? "true" : "false");
+  *first = 0;
+}
+
+static void json_key_ranks(FILE *f, int *first, const char *key, const int *v, int n, int null) {
+  fprintf(f, "%s\"%s\": ", *first ? "" : ", ", key);
+  *first = 0;
+  if (null) {
+    fprintf(f, "null");
+    return;
+  }
+  fprintf(f, "[");
+  fprint_ranks(f, v, n);
+  fprintf(f, "]");
+}
+
+static void print_info_json_019(FILE *f, const mpu_layout *l, const mpu_rank_info *x) {
+  const mpu_layout_config *c = mpu_layout_config_of(l);
+  int in = x->in_grid, k = 1, n;
+  int *buf = malloc(((size_t)c->world_size + 3) * sizeof(int));
+  if (!buf) fail("out of memory");
+  fprintf(f, "{");
+  json_key_int(f, &k, "rank", x->rank, 0);
+  const struct {
+    const char *key;
+    int v;
+  } ints[] = {{"tp_rank", x->tp_rank}, {"tp_size", x->tp_size}, {"tp_src", x->tp_src},
+              {"pp_rank", x->pp_rank}, {"pp_size", x->pp_size}, {"pp_first", x->pp_first},
+              {"pp_last", x->pp_last}, {"pp_next", x->pp_next}, {"pp_prev", x->pp_prev}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    json_key_int(f, &k, ints[i].key, ints[i].v, !in);
+  /* is_pipeline_first/last_stage() assert outside the grid (no pipeline group) */
+  fprintf(f, ", \"is_first_stage\": %s, \"is_last_stage\": %s",
+          !in ? "null" : x->is_first_stage ? "true" : "false",
+          !in ? "null" : x->is_last_stage ? "true" : "false");
+  json_key_int(f, &k, "vp_rank", x->vp_rank, x->vp_size < 0);
+  json_key_int(f, &k, "vp_size", x->vp_size, x->vp_size < 0);
+  const struct {
+    const char *key;
+    int v;
+  } more[] = {{"dp_rank", x->dp_rank},
+              {"dp_size", x->dp_size},
+              {"dp_src", x->dp_src},
+              {"dp_cp_rank", x->dp_cp_rank},
+              {"dp_cp_size", x->dp_cp_size},
+              {"dp_cp_src", x->dp_cp_src},
+              {"partial_dp_cp_rank", x->partial_dp_cp_rank},
+              {"partial_dp_cp_size", x->partial_dp_cp_size},
+              {"replica_dp_rank", x->dp_rank}, /* with_gtp_remat=False: the same group here */
+              {"replica_dp_size", x->dp_size},
+              {"replica_dp_cp_rank", x->dp_cp_rank},
+              {"replica_dp_cp_size", x->dp_cp_size},
+              {"cp_rank", x->cp_rank},
+              {"cp_size", x->cp_size}};
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+    json_key_int(f, &k, more[i].key, more[i].v, !in);
+  n = 0;
+  if (in && mpu_layout_group(l, MPU_GROUP_CP, x->rank, buf, (size_t)c->world_size + 3, &n))
+    fail("cp group");
+  json_key_ranks(f, &k, "cp_global_ranks", buf, n, !in);
+  fprintf(f, ", \"hcp_groups\": ");
+  if (!in || !c->n_hcp) {
+    fprintf(f, "null");
+  } else {
+    fprintf(f, "[");
+    for (int lv = 0; lv < c->n_hcp; lv++) {
+      if (mpu_layout_group(l, (mpu_group_kind)(MPU_GROUP_HCP_L0 + lv), x->rank, buf,
+                           (size_t)c->world_size + 3, &n))
+        fail("hcp group");
+      fprintf(f, "%s[", lv ? ", " : "");
+      fprint_ranks(f, buf, n);
+      fprintf(f, "]");
+    }
+    fprintf(f, "]");
+  }
+  const struct {
+    const char *key;
+    int v, null;
+  } rest[] = {{"tp_cp_rank", x->tp_cp_rank, 0},
+              {"tp_cp_size", x->tp_cp_size, 0},
+              {"mp_rank", x->mp_rank, 0},
+              {"mp_size", x->mp_size, 0},
+              {"mp_src", x->mp_src, 0},
+              {"tp_dp_rank", x->tp_dp_rank, 0},
+              {"tp_dp_size", x->tp_dp_size, 0},
+              {"tp_dp_cp_rank", x->tp_dp_cp_rank, 0},
+              {"tp_dp_cp_size", x->tp_dp_cp_size, 0},
+              {"ep_rank", x->ep_rank, 0},
+              {"ep_size", x->ep_size, 0},
+              {"ep_src", x->ep_src, 0},
+              {"etp_rank", x->etp_rank, 0},
+              {"etp_size", x->etp_size, 0},
+              {"etp_ep_rank", x->etp_ep_rank, 0},
+              {"etp_ep_size", x->etp_ep_size, 0},
+              {"etp_ep_pp_rank", x->etp_ep_pp_rank, 0},
+              {"etp_ep_pp_size", x->etp_ep_pp_size, 0},
+              {"edp_rank", x->edp_rank, 0},
+              {"edp_size", x->edp_size, 0},
+              {"partial_edp_rank", x->partial_edp_rank, 0},
+              {"partial_edp_size", x->partial_edp_size, 0},
+              {"replica_edp_rank", x->edp_rank, 0},
+              {"replica_edp_size", x->edp_size, 0},
+              {"intra_dist_opt_rank", x->intra_dist_opt_rank, 0},
+              {"intra_dist_opt_size", x->intra_dist_opt_size, 0},
+              {"inter_dist_opt_rank", x->inter_dist_opt_rank, x->inter_dist_opt_size < 0},
+              {"inter_dist_opt_size", x->inter_dist_opt_size, x->inter_dist_opt_size < 0}};
+  for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
+    json_key_int(f, &k, rest[i].key, rest[i].v, !in || rest[i].null);
+  json_key_ranks(f, &k, "embedding_global_ranks", x->embedding_global_ranks, x->n_embedding,
+                 x->n_embedding == 0);
+  json_key_bool(f, &k, "in_embedding_group", x->in_embedding_group);
+  json_key_ranks(f, &k, "position_embedding_global_ranks", x->position_embedding_global_ranks,
+                 x->n_position_embedding, x->n_position_embedding == 0);
+  json_key_bool(f, &k, "in_position_embedding_group", x->in_position_embedding_group);
+  fprintf(f, "}");
+  free(buf);
+}
+
 static void print_info_json(FILE *f, const mpu_layout *l, const mpu_rank_info *x) {
+  if (mpu_layout_config_of(l)->flavor == MPU_FLAVOR_CORE_019) {
+    print_info_json_019(f, l, x);
+    return;
+  }
   int ds = mpu_layout_config_of(l)->flavor == MPU_FLAVOR_DEEPSPEED;
   fprintf(f, "{\"rank\": %d, \"tp_rank\": %d, \"tp_size\": %d, \"tp_src\": %d, \"pp_rank\": %d, "
          "\"pp_size\": %d, \"pp_first\": %d, \"pp_last\": %d, \"pp_next\": %d, \"pp_prev\": %d, "
@@ -203,7 +370,12 @@ static void print_info_json(FILE *f, const mpu_layout *l, const mpu_rank_info *x
 
 static void print_info_text(const mpu_layout *l, const mpu_rank_info *x) {
   int ds = mpu_layout_config_of(l)->flavor == MPU_FLAVOR_DEEPSPEED;
+  int c19 = mpu_layout_config_of(l)->flavor == MPU_FLAVOR_CORE_019;
   printf("rank %d\n", x->rank);
+  if (!x->in_grid) {
+    printf("  outside the grid: in no group\n");
+    return;
+  }
   printf("  tensor    rank %d of %d, src %d\n", x->tp_rank, x->tp_size, x->tp_src);
   printf("  pipeline  rank %d of %d, first %d, last %d, next %d, prev %d\n", x->pp_rank,
          x->pp_size, x->pp_first, x->pp_last, x->pp_next, x->pp_prev);
@@ -226,8 +398,24 @@ static void print_info_text(const mpu_layout *l, const mpu_rank_info *x) {
   } else {
     printf("  data+context rank %d of %d, src %d; context rank %d of %d\n", x->dp_cp_rank,
            x->dp_cp_size, x->dp_cp_src, x->cp_rank, x->cp_size);
-    printf("  expert    rank %d of %d (tensor+expert rank %d); data modulo expert rank %d of %d\n",
-           x->ep_rank, x->ep_size, x->tp_ep_rank, x->dp_modulo_ep_rank, x->dp_modulo_ep_size);
+    if (!c19) {
+      printf("  expert    rank %d of %d (tensor+expert rank %d); data modulo expert rank %d of %d\n",
+             x->ep_rank, x->ep_size, x->tp_ep_rank, x->dp_modulo_ep_rank, x->dp_modulo_ep_size);
+      return;
+    }
+    printf("  expert    rank %d of %d, src %d; expert tensor rank %d of %d\n", x->ep_rank,
+           x->ep_size, x->ep_src, x->etp_rank, x->etp_size);
+    printf("  expert tensor+expert rank %d of %d; +pipeline rank %d of %d\n", x->etp_ep_rank,
+           x->etp_ep_size, x->etp_ep_pp_rank, x->etp_ep_pp_size);
+    printf("  expert data rank %d of %d; its instance share rank %d of %d\n", x->edp_rank,
+           x->edp_size, x->partial_edp_rank, x->partial_edp_size);
+    printf("  data+context instance share rank %d of %d\n", x->partial_dp_cp_rank,
+           x->partial_dp_cp_size);
+    printf("  distributed-optimizer instance rank %d of %d", x->intra_dist_opt_rank,
+           x->intra_dist_opt_size);
+    if (x->inter_dist_opt_size > 0)
+      printf("; across instances rank %d of %d", x->inter_dist_opt_rank, x->inter_dist_opt_size);
+    printf("\n  model     rank %d of %d, src %d\n", x->mp_rank, x->mp_size, x->mp_src);
   }
 }
 
@@ -290,16 +478,25 @@ static void layout_title(const mpu_layout *l, char *t, size_t len) {
   const mpu_layout_config *c = mpu_layout_config_of(l);
   int n = snprintf(t, len, "%s layout: world %d = tp %d", mpu_flavor_name(c->flavor),
                    c->world_size, c->tp);
-  if (c->flavor == MPU_FLAVOR_CORE && c->cp > 1) n += snprintf(t + n, len - n, " x cp %d", c->cp);
+  int core = c->flavor != MPU_FLAVOR_DEEPSPEED;
+  if (core && c->cp > 1) n += snprintf(t + n, len - n, " x cp %d", c->cp);
   if (c->flavor == MPU_FLAVOR_DEEPSPEED && c->sp > 1)
     n += snprintf(t + n, len - n, " x sp %d", c->sp);
   n += snprintf(t + n, len - n, " x pp %d x dp %d", c->pp, mpu_layout_dp(l));
   if (c->flavor == MPU_FLAVOR_CORE && c->ep > 1)
     n += snprintf(t + n, len - n, " (ep %d within dp)", c->ep);
+  if (c->flavor == MPU_FLAVOR_CORE_019 && (c->ep > 1 || c->etp))
+    n += snprintf(t + n, len - n, "; experts: etp %d x ep %d x pp %d x edp %d",
+                  c->etp ? c->etp : c->tp, c->ep, c->pp,
+                  (c->local_world_size ? c->local_world_size : c->world_size) /
+                      ((c->etp ? c->etp : c->tp) * c->ep * c->pp));
   if (c->vp) n += snprintf(t + n, len - n, ", %d virtual stages per rank", c->vp);
   if (c->split_rank >= 0) n += snprintf(t + n, len - n, ", split rank %d", c->split_rank);
-  if (c->flavor == MPU_FLAVOR_CORE && c->order[0])
-    snprintf(t + n, len - n, ", order %s", c->order);
+  if (core && c->order[0]) n += snprintf(t + n, len - n, ", order %s", c->order);
+  if (c->flavor == MPU_FLAVOR_CORE_019 && (c->rank_offset > 0 || c->local_world_size))
+    snprintf(t + n, len - n, ", grid of %d ranks from rank %d",
+             c->local_world_size ? c->local_world_size : c->world_size,
+             c->rank_offset > 0 ? c->rank_offset : 0);
 }
 
 /* what each kind of group is, for legends and captions */
@@ -565,9 +762,24 @@ int cmd_plan(int argc, char **argv) {
   }
   int *buf = malloc(((size_t)c->world_size + 3) * sizeof(int));
   if (!buf) fail("out of memory");
-  const mpu_group_kind *kinds = c->flavor == MPU_FLAVOR_DEEPSPEED ? ds_kinds : core_kinds;
-  int nkinds = c->flavor == MPU_FLAVOR_DEEPSPEED ? (int)(sizeof ds_kinds / sizeof ds_kinds[0])
-                                                 : (int)(sizeof core_kinds / sizeof core_kinds[0]);
+  const mpu_group_kind *kinds = core_kinds;
+  int nkinds = (int)(sizeof core_kinds / sizeof core_kinds[0]);
+  if (c->flavor == MPU_FLAVOR_DEEPSPEED)
+    kinds = ds_kinds, nkinds = (int)(sizeof ds_kinds / sizeof ds_kinds[0]);
+  mpu_group_kind built[sizeof core19_kinds / sizeof core19_kinds[0]];
+  if (c->flavor == MPU_FLAVOR_CORE_019) { /* only the kinds this config builds */
+    nkinds = 0;
+    for (size_t k = 0; k < sizeof core19_kinds / sizeof core19_kinds[0]; k++)
+      if (mpu_layout_has(l, core19_kinds[k])) built[nkinds++] = core19_kinds[k];
+    kinds = built;
+  }
+  int grid = c->local_world_size ? c->local_world_size : c->world_size;
+  if ((o.format == CLI_SVG || o.format == CLI_HTML) && (grid != c->world_size || c->rank_offset > 0)) {
+    mpu_layout_free(l);
+    free(buf);
+    cli_usage_error("plan", "--format %s draws a grid that is the whole world (leave out "
+                    "--rank-offset and --local-world-size)", o.format == CLI_SVG ? "svg" : "html");
+  }
   mpu_rank_info info = MPU_RANK_INFO_INIT;
   if ((o.format == CLI_SVG || o.format == CLI_HTML) && c->world_size > SVG_MAX_RANKS) {
     summary_args a = {l, buf, kinds, nkinds};
@@ -586,6 +798,15 @@ int cmd_plan(int argc, char **argv) {
            mpu_flavor_name(c->flavor), c->world_size, c->tp, c->pp, mpu_layout_dp(l));
     if (c->flavor == MPU_FLAVOR_DEEPSPEED) printf(", \"sp\": %d, \"fp8\": %s", c->sp, c->fp8 ? "true" : "false");
     else printf(", \"cp\": %d, \"ep\": %d, \"order\": \"%s\"", c->cp, c->ep, c->order[0] ? c->order : "tp-cp-ep-dp-pp");
+    if (c->flavor == MPU_FLAVOR_CORE_019) {
+      int etp = c->etp ? c->etp : c->tp;
+      printf(", \"etp\": %d, \"edp\": %d, \"hcp\": ", etp, grid / (etp * c->ep * c->pp));
+      if (!c->n_hcp) printf("null");
+      for (int i = 0; i < c->n_hcp; i++) printf("%s%d%s", i ? ", " : "[", c->hcp[i], i + 1 == c->n_hcp ? "]" : "");
+      printf(", \"dist_opt_instances\": %d, \"gloo\": %s, \"rank_offset\": %d, "
+             "\"local_world_size\": %d", c->dist_opt_instances, c->gloo ? "true" : "false",
+             c->rank_offset, grid);
+    }
     if (c->vp) printf(", \"vp\": %d", c->vp);
     if (c->split_rank >= 0) printf(", \"split_rank\": %d", c->split_rank);
     printf(",\n \"groups\": {");
@@ -611,13 +832,9 @@ int cmd_plan(int argc, char **argv) {
     }
     printf("\n}\n");
   } else {
-    printf("%s layout: world %d = tp %d x pp %d x dp %d", mpu_flavor_name(c->flavor),
-           c->world_size, c->tp, c->pp, mpu_layout_dp(l));
-    if (c->flavor == MPU_FLAVOR_DEEPSPEED) printf(" x sp %d%s", c->sp, c->fp8 ? ", fp8" : "");
-    else printf(" x cp %d (ep %d), order %s", c->cp, c->ep, c->order[0] ? c->order : "tp-cp-ep-dp-pp");
-    if (c->vp) printf(", vp %d", c->vp);
-    if (c->split_rank >= 0) printf(", split rank %d", c->split_rank);
-    printf("\n");
+    char title[512];
+    layout_title(l, title, sizeof title);
+    printf("%s\n", title);
     if (o.per_rank) {
       for (int r = 0; r < c->world_size; r++) {
         if (mpu_layout_rank_info(l, r, &info)) fail("rank info");
@@ -634,6 +851,8 @@ int cmd_plan(int argc, char **argv) {
         if (mpu_layout_has(l, kinds[k])) mpu_layout_num_groups(l, kinds[k], &count);
         printf("\n%s: %d group%s", mpu_group_kind_name(c->flavor, kinds[k]), count,
                count == 1 ? "" : "s");
+        mpu_group_kind alias = mpu_layout_alias_of(l, kinds[k]);
+        if (alias != kinds[k]) printf(" (the %s groups)", mpu_group_kind_name(c->flavor, alias));
         if (!mpu_layout_has(l, kinds[k])) printf(" (needs --fp8)");
         print_groups(l, kinds[k], 0, buf);
         printf("\n");
