@@ -44,7 +44,8 @@ MPU_API float mpu_rng_normal(mpu_rng *g, float mean, float std);
 #define MPU_RNG_TRACKER_MAX 8
 #define MPU_MODEL_PARALLEL_RNG "model-parallel-rng"   /* seed + 2718 + tp rank */
 #define MPU_DATA_PARALLEL_RNG "data-parallel-rng"     /* core: the seed itself */
-#define MPU_EXPERT_PARALLEL_RNG "expert-parallel-rng" /* core: seed + 1024 + 100 ep rank + tp rank */
+#define MPU_EXPERT_PARALLEL_RNG "expert-parallel-rng" /* core: seed + 1024 + 100 ep rank + tp rank
+                                                        (core-0.19: + the expert tensor rank) */
 
 /* Megatron's RNG state tracker: named streams, each with its own seed. The
  * seeds ever added are remembered apart from the streams (set_states replaces
@@ -153,6 +154,16 @@ MPU_API mpu_result_t mpu_state_dp_size(const mpu_state *s, int *size);
 MPU_API mpu_result_t mpu_state_dp_src_rank(const mpu_state *s, int *rank);
 MPU_API mpu_result_t mpu_state_mp_rank(const mpu_state *s, int *rank);
 MPU_API mpu_result_t mpu_state_mp_size(const mpu_state *s, int *size);
+/* core flavours: context, expert, expert tensor (core_v0.8.0: the tensor
+ * group's, as its fallback) and expert data parallel rank and size */
+MPU_API mpu_result_t mpu_state_cp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_cp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_ep_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_ep_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_etp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_etp_size(const mpu_state *s, int *size);
+MPU_API mpu_result_t mpu_state_edp_rank(const mpu_state *s, int *rank);
+MPU_API mpu_result_t mpu_state_edp_size(const mpu_state *s, int *size);
 MPU_API mpu_result_t mpu_state_is_pp_first_stage(const mpu_state *s, int ignore_virtual, int *yes);
 MPU_API mpu_result_t mpu_state_is_pp_last_stage(const mpu_state *s, int ignore_virtual, int *yes);
 MPU_API mpu_result_t mpu_state_pp_first_rank(const mpu_state *s, int *rank);

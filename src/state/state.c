@@ -27,6 +27,7 @@ struct mpu_state {
   mpu_rank_info base;                    /* the getters' answers at init */
   mpu_comm *comms[MPU_GROUP_KIND_COUNT]; /* NULL where this rank has no group */
   mpu_comm *nccl[MPU_GROUP_KIND_COUNT];  /* after mpu_state_enable_nccl: over comms[k] */
+  unsigned char borrowed[MPU_GROUP_KIND_COUNT]; /* comms[k] is an alias's (mpu_layout_alias_of) */
   int *pipe;                             /* this rank's pipeline, global ranks */
   int vp_rank, vp_size, split_rank;      /* -1: None */
   int tp_size_ov, tp_rank_ov, pp_size_ov, pp_rank_ov; /* -1: not overridden */
@@ -156,8 +157,10 @@ void mpu_state_set_current(mpu_state *s) { current = s; }
 
 void mpu_state_destroy(mpu_state *s) {
   if (!s || s->magic != STATE_MAGIC) return;
-  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) mpu_comm_destroy(s->nccl[k]);
-  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) mpu_comm_destroy(s->comms[k]);
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++)
+    if (!s->borrowed[k]) mpu_comm_destroy(s->nccl[k]);
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++)
+    if (!s->borrowed[k]) mpu_comm_destroy(s->comms[k]);
   if (s->owns_world) mpu_comm_destroy(s->world);
   mpu_layout_free(s->layout);
   free(s->pipe);
@@ -170,16 +173,21 @@ void mpu_state_destroy(mpu_state *s) {
 
 /* ---- every rank must init with the same config ------------------------------ */
 
-enum { NFIELDS = 11 };
+enum { NFIELDS = 17 };
 static const char *const field_names[NFIELDS] = {
-    "flavor", "world_size", "tp", "pp", "vp", "split_rank", "sp", "cp", "ep", "fp8", "order"};
+    "flavor", "world_size", "tp", "pp", "vp", "split_rank", "sp", "cp", "ep", "fp8",
+    "etp", "hcp", "dist_opt_instances", "gloo", "rank_offset", "local_world_size", "order"};
 
-/* The config as numbers (the order as a hash of its text), and their digest. */
+/* The config as numbers (the order and the hcp sizes as hashes), and their digest. */
 static uint64_t config_fields(const mpu_layout_config *c, int64_t f[NFIELDS]) {
-  uint64_t h = 1469598103934665603u; /* FNV-1a */
+  uint64_t h = 1469598103934665603u, hh = 1469598103934665603u; /* FNV-1a */
   for (const char *p = c->order; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211u;
+  for (int i = 0; i < c->n_hcp && i < MPU_HCP_MAX_LEVELS; i++)
+    hh = (hh ^ (uint64_t)c->hcp[i]) * 1099511628211u;
   int64_t v[NFIELDS] = {c->flavor, c->world_size, c->tp, c->pp, c->vp, c->split_rank,
-                        c->sp,     c->cp,         c->ep, c->fp8, (int64_t)(h >> 1)};
+                        c->sp,     c->cp,         c->ep, c->fp8, c->etp, (int64_t)(hh >> 1),
+                        c->dist_opt_instances, c->gloo, c->rank_offset, c->local_world_size,
+                        (int64_t)(h >> 1)};
   uint64_t d = 1469598103934665603u;
   for (int i = 0; i < NFIELDS; i++) {
     f[i] = v[i];
@@ -242,7 +250,9 @@ static mpu_result_t agree_on_config(mpu_comm *world, const mpu_layout_config *c)
                     "%s: ranks were given different configs: rank %d's %s differs from rank 0's "
                     "(%lld vs %lld%s)",
                     fn, odd, field_names[f], (long long)other[f], (long long)first[f],
-                    f == NFIELDS - 1 ? ", as hashes of the order text" : "");
+                    f == NFIELDS - 1 ? ", as hashes of the order text"
+                    : f == 11        ? ", as hashes of the sizes"
+                                     : "");
 }
 
 /* A described group's members, listed on demand (mpu__fake_group_described). */
@@ -329,9 +339,15 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   mpu_clear_error();
   /* every rank walks the kinds in one order, so the members of each group
    * make their communicator together */
-  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT && s->base.in_grid; k++) {
     int n = 0;
     if (!mpu_layout_has(s->layout, (mpu_group_kind)k)) continue;
+    mpu_group_kind alias = mpu_layout_alias_of(s->layout, (mpu_group_kind)k);
+    if ((int)alias != k) { /* the original's same process group: one communicator */
+      s->comms[k] = s->comms[alias];
+      s->borrowed[k] = 1;
+      continue;
+    }
     if (described && k != MPU_GROUP_PP && k != MPU_GROUP_EMBEDDING &&
         k != MPU_GROUP_POSITION_EMBEDDING) {
       MPU_CHECK_GOTO(described_group(world, s->layout, (mpu_group_kind)k, rank, &s->comms[k]), r,
@@ -382,6 +398,23 @@ static mpu_result_t resolve(const char *fn, const mpu_state *s, const mpu_state 
   const mpu_state *st = NULL;                              \
   MPU_CHECK(resolve(fn, s, &st));                          \
   if (!(out_ptr)) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL output", fn)
+
+/* A core-0.19 grid at an offset: a rank outside it is in no group, and the
+ * getters that read a group have nothing to answer (the original asserts). */
+static mpu_result_t in_grid(const char *fn, const mpu_state *st) {
+  if (st->base.in_grid) return MPU_SUCCESS;
+  const mpu_layout_config *c = mpu_layout_config_of(st->layout);
+  int offset = c->rank_offset > 0 ? c->rank_offset : 0;
+  return mpu__error(MPU_ERR_INVALID_USAGE,
+                    "%s: rank %d is outside this state's grid (ranks %d..%d) and in no group", fn,
+                    st->base.rank, offset,
+                    offset + (c->local_world_size ? c->local_world_size : c->world_size) - 1);
+}
+
+/* STATE, for getters that answer from this rank's groups */
+#define GRID_STATE(fn, s, out_ptr) \
+  STATE(fn, s, out_ptr);           \
+  MPU_CHECK(in_grid(fn, st))
 
 int mpu_state_is_initialized(const mpu_state *s) {
   const mpu_state *st = s ? s : current;
@@ -497,12 +530,16 @@ mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options
     mpu_comm_destroy(probe);
     if (r) return r;
   }
-  /* every rank walks the kinds in init's order, so groups form together */
+  /* every rank walks the kinds in init's order, so groups form together;
+   * gloo twins stay host groups (that is what they are for) */
   for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++)
-    if (st->comms[k]) r = mpu_comm_nccl_create(st->comms[k], &o, &st->nccl[k]);
+    if (st->comms[k] && !st->borrowed[k] && !mpu_group_kind_is_gloo((mpu_group_kind)k))
+      r = mpu_comm_nccl_create(st->comms[k], &o, &st->nccl[k]);
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++)
+    if (st->borrowed[k]) st->nccl[k] = st->nccl[mpu_layout_alias_of(st->layout, (mpu_group_kind)k)];
   if (r)
     for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
-      mpu_comm_destroy(st->nccl[k]);
+      if (!st->borrowed[k]) mpu_comm_destroy(st->nccl[k]);
       st->nccl[k] = NULL;
     }
   return r;
@@ -566,7 +603,7 @@ mpu_result_t mpu_state_group_size(const mpu_state *s, mpu_group_kind kind, int *
 }
 
 mpu_result_t mpu_state_src_rank(const mpu_state *s, mpu_group_kind kind, int *rank) {
-  STATE("mpu_state_src_rank", s, rank);
+  GRID_STATE("mpu_state_src_rank", s, rank);
   int ds = mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED;
   if (ds && kind == MPU_GROUP_TP) return mpu_state_tp_src_rank(st, rank);
   if (ds && kind == MPU_GROUP_SP) {
@@ -579,7 +616,7 @@ mpu_result_t mpu_state_src_rank(const mpu_state *s, mpu_group_kind kind, int *ra
 
 #define GETTER(name, expr)                                    \
   mpu_result_t mpu_state_##name(const mpu_state *s, int *v) { \
-    STATE("mpu_state_" #name, s, v);                          \
+    GRID_STATE("mpu_state_" #name, s, v);                     \
     *v = (expr);                                              \
     return MPU_SUCCESS;                                       \
   }
@@ -601,20 +638,38 @@ GETTER(dp_size, mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED
 GETTER(dp_src_rank, st->base.dp_src)
 GETTER(mp_rank, st->base.mp_rank)
 GETTER(mp_size, st->base.mp_size)
-GETTER(vp_rank, st->vp_rank)
-GETTER(vp_size, st->vp_size)
-GETTER(split_rank, st->split_rank)
 GETTER(is_stage_at_split, before_split(st, pp_rank(st)) && after_split(st, pp_rank(st) + 1))
-GETTER(in_position_embedding_group, st->base.in_position_embedding_group)
+GETTER(cp_rank, st->base.cp_rank)
+GETTER(cp_size, st->base.cp_size)
+GETTER(ep_rank, st->base.ep_rank)
+GETTER(ep_size, st->base.ep_size)
+/* core_v0.8.0 has no expert tensor group: the tensor group serves (its getters fall back to it) */
+GETTER(etp_rank, st->base.etp_size > 0 ? st->base.etp_rank : tp_rank(st))
+GETTER(etp_size, st->base.etp_size > 0 ? st->base.etp_size : tp_size(st))
+GETTER(edp_rank, st->base.edp_rank)
+GETTER(edp_size, st->base.edp_size)
+
+/* module globals in the original, answered on every rank */
+#define GLOBAL_GETTER(name, expr)                             \
+  mpu_result_t mpu_state_##name(const mpu_state *s, int *v) { \
+    STATE("mpu_state_" #name, s, v);                          \
+    *v = (expr);                                              \
+    return MPU_SUCCESS;                                       \
+  }
+
+GLOBAL_GETTER(vp_rank, st->vp_rank)
+GLOBAL_GETTER(vp_size, st->vp_size)
+GLOBAL_GETTER(split_rank, st->split_rank)
+GLOBAL_GETTER(in_position_embedding_group, st->base.in_position_embedding_group)
 
 mpu_result_t mpu_state_is_pp_first_stage(const mpu_state *s, int ignore_virtual, int *yes) {
-  STATE("mpu_state_is_pp_first_stage", s, yes);
+  GRID_STATE("mpu_state_is_pp_first_stage", s, yes);
   *yes = first_stage(st, ignore_virtual);
   return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_state_is_pp_last_stage(const mpu_state *s, int ignore_virtual, int *yes) {
-  STATE("mpu_state_is_pp_last_stage", s, yes);
+  GRID_STATE("mpu_state_is_pp_last_stage", s, yes);
   *yes = last_stage(st, ignore_virtual);
   return MPU_SUCCESS;
 }
@@ -626,35 +681,35 @@ mpu_result_t mpu_state_in_embedding_group(const mpu_state *s, int ignore_virtual
 }
 
 mpu_result_t mpu_state_is_stage_before_split(const mpu_state *s, int stage, int *yes) {
-  STATE("mpu_state_is_stage_before_split", s, yes);
+  GRID_STATE("mpu_state_is_stage_before_split", s, yes);
   *yes = before_split(st, stage < 0 ? pp_rank(st) : stage);
   return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_state_is_stage_after_split(const mpu_state *s, int stage, int *yes) {
-  STATE("mpu_state_is_stage_after_split", s, yes);
+  GRID_STATE("mpu_state_is_stage_after_split", s, yes);
   *yes = after_split(st, stage < 0 ? pp_rank(st) : stage);
   return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_state_pp_first_rank(const mpu_state *s, int *rank) {
-  STATE("mpu_state_pp_first_rank", s, rank);
+  GRID_STATE("mpu_state_pp_first_rank", s, rank);
   return pipe_at("mpu_state_pp_first_rank", st, 0, rank);
 }
 
 mpu_result_t mpu_state_pp_last_rank(const mpu_state *s, int *rank) {
-  STATE("mpu_state_pp_last_rank", s, rank);
+  GRID_STATE("mpu_state_pp_last_rank", s, rank);
   return pipe_at("mpu_state_pp_last_rank", st, pp_size(st) - 1, rank);
 }
 
 mpu_result_t mpu_state_pp_next_rank(const mpu_state *s, int *rank) {
-  STATE("mpu_state_pp_next_rank", s, rank);
+  GRID_STATE("mpu_state_pp_next_rank", s, rank);
   int n = pp_size(st);
   return pipe_at("mpu_state_pp_next_rank", st, n > 0 ? (pp_rank(st) + 1) % n : -1, rank);
 }
 
 mpu_result_t mpu_state_pp_prev_rank(const mpu_state *s, int *rank) {
-  STATE("mpu_state_pp_prev_rank", s, rank);
+  GRID_STATE("mpu_state_pp_prev_rank", s, rank);
   int n = pp_size(st); /* Python's % is never negative */
   return pipe_at("mpu_state_pp_prev_rank", st, n > 0 ? ((pp_rank(st) - 1) % n + n) % n : -1, rank);
 }
@@ -815,16 +870,21 @@ mpu_result_t mpu_state_manual_seed(mpu_state *s, uint64_t seed) {
   MPU_CHECK(mutable_state("mpu_state_manual_seed", s, &st));
   /* model_parallel_cuda_manual_seed: the default stream gets the seed, the
    * tensor-parallel one seed + 2718 + tp rank; core_v0.8.0 also tracks the
-   * data-parallel stream (the seed) and the expert one, in this order */
-  uint64_t tp = (uint64_t)tp_rank(st);
+   * data-parallel stream (the seed) and the expert one (seed + 1024 + 100 ep
+   * rank + tp rank; core_v0.19.0: + the expert tensor rank), in this order.
+   * A rank outside a core-0.19 grid has no ranks: its streams use 0. */
+  int in = st->base.in_grid;
+  uint64_t tp = in ? (uint64_t)tp_rank(st) : 0, ep = in ? (uint64_t)st->base.ep_rank : 0;
+  mpu_flavor flavor = mpu_layout_config_of(st->layout)->flavor;
+  uint64_t etp = flavor == MPU_FLAVOR_CORE_019 && in ? (uint64_t)st->base.etp_rank : tp;
   mpu_rng_seed(&st->default_rng, seed);
   mpu_rng_tracker_reset(&st->tracker);
-  int core = mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_CORE;
+  int core = flavor != MPU_FLAVOR_DEEPSPEED;
   if (core) MPU_CHECK(mpu_rng_tracker_add(&st->tracker, MPU_DATA_PARALLEL_RNG, seed));
   MPU_CHECK(mpu_rng_tracker_add(&st->tracker, MPU_MODEL_PARALLEL_RNG, seed + 2718 + tp));
   if (core)
     MPU_CHECK(mpu_rng_tracker_add(&st->tracker, MPU_EXPERT_PARALLEL_RNG,
-                                  seed + 1024 + 100 * (uint64_t)st->base.ep_rank + tp));
+                                  seed + 1024 + 100 * ep + etp));
   return MPU_SUCCESS;
 }
 
