@@ -31,6 +31,14 @@ static mpu_layout_config core(int tp, int pp, int cp, int ep, const char *order)
   return c;
 }
 
+static mpu_layout_config core19(int tp, int pp, int cp, int ep, int etp, int inst,
+                                 const char *order) {
+  mpu_layout_config c = core(tp, pp, cp, ep, order);
+  c.flavor = MPU_FLAVOR_CORE_019;
+  c.etp = etp, c.dist_opt_instances = inst;
+  return c;
+}
+
 static char messages[64][512];
 
 #define RCHECK(cond, ...)                                                                \
@@ -54,6 +62,18 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
 #endif
   RCHECK(mpu_state_is_initialized(NULL) && mpu_state_current() == s, "not the current state");
   int ds = mpu_layout_config_of(l)->flavor == MPU_FLAVOR_DEEPSPEED;
+  mpu_rank_info info = MPU_RANK_INFO_INIT;
+  RCHECK(!mpu_layout_rank_info(l, rank, &info), "rank info");
+  if (!info.in_grid) { /* outside a core-0.19 grid: no group, and the getters say so */
+    int v;
+    mpu_comm *c;
+    for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++)
+      RCHECK(mpu_state_comm(s, (mpu_group_kind)k, &c) != MPU_SUCCESS, "a comm outside the grid");
+    RCHECK(mpu_state_tp_rank(s, &v) == MPU_ERR_INVALID_USAGE, "tp rank outside the grid");
+    RCHECK(mpu_state_pp_next_rank(s, &v) == MPU_ERR_INVALID_USAGE, "pp next outside the grid");
+    RCHECK(!mpu_state_in_embedding_group(s, 1, &v) && !v, "embedding outside the grid");
+    return MPU_SUCCESS;
+  }
   for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
     if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
     /* seed 003: the deepspeed flavour's data-parallel group is the sequence-data one */
@@ -78,9 +98,18 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
     sum = 0;
     RCHECK(!mpu_comm_all_reduce(host, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want,
            "host twin of kind %d: sum %lld", k, (long long)sum);
+    mpu_group_kind alias = mpu_layout_alias_of(l, (mpu_group_kind)k);
+    if ((int)alias != k) { /* the original's one process group under two names */
+      mpu_comm *other = NULL;
+      RCHECK(!mpu_state_comm(s, alias, &other) && other == c, "kind %d: not its alias's comm", k);
+    }
 #ifdef MPU_TEST_NCCL
-    RCHECK(!strcmp(mpu_comm_backend(c), "nccl") && strcmp(mpu_comm_backend(host), "nccl"),
-           "kind %d: %s over %s", k, mpu_comm_backend(c), mpu_comm_backend(host));
+    if (mpu_group_kind_is_gloo((mpu_group_kind)k)) /* gloo twins stay on the host */
+      RCHECK(c == host && strcmp(mpu_comm_backend(c), "nccl"), "gloo kind %d on %s", k,
+             mpu_comm_backend(c));
+    else
+      RCHECK(!strcmp(mpu_comm_backend(c), "nccl") && strcmp(mpu_comm_backend(host), "nccl"),
+             "kind %d: %s over %s", k, mpu_comm_backend(c), mpu_comm_backend(host));
 #else
     RCHECK(c == host, "without NCCL the state's communicator is the host one");
 #endif
@@ -142,6 +171,91 @@ static void test_communicators(void **state) {
   run(16, core(2, 2, 2, 2, NULL));
   run(16, core(2, 2, 1, 4, "tp-ep-dp-pp"));
   run(1, core(1, 1, 1, 1, NULL));
+  /* core-0.19: every kind it builds, aliases and gloo twins included */
+  mpu_layout_config c = core19(2, 2, 2, 2, 1, 2, NULL);
+  c.hcp[0] = 2, c.n_hcp = 1;
+  run(16, c);
+  run(16, core19(1, 2, 2, 2, 2, 2, NULL));
+  run(8, core19(2, 2, 1, 1, 0, 1, "tp-pp-dp")); /* pp not last, edp = dp */
+  c = core19(2, 2, 1, 1, 0, 1, NULL);            /* a grid of 8 at offset 4 of 16 */
+  c.rank_offset = 4, c.local_world_size = 8, c.gloo = 0;
+  run(16, c);
+}
+
+/* Every valid core-0.19 config of up to 32 ranks (a variant of the order,
+ * instances, hcp, vp and gloo per shape): every rank's state, made on the
+ * fake backend, answers every getter and every group as the layout does. */
+static int sweep_one(const mpu_layout_config *cfg) {
+  mpu_layout *l = NULL;
+  if (mpu_layout_create(cfg, &l)) return 0;
+  int W = cfg->world_size, members[64], n, checked = 0;
+  for (int rank = 0; rank < W; rank++) {
+    mpu_state *s = NULL;
+    if (mpu_state_mock(rank, cfg, 7, &s)) fail_msg("mock rank %d: %s", rank, mpu_last_error());
+    mpu_rank_info want = MPU_RANK_INFO_INIT, got = MPU_RANK_INFO_INIT;
+    assert_int_equal(mpu_layout_rank_info(l, rank, &want), MPU_SUCCESS);
+    assert_int_equal(mpu_state_info(s, &got), MPU_SUCCESS);
+    assert_memory_equal(&want, &got, sizeof want);
+    for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
+      if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
+      assert_int_equal(mpu_layout_group(l, (mpu_group_kind)k, rank, members, 64, &n), MPU_SUCCESS);
+      int size = -1, grank = -1;
+      mpu_result_t r = mpu_state_group_size(s, (mpu_group_kind)k, &size);
+      if (!n) {
+        assert_int_not_equal(r, MPU_SUCCESS);
+        continue;
+      }
+      assert_int_equal(r, MPU_SUCCESS);
+      assert_int_equal(mpu_state_group_rank(s, (mpu_group_kind)k, &grank), MPU_SUCCESS);
+      if (size != n || members[grank] != rank)
+        fail_msg("%s W %d rank %d: %s rank %d of %d, layout has %d members",
+                 mpu_flavor_name(cfg->flavor), W, rank,
+                 mpu_group_kind_name(cfg->flavor, (mpu_group_kind)k), grank, size, n);
+      checked++;
+    }
+    int v;
+    if (want.in_grid) {
+      assert_int_equal(mpu_state_etp_rank(s, &v), MPU_SUCCESS);
+      assert_int_equal(v, want.etp_rank);
+      assert_int_equal(mpu_state_edp_size(s, &v), MPU_SUCCESS);
+      assert_int_equal(v, want.edp_size);
+    } else {
+      assert_int_equal(mpu_state_etp_rank(s, &v), MPU_ERR_INVALID_USAGE);
+    }
+    mpu_state_destroy(s);
+  }
+  mpu_layout_free(l);
+  return checked > 0 || W == 0;
+}
+
+static void test_core019_sweep(void **state) {
+  (void)state;
+  static const char *const orders[] = {"", "tp-pp-dp", "tp-cp-dp-pp", "tp-dp-ep-pp"};
+  int valid = 0, every = getenv("MPU_TEST_FEW_THREADS") ? 5 : 1, combo = 0;
+  for (int W = 1; W <= 32; W++)
+    for (int tp = 1; tp <= W; tp++)
+      for (int pp = 1; pp <= W; pp++)
+        for (int cp = 1; cp <= W; cp++) {
+          if (W % (tp * pp * cp)) continue;
+          for (int ep = 1; ep <= W; ep++)
+            for (int etp = 0; etp <= W; etp++) {
+              if (W % ep || (etp && W % etp)) continue;
+              if (combo++ % every) continue;
+              mpu_layout_config c = core19(tp, pp, cp, ep, etp, 1, orders[combo % 4]);
+              c.world_size = W;
+              int dp_cp = W / (tp * pp), edp = W / ((etp ? etp : tp) * ep * pp);
+              c.dist_opt_instances = combo % 3 == 0 && dp_cp % 2 == 0 && edp > 0 && edp % 2 == 0 ? 2 : 1;
+              if (cp % 2 == 0 && combo % 2) c.hcp[0] = 2, c.hcp[1] = cp / 2, c.n_hcp = 2;
+              if (pp > 1 && combo % 5 == 0) c.vp = 2;
+              c.gloo = combo % 7 != 0;
+              if (combo % 11 == 0 && W % 2 == 0) /* a grid of half the world, at its end */
+                c.local_world_size = W / 2, c.rank_offset = W / 2;
+              valid += sweep_one(&c);
+            }
+        }
+  print_message("core-0.19: %d valid layouts of up to 32 ranks, every rank's state checked\n",
+                valid);
+  assert_true(valid > 100);
 }
 
 #ifdef MPU_TEST_NCCL
@@ -718,7 +832,7 @@ int main(void) {
       cmocka_unit_test(test_cycles),      cmocka_unit_test(test_differing_configs),
       cmocka_unit_test(test_two_grids),   cmocka_unit_test(test_core_streams),
       cmocka_unit_test(test_sequence_and_modes), cmocka_unit_test(test_memory_buffer),
-      cmocka_unit_test(test_with_state_on),
+      cmocka_unit_test(test_with_state_on), cmocka_unit_test(test_core019_sweep),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
 #endif

@@ -60,6 +60,16 @@ int main(int argc, char **argv) {
   core.cp = 1, core.ep = 2;
   snprintf(core.order, sizeof core.order, "tp-ep-dp-pp");
   check_layout(world, rank, core), passed++;
+  /* core-0.19: expert tensor parallelism, hierarchical cp, two distributed-
+   * optimizer instances, gloo twins; then a grid of 4 at offset 4 */
+  mpu_layout_config c19 = MPU_LAYOUT_CONFIG_INIT;
+  c19.flavor = MPU_FLAVOR_CORE_019, c19.world_size = 8, c19.tp = 2, c19.pp = 2, c19.cp = 2;
+  c19.ep = 2, c19.etp = 1, c19.hcp[0] = 2, c19.n_hcp = 1, c19.dist_opt_instances = 2;
+  check_layout(world, rank, c19), passed++;
+  mpu_layout_config grid = MPU_LAYOUT_CONFIG_INIT;
+  grid.flavor = MPU_FLAVOR_CORE_019, grid.world_size = 8, grid.tp = 2;
+  grid.rank_offset = 4, grid.local_world_size = 4;
+  check_layout(world, rank, grid), passed++;
 
   /* a (2, 4) device mesh: each dim's communicator sums its group */
   const char *names[] = {"replicate", "shard"};

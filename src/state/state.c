@@ -493,7 +493,10 @@ mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info) {
   }
   x.vp_rank = st->vp_rank;
   x.vp_size = st->vp_size;
-  x.in_embedding_group = in_embedding(st, 0);
+  /* is_rank_in_embedding_group()'s default: ignore_virtual False before
+   * core_v0.19.0, True in it */
+  x.in_embedding_group =
+      in_embedding(st, mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_CORE_019);
   if (mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED) { /* its getters only */
     x.is_first_stage = first_stage(st, 1);
     x.is_last_stage = last_stage(st, 1);
