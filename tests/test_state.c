@@ -594,11 +594,34 @@ static mpu_result_t fails_inside(mpu_state *s, void *arg) {
   return mpu_fail(MPU_ERR_INTERNAL, "the test body failed");
 }
 
+/* a test body that draws from the state that was current before (as code
+ * using the global RNG would): the helper must put those streams back */
+static mpu_result_t draws_from(mpu_state *s, void *arg) {
+  mpu_state *outer = arg;
+  mpu_rng *mp = NULL;
+  RCHECK(!mpu_rng_tracker_fork(mpu_state_rng_tracker(outer), MPU_MODEL_PARALLEL_RNG, &mp), "fork");
+  for (int i = 0; i < 5; i++) mpu_rng_next(mp), mpu_rng_next(mpu_state_default_rng(outer));
+  RCHECK(!mpu_state_manual_seed(outer, 99), "reseed");
+  return MPU_SUCCESS;
+}
+
 static mpu_result_t own_ranks(mpu_comm *world, void *arg) {
   int *calls = arg;
   mpu_layout_config c = ds(2, 1, 1, 0, -1, 0);
   mpu_state *mine = NULL;
   mpu_result_t r = mpu_state_init(world, &c, &mine); /* a state of the caller's, current */
+  mpu_rng_states found;
+  mpu_rng default_found;
+  if (!r) r = mpu_state_manual_seed(mine, 5);
+  if (!r) mpu_rng_next(mpu_state_default_rng(mine)); /* a state somewhere in its stream */
+  if (!r) r = mpu_rng_tracker_get_states(mpu_state_rng_tracker(mine), &found);
+  if (!r) default_found = *mpu_state_default_rng(mine);
+  if (!r) r = mpu_with_state_on(world, &c, 7, draws_from, mine);
+  mpu_rng_states after;
+  if (!r) r = mpu_rng_tracker_get_states(mpu_state_rng_tracker(mine), &after);
+  if (!r && (memcmp(&found, &after, sizeof found) ||
+             memcmp(&default_found, mpu_state_default_rng(mine), sizeof default_found)))
+    r = mpu_fail(MPU_ERR_INTERNAL, "the random streams found were not put back");
   if (!r) r = mpu_with_state_on(world, &c, 7, inside, calls);
   if (!r && mpu_state_current() != mine) r = mpu_fail(MPU_ERR_INTERNAL, "the state before did not come back");
   if (!r && mpu_with_state_on(world, &c, 7, fails_inside, NULL) != MPU_ERR_INTERNAL)

@@ -267,8 +267,10 @@ MPU_API mpu_result_t mpu_with_state(int nranks, const mpu_layout_config *cfg, ui
  * caller's own threads): collective over world, every rank calls it with the
  * same config. Builds a state over world (cfg->world_size 0 takes world's
  * size), seeds it, runs fn, destroys the state whatever fn returned, and
- * gives back the state that was current on this thread before (as BioNeMo's
- * helpers restore what they found). world stays the caller's.
+ * gives back the state that was current on this thread before, with its
+ * random streams (default and tracked) as they were, as BioNeMo's helpers
+ * restore the RNG state they found (fn must not destroy that state). Both
+ * helpers do. world stays the caller's.
  */
 MPU_API mpu_result_t mpu_with_state_on(mpu_comm *world, const mpu_layout_config *cfg,
                                        uint64_t seed, mpu_state_fn fn, void *arg);

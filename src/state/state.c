@@ -915,11 +915,19 @@ typedef struct with_state_ctx {
 static mpu_result_t run_with_state(mpu_comm *world, const mpu_layout_config *cfg, uint64_t seed,
                                    mpu_state_fn fn, void *arg) {
   mpu_state *before = current, *s = NULL;
+  /* BioNeMo's helpers put back the random state they found: here, the
+   * streams of the state that was current (its default stream and every
+   * tracked one), whatever fn drew from them */
+  int had = before && before->magic == STATE_MAGIC;
+  mpu_rng saved_default;
+  mpu_rng_tracker saved_tracker;
+  if (had) saved_default = before->default_rng, saved_tracker = before->tracker;
   mpu_result_t r = mpu_state_init(world, cfg, &s);
   if (!r) r = mpu_state_manual_seed(s, seed);
   if (!r) r = fn(s, arg);
   mpu_state_destroy(s);
   current = before;
+  if (had) before->default_rng = saved_default, before->tracker = saved_tracker;
   return r;
 }
 
