@@ -5,10 +5,11 @@
  *   mpu/tensor.h   dtypes and the tensor view
  *   mpu/comm.h     communicators, collectives, the threads and fake backends
  *   mpu/mesh.h     N-d meshes of ranks with named dims, and their communicators
- *   mpu/layout.h   Megatron's rank groups by arithmetic (deepspeed and core flavours)
+ *   mpu/layout.h   Megatron's rank groups by arithmetic (deepspeed, core, core-0.19)
  *   mpu/state.h    the parallel state: communicators, getters, seeded streams, test helpers
  *   mpu/regions.h  tensor-parallel regions as (forward, backward) pairs
  *   mpu/layers.h   tensor-parallel layers: linear, embedding, cross entropy, broadcast_data
+ *   mpu/schedule.h Megatron's pipeline schedules: each rank's order of work, its timeline
  *   mpu/bench.h    timing collectives as nccl-tests does
  */
 #ifndef MPU_H
@@ -22,6 +23,7 @@
 #include "mpu/state.h"
 #include "mpu/regions.h"
 #include "mpu/layers.h"
+#include "mpu/schedule.h"
 #include "mpu/bench.h"
 
 #endif

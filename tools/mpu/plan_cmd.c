@@ -9,10 +9,13 @@
 #include "cli.h"
 #include "mpu.h"
 #include "picture.h"
+#include "schedule_cmd.h"
 
 
 typedef struct plan_opts {
   mpu_layout_config cfg;
+  mpu_schedule_config schedule; /* --schedule: kind set, else not asked */
+  int has_schedule;
   long rank;
   int per_rank;
   int bench;
@@ -55,6 +58,14 @@ static void help(void) {
          "                            small grid for every kind of group) or html (the same\n"
          "                            picture in a page: hover or click a rank to see its\n"
          "                            groups and getters); default text\n"
+         "  --schedule NAME           a pipeline schedule instead of a layout: no-pipelining,\n"
+         "                            1f1b or interleaved (Megatron's schedules.py): each\n"
+         "                            stage's order of forwards and backwards and the timeline,\n"
+         "                            with the bubble next to (pp-1)/(vp x micro-batches);\n"
+         "                            takes --pp, --vp and these (text, json or svg):\n"
+         "  --micro-batches M         number of micro-batches (default 1)\n"
+         "  --group-size N            interleaved: micro-batches per group on a chunk (default pp)\n"
+         "  --forward-only            forwards only (evaluation)\n"
          "  --bench                   time one rank's groups and getters at 4,096 and 1,048,576\n"
          "                            ranks, and initialising the state of 64 thread ranks\n"
          "                            (tp 4, pp 4, dp 4) against every rank creating every group\n"
@@ -74,6 +85,8 @@ static void parse(int argc, char **argv, plan_opts *o) {
       {"hcp", required_argument, 0, 'H'},    {"dist-opt-instances", required_argument, 0, 'D'},
       {"no-gloo", no_argument, 0, 'G'},      {"rank-offset", required_argument, 0, 'O'},
       {"local-world-size", required_argument, 0, 'L'},
+      {"schedule", required_argument, 0, 'S'}, {"micro-batches", required_argument, 0, 'M'},
+      {"group-size", required_argument, 0, 'N'}, {"forward-only", no_argument, 0, 'Y'},
       {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   mpu_layout_config init = MPU_LAYOUT_CONFIG_INIT;
   o->cfg = init;
@@ -82,6 +95,9 @@ static void parse(int argc, char **argv, plan_opts *o) {
   o->per_rank = 0;
   o->bench = 0;
   o->format = CLI_TEXT;
+  mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
+  o->schedule = sc;
+  o->has_schedule = 0;
   opterr = 0;
   optind = 1;
   int c;
@@ -95,6 +111,15 @@ static void parse(int argc, char **argv, plan_opts *o) {
         cli_usage_error("plan", "--flavor wants deepspeed, core or core-0.19, not '%s'", optarg);
       break;
     case 'E': field = &o->cfg.etp, what = "--etp"; break;
+    case 'S':
+      if (mpu_schedule_from_name(optarg, &o->schedule.kind))
+        cli_usage_error("plan", "--schedule wants no-pipelining, 1f1b or interleaved, not '%s'",
+                        optarg);
+      o->has_schedule = 1;
+      break;
+    case 'M': field = &o->schedule.microbatches, what = "--micro-batches"; break;
+    case 'N': field = &o->schedule.group_size, what = "--group-size"; break;
+    case 'Y': o->schedule.forward_only = 1; break;
     case 'D': field = &o->cfg.dist_opt_instances, what = "--dist-opt-instances"; break;
     case 'L': field = &o->cfg.local_world_size, what = "--local-world-size"; break;
     case 'G': o->cfg.gloo = 0; break;
@@ -147,6 +172,12 @@ static void parse(int argc, char **argv, plan_opts *o) {
     }
   }
   if (optind < argc) cli_usage_error("plan", "unexpected argument '%s'", argv[optind]);
+  if (o->has_schedule) {
+    if (o->format == CLI_HTML) cli_usage_error("plan", "--schedule draws text, json or svg");
+    o->schedule.pp = o->cfg.pp;
+    o->schedule.vp = o->cfg.vp ? o->cfg.vp : 1;
+    return;
+  }
   if (!o->cfg.world_size && !o->bench) cli_usage_error("plan", "--world-size is required");
 }
 
@@ -749,6 +780,7 @@ int cmd_plan(int argc, char **argv) {
   plan_opts o;
   parse(argc, argv, &o);
   if (o.bench) return bench();
+  if (o.has_schedule) return plan_schedule(&o.schedule, o.format);
   mpu_layout *l = NULL;
   if (mpu_layout_create(&o.cfg, &l)) {
     fprintf(stderr, "mpu plan: %s\n", mpu_last_error());

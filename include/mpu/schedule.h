@@ -1,0 +1,94 @@
+/*
+ * mpu/schedule.h - Megatron's pipeline schedules as orders of work.
+ *
+ * What each pipeline rank runs, in order, under the three schedules of
+ * megatron/core/pipeline_parallel/schedules.py (core_v0.19.0):
+ *
+ *   no pipelining  forward_backward_no_pipelining: F0 B0 F1 B1 ... (gradient accumulation)
+ *   1F1B           forward_backward_pipelining_without_interleaving: pp - rank - 1
+ *                  warm-up forwards, then one forward and one backward at a
+ *                  time, then the cool-down backwards
+ *   interleaved    forward_backward_pipelining_with_interleaving: vp model
+ *                  chunks per rank, micro-batches taken in groups of
+ *                  group_size per chunk (get_schedule_table), 2 (pp - rank - 1)
+ *                  + (vp - 1) group_size warm-up forwards, backwards on the
+ *                  chunks in reverse
+ *
+ * and a timeline of them (each rank runs its order, a step starting once the
+ * steps it needs are done: a forward the previous virtual stage's forward of
+ * the same micro-batch, a backward the next virtual stage's backward and its
+ * own forward), with the bubble it leaves. Nothing here communicates; the
+ * order is what a schedule runner (or a test) follows.
+ */
+#ifndef MPU_SCHEDULE_H
+#define MPU_SCHEDULE_H
+
+#include <stddef.h>
+
+#include "mpu/result.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mpu_schedule_kind {
+  MPU_SCHEDULE_NO_PIPELINING = 0,
+  MPU_SCHEDULE_1F1B = 1,
+  MPU_SCHEDULE_INTERLEAVED = 2
+} mpu_schedule_kind;
+
+typedef struct mpu_schedule_config {
+  size_t size;            /* sizeof(mpu_schedule_config), set by the initializer */
+  mpu_schedule_kind kind;
+  int pp;                 /* pipeline stages (no pipelining: 1) */
+  int vp;                 /* model chunks per rank (interleaved; others: 1) */
+  int microbatches;       /* num_microbatches */
+  int group_size;         /* microbatch_group_size_per_vp_stage; 0 = pp (Megatron's default) */
+  int forward_only;
+  double backward_cost;   /* the timeline's backward time, forward = 1 (default 2) */
+} mpu_schedule_config;
+
+#define MPU_SCHEDULE_CONFIG_INIT                                                    \
+  {.size = sizeof(mpu_schedule_config), .kind = MPU_SCHEDULE_1F1B, .pp = 1, .vp = 1, \
+   .microbatches = 1, .backward_cost = 2.0}
+
+/* One step of a rank's order. */
+typedef struct mpu_schedule_step {
+  char phase;             /* 'F' forward or 'B' backward */
+  int microbatch;         /* the micro-batch's number, 0..microbatches-1 */
+  int chunk;              /* the model chunk on this rank, 0..vp-1 */
+} mpu_schedule_step;
+
+/* "no-pipelining", "1f1b", "interleaved"; and back. */
+MPU_API const char *mpu_schedule_name(mpu_schedule_kind kind);
+MPU_API mpu_result_t mpu_schedule_from_name(const char *name, mpu_schedule_kind *out);
+
+/*
+ * Check cfg as Megatron does (its messages; the interleaved schedule's
+ * group_size must lie in pp..microbatches, and the last group hold 0 or at
+ * least pp micro-batches) and count pp_rank's steps: *n (2 microbatches x vp,
+ * or microbatches x vp forward only) and *warmup (the forwards before the
+ * first backward).
+ */
+MPU_API mpu_result_t mpu_schedule_count(const mpu_schedule_config *cfg, int pp_rank, int *n,
+                                        int *warmup);
+
+/* pp_rank's steps in the order the schedule runs them; out holds cap. */
+MPU_API mpu_result_t mpu_schedule_order(const mpu_schedule_config *cfg, int pp_rank,
+                                        mpu_schedule_step *out, size_t cap, int *n);
+
+/*
+ * Every rank's timeline: start[r][i] is when rank r starts its step i
+ * (arrays of pp pointers, each to mpu_schedule_count's n values; NULL
+ * skips), *makespan when the last step ends, *bubble the idle share of the
+ * ideal time ((makespan - busy) / busy, busy = one rank's work), to compare
+ * with the analytic (pp - 1) / (vp * microbatches).
+ */
+MPU_API mpu_result_t mpu_schedule_timeline(const mpu_schedule_config *cfg, double **start,
+                                           double *makespan, double *bubble);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

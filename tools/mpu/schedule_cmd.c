@@ -1,0 +1,107 @@
+/*
+ * schedule_cmd.c - `mpu plan --schedule`: a pipeline schedule's order of work
+ * per stage and its timeline (text, JSON, SVG), with the bubble next to the
+ * analytic (pp - 1) / (vp x micro-batches).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "mpu.h"
+#include "schedule_cmd.h"
+
+static void fail(const char *what) {
+  fprintf(stderr, "mpu plan: %s: %s\n", what, mpu_last_error());
+  exit(1);
+}
+
+static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double **start, int n,
+                double makespan, double bubble, double analytic) {
+  double scale = 900.0 / makespan, row = 34;
+  int W = 1000, H = (int)(80 + row * c->pp + 40);
+  printf("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+         "font-family=\"monospace\" font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" "
+         "fill=\"#fff\"/>\n", W, H);
+  printf("<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">%s schedule: pp %d, vp %d, "
+         "%d micro-batches%s</text>\n", mpu_schedule_name(c->kind), c->pp, c->vp, c->microbatches,
+         c->forward_only ? ", forward only" : "");
+  printf("<text x=\"10\" y=\"38\">bubble %.4f of the ideal time (analytic (pp-1)/(vp m) = %.4f); "
+         "forward 1, backward %g per model; grey = idle</text>\n", bubble, analytic,
+         c->backward_cost);
+  printf("<rect x=\"10\" y=\"48\" width=\"14\" height=\"10\" fill=\"#8fb8ea\"/><text x=\"28\" "
+         "y=\"57\">forward (micro-batch.chunk)</text><rect x=\"210\" y=\"48\" width=\"14\" "
+         "height=\"10\" fill=\"#f2b27a\"/><text x=\"228\" y=\"57\">backward</text>\n");
+  for (int p = 0; p < c->pp; p++) {
+    double y = 70 + row * p;
+    printf("<text x=\"10\" y=\"%.1f\">stage %d</text>\n", y + row / 2 + 4, p);
+    printf("<rect x=\"80\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#ddd\"/>\n", y,
+           makespan * scale, row - 6);
+    for (int i = 0; i < n; i++) {
+      const mpu_schedule_step *s = &order[p][i];
+      double w = (s->phase == 'F' ? 1.0 : c->backward_cost) / c->vp * scale;
+      printf("<g><title>stage %d: %s micro-batch %d, chunk %d, at %.3f</title><rect x=\"%.2f\" "
+             "y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"#fff\"/>",
+             p, s->phase == 'F' ? "forward" : "backward", s->microbatch, s->chunk, start[p][i],
+             80 + start[p][i] * scale, y, w, row - 6, s->phase == 'F' ? "#8fb8ea" : "#f2b27a");
+      if (w > 22)
+        printf("<text x=\"%.2f\" y=\"%.1f\">%d.%d</text>", 80 + start[p][i] * scale + 2,
+               y + row / 2 + 1, s->microbatch, s->chunk);
+      printf("</g>\n");
+    }
+  }
+  printf("</svg>\n");
+}
+
+int plan_schedule(const mpu_schedule_config *c, cli_format format) {
+  int n, warmup;
+  if (mpu_schedule_count(c, 0, &n, &warmup)) {
+    fprintf(stderr, "mpu plan: %s\n", mpu_last_error());
+    return CLI_USAGE_EXIT;
+  }
+  mpu_schedule_step **order = calloc((size_t)c->pp, sizeof *order);
+  double **start = calloc((size_t)c->pp, sizeof *start), makespan, bubble;
+  if (!order || !start) fail("out of memory");
+  for (int p = 0; p < c->pp; p++) {
+    order[p] = malloc((size_t)n * sizeof **order);
+    start[p] = malloc((size_t)n * sizeof **start);
+    if (!order[p] || !start[p] || mpu_schedule_order(c, p, order[p], (size_t)n, &n)) fail("order");
+  }
+  if (mpu_schedule_timeline(c, start, &makespan, &bubble)) fail("timeline");
+  double analytic = (double)(c->pp - 1) / ((double)c->vp * c->microbatches);
+  if (format == CLI_SVG) {
+    svg(c, order, start, n, makespan, bubble, analytic);
+  } else if (format == CLI_JSON) {
+    printf("{\"schedule\": \"%s\", \"pp\": %d, \"vp\": %d, \"microbatches\": %d, "
+           "\"group_size\": %d, \"forward_only\": %s, \"makespan\": %.6g, \"bubble\": %.6g, "
+           "\"analytic_bubble\": %.6g,\n \"stages\": [", mpu_schedule_name(c->kind), c->pp, c->vp,
+           c->microbatches, c->kind == MPU_SCHEDULE_INTERLEAVED ? (c->group_size ? c->group_size : c->pp) : 0,
+           c->forward_only ? "true" : "false", makespan, bubble, analytic);
+    for (int p = 0; p < c->pp; p++) {
+      int w;
+      mpu_schedule_count(c, p, &n, &w);
+      printf("%s\n  {\"stage\": %d, \"warmup\": %d, \"steps\": [", p ? "," : "", p, w);
+      for (int i = 0; i < n; i++)
+        printf("%s[\"%c\", %d, %d, %.6g]", i ? ", " : "", order[p][i].phase,
+               order[p][i].microbatch, order[p][i].chunk, start[p][i]);
+      printf("]}");
+    }
+    printf("\n ]}\n");
+  } else {
+    printf("%s schedule: pp %d, vp %d, %d micro-batches; steps as phase micro-batch.chunk\n",
+           mpu_schedule_name(c->kind), c->pp, c->vp, c->microbatches);
+    for (int p = 0; p < c->pp; p++) {
+      int w;
+      mpu_schedule_count(c, p, &n, &w);
+      printf("  stage %-3d (%d warm-up)", p, w);
+      for (int i = 0; i < n; i++)
+        printf(" %c%d.%d", order[p][i].phase, order[p][i].microbatch, order[p][i].chunk);
+      printf("\n");
+    }
+    printf("timeline (forward 1, backward %g per model): %.4g time units; bubble %.4f of the "
+           "ideal time, analytic (pp-1)/(vp m) = %.4f\n", c->backward_cost, makespan, bubble,
+           analytic);
+  }
+  for (int p = 0; p < c->pp; p++) free(order[p]), free(start[p]);
+  free(order), free(start);
+  return 0;
+}
