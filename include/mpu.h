@@ -10,6 +10,7 @@
  *   mpu/regions.h  tensor-parallel regions as (forward, backward) pairs
  *   mpu/layers.h   tensor-parallel layers: linear, embedding, cross entropy, broadcast_data
  *   mpu/schedule.h Megatron's pipeline schedules: each rank's order of work, its timeline
+ *   mpu/train.h    parameter buffers, bucketed gradient reduction, AdamW, ZeRO-1, clipping
  *   mpu/bench.h    timing collectives as nccl-tests does
  */
 #ifndef MPU_H
@@ -24,6 +25,7 @@
 #include "mpu/regions.h"
 #include "mpu/layers.h"
 #include "mpu/schedule.h"
+#include "mpu/train.h"
 #include "mpu/bench.h"
 
 #endif

@@ -1,0 +1,153 @@
+/*
+ * mpu/train.h - what a training loop needs around the layers: parameter and
+ * gradient buffers, data-parallel gradient reduction in buckets, AdamW, the
+ * distributed optimizer (ZeRO-1) and gradient-norm clipping, as Megatron
+ * core's DistributedDataParallel (param and grad buffers), DistributedOptimizer
+ * and clip_grad_norm do.
+ *
+ * A parameter buffer holds every parameter of one model chunk in one float32
+ * allocation and every gradient in another (or in the caller's memory, as
+ * llm.c keeps one allocation for all its parameters); each parameter is a
+ * view with its tensor-parallel attributes (Megatron's
+ * set_tensor_model_parallel_attributes), so that a gradient norm counts a
+ * parameter duplicated across the tensor-parallel group once.
+ *
+ * Gradients are averaged over the data-parallel group as Megatron does by
+ * default (each rank's gradient scaled by 1 / dp, then summed), one
+ * collective per bucket. Pass the data-parallel-with-context-parallel group
+ * when cp > 1, and give expert parameters their own buffer and the expert
+ * data-parallel group.
+ */
+#ifndef MPU_TRAIN_H
+#define MPU_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpu/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- parameters ------------------------------------------------------------------ */
+
+/* set_tensor_model_parallel_attributes: partitioned across the tensor-
+ * parallel group (along partition_dim, in stride interleaved pieces) or a
+ * duplicate on every rank of it (biases of row-parallel layers, norms). */
+typedef struct mpu_param_attrs {
+  int tensor_parallel;  /* 1: partitioned, 0: a duplicate */
+  int partition_dim;    /* -1 for duplicates */
+  int stride;           /* 1, or 3 for a fused QKV weight */
+} mpu_param_attrs;
+
+#define MPU_PARAM_DUPLICATE ((mpu_param_attrs){0, -1, 1})
+#define MPU_PARAM_PARTITIONED(dim, stride_) ((mpu_param_attrs){1, (dim), (stride_)})
+
+typedef struct mpu_param {
+  char name[48];
+  size_t offset, numel;  /* in elements, into the buffer */
+  mpu_param_attrs attrs;
+  int decay;             /* weight decay applies (1, the default; 0 for biases and norms) */
+} mpu_param;
+
+typedef struct mpu_param_buffer {
+  int nparams, cap;
+  mpu_param *params;
+  size_t numel;          /* every parameter's elements, each parameter 16-element aligned */
+  float *data, *grad;    /* after finalize */
+  int owns_data, owns_grad;
+  int tp_rank;           /* for param_is_not_tensor_parallel_duplicate */
+  int finalized;
+} mpu_param_buffer;
+
+/* Start an empty buffer for this rank (tp_rank: its tensor-parallel rank). */
+MPU_API void mpu_param_buffer_init(mpu_param_buffer *b, int tp_rank);
+/* Add a parameter of numel elements (before finalize); *index is its number. */
+MPU_API mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t numel,
+                                          mpu_param_attrs attrs, int *index);
+/* Lay the parameters out: data and grad are the caller's (b->numel floats
+ * each, mpu_param_buffer_bytes) or NULL to allocate; allocated memory starts
+ * zeroed. Afterwards no parameter can be added. */
+MPU_API mpu_result_t mpu_param_buffer_finalize(mpu_param_buffer *b, float *data, float *grad);
+MPU_API size_t mpu_param_buffer_bytes(const mpu_param_buffer *b);
+MPU_API float *mpu_param_data(const mpu_param_buffer *b, int index);
+MPU_API float *mpu_param_grad(const mpu_param_buffer *b, int index);
+MPU_API void mpu_param_buffer_zero_grad(mpu_param_buffer *b);
+/* Exclude a parameter from weight decay (Megatron's default for biases and 1-d parameters). */
+MPU_API mpu_result_t mpu_param_buffer_no_decay(mpu_param_buffer *b, int index);
+MPU_API void mpu_param_buffer_free(mpu_param_buffer *b);
+/* param_is_not_tensor_parallel_duplicate */
+MPU_API int mpu_param_counts_in_norm(const mpu_param_buffer *b, int index);
+
+/* ---- data-parallel gradients ------------------------------------------------------- */
+
+typedef struct mpu_grad_sync_options {
+  size_t size;           /* sizeof, set by the initializer */
+  size_t bucket_bytes;   /* one collective per bucket (default 40 MB, as Megatron) */
+  int sum;               /* 1: sum the gradients instead of averaging them */
+} mpu_grad_sync_options;
+
+#define MPU_GRAD_SYNC_OPTIONS_INIT \
+  {.size = sizeof(mpu_grad_sync_options), .bucket_bytes = 40000000, .sum = 0}
+
+/* All-reduce the buffer's gradients over dp in buckets (options NULL: defaults). */
+MPU_API mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
+                                         const mpu_grad_sync_options *options);
+
+/* ---- AdamW ----------------------------------------------------------------------------- */
+
+typedef struct mpu_adamw_options {
+  size_t size;           /* sizeof, set by the initializer */
+  float lr, beta1, beta2, eps, weight_decay;
+  float clip_grad;       /* clip the gradient norm to this (0: no clipping) */
+  mpu_grad_sync_options sync;
+} mpu_adamw_options;
+
+#define MPU_ADAMW_OPTIONS_INIT                                                           \
+  {.size = sizeof(mpu_adamw_options), .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,       \
+   .eps = 1e-8f, .weight_decay = 0.01f, .clip_grad = 1.0f, .sync = MPU_GRAD_SYNC_OPTIONS_INIT}
+
+/*
+ * The optimizer of one buffer over one data-parallel group, plain or
+ * distributed:
+ *   plain        every rank all-reduces the gradients and updates every
+ *                parameter (its moments cover the whole buffer)
+ *   distributed  ZeRO-1: each bucket is reduce-scattered over dp, each rank
+ *                updates its shard (float32 main weights and moments of the
+ *                shard only), then the buckets are all-gathered
+ * Both apply the same clipping and the same AdamW to each element, so they
+ * give the same parameters.
+ */
+typedef struct mpu_optimizer {
+  mpu_param_buffer *b;
+  mpu_comm *dp;
+  int dp_size, dp_rank, distributed;
+  mpu_adamw_options o;
+  size_t bucket;         /* elements per bucket, a multiple of dp_size */
+  size_t owned;          /* elements whose moments this rank keeps */
+  float *m, *v, *main;   /* (owned) */
+  float *scratch;        /* one bucket */
+  int64_t step;
+} mpu_optimizer;
+
+MPU_API mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_comm *dp,
+                                        int distributed, const mpu_adamw_options *options);
+/*
+ * One step: reduce the gradients over dp, clip their norm (the sum of
+ * squares of the parameters that are not tensor-parallel duplicates,
+ * all-reduced over norm_group: the model-parallel group for the plain
+ * optimizer, the group of every rank of the instance (dp x model parallel)
+ * for the distributed one; NULL: this rank alone), update, and (distributed)
+ * gather the parameters. *grad_norm (may be NULL) gets the norm before
+ * clipping.
+ */
+MPU_API mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group,
+                                        float *grad_norm);
+MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,353 @@
+/*
+ * optimizer.c - parameter buffers, data-parallel gradient reduction, AdamW
+ * plain and distributed (ZeRO-1), gradient-norm clipping.
+ *
+ * One rule per thing: every element is updated by adamw_element, every
+ * norm is summed by sum_squares over the parameters that count, every
+ * bucket is cut by bucket_range; the plain and the distributed optimizer
+ * differ only in which elements a rank updates and how the gradients and
+ * parameters travel.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/options.h"
+#include "mpu/train.h"
+
+#define ALIGN 16 /* elements: each parameter starts on a 64-byte boundary */
+
+/* ---- parameter buffers ---------------------------------------------------------------- */
+
+void mpu_param_buffer_init(mpu_param_buffer *b, int tp_rank) {
+  if (!b) return;
+  memset(b, 0, sizeof *b);
+  b->tp_rank = tp_rank;
+}
+
+mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t numel,
+                                   mpu_param_attrs attrs, int *index) {
+  static const char fn[] = "mpu_param_buffer_add";
+  if (!b || !name) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (b->finalized)
+    return mpu__error(MPU_ERR_INVALID_USAGE, "%s: '%s' after the buffer was finalized", fn, name);
+  if (!numel || numel > ((size_t)1 << 40))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' has %zu elements", fn, name, numel);
+  if (attrs.stride < 1 || (attrs.tensor_parallel && attrs.partition_dim < 0))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: '%s': a partitioned parameter needs a partition dim and a stride >= 1",
+                      fn, name);
+  size_t offset = (b->numel + ALIGN - 1) / ALIGN * ALIGN;
+  if (offset + numel < offset || offset + numel > ((size_t)1 << 40))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the buffer would exceed 2^40 elements", fn);
+  if (b->nparams == b->cap) {
+    int cap = b->cap ? 2 * b->cap : 16;
+    mpu_param *p = realloc(b->params, (size_t)cap * sizeof *p);
+    if (!p) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d parameters", fn, cap);
+    b->params = p, b->cap = cap;
+  }
+  mpu_param *p = &b->params[b->nparams];
+  memset(p, 0, sizeof *p);
+  strncpy(p->name, name, sizeof p->name - 1);
+  p->offset = offset, p->numel = numel, p->attrs = attrs, p->decay = 1;
+  b->numel = offset + numel;
+  if (index) *index = b->nparams;
+  b->nparams++;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_param_buffer_finalize(mpu_param_buffer *b, float *data, float *grad) {
+  static const char fn[] = "mpu_param_buffer_finalize";
+  if (!b) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL buffer", fn);
+  if (b->finalized) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: finalized already", fn);
+  if (!b->nparams) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: no parameters", fn);
+  b->data = data ? data : calloc(b->numel, sizeof(float));
+  b->grad = grad ? grad : calloc(b->numel, sizeof(float));
+  b->owns_data = !data, b->owns_grad = !grad;
+  if (!b->data || !b->grad) {
+    if (b->owns_data) free(b->data);
+    if (b->owns_grad) free(b->grad);
+    b->data = b->grad = NULL;
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu elements", fn, b->numel);
+  }
+  b->finalized = 1;
+  return MPU_SUCCESS;
+}
+
+size_t mpu_param_buffer_bytes(const mpu_param_buffer *b) { return b ? b->numel * sizeof(float) : 0; }
+
+float *mpu_param_data(const mpu_param_buffer *b, int i) {
+  return b && b->finalized && i >= 0 && i < b->nparams ? b->data + b->params[i].offset : NULL;
+}
+
+float *mpu_param_grad(const mpu_param_buffer *b, int i) {
+  return b && b->finalized && i >= 0 && i < b->nparams ? b->grad + b->params[i].offset : NULL;
+}
+
+void mpu_param_buffer_zero_grad(mpu_param_buffer *b) {
+  if (b && b->finalized) memset(b->grad, 0, b->numel * sizeof(float));
+}
+
+mpu_result_t mpu_param_buffer_no_decay(mpu_param_buffer *b, int i) {
+  if (!b || i < 0 || i >= b->nparams)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_param_buffer_no_decay: no parameter %d", i);
+  b->params[i].decay = 0;
+  return MPU_SUCCESS;
+}
+
+void mpu_param_buffer_free(mpu_param_buffer *b) {
+  if (!b) return;
+  if (b->owns_data) free(b->data);
+  if (b->owns_grad) free(b->grad);
+  free(b->params);
+  memset(b, 0, sizeof *b);
+}
+
+int mpu_param_counts_in_norm(const mpu_param_buffer *b, int i) {
+  if (!b || i < 0 || i >= b->nparams) return 0;
+  return b->params[i].attrs.tensor_parallel || b->tp_rank == 0;
+}
+
+/* ---- buckets ----------------------------------------------------------------------------- */
+
+static mpu_result_t take_sync(const char *fn, const mpu_grad_sync_options *given,
+                              mpu_grad_sync_options *o) {
+  mpu_grad_sync_options d = MPU_GRAD_SYNC_OPTIONS_INIT;
+  *o = d;
+  if (given)
+    MPU_CHECK(mpu__take_options(fn, "options", "MPU_GRAD_SYNC_OPTIONS_INIT", given, sizeof d,
+                                sizeof d, o));
+  if (o->bucket_bytes < sizeof(float))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: bucket_bytes %zu (want at least 4)", fn,
+                      o->bucket_bytes);
+  return MPU_SUCCESS;
+}
+
+/* Bucket k of a buffer cut in buckets of `bucket` elements: [*start, *end). */
+static void bucket_range(size_t numel, size_t bucket, size_t k, size_t *start, size_t *end) {
+  *start = k * bucket;
+  *end = *start + bucket < numel ? *start + bucket : numel;
+}
+
+static mpu_result_t ready(const char *fn, const mpu_param_buffer *b, mpu_comm *dp, int *size,
+                          int *rank) {
+  if (!b || !dp) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL buffer or group", fn);
+  if (!b->finalized) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: buffer not finalized", fn);
+  MPU_CHECK(mpu_comm_size(dp, size));
+  return mpu_comm_rank(dp, rank);
+}
+
+mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
+                                 const mpu_grad_sync_options *options) {
+  static const char fn[] = "mpu_grad_all_reduce";
+  mpu_grad_sync_options o;
+  int n, rank;
+  MPU_CHECK(take_sync(fn, options, &o));
+  MPU_CHECK(ready(fn, b, dp, &n, &rank));
+  size_t bucket = o.bucket_bytes / sizeof(float), start, end;
+  float scale = o.sum ? 1.0f : 1.0f / (float)n; /* Megatron scales, then sums */
+  for (size_t k = 0; k * bucket < b->numel; k++) {
+    bucket_range(b->numel, bucket, k, &start, &end);
+    if (scale != 1.0f)
+      for (size_t i = start; i < end; i++) b->grad[i] *= scale;
+    MPU_CHECK(mpu_comm_all_reduce(dp, b->grad + start, b->grad + start, end - start, MPU_FLOAT32,
+                                  MPU_SUM));
+  }
+  return MPU_SUCCESS;
+}
+
+/* ---- AdamW ----------------------------------------------------------------------------------- */
+
+/* torch's AdamW on one element: decoupled decay, then the bias-corrected step */
+static inline void adamw_element(float *p, float g, float *m, float *v, float decay,
+                                 const mpu_adamw_options *o, float bc1, float bc2) {
+  *p -= o->lr * o->weight_decay * decay * *p;
+  *m = o->beta1 * *m + (1 - o->beta1) * g;
+  *v = o->beta2 * *v + (1 - o->beta2) * g * g;
+  *p -= o->lr * (*m / bc1) / (sqrtf(*v / bc2) + o->eps);
+}
+
+/* Sum of squares of grad[start, end) over the parameters that count in the
+ * norm (not tensor-parallel duplicates). */
+static double sum_squares(const mpu_param_buffer *b, size_t start, size_t end) {
+  double s = 0;
+  for (int i = 0; i < b->nparams; i++) {
+    const mpu_param *p = &b->params[i];
+    size_t lo = p->offset > start ? p->offset : start;
+    size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+    if (lo >= hi || !mpu_param_counts_in_norm(b, i)) continue;
+    for (size_t j = lo; j < hi; j++) s += (double)b->grad[j] * b->grad[j];
+  }
+  return s;
+}
+
+/* Run f(opt, element, index into the rank's moments) over every element
+ * this rank updates, with its parameter's decay. */
+typedef void (*element_fn)(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg);
+
+static void for_owned(mpu_optimizer *opt, element_fn f, void *arg) {
+  const mpu_param_buffer *b = opt->b;
+  size_t j = 0, start, end;
+  for (size_t k = 0; k * opt->bucket < b->numel; k++) {
+    bucket_range(b->numel, opt->bucket, k, &start, &end);
+    size_t lo = start, hi = end;
+    if (opt->distributed) {
+      size_t shard = (end - start + (size_t)opt->dp_size - 1) / (size_t)opt->dp_size;
+      lo = start + (size_t)opt->dp_rank * shard;
+      hi = lo + shard < end ? lo + shard : end;
+      if (lo > end) lo = end;
+    }
+    /* walk the parameters overlapping [lo, hi); gaps between them decay as 1 and carry 0 */
+    for (int i = 0; i < b->nparams; i++) {
+      const mpu_param *p = &b->params[i];
+      size_t a = p->offset > lo ? p->offset : lo;
+      size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+      for (size_t e = a; e < z; e++) f(opt, e, j + (e - lo), (float)p->decay, arg);
+    }
+    j += hi - lo;
+  }
+}
+
+mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_comm *dp,
+                                int distributed, const mpu_adamw_options *options) {
+  static const char fn[] = "mpu_optimizer_init";
+  if (!opt) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL optimizer", fn);
+  memset(opt, 0, sizeof *opt);
+  mpu_adamw_options d = MPU_ADAMW_OPTIONS_INIT;
+  opt->o = d;
+  if (options)
+    MPU_CHECK(mpu__take_options(fn, "options", "MPU_ADAMW_OPTIONS_INIT", options, sizeof d,
+                                sizeof d, &opt->o));
+  mpu_grad_sync_options sync;
+  MPU_CHECK(take_sync(fn, &opt->o.sync, &sync));
+  opt->o.sync = sync;
+  const mpu_adamw_options *o = &opt->o;
+  if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
+      !(o->eps > 0) || !(o->weight_decay >= 0) || !(o->clip_grad >= 0))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: lr %g, betas (%g, %g), eps %g, weight decay %g, clip %g out of range",
+                      fn, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad);
+  MPU_CHECK(ready(fn, b, dp, &opt->dp_size, &opt->dp_rank));
+  opt->b = b, opt->dp = dp, opt->distributed = distributed != 0;
+  size_t n = (size_t)opt->dp_size, bucket = sync.bucket_bytes / sizeof(float);
+  opt->bucket = (bucket + n - 1) / n * n; /* every bucket's shards equal */
+  if (opt->bucket > b->numel) opt->bucket = (b->numel + n - 1) / n * n;
+  size_t start, end;
+  for (size_t k = 0; k * opt->bucket < b->numel; k++) {
+    bucket_range(b->numel, opt->bucket, k, &start, &end);
+    if (!opt->distributed) {
+      opt->owned += end - start;
+      continue;
+    }
+    size_t shard = (end - start + n - 1) / n, lo = start + (size_t)opt->dp_rank * shard;
+    if (lo < end) opt->owned += (lo + shard < end ? lo + shard : end) - lo;
+  }
+  size_t cells = opt->owned ? opt->owned : 1;
+  opt->m = calloc(cells, sizeof(float));
+  opt->v = calloc(cells, sizeof(float));
+  opt->main = calloc(cells, sizeof(float));
+  opt->scratch = opt->distributed ? calloc(opt->bucket, sizeof(float)) : NULL;
+  if (!opt->m || !opt->v || !opt->main || (opt->distributed && !opt->scratch)) {
+    mpu_optimizer_free(opt);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu elements of state", fn, opt->owned);
+  }
+  return MPU_SUCCESS;
+}
+
+void mpu_optimizer_free(mpu_optimizer *opt) {
+  if (!opt) return;
+  free(opt->m), free(opt->v), free(opt->main), free(opt->scratch);
+  memset(opt, 0, sizeof *opt);
+}
+
+/* the float32 main weights: copied from the parameters at the first step */
+static void take_main(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg) {
+  (void)decay, (void)arg;
+  opt->main[j] = opt->b->data[e];
+}
+
+typedef struct step_args {
+  float clip, bc1, bc2;
+} step_args;
+
+static void update(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg) {
+  const step_args *a = arg;
+  float g = opt->b->grad[e] * a->clip;
+  adamw_element(&opt->main[j], g, &opt->m[j], &opt->v[j], decay, &opt->o, a->bc1, a->bc2);
+  opt->b->data[e] = opt->main[j];
+}
+
+/* ZeRO-1's gradient half: reduce-scatter each bucket; this rank's shard of
+ * the reduced gradient lands in place in the buffer. */
+static mpu_result_t reduce_scatter_grads(mpu_optimizer *opt) {
+  mpu_param_buffer *b = opt->b;
+  size_t n = (size_t)opt->dp_size, start, end;
+  float scale = opt->o.sync.sum ? 1.0f : 1.0f / (float)n;
+  for (size_t k = 0; k * opt->bucket < b->numel; k++) {
+    bucket_range(b->numel, opt->bucket, k, &start, &end);
+    size_t len = end - start, shard = (len + n - 1) / n, r = (size_t)opt->dp_rank;
+    for (size_t i = 0; i < len; i++) opt->scratch[i] = b->grad[start + i] * scale;
+    memset(opt->scratch + len, 0, (shard * n - len) * sizeof(float));
+    MPU_CHECK(mpu_comm_reduce_scatter(opt->dp, opt->scratch, opt->scratch + r * shard, shard,
+                                      MPU_FLOAT32, MPU_SUM));
+    size_t lo = r * shard, hi = lo + shard < len ? lo + shard : len;
+    if (lo < hi) memcpy(b->grad + start + lo, opt->scratch + lo, (hi - lo) * sizeof(float));
+  }
+  return MPU_SUCCESS;
+}
+
+/* ZeRO-1's parameter half: all-gather each bucket's updated shards. */
+static mpu_result_t gather_params(mpu_optimizer *opt) {
+  mpu_param_buffer *b = opt->b;
+  size_t n = (size_t)opt->dp_size, start, end;
+  for (size_t k = 0; k * opt->bucket < b->numel; k++) {
+    bucket_range(b->numel, opt->bucket, k, &start, &end);
+    size_t len = end - start, shard = (len + n - 1) / n, r = (size_t)opt->dp_rank;
+    size_t lo = r * shard, hi = lo + shard < len ? lo + shard : len;
+    memset(opt->scratch + lo, 0, shard * sizeof(float));
+    if (lo < hi) memcpy(opt->scratch + lo, b->data + start + lo, (hi - lo) * sizeof(float));
+    MPU_CHECK(mpu_comm_all_gather(opt->dp, opt->scratch + lo, opt->scratch, shard, MPU_FLOAT32));
+    memcpy(b->data + start, opt->scratch, len * sizeof(float));
+  }
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group, float *grad_norm) {
+  static const char fn[] = "mpu_optimizer_step";
+  if (!opt || !opt->b) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: optimizer not initialized", fn);
+  if (opt->step == 0) for_owned(opt, take_main, NULL);
+  if (opt->distributed) MPU_CHECK(reduce_scatter_grads(opt));
+  else MPU_CHECK(mpu_grad_all_reduce(opt->b, opt->dp, &opt->o.sync));
+  /* the norm over what this rank holds, summed over the group */
+  double sq = 0;
+  size_t start, end;
+  for (size_t k = 0; k * opt->bucket < opt->b->numel; k++) {
+    bucket_range(opt->b->numel, opt->bucket, k, &start, &end);
+    if (opt->distributed) {
+      size_t n = (size_t)opt->dp_size, shard = (end - start + n - 1) / n;
+      size_t lo = start + (size_t)opt->dp_rank * shard;
+      size_t hi = lo + shard < end ? lo + shard : end;
+      if (lo < hi) sq += sum_squares(opt->b, lo, hi);
+    } else {
+      sq += sum_squares(opt->b, start, end);
+    }
+  }
+  if (norm_group) MPU_CHECK(mpu_comm_all_reduce(norm_group, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
+  float norm = (float)sqrt(sq);
+  if (grad_norm) *grad_norm = norm;
+  if (!isfinite(norm))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the gradient norm is %g (no update made)", fn,
+                      norm);
+  step_args a = {1.0f, 0, 0};
+  if (opt->o.clip_grad > 0) { /* clip_grad_by_total_norm_fp32 */
+    float coeff = opt->o.clip_grad / (norm + 1.0e-6f);
+    if (coeff < 1.0f) a.clip = coeff;
+  }
+  opt->step++;
+  a.bc1 = 1.0f - powf(opt->o.beta1, (float)opt->step);
+  a.bc2 = 1.0f - powf(opt->o.beta2, (float)opt->step);
+  for_owned(opt, update, &a);
+  if (opt->distributed) MPU_CHECK(gather_params(opt));
+  return MPU_SUCCESS;
+}

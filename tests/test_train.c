@@ -1,0 +1,217 @@
+/*
+ * test_train.c - parameter buffers, bucketed gradient reduction, AdamW plain
+ * and distributed (ZeRO-1), gradient-norm clipping.
+ *
+ * On 8 thread ranks (tp 2 x dp 4): every rank's gradients are a known
+ * function of its rank, so the expected update is computed here on one rank,
+ * element by element, from the definitions (average over dp, norm over the
+ * tensor-parallel partitions counting duplicates once, clip, torch's AdamW);
+ * the plain and the distributed optimizer must both reach it, with buckets
+ * of several sizes, shards of unequal lengths, and the caller's memory.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+enum { TP = 2, DP = 4, STEPS = 4 };
+static const size_t sizes[3] = {37, 5, 3}; /* w (partitioned), bias and norm (duplicates) */
+
+static void build(mpu_param_buffer *b, int tp_rank, float *data, float *grad) {
+  mpu_param_buffer_init(b, tp_rank);
+  int i;
+  assert_int_equal(mpu_param_buffer_add(b, "w", sizes[0], MPU_PARAM_PARTITIONED(0, 1), &i), 0);
+  assert_int_equal(mpu_param_buffer_add(b, "bias", sizes[1], MPU_PARAM_DUPLICATE, &i), 0);
+  assert_int_equal(mpu_param_buffer_no_decay(b, i), 0);
+  assert_int_equal(mpu_param_buffer_add(b, "norm", sizes[2], MPU_PARAM_DUPLICATE, &i), 0);
+  assert_int_equal(mpu_param_buffer_no_decay(b, i), 0);
+  assert_int_equal(mpu_param_buffer_finalize(b, data, grad), 0);
+}
+
+/* the starting value of element j of parameter p on tensor rank t, and the
+ * gradient of data rank d at step s (duplicates: equal on both tensor ranks) */
+static float init_value(int p, size_t j, int t) {
+  return 0.1f * (float)(p + 1) + 0.01f * (float)j + (p == 0 ? 0.5f * (float)t : 0.0f);
+}
+static float grad_value(int p, size_t j, int t, int d, int s) {
+  return (p == 0 ? (float)(t + 1) : 1.0f) * sinf(0.3f * (float)(j + 1) + (float)d + 0.7f * (float)s) *
+         (float)(d + 1);
+}
+
+typedef struct run_args {
+  int distributed;
+  size_t bucket_bytes;
+  int caller_memory;
+  float result[TP][128]; /* each tensor rank's final parameters, from data rank 0 */
+  float norms[STEPS];
+} run_args;
+
+static mpu_result_t rank_fn(mpu_state *s, void *arg) {
+  run_args *a = arg;
+  int tp, dp;
+  mpu_comm *dpc, *mp, *world = mpu_state_world(s);
+  if (mpu_state_tp_rank(s, &tp) || mpu_state_dp_rank(s, &dp) ||
+      mpu_state_comm(s, MPU_GROUP_DP, &dpc) || mpu_state_comm(s, MPU_GROUP_MP, &mp))
+    return MPU_ERR_INTERNAL;
+  float data[128], grad[128];
+  mpu_param_buffer b;
+  build(&b, tp, a->caller_memory ? data : NULL, a->caller_memory ? grad : NULL);
+  if (b.numel > 128) return mpu_fail(MPU_ERR_INTERNAL, "the test's arrays hold 128 elements");
+  if (a->caller_memory) memset(grad, 0, sizeof grad), memset(data, 0, sizeof data);
+  for (int p = 0; p < 3; p++)
+    for (size_t j = 0; j < sizes[p]; j++) mpu_param_data(&b, p)[j] = init_value(p, j, tp);
+  mpu_adamw_options o = MPU_ADAMW_OPTIONS_INIT;
+  o.lr = 0.05f, o.weight_decay = 0.1f, o.clip_grad = 2.0f, o.sync.bucket_bytes = a->bucket_bytes;
+  mpu_optimizer opt;
+  mpu_result_t r = mpu_optimizer_init(&opt, &b, dpc, a->distributed, &o);
+  for (int step = 0; step < STEPS && !r; step++) {
+    mpu_param_buffer_zero_grad(&b);
+    for (int p = 0; p < 3; p++)
+      for (size_t j = 0; j < sizes[p]; j++) mpu_param_grad(&b, p)[j] = grad_value(p, j, tp, dp, step);
+    float norm;
+    /* the norm spans what each rank holds: the model-parallel group for the
+     * plain optimizer, every rank (dp x tp) for the distributed one */
+    r = mpu_optimizer_step(&opt, a->distributed ? world : mp, &norm);
+    if (!r && dp == 0 && tp == 0) a->norms[step] = norm;
+  }
+  if (!r && dp == 0) memcpy(a->result[tp], b.data, b.numel * sizeof(float));
+  mpu_optimizer_free(&opt);
+  mpu_param_buffer_free(&b);
+  return r;
+}
+
+/* The expected parameters of tensor rank t, on one rank, from the definitions. */
+static void expected(float out[TP][128], float norms[STEPS]) {
+  mpu_param_buffer b;
+  build(&b, 0, NULL, NULL);
+  float p[TP][128] = {{0}}, m[TP][128] = {{0}}, v[TP][128] = {{0}};
+  for (int t = 0; t < TP; t++)
+    for (int q = 0; q < 3; q++)
+      for (size_t j = 0; j < sizes[q]; j++) p[t][b.params[q].offset + j] = init_value(q, j, t);
+  for (int s = 0; s < STEPS; s++) {
+    float g[TP][128] = {{0}};
+    double sq = 0;
+    for (int t = 0; t < TP; t++)
+      for (int q = 0; q < 3; q++)
+        for (size_t j = 0; j < sizes[q]; j++) {
+          double sum = 0;
+          for (int d = 0; d < DP; d++) sum += grad_value(q, j, t, d, s) / (float)DP;
+          g[t][b.params[q].offset + j] = (float)sum;
+          if (q == 0 || t == 0) sq += sum * sum; /* duplicates once */
+        }
+    float norm = (float)sqrt(sq), clip = 2.0f / (norm + 1e-6f);
+    norms[s] = norm;
+    if (clip > 1) clip = 1;
+    float bc1 = 1 - powf(0.9f, (float)(s + 1)), bc2 = 1 - powf(0.999f, (float)(s + 1));
+    for (int t = 0; t < TP; t++)
+      for (int q = 0; q < 3; q++)
+        for (size_t j = 0; j < sizes[q]; j++) {
+          size_t e = b.params[q].offset + j;
+          float gg = g[t][e] * clip, decay = q == 0 ? 1.0f : 0.0f;
+          p[t][e] -= 0.05f * 0.1f * decay * p[t][e];
+          m[t][e] = 0.9f * m[t][e] + 0.1f * gg;
+          v[t][e] = 0.999f * v[t][e] + 0.001f * gg * gg;
+          p[t][e] -= 0.05f * (m[t][e] / bc1) / (sqrtf(v[t][e] / bc2) + 1e-8f);
+        }
+  }
+  memcpy(out, p, sizeof p);
+  mpu_param_buffer_free(&b);
+}
+
+static void run(run_args *a) {
+  mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+  c.tp = TP;
+  assert_int_equal(mpu_with_state(TP * DP, &c, 1, rank_fn, a, NULL, NULL), MPU_SUCCESS);
+}
+
+static void test_plain_and_zero1_match_the_definition(void **state) {
+  (void)state;
+  float want[TP][128], want_norms[STEPS];
+  expected(want, want_norms);
+  mpu_param_buffer layout;
+  build(&layout, 0, NULL, NULL);
+  const size_t buckets[] = {64, 100, 4, 40000000}; /* 16 elements, uneven, one element, one bucket */
+  for (int distributed = 0; distributed < 2; distributed++)
+    for (size_t k = 0; k < sizeof buckets / sizeof buckets[0]; k++) {
+      run_args a = {distributed, buckets[k], k == 1, {{0}}, {0}};
+      run(&a);
+      for (int s = 0; s < STEPS; s++)
+        if (fabsf(a.norms[s] - want_norms[s]) > 1e-5f * want_norms[s])
+          fail_msg("%s, bucket %zu: step %d norm %g, want %g", distributed ? "ZeRO-1" : "plain",
+                   buckets[k], s, a.norms[s], want_norms[s]);
+      for (int t = 0; t < TP; t++)
+        for (int q = 0; q < 3; q++)
+          for (size_t j = 0; j < sizes[q]; j++) {
+            size_t e = layout.params[q].offset + j;
+            if (fabsf(a.result[t][e] - want[t][e]) > 1e-5f)
+              fail_msg("%s, bucket %zu: tp %d %s[%zu] = %.7g, want %.7g",
+                       distributed ? "ZeRO-1" : "plain", buckets[k], t, layout.params[q].name, j,
+                       a.result[t][e], want[t][e]);
+          }
+    }
+  mpu_param_buffer_free(&layout);
+}
+
+static void test_zero1_equals_plain(void **state) {
+  (void)state;
+  run_args plain = {0, 64, 0, {{0}}, {0}}, zero = {1, 64, 0, {{0}}, {0}};
+  run(&plain);
+  run(&zero);
+  for (int t = 0; t < TP; t++)
+    for (int e = 0; e < 128; e++)
+      if (fabsf(plain.result[t][e] - zero.result[t][e]) > 1e-6f)
+        fail_msg("tp %d element %d: plain %.9g, ZeRO-1 %.9g", t, e, plain.result[t][e],
+                 zero.result[t][e]);
+}
+
+static void test_bad_input(void **state) {
+  (void)state;
+  mpu_param_buffer b;
+  mpu_param_buffer_init(&b, 0);
+  assert_int_equal(mpu_param_buffer_finalize(&b, NULL, NULL), MPU_ERR_INVALID_USAGE); /* empty */
+  assert_int_equal(mpu_param_buffer_add(&b, "x", 0, MPU_PARAM_DUPLICATE, NULL),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_param_buffer_add(&b, "x", (size_t)1 << 41, MPU_PARAM_DUPLICATE, NULL),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_param_buffer_add(&b, "x", 4, MPU_PARAM_PARTITIONED(-1, 1), NULL),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_param_buffer_add(&b, "x", 4, MPU_PARAM_DUPLICATE, NULL), 0);
+  mpu_comm *fake;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &fake), 0);
+  assert_int_equal(mpu_grad_all_reduce(&b, fake, NULL), MPU_ERR_INVALID_USAGE); /* not finalized */
+  assert_int_equal(mpu_param_buffer_finalize(&b, NULL, NULL), 0);
+  assert_int_equal(mpu_param_buffer_add(&b, "y", 4, MPU_PARAM_DUPLICATE, NULL),
+                   MPU_ERR_INVALID_USAGE);
+  assert_null(mpu_param_data(&b, 1));
+  mpu_adamw_options o = MPU_ADAMW_OPTIONS_INIT;
+  o.beta1 = 1.0f;
+  mpu_optimizer opt;
+  assert_int_equal(mpu_optimizer_init(&opt, &b, fake, 1, &o), MPU_ERR_INVALID_ARGUMENT);
+  o.beta1 = 0.9f;
+  assert_int_equal(mpu_optimizer_init(&opt, &b, fake, 1, &o), 0);
+  float before = mpu_param_data(&b, 0)[0] = 1.0f;
+  mpu_param_grad(&b, 0)[2] = NAN; /* a non-finite norm: an error, and no update */
+  float norm;
+  assert_int_equal(mpu_optimizer_step(&opt, NULL, &norm), MPU_ERR_INVALID_ARGUMENT);
+  assert_true(mpu_param_data(&b, 0)[0] == before);
+  mpu_optimizer_free(&opt);
+  mpu_param_buffer_free(&b);
+  mpu_comm_destroy(fake);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plain_and_zero1_match_the_definition),
+      cmocka_unit_test(test_zero1_equals_plain),
+      cmocka_unit_test(test_bad_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
