@@ -24,8 +24,9 @@
 #define MPU_SCHEDULE_H
 
 #include <stddef.h>
+#include <stdio.h>
 
-#include "mpu/result.h"
+#include "mpu/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,6 +87,51 @@ MPU_API mpu_result_t mpu_schedule_order(const mpu_schedule_config *cfg, int pp_r
  */
 MPU_API mpu_result_t mpu_schedule_timeline(const mpu_schedule_config *cfg, double **start,
                                            double *makespan, double *bubble);
+
+/* ---- running a schedule over the pipeline group ---------------------------------------- */
+
+/*
+ * The model's side of a schedule, called in the schedule's order. chunk c on
+ * pipeline rank r is virtual stage c x pp + r of V = pp x vp.
+ *   forward   input is the previous virtual stage's output for this
+ *             micro-batch (NULL on virtual stage 0: the callback reads its own
+ *             data); fill output (ignored on the last virtual stage, whose
+ *             callback computes the loss)
+ *   backward  grad_output is the gradient of this stage's output (NULL on the
+ *             last virtual stage: the loss's own); fill grad_input (NULL on
+ *             virtual stage 0), and accumulate the parameters' gradients
+ * The callbacks keep what backward needs per (micro-batch, chunk); a
+ * micro-batch's backward on a chunk comes after its forward, and each
+ * chunk's backwards come in micro-batch order.
+ */
+typedef struct mpu_pipeline_callbacks {
+  mpu_result_t (*forward)(void *user, int microbatch, int chunk, const float *input,
+                          float *output);
+  mpu_result_t (*backward)(void *user, int microbatch, int chunk, const float *grad_output,
+                           float *grad_input);
+  void *user;
+} mpu_pipeline_callbacks;
+
+typedef struct mpu_pipeline mpu_pipeline;
+
+/*
+ * Collective over the pipeline group: a runner whose stages exchange
+ * activations of `count` float32 elements (Megatron's tensor_shape), over
+ * two communicators of the group's members (one for activations, one for
+ * gradients, so each direction between two ranks carries one stream in
+ * order). Host communicators (threads, MPI), whose sends do not wait for the
+ * receiver; MPU_ERR_UNSUPPORTED on NCCL.
+ */
+MPU_API mpu_result_t mpu_pipeline_create(mpu_comm *pp_group, size_t count, mpu_pipeline **out);
+
+/*
+ * Run cfg's schedule on this rank (cfg->pp must be the group's size): its
+ * order (mpu_schedule_order), receiving before and sending after each step.
+ * trace, if not NULL, gets a line per step ("stage 1: F 3.0 recv 0 send 2").
+ */
+MPU_API mpu_result_t mpu_pipeline_run(mpu_pipeline *p, const mpu_schedule_config *cfg,
+                                      const mpu_pipeline_callbacks *cb, FILE *trace);
+MPU_API void mpu_pipeline_free(mpu_pipeline *p);
 
 #ifdef __cplusplus
 }
