@@ -22,6 +22,12 @@
 
 #include "mpu.h"
 
+#define MPU_CHECK_OR(call)             \
+  do {                                 \
+    mpu_result_t r_ = (call);          \
+    if (r_) return r_;                 \
+  } while (0)
+
 enum { TP = 2, DP = 4, STEPS = 4 };
 static const size_t sizes[3] = {37, 5, 3}; /* w (partitioned), bias and norm (duplicates) */
 
@@ -207,11 +213,94 @@ static void test_bad_input(void **state) {
   mpu_comm_destroy(fake);
 }
 
+/* ---- activation recompute --------------------------------------------------------------- */
+
+enum { RH = 16 };
+
+typedef struct block {
+  mpu_state *s;
+  float w[RH * RH], x[RH], pre[RH], mask[RH], y[RH];
+  int dropped; /* the activations were thrown away */
+} block;
+
+/* y = dropout(tanh(W x)), the mask from the model-parallel stream (p = 0.3) */
+static mpu_result_t block_forward(void *user) {
+  block *b = user;
+  mpu_rng *mp;
+  MPU_CHECK_OR(mpu_rng_tracker_fork(mpu_state_rng_tracker(b->s), MPU_MODEL_PARALLEL_RNG, &mp));
+  for (int o = 0; o < RH; o++) {
+    float acc = 0;
+    for (int i = 0; i < RH; i++) acc += b->w[o * RH + i] * b->x[i];
+    b->pre[o] = tanhf(acc);
+    b->mask[o] = mpu_rng_uniform(mp) < 0.3f ? 0.0f : 1.0f / 0.7f;
+    b->y[o] = b->pre[o] * b->mask[o];
+  }
+  b->dropped = 0;
+  return MPU_SUCCESS;
+}
+
+/* loss = sum_o (o + 1) y_o: dW */
+static void block_backward(const block *b, float *dw) {
+  for (int o = 0; o < RH; o++) {
+    float ds = (float)(o + 1) * b->mask[o] * (1 - b->pre[o] * b->pre[o]);
+    for (int i = 0; i < RH; i++) dw[o * RH + i] += ds * b->x[i];
+  }
+}
+
+/* one training step of the block, other work drawing from the stream
+ * between its forward and backward; *after is the stream's next number */
+static void step_block(int recompute, float *dw, uint64_t *after) {
+  mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
+  c.world_size = 2, c.tp = 2;
+  block *b = calloc(1, sizeof *b);
+  assert_non_null(b);
+  assert_int_equal(mpu_state_mock(1, &c, 1234, &b->s), MPU_SUCCESS);
+  for (int i = 0; i < RH * RH; i++) b->w[i] = 0.2f * sinf((float)i);
+  for (int i = 0; i < RH; i++) b->x[i] = cosf((float)i);
+  mpu_checkpoint ck;
+  if (recompute) {
+    assert_int_equal(mpu_checkpoint_forward(&ck, b->s, block_forward, b), MPU_SUCCESS);
+    memset(b->pre, 0, sizeof b->pre), memset(b->mask, 0, sizeof b->mask); /* dropped */
+    b->dropped = 1;
+  } else {
+    assert_int_equal(block_forward(b), MPU_SUCCESS);
+  }
+  mpu_rng *mp;
+  assert_int_equal(mpu_rng_tracker_fork(mpu_state_rng_tracker(b->s), MPU_MODEL_PARALLEL_RNG, &mp), 0);
+  for (int i = 0; i < 7; i++) mpu_rng_next(mp); /* another layer's dropout */
+  mpu_rng_next(mpu_state_default_rng(b->s));
+  if (recompute) assert_int_equal(mpu_checkpoint_recompute(&ck, b->s, block_forward, b), 0);
+  assert_false(b->dropped);
+  memset(dw, 0, RH * RH * sizeof *dw);
+  block_backward(b, dw);
+  assert_int_equal(mpu_rng_tracker_fork(mpu_state_rng_tracker(b->s), MPU_MODEL_PARALLEL_RNG, &mp), 0);
+  *after = mpu_rng_next(mp) ^ mpu_rng_next(mpu_state_default_rng(b->s));
+  mpu_state_destroy(b->s);
+  free(b);
+}
+
+static void test_recompute_gives_the_same_gradients(void **state) {
+  (void)state;
+  float plain[RH * RH], again[RH * RH];
+  uint64_t after_plain, after_again;
+  step_block(0, plain, &after_plain);
+  step_block(1, again, &after_again);
+  assert_memory_equal(plain, again, sizeof plain); /* the same dropout mask, bit for bit */
+  assert_true(after_plain == after_again);         /* and the streams go on as without */
+  int zeros = 0;
+  for (int i = 0; i < RH * RH; i += RH) zeros += plain[i] == 0.0f;
+  assert_true(zeros > 0 && zeros < RH); /* dropout did drop some */
+  mpu_checkpoint ck;
+  memset(&ck, 0, sizeof ck);
+  assert_int_equal(mpu_checkpoint_recompute(&ck, NULL, block_forward, NULL), MPU_ERR_INVALID_USAGE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plain_and_zero1_match_the_definition),
       cmocka_unit_test(test_zero1_equals_plain),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_recompute_gives_the_same_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "mpu/comm.h"
+#include "mpu/state.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -145,6 +146,31 @@ MPU_API mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b,
 MPU_API mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group,
                                         float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
+
+/* ---- activation recompute (Megatron's tensor_parallel.checkpoint) ----------------------- */
+
+/*
+ * Drop a block's activations in forward and recompute them in backward with
+ * the random streams restored, so that dropout masks agree: checkpoint_forward
+ * saves the state's streams (the default one and every tracked one) and runs
+ * forward; checkpoint_recompute puts the saved streams in place, runs forward
+ * again (the caller keeps its activations this time and runs the block's
+ * backward after), then puts back the streams it found, so randomness after
+ * the backward is as without recompute (CheckpointFunction's fwd/bwd RNG
+ * states).
+ */
+typedef mpu_result_t (*mpu_block_fn)(void *user);
+
+typedef struct mpu_checkpoint {
+  mpu_rng default_rng;
+  mpu_rng_states streams;
+  int saved;
+} mpu_checkpoint;
+
+MPU_API mpu_result_t mpu_checkpoint_forward(mpu_checkpoint *ck, mpu_state *s,
+                                            mpu_block_fn forward, void *user);
+MPU_API mpu_result_t mpu_checkpoint_recompute(mpu_checkpoint *ck, mpu_state *s,
+                                              mpu_block_fn forward, void *user);
 
 #ifdef __cplusplus
 }
