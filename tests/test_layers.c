@@ -311,12 +311,156 @@ static void test_bad_input(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* ---- the seed's full signatures: stride, skip_bias_add, init_method, master, views ---- */
+
+#define H3 12 /* the strided layers' hidden size: tp 2 x stride 3 x 2 */
+
+static void constant_init(float *w, int rows, int cols, mpu_rng *rng, void *arg) {
+  (void)rng;
+  for (int i = 0; i < rows * cols; i++) w[i] = *(const float *)arg + (float)i;
+}
+
+/* A strided column (a fused weight, stride 3) feeding a strided row layer
+ * (input_is_parallel) on tp 2 computes the single-rank chain; the column's
+ * local rows are the master's pieces rank, rank + 2, rank + 4; its gradients
+ * are the single-rank gradients of those rows. */
+static mpu_result_t strided_chain(mpu_comm *tp, void *arg) {
+  (void)arg;
+  int rank, T;
+  mpu_comm_rank(tp, &rank);
+  mpu_comm_size(tp, &T);
+  mpu_comm *one = alone();
+  mpu_linear_options o = MPU_LINEAR_OPTIONS_INIT;
+  o.stride = 3, o.gather_output = 0, o.seed = 11, o.keep_master_weight_for_test = 1;
+  mpu_column_linear col, col1;
+  mpu_row_linear row, row1;
+  ROK(mpu_column_linear_create(&col, tp, IN, H3, &o));
+  ROK(mpu_column_linear_create(&col1, one, IN, H3, &o));
+  mpu_linear_options ro = MPU_LINEAR_OPTIONS_INIT;
+  ro.stride = 3, ro.input_is_parallel = 1, ro.seed = 12;
+  ROK(mpu_row_linear_create(&row, tp, H3, OUT, &ro));
+  ROK(mpu_row_linear_create(&row1, one, H3, OUT, &ro));
+  int piece = H3 / T / 3;
+  /* the kept master is the single-rank weight; the local rows are its pieces */
+  RCHECK(!memcmp(col.master_weight, col1.weight, sizeof(float) * H3 * IN), "master weight");
+  for (int k = 0; k < 3; k++)
+    RCHECK(!memcmp(col.weight + k * piece * IN, col1.weight + (rank + k * T) * piece * IN,
+                   sizeof(float) * piece * IN), "stride piece %d", k);
+  float x[N * IN], h[N * H3], h1[N * H3], y[N * OUT], y1[N * OUT], dy[N * OUT];
+  float dh[N * H3], dh1[N * H3], dx[N * IN], dx1[N * IN];
+  fill(x, N * IN, 1);
+  fill(dy, N * OUT, 2);
+  ROK(mpu_column_linear_forward(&col, x, N, h));
+  ROK(mpu_row_linear_forward(&row, h, N, y));
+  ROK(mpu_column_linear_forward(&col1, x, N, h1));
+  ROK(mpu_row_linear_forward(&row1, h1, N, y1));
+  for (int i = 0; i < N * OUT; i++) RCHECK(close_to(y[i], y1[i]), "y[%d] %g vs %g", i, y[i], y1[i]);
+  ROK(mpu_row_linear_backward(&row, dy, dh));
+  ROK(mpu_column_linear_backward(&col, dh, dx));
+  ROK(mpu_row_linear_backward(&row1, dy, dh1));
+  ROK(mpu_column_linear_backward(&col1, dh1, dx1));
+  for (int i = 0; i < N * IN; i++) RCHECK(close_to(dx[i], dx1[i]), "dx[%d]", i);
+  for (int k = 0; k < 3; k++)
+    for (int j = 0; j < piece * IN; j++)
+      RCHECK(close_to(col.dweight[k * piece * IN + j], col1.dweight[(rank + k * T) * piece * IN + j]),
+             "column dweight piece %d", k);
+  mpu_column_linear_free(&col), mpu_column_linear_free(&col1);
+  mpu_row_linear_free(&row), mpu_row_linear_free(&row1);
+  mpu_comm_destroy(one);
+  return MPU_SUCCESS;
+}
+
+static void test_strided_layers(void **state) {
+  (void)state;
+  memset(messages, 0, sizeof messages);
+  if (mpu_launch(2, strided_chain, NULL, NULL, NULL))
+    fail_msg("%s / %s", messages[0][0] ? messages[0] : messages[1], mpu_last_error());
+}
+
+static void test_options(void **state) {
+  (void)state;
+  mpu_comm *c = alone();
+  /* xavier normal by default: std sqrt(2 / (fan_in + fan_out)) */
+  mpu_column_linear big;
+  assert_int_equal(mpu_column_linear_create(&big, c, 96, 64, NULL), MPU_SUCCESS);
+  double sq = 0;
+  for (int i = 0; i < 96 * 64; i++) sq += (double)big.weight[i] * big.weight[i];
+  double std = sqrt(sq / (96 * 64)), want = sqrt(2.0 / (96 + 64));
+  assert_true(fabs(std - want) < 0.05 * want);
+  assert_true(big.gather_output && big.has_bias && big.stride == 1); /* the seed's defaults */
+  mpu_column_linear_free(&big);
+  /* a caller's init_method */
+  float base = 0.5f;
+  mpu_linear_options o = MPU_LINEAR_OPTIONS_INIT;
+  o.init_method = constant_init, o.init_arg = &base;
+  mpu_row_linear r;
+  assert_int_equal(mpu_row_linear_create(&r, c, IN, OUT, &o), MPU_SUCCESS);
+  assert_true(r.weight[0] == 0.5f && r.weight[IN * OUT - 1] == 0.5f + (float)(IN * OUT - 1));
+  mpu_row_linear_free(&r);
+  /* skip_bias_add: the output leaves the bias out and backward leaves its gradient */
+  mpu_column_linear with, skip;
+  mpu_linear_options so = MPU_LINEAR_OPTIONS_INIT;
+  so.seed = 5;
+  assert_int_equal(mpu_column_linear_create(&with, c, IN, OUT, &so), MPU_SUCCESS);
+  so.skip_bias_add = 1;
+  assert_int_equal(mpu_column_linear_create(&skip, c, IN, OUT, &so), MPU_SUCCESS);
+  for (int j = 0; j < OUT; j++) with.bias[j] = skip.bias[j] = 0.25f * (float)j;
+  float x[N * IN], y[N * OUT], ys[N * OUT], dy[N * OUT], dx[N * IN];
+  fill(x, N * IN, 3);
+  fill(dy, N * OUT, 4);
+  assert_int_equal(mpu_column_linear_forward(&with, x, N, y), MPU_SUCCESS);
+  assert_int_equal(mpu_column_linear_forward(&skip, x, N, ys), MPU_SUCCESS);
+  for (int i = 0; i < N * OUT; i++) assert_true(close_to(ys[i] + skip.bias[i % OUT], y[i]));
+  assert_int_equal(mpu_column_linear_backward(&skip, dy, dx), MPU_SUCCESS);
+  for (int j = 0; j < OUT; j++) assert_true(skip.dbias[j] == 0.0f);
+  mpu_column_linear_free(&with), mpu_column_linear_free(&skip);
+  /* views into a parameter buffer: the same weight as the layer's own memory */
+  mpu_param_buffer b;
+  mpu_param_buffer_init(&b, 0);
+  int w, bias;
+  assert_int_equal(mpu_param_buffer_add(&b, "w", IN * OUT, MPU_PARAM_PARTITIONED(0, 1), &w), 0);
+  assert_int_equal(mpu_param_buffer_add(&b, "b", OUT, MPU_PARAM_DUPLICATE, &bias), 0);
+  assert_int_equal(mpu_param_buffer_finalize(&b, NULL, NULL), 0);
+  mpu_linear_options vo = MPU_LINEAR_OPTIONS_INIT;
+  vo.seed = 9;
+  mpu_column_linear own, view;
+  assert_int_equal(mpu_column_linear_create(&own, c, IN, OUT, &vo), MPU_SUCCESS);
+  vo.weight = mpu_param_data(&b, w), vo.weight_grad = mpu_param_grad(&b, w);
+  vo.bias_data = mpu_param_data(&b, bias), vo.bias_grad = mpu_param_grad(&b, bias);
+  assert_int_equal(mpu_column_linear_create(&view, c, IN, OUT, &vo), MPU_SUCCESS);
+  assert_memory_equal(own.weight, mpu_param_data(&b, w), sizeof(float) * IN * OUT);
+  assert_int_equal(mpu_column_linear_forward(&view, x, N, y), MPU_SUCCESS);
+  assert_int_equal(mpu_column_linear_backward(&view, dy, dx), MPU_SUCCESS);
+  assert_true(mpu_param_grad(&b, w)[0] != 0.0f && mpu_param_grad(&b, bias)[0] != 0.0f);
+  mpu_column_linear_free(&view); /* frees none of the buffer's memory */
+  mpu_column_linear_free(&own);
+  mpu_param_buffer_free(&b);
+  /* a weight view without its gradient; a stride that does not divide */
+  vo = (mpu_linear_options)MPU_LINEAR_OPTIONS_INIT;
+  float lone[IN * OUT];
+  vo.weight = lone;
+  assert_int_equal(mpu_column_linear_create(&view, c, IN, OUT, &vo), MPU_ERR_INVALID_ARGUMENT);
+  vo = (mpu_linear_options)MPU_LINEAR_OPTIONS_INIT;
+  vo.stride = 5;
+  assert_int_equal(mpu_column_linear_create(&view, c, IN, OUT, &vo), MPU_ERR_INVALID_ARGUMENT);
+  /* the embedding's init_method and views */
+  mpu_embedding_options eo = MPU_EMBEDDING_OPTIONS_INIT;
+  eo.init_method = constant_init, eo.init_arg = &base;
+  mpu_vocab_embedding e;
+  assert_int_equal(mpu_vocab_embedding_create(&e, c, VOCAB, IN, &eo), MPU_SUCCESS);
+  assert_true(e.weight[3] == 3.5f);
+  mpu_vocab_embedding_free(&e);
+  mpu_comm_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_column_row_finite_differences),
       cmocka_unit_test(test_cross_entropy_finite_differences),
       cmocka_unit_test(test_parallel_matches_single),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_strided_layers),
+      cmocka_unit_test(test_options),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,10 +23,56 @@
 
 #include "mpu/comm.h"
 #include "mpu/regions.h"
+#include "mpu/state.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- initialisation and options -------------------------------------------------------- */
+
+/* Fill a master weight (rows, cols), row-major, from rng (torch's init
+ * functions on a CPU tensor). Megatron-DeepSpeed's layers (seed 001) default
+ * to xavier_normal; Megatron's init_method_normal(sigma) is mpu_init_normal
+ * with arg pointing at sigma. */
+typedef void (*mpu_init_method)(float *master, int rows, int cols, mpu_rng *rng, void *arg);
+MPU_API void mpu_init_xavier_normal(float *master, int rows, int cols, mpu_rng *rng, void *arg);
+MPU_API void mpu_init_normal(float *master, int rows, int cols, mpu_rng *rng, void *arg);
+
+/*
+ * The seed's layer arguments by name (ColumnParallelLinear(input_size,
+ * output_size, bias, gather_output, init_method, stride,
+ * keep_master_weight_for_test, skip_bias_add), RowParallelLinear(...,
+ * input_is_parallel, ...)), plus sequence parallelism and the memory:
+ *   stride        the weight is split in tp x stride pieces along the
+ *                 partition dim and a rank keeps pieces rank, rank + tp, ...
+ *                 (a fused QKV weight: stride 3), as _initialize_affine_weight_cpu
+ *   skip_bias_add forward leaves the bias out and backward leaves its
+ *                 gradient to the caller (who adds l->bias where Megatron
+ *                 returns output_bias, and accumulates into l->dbias)
+ *   keep_master_weight_for_test  keep the whole (out, in) master weight in
+ *                 l->master_weight
+ *   weight, weight_grad, bias_data, bias_grad  views into the caller's
+ *                 buffers (mpu_param_buffer), all or none: the layer then
+ *                 owns no parameter memory; init writes the weight, zeroes the bias
+ */
+typedef struct mpu_linear_options {
+  size_t size;                       /* sizeof, set by the initializer */
+  int bias;                          /* 1 */
+  int gather_output;                 /* column: 1 */
+  int input_is_parallel;             /* row: 0 */
+  int sequence_parallel;             /* 0 */
+  int stride;                        /* 1 */
+  int keep_master_weight_for_test;   /* 0 */
+  int skip_bias_add;                 /* 0 */
+  mpu_init_method init_method;       /* NULL: xavier normal */
+  void *init_arg;
+  uint64_t seed;                     /* the master weight's stream */
+  float *weight, *weight_grad, *bias_data, *bias_grad;
+} mpu_linear_options;
+
+#define MPU_LINEAR_OPTIONS_INIT \
+  {.size = sizeof(mpu_linear_options), .bias = 1, .gather_output = 1, .stride = 1}
 
 /* ---- ColumnParallelLinear: Y = X A^T + b, A (out, in) split along out ------------------ */
 
@@ -39,10 +85,17 @@ typedef struct mpu_column_linear {
   float *bias, *dbias;       /* (out_local) */
   float *x_total;            /* saved: the forward's full input (N, in) */
   int n;                     /* tokens of the last forward (all of them, N) */
+  int stride, skip_bias_add, owns_params;
+  float *master_weight;      /* (out, in) with keep_master_weight_for_test */
 } mpu_column_linear;
 
-/* Draw the master weight (out, in) from N(0, init_std) with a stream seeded
- * by seed, keep this rank's rows. out must divide by the group size. */
+/* ColumnParallelLinear(input_size, output_size, **options); options NULL: defaults. */
+MPU_API mpu_result_t mpu_column_linear_create(mpu_column_linear *l, mpu_comm *tp, int input_size,
+                                              int output_size, const mpu_linear_options *options);
+
+/* The short form: bias, gather_output and sequence parallelism as flags, the
+ * master weight (out, in) from N(0, init_std) with a stream seeded by seed
+ * (mpu_init_normal), this rank's rows kept. out must divide by the group size. */
 MPU_API mpu_result_t mpu_column_linear_init(mpu_column_linear *l, mpu_comm *tp, int in, int out,
                                             int has_bias, int gather_output,
                                             int sequence_parallel, uint64_t seed, float init_std);
@@ -69,7 +122,14 @@ typedef struct mpu_row_linear {
                                 gradient all-reduce) */
   float *x_local;            /* saved: this rank's input part (N, in_local) */
   int n;
+  int stride, skip_bias_add, owns_params;
+  float *master_weight;      /* (out, in) with keep_master_weight_for_test */
 } mpu_row_linear;
+
+/* RowParallelLinear(input_size, output_size, **options): input_is_parallel
+ * and the rest by name; gather_output is not its (ignored). */
+MPU_API mpu_result_t mpu_row_linear_create(mpu_row_linear *l, mpu_comm *tp, int input_size,
+                                           int output_size, const mpu_linear_options *options);
 
 MPU_API mpu_result_t mpu_row_linear_init(mpu_row_linear *l, mpu_comm *tp, int in, int out,
                                          int has_bias, int input_is_parallel,
@@ -91,7 +151,26 @@ typedef struct mpu_vocab_embedding {
   float *weight, *dweight;                   /* (vocab_end - vocab_start, hidden) */
   const int64_t *ids;                        /* saved by forward (not owned) */
   int n;
+  int owns_params;
 } mpu_vocab_embedding;
+
+/* VocabParallelEmbedding(num_embeddings, embedding_dim, init_method): the
+ * master table drawn by init_method (NULL: xavier normal) from a stream
+ * seeded by seed, this rank's rows kept; weight and weight_grad may be views
+ * into the caller's buffers (both or neither). */
+typedef struct mpu_embedding_options {
+  size_t size;
+  mpu_init_method init_method;
+  void *init_arg;
+  uint64_t seed;
+  float *weight, *weight_grad;
+} mpu_embedding_options;
+
+#define MPU_EMBEDDING_OPTIONS_INIT {.size = sizeof(mpu_embedding_options)}
+
+MPU_API mpu_result_t mpu_vocab_embedding_create(mpu_vocab_embedding *e, mpu_comm *tp,
+                                                int num_embeddings, int embedding_dim,
+                                                const mpu_embedding_options *options);
 
 MPU_API mpu_result_t mpu_vocab_embedding_init(mpu_vocab_embedding *e, mpu_comm *tp, int vocab,
                                               int hidden, uint64_t seed, float init_std);

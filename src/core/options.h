@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "core/error.h"
 #include "mpu/result.h"
 
 /* MPU_SUCCESS if a struct's size lies in min_size..full_size; else
@@ -23,7 +24,7 @@ mpu_result_t mpu__check_size(const char *fn, const char *what, const char *init,
  * the current defaults and is full_size bytes; then full's size is full_size.
  * A size smaller than min_size (the struct's first version) or larger than
  * full_size (a newer library's) is refused with MPU_ERR_INVALID_ARGUMENT. */
-mpu_result_t mpu__take_options(const char *fn, const char *what, const char *init,
+MPU_SIBLING_API mpu_result_t mpu__take_options(const char *fn, const char *what, const char *init,
                                const void *given, size_t full_size, size_t min_size, void *full);
 
 /* Hand a result struct back to a caller whose struct has out->size bytes (an

@@ -15,12 +15,50 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/options.h"
 #include "layers/layers_internal.h"
 #include "mpu/layers.h"
 
 mpu_result_t mpu__layer_comm(mpu_comm *tp, int *size, int *rank) {
   MPU_CHECK(mpu_comm_size(tp, size));
   return mpu_comm_rank(tp, rank);
+}
+
+/* ---- initialisation ---------------------------------------------------------------------- */
+
+void mpu_init_normal(float *w, int rows, int cols, mpu_rng *rng, void *arg) {
+  float std = arg ? *(const float *)arg : 0.02f;
+  for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) w[i] = mpu_rng_normal(rng, 0.0f, std);
+}
+
+void mpu_init_xavier_normal(float *w, int rows, int cols, mpu_rng *rng, void *arg) {
+  (void)arg; /* torch: gain 1, std = sqrt(2 / (fan_in + fan_out)) of a (fan_out, fan_in) weight */
+  float std = sqrtf(2.0f / (float)(rows + cols));
+  mpu_init_normal(w, rows, cols, rng, &std);
+}
+
+mpu_result_t mpu__init_partition(mpu_init_method init, void *arg, uint64_t seed, int rows,
+                                 int cols, int dim, int stride, int tp_size, int tp_rank,
+                                 float *out, float **keep_master) {
+  float *master = malloc((size_t)rows * (size_t)cols * sizeof(float));
+  if (!master) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "master weight %d x %d", rows, cols);
+  mpu_rng g;
+  mpu_rng_seed(&g, seed);
+  (init ? init : mpu_init_xavier_normal)(master, rows, cols, &g, arg);
+  int per = (dim == 0 ? rows : cols) / tp_size, piece = per / stride;
+  for (int k = 0; k < stride; k++) {
+    int from = (tp_rank + k * tp_size) * piece, to = k * piece; /* weight_list[rank::world_size] */
+    if (dim == 0)
+      memcpy(out + (size_t)to * cols, master + (size_t)from * cols,
+             (size_t)piece * cols * sizeof(float));
+    else
+      for (int i = 0; i < rows; i++)
+        memcpy(out + (size_t)i * per + to, master + (size_t)i * cols + from,
+               (size_t)piece * sizeof(float));
+  }
+  if (keep_master) *keep_master = master;
+  else free(master);
+  return MPU_SUCCESS;
 }
 
 /* The master (rows, cols) weight from N(0, std) seeded by seed; this rank
@@ -35,6 +73,48 @@ mpu_result_t mpu__master_slice(uint64_t seed, float std, int rows, int cols, int
       if (i >= r0 && i < r0 + nr && j >= c0 && j < c0 + nc) out[(size_t)(i - r0) * nc + (j - c0)] = v;
     }
   return MPU_SUCCESS;
+}
+
+/* Options as given (NULL: defaults), checked where both layers agree. */
+static mpu_result_t take_linear(const char *fn, const mpu_linear_options *given,
+                                mpu_linear_options *o) {
+  mpu_linear_options d = MPU_LINEAR_OPTIONS_INIT;
+  *o = d;
+  if (given)
+    MPU_CHECK(mpu__take_options(fn, "options", "MPU_LINEAR_OPTIONS_INIT", given, sizeof d,
+                                sizeof d, o));
+  if (o->stride < 1) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: stride %d", fn, o->stride);
+  int views = (o->weight != NULL) + (o->weight_grad != NULL);
+  int bias_views = (o->bias_data != NULL) + (o->bias_grad != NULL);
+  if (views == 1 || (views == 2 && o->bias && bias_views != 2) || (views == 0 && bias_views))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: give the weight, its gradient, the bias and its gradient as views all "
+                      "together (or none)", fn);
+  return MPU_SUCCESS;
+}
+
+/* Parameters: the caller's views, or this layer's memory. */
+static mpu_result_t take_params(const char *fn, const mpu_linear_options *o, size_t w, size_t b,
+                                float **weight, float **dweight, float **bias, float **dbias,
+                                int *owns) {
+  *owns = o->weight == NULL;
+  if (!*owns) {
+    *weight = o->weight, *dweight = o->weight_grad;
+    if (o->bias) *bias = o->bias_data, *dbias = o->bias_grad;
+    else *bias = *dbias = NULL;
+    if (*bias) memset(*bias, 0, b * sizeof(float));
+    return MPU_SUCCESS;
+  }
+  *weight = malloc(w * sizeof(float));
+  *dweight = calloc(w, sizeof(float));
+  *bias = calloc(b, sizeof(float));
+  *dbias = calloc(b, sizeof(float));
+  return *weight && *dweight && *bias && *dbias ? MPU_SUCCESS
+                                                : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+}
+
+static void free_params(int owns, float *w, float *dw, float *b, float *db) {
+  if (owns) free(w), free(dw), free(b), free(db);
 }
 
 /* A (rows, cols) float32 view over p. */
@@ -61,41 +141,51 @@ static mpu_result_t need(void *p, const char *what) {
 
 /* ---- column ---------------------------------------------------------------------------- */
 
+mpu_result_t mpu_column_linear_create(mpu_column_linear *l, mpu_comm *tp, int in, int out,
+                                      const mpu_linear_options *options) {
+  static const char fn[] = "mpu_column_linear_create";
+  if (!l) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
+  memset(l, 0, sizeof *l);
+  mpu_linear_options o;
+  MPU_CHECK(take_linear(fn, options, &o));
+  MPU_CHECK(mpu__layer_comm(tp, &l->tp_size, &l->tp_rank));
+  if (in < 1 || out < 1 || out % l->tp_size || (out / l->tp_size) % o.stride)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: input_size %d, output_size %d (out must divide by the %d "
+                      "tensor-parallel ranks x stride %d)",
+                      fn, in, out, l->tp_size, o.stride);
+  l->tp = tp, l->in = in, l->out = out, l->out_local = out / l->tp_size;
+  l->has_bias = o.bias, l->gather_output = o.gather_output;
+  l->sequence_parallel = o.sequence_parallel, l->stride = o.stride;
+  l->skip_bias_add = o.skip_bias_add;
+  mpu_result_t r = take_params(fn, &o, (size_t)l->out_local * in, (size_t)l->out_local, &l->weight,
+                               &l->dweight, &l->bias, &l->dbias, &l->owns_params);
+  if (!r)
+    r = mpu__init_partition(o.init_method, o.init_arg, o.seed, out, in, 0, o.stride, l->tp_size,
+                            l->tp_rank, l->weight, o.keep_master_weight_for_test ? &l->master_weight : NULL);
+  if (r) mpu_column_linear_free(l);
+  return r;
+}
+
 mpu_result_t mpu_column_linear_init(mpu_column_linear *l, mpu_comm *tp, int in, int out,
                                     int has_bias, int gather_output, int sequence_parallel,
                                     uint64_t seed, float init_std) {
-  static const char fn[] = "mpu_column_linear_init";
-  if (!l) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
-  memset(l, 0, sizeof *l);
-  MPU_CHECK(mpu__layer_comm(tp, &l->tp_size, &l->tp_rank));
-  if (in < 1 || out < 1 || out % l->tp_size)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: in %d, out %d (out must divide by the %d tensor-parallel ranks)", fn,
-                      in, out, l->tp_size);
-  l->tp = tp, l->in = in, l->out = out, l->out_local = out / l->tp_size;
-  l->has_bias = has_bias, l->gather_output = gather_output, l->sequence_parallel = sequence_parallel;
-  size_t w = (size_t)l->out_local * in;
-  l->weight = malloc(w * sizeof(float));
-  l->dweight = calloc(w, sizeof(float));
-  l->bias = calloc((size_t)l->out_local, sizeof(float));
-  l->dbias = calloc((size_t)l->out_local, sizeof(float));
-  if (!l->weight || !l->dweight || !l->bias || !l->dbias) {
-    mpu_column_linear_free(l);
-    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d x %d", fn, out, in);
-  }
-  return mpu__master_slice(seed, init_std, out, in, l->tp_rank * l->out_local, l->out_local, 0,
-                           in, l->weight);
+  mpu_linear_options o = MPU_LINEAR_OPTIONS_INIT;
+  o.bias = has_bias, o.gather_output = gather_output, o.sequence_parallel = sequence_parallel;
+  o.seed = seed, o.init_method = mpu_init_normal, o.init_arg = &init_std;
+  return mpu_column_linear_create(l, tp, in, out, &o);
 }
 
 void mpu_column_linear_free(mpu_column_linear *l) {
   if (!l) return;
-  free(l->weight), free(l->dweight), free(l->bias), free(l->dbias), free(l->x_total);
+  free_params(l->owns_params, l->weight, l->dweight, l->bias, l->dbias);
+  free(l->x_total), free(l->master_weight);
   memset(l, 0, sizeof *l);
 }
 
 void mpu_column_linear_zero_grad(mpu_column_linear *l) {
   memset(l->dweight, 0, (size_t)l->out_local * l->in * sizeof(float));
-  memset(l->dbias, 0, (size_t)l->out_local * sizeof(float));
+  if (l->dbias) memset(l->dbias, 0, (size_t)l->out_local * sizeof(float));
 }
 
 mpu_result_t mpu_column_linear_forward(mpu_column_linear *l, const float *x, int n_local,
@@ -113,10 +203,12 @@ mpu_result_t mpu_column_linear_forward(mpu_column_linear *l, const float *x, int
                      (float *)x, n_local, l->in, l->x_total, N, l->in));
   float *yl = l->gather_output && l->tp_size > 1 ? malloc((size_t)N * l->out_local * sizeof(float)) : y;
   MPU_CHECK(need(yl, fn));
-  for (int i = 0; i < N; i++) /* y = b, then += x A^T */
-    memcpy(yl + (size_t)i * l->out_local, l->bias, (size_t)l->out_local * sizeof(float));
+  int add_bias = l->has_bias && !l->skip_bias_add; /* skip_bias_add: the caller adds it */
+  if (add_bias)
+    for (int i = 0; i < N; i++) /* y = b, then += x A^T */
+      memcpy(yl + (size_t)i * l->out_local, l->bias, (size_t)l->out_local * sizeof(float));
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, l->out_local, l->in, 1.0f, l->x_total,
-              l->in, l->weight, l->in, l->has_bias ? 1.0f : 0.0f, yl, l->out_local);
+              l->in, l->weight, l->in, add_bias ? 1.0f : 0.0f, yl, l->out_local);
   mpu_result_t r = MPU_SUCCESS;
   if (yl != y) {
     r = mpu__run(MPU_PRIM_GATHER_LAST, l->tp, yl, N, l->out_local, y, N, l->out);
@@ -142,7 +234,7 @@ mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, f
   if (!r) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, l->out_local, l->in, N, 1.0f, dyl,
                 l->out_local, l->x_total, l->in, 1.0f, l->dweight, l->in);
-    if (l->has_bias)
+    if (l->has_bias && !l->skip_bias_add)
       for (int i = 0; i < N; i++)
         for (int j = 0; j < l->out_local; j++) l->dbias[j] += dyl[(size_t)i * l->out_local + j];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, l->in, l->out_local, 1.0f, dyl,
@@ -160,45 +252,55 @@ mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, f
 
 /* ---- row -------------------------------------------------------------------------------- */
 
-mpu_result_t mpu_row_linear_init(mpu_row_linear *l, mpu_comm *tp, int in, int out, int has_bias,
-                                 int input_is_parallel, int sequence_parallel, uint64_t seed,
-                                 float init_std) {
-  static const char fn[] = "mpu_row_linear_init";
+mpu_result_t mpu_row_linear_create(mpu_row_linear *l, mpu_comm *tp, int in, int out,
+                                   const mpu_linear_options *options) {
+  static const char fn[] = "mpu_row_linear_create";
   if (!l) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
   memset(l, 0, sizeof *l);
+  mpu_linear_options o;
+  MPU_CHECK(take_linear(fn, options, &o));
   MPU_CHECK(mpu__layer_comm(tp, &l->tp_size, &l->tp_rank));
-  if (in < 1 || out < 1 || in % l->tp_size)
+  if (in < 1 || out < 1 || in % l->tp_size || (in / l->tp_size) % o.stride)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: in %d, out %d (in must divide by the %d tensor-parallel ranks)", fn,
-                      in, out, l->tp_size);
-  if (sequence_parallel && !input_is_parallel)
+                      "%s: input_size %d, output_size %d (in must divide by the %d "
+                      "tensor-parallel ranks x stride %d)",
+                      fn, in, out, l->tp_size, o.stride);
+  if (o.sequence_parallel && !o.input_is_parallel)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: sequence parallelism needs input_is_parallel (as Megatron asserts)", fn);
   l->tp = tp, l->in = in, l->out = out, l->in_local = in / l->tp_size;
-  l->has_bias = has_bias, l->input_is_parallel = input_is_parallel;
-  l->sequence_parallel = sequence_parallel;
-  size_t w = (size_t)out * l->in_local;
-  l->weight = malloc(w * sizeof(float));
-  l->dweight = calloc(w, sizeof(float));
-  l->bias = calloc((size_t)out, sizeof(float));
-  l->dbias = calloc((size_t)out, sizeof(float));
-  if (!l->weight || !l->dweight || !l->bias || !l->dbias) {
-    mpu_row_linear_free(l);
-    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d x %d", fn, out, in);
-  }
-  return mpu__master_slice(seed, init_std, out, in, 0, out, l->tp_rank * l->in_local, l->in_local,
-                           l->weight);
+  l->has_bias = o.bias, l->input_is_parallel = o.input_is_parallel;
+  l->sequence_parallel = o.sequence_parallel, l->stride = o.stride;
+  l->skip_bias_add = o.skip_bias_add;
+  mpu_result_t r = take_params(fn, &o, (size_t)out * l->in_local, (size_t)out, &l->weight,
+                               &l->dweight, &l->bias, &l->dbias, &l->owns_params);
+  if (!r)
+    r = mpu__init_partition(o.init_method, o.init_arg, o.seed, out, in, 1, o.stride, l->tp_size,
+                            l->tp_rank, l->weight, o.keep_master_weight_for_test ? &l->master_weight : NULL);
+  if (r) mpu_row_linear_free(l);
+  return r;
+}
+
+mpu_result_t mpu_row_linear_init(mpu_row_linear *l, mpu_comm *tp, int in, int out, int has_bias,
+                                 int input_is_parallel, int sequence_parallel, uint64_t seed,
+                                 float init_std) {
+  mpu_linear_options o = MPU_LINEAR_OPTIONS_INIT;
+  o.bias = has_bias, o.input_is_parallel = input_is_parallel;
+  o.sequence_parallel = sequence_parallel, o.seed = seed;
+  o.init_method = mpu_init_normal, o.init_arg = &init_std;
+  return mpu_row_linear_create(l, tp, in, out, &o);
 }
 
 void mpu_row_linear_free(mpu_row_linear *l) {
   if (!l) return;
-  free(l->weight), free(l->dweight), free(l->bias), free(l->dbias), free(l->x_local);
+  free_params(l->owns_params, l->weight, l->dweight, l->bias, l->dbias);
+  free(l->x_local), free(l->master_weight);
   memset(l, 0, sizeof *l);
 }
 
 void mpu_row_linear_zero_grad(mpu_row_linear *l) {
   memset(l->dweight, 0, (size_t)l->out * l->in_local * sizeof(float));
-  memset(l->dbias, 0, (size_t)l->out * sizeof(float));
+  if (l->dbias) memset(l->dbias, 0, (size_t)l->out * sizeof(float));
 }
 
 mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, float *y) {
@@ -224,7 +326,7 @@ mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, fl
   mpu_result_t r = mpu__run(l->sequence_parallel ? MPU_PRIM_REDUCE_SCATTER_FIRST : MPU_PRIM_ALL_REDUCE,
                             l->tp, yp, n, l->out, y, rows, l->out);
   free(yp);
-  if (!r && l->has_bias) /* the bias is added once, after the reduction */
+  if (!r && l->has_bias && !l->skip_bias_add) /* the bias is added once, after the reduction */
     for (int i = 0; i < rows; i++)
       for (int j = 0; j < l->out; j++) y[(size_t)i * l->out + j] += l->bias[j];
   return r;
@@ -243,7 +345,7 @@ mpu_result_t mpu_row_linear_backward(mpu_row_linear *l, const float *dy, float *
   if (!r)
     r = mpu__run(l->sequence_parallel ? MPU_PRIM_GATHER_FIRST : MPU_PRIM_IDENTITY, l->tp,
                  (float *)dy, rows, l->out, dyf, n, l->out);
-  if (!r && l->has_bias) {
+  if (!r && l->has_bias && !l->skip_bias_add) {
     for (int i = 0; i < rows; i++)
       for (int j = 0; j < l->out; j++) db[j] += dy[(size_t)i * l->out + j];
     if (l->sequence_parallel) /* each rank saw its rows only */

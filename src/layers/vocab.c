@@ -8,15 +8,23 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/options.h"
 #include "layers/layers_internal.h"
 
 /* ---- embedding ------------------------------------------------------------------------- */
 
-mpu_result_t mpu_vocab_embedding_init(mpu_vocab_embedding *e, mpu_comm *tp, int vocab, int hidden,
-                                      uint64_t seed, float init_std) {
-  static const char fn[] = "mpu_vocab_embedding_init";
+mpu_result_t mpu_vocab_embedding_create(mpu_vocab_embedding *e, mpu_comm *tp, int vocab,
+                                        int hidden, const mpu_embedding_options *options) {
+  static const char fn[] = "mpu_vocab_embedding_create";
   if (!e) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL", fn);
   memset(e, 0, sizeof *e);
+  mpu_embedding_options o = MPU_EMBEDDING_OPTIONS_INIT;
+  if (options)
+    MPU_CHECK(mpu__take_options(fn, "options", "MPU_EMBEDDING_OPTIONS_INIT", options, sizeof o,
+                                sizeof o, &o));
+  if ((o.weight == NULL) != (o.weight_grad == NULL))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: give the weight and its gradient as views "
+                      "together (or neither)", fn);
   MPU_CHECK(mpu__layer_comm(tp, &e->tp_size, &e->tp_rank));
   if (vocab < 1 || hidden < 1 || vocab % e->tp_size)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
@@ -25,18 +33,29 @@ mpu_result_t mpu_vocab_embedding_init(mpu_vocab_embedding *e, mpu_comm *tp, int 
   int per = vocab / e->tp_size;
   e->tp = tp, e->vocab = vocab, e->hidden = hidden;
   e->vocab_start = e->tp_rank * per, e->vocab_end = e->vocab_start + per;
-  e->weight = malloc((size_t)per * hidden * sizeof(float));
-  e->dweight = calloc((size_t)per * hidden, sizeof(float));
+  e->owns_params = o.weight == NULL;
+  e->weight = o.weight ? o.weight : malloc((size_t)per * hidden * sizeof(float));
+  e->dweight = o.weight_grad ? o.weight_grad : calloc((size_t)per * hidden, sizeof(float));
   if (!e->weight || !e->dweight) {
     mpu_vocab_embedding_free(e);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   }
-  return mpu__master_slice(seed, init_std, vocab, hidden, e->vocab_start, per, 0, hidden, e->weight);
+  mpu_result_t r = mpu__init_partition(o.init_method, o.init_arg, o.seed, vocab, hidden, 0, 1,
+                                       e->tp_size, e->tp_rank, e->weight, NULL);
+  if (r) mpu_vocab_embedding_free(e);
+  return r;
+}
+
+mpu_result_t mpu_vocab_embedding_init(mpu_vocab_embedding *e, mpu_comm *tp, int vocab, int hidden,
+                                      uint64_t seed, float init_std) {
+  mpu_embedding_options o = MPU_EMBEDDING_OPTIONS_INIT;
+  o.seed = seed, o.init_method = mpu_init_normal, o.init_arg = &init_std;
+  return mpu_vocab_embedding_create(e, tp, vocab, hidden, &o);
 }
 
 void mpu_vocab_embedding_free(mpu_vocab_embedding *e) {
   if (!e) return;
-  free(e->weight), free(e->dweight);
+  if (e->owns_params) free(e->weight), free(e->dweight);
   memset(e, 0, sizeof *e);
 }
 
