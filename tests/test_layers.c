@@ -453,6 +453,65 @@ static void test_options(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* ---- LayerNorm and attention against finite differences -------------------------------- */
+
+/* loss = sum(c * f(x)) for fixed c: the analytic dx against central differences */
+static void test_norm_and_attention_finite_differences(void **state) {
+  (void)state;
+  enum { T = 5, HEADS = 2, D = 3, HL = HEADS * D, W3 = 3 * HL };
+  /* LayerNorm on (T, HL) */
+  mpu_layer_norm ln;
+  assert_int_equal(mpu_layer_norm_init(&ln, HL, 1e-5f, NULL, NULL, NULL, NULL), MPU_SUCCESS);
+  for (int j = 0; j < HL; j++) ln.weight[j] = 1.0f + 0.1f * (float)j, ln.bias[j] = 0.05f * (float)j;
+  float x[T * HL], y[T * HL], c[T * HL], dx[T * HL];
+  fill(x, T * HL, 5);
+  fill(c, T * HL, 6);
+  assert_int_equal(mpu_layer_norm_forward(&ln, x, T, y), MPU_SUCCESS);
+  assert_int_equal(mpu_layer_norm_backward(&ln, c, dx), MPU_SUCCESS);
+  for (int i = 0; i < T * HL; i++) {
+    float keep = x[i], e = 1e-2f;
+    double lp = 0, lm = 0;
+    x[i] = keep + e;
+    mpu_layer_norm_forward(&ln, x, T, y);
+    for (int k = 0; k < T * HL; k++) lp += (double)c[k] * y[k];
+    x[i] = keep - e;
+    mpu_layer_norm_forward(&ln, x, T, y);
+    for (int k = 0; k < T * HL; k++) lm += (double)c[k] * y[k];
+    x[i] = keep;
+    float num = (float)((lp - lm) / (2 * e));
+    if (fabsf(num - dx[i]) > 2e-3f * (1 + fabsf(num))) fail_msg("layernorm dx[%d] %g vs %g", i, dx[i], num);
+  }
+  /* dweight: the sum over rows of dy * xhat */
+  assert_true(fabsf(ln.dweight[0]) > 0 && fabsf(ln.dbias[1]) > 0);
+  mpu_layer_norm_free(&ln);
+  /* attention on (T, 3 HL), with a dropout mask */
+  float qkv[T * W3], out[T * HL], dq[T * W3], mask[HEADS * T * T], g[T * HL];
+  fill(qkv, T * W3, 7);
+  fill(g, T * HL, 8);
+  for (int i = 0; i < HEADS * T * T; i++) mask[i] = i % 7 == 3 ? 0.0f : 1.0f / 0.9f;
+  mpu_attention a;
+  memset(&a, 0, sizeof a);
+  assert_int_equal(mpu_attention_forward(&a, qkv, T, HEADS, D, mask, out), MPU_SUCCESS);
+  assert_int_equal(mpu_attention_backward(&a, g, dq), MPU_SUCCESS);
+  for (int i = 0; i < T * W3; i++) {
+    float keep = qkv[i], e = 1e-2f;
+    double lp = 0, lm = 0;
+    qkv[i] = keep + e;
+    mpu_attention_forward(&a, qkv, T, HEADS, D, mask, out);
+    for (int k = 0; k < T * HL; k++) lp += (double)g[k] * out[k];
+    qkv[i] = keep - e;
+    mpu_attention_forward(&a, qkv, T, HEADS, D, mask, out);
+    for (int k = 0; k < T * HL; k++) lm += (double)g[k] * out[k];
+    qkv[i] = keep;
+    float num = (float)((lp - lm) / (2 * e));
+    if (fabsf(num - dq[i]) > 2e-3f * (1 + fabsf(num))) fail_msg("attention dqkv[%d] %g vs %g", i, dq[i], num);
+  }
+  /* causality: the first token's output is its own value, whatever comes after */
+  mpu_attention_forward(&a, qkv, T, HEADS, D, NULL, out);
+  for (int cidx = 0; cidx < D; cidx++) assert_true(close_to(out[cidx], qkv[2 * HL + cidx]));
+  mpu_attention_free(&a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_column_row_finite_differences),
@@ -461,6 +520,7 @@ int main(void) {
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_strided_layers),
       cmocka_unit_test(test_options),
+      cmocka_unit_test(test_norm_and_attention_finite_differences),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -214,6 +214,48 @@ MPU_API void mpu_vocab_cross_entropy_free(mpu_vocab_cross_entropy *ce);
 MPU_API void mpu_gelu_forward(const float *x, float *y, size_t n);
 MPU_API void mpu_gelu_backward(const float *x, const float *dy, float *dx, size_t n);
 
+/* ---- LayerNorm (a duplicate on every tensor-parallel rank) ------------------------------- */
+
+typedef struct mpu_layer_norm {
+  int hidden;
+  float eps;
+  float *weight, *bias, *dweight, *dbias; /* (hidden) each */
+  int owns_params;
+  float *xhat, *rstd;                     /* saved by forward: (n, hidden), (n) */
+  int n;
+} mpu_layer_norm;
+
+/* weight/bias/dweight/dbias: views into the caller's buffers (all four) or
+ * all NULL to own them; either way the weight starts at 1, the bias at 0. */
+MPU_API mpu_result_t mpu_layer_norm_init(mpu_layer_norm *ln, int hidden, float eps, float *weight,
+                                         float *bias, float *dweight, float *dbias);
+MPU_API void mpu_layer_norm_free(mpu_layer_norm *ln);
+/* y (n, hidden) = (x - mean) / sqrt(var + eps) * weight + bias, per row */
+MPU_API mpu_result_t mpu_layer_norm_forward(mpu_layer_norm *ln, const float *x, int n, float *y);
+/* dx for dy; adds to dweight and dbias. With sequence parallelism each rank
+ * sees its rows only: all-reduce dweight and dbias over the tensor-parallel
+ * group before the optimizer (Megatron's sequence-parallel grad all-reduce). */
+MPU_API mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float *dx);
+
+/* ---- causal self-attention on this rank's heads -------------------------------------- */
+
+/*
+ * The core of Megatron's attention for the heads a rank holds after a
+ * column-parallel QKV projection with stride 3: qkv (T, 3 x heads x d) rows
+ * laid out [q | k | v], head h at columns h d .. h d + d - 1 of each;
+ * out (T, heads x d). softmax(q k^T / sqrt(d)) with a causal mask, times an
+ * optional dropout mask (heads, T, T) of 0 or 1/(1-p) (NULL: none), times v.
+ */
+typedef struct mpu_attention {
+  int T, heads, head_dim;
+  float *qkv, *probs, *dropped; /* saved: (T, 3 heads d), (heads, T, T) x 2 */
+} mpu_attention;
+
+MPU_API mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, int heads,
+                                           int head_dim, const float *dropout_mask, float *out);
+MPU_API mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *dqkv);
+MPU_API void mpu_attention_free(mpu_attention *a);
+
 /* ---- broadcast_data (data.py) ------------------------------------------------------------ */
 
 /*
