@@ -145,6 +145,11 @@ MPU_API mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b,
  */
 MPU_API mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group,
                                         float *grad_norm);
+/* One step of several optimizers (a rank's model chunks, dense and expert
+ * buffers) with one gradient norm over all of them, as Megatron clips the
+ * whole model. Each keeps its own clip_grad and AdamW settings. */
+MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
+                                            mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
 
 /* ---- activation recompute (Megatron's tensor_parallel.checkpoint) ----------------------- */

@@ -313,13 +313,8 @@ static mpu_result_t gather_params(mpu_optimizer *opt) {
   return MPU_SUCCESS;
 }
 
-mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group, float *grad_norm) {
-  static const char fn[] = "mpu_optimizer_step";
-  if (!opt || !opt->b) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: optimizer not initialized", fn);
-  if (opt->step == 0) for_owned(opt, take_main, NULL);
-  if (opt->distributed) MPU_CHECK(reduce_scatter_grads(opt));
-  else MPU_CHECK(mpu_grad_all_reduce(opt->b, opt->dp, &opt->o.sync));
-  /* the norm over what this rank holds, summed over the group */
+/* Sum of squares of the gradients this optimizer's rank holds (after the reduction). */
+static double held_squares(const mpu_optimizer *opt) {
   double sq = 0;
   size_t start, end;
   for (size_t k = 0; k * opt->bucket < opt->b->numel; k++) {
@@ -333,21 +328,48 @@ mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group, float 
       sq += sum_squares(opt->b, start, end);
     }
   }
+  return sq;
+}
+
+mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm *norm_group,
+                                    float *grad_norm) {
+  static const char fn[] = "mpu_optimizer_step_all";
+  if (!opts || n < 1) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no optimizers", fn);
+  for (int i = 0; i < n; i++)
+    if (!opts[i] || !opts[i]->b)
+      return mpu__error(MPU_ERR_INVALID_USAGE, "%s: optimizer %d not initialized", fn, i);
+  double sq = 0;
+  for (int i = 0; i < n; i++) {
+    mpu_optimizer *opt = opts[i];
+    if (opt->step == 0) for_owned(opt, take_main, NULL);
+    if (opt->distributed) MPU_CHECK(reduce_scatter_grads(opt));
+    else MPU_CHECK(mpu_grad_all_reduce(opt->b, opt->dp, &opt->o.sync));
+    sq += held_squares(opt); /* the norm over what this rank holds, summed over the group */
+  }
   if (norm_group) MPU_CHECK(mpu_comm_all_reduce(norm_group, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
   float norm = (float)sqrt(sq);
   if (grad_norm) *grad_norm = norm;
   if (!isfinite(norm))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the gradient norm is %g (no update made)", fn,
                       norm);
-  step_args a = {1.0f, 0, 0};
-  if (opt->o.clip_grad > 0) { /* clip_grad_by_total_norm_fp32 */
-    float coeff = opt->o.clip_grad / (norm + 1.0e-6f);
-    if (coeff < 1.0f) a.clip = coeff;
+  for (int i = 0; i < n; i++) {
+    mpu_optimizer *opt = opts[i];
+    step_args a = {1.0f, 0, 0};
+    if (opt->o.clip_grad > 0) { /* clip_grad_by_total_norm_fp32 */
+      float coeff = opt->o.clip_grad / (norm + 1.0e-6f);
+      if (coeff < 1.0f) a.clip = coeff;
+    }
+    opt->step++;
+    a.bc1 = 1.0f - powf(opt->o.beta1, (float)opt->step);
+    a.bc2 = 1.0f - powf(opt->o.beta2, (float)opt->step);
+    for_owned(opt, update, &a);
+    if (opt->distributed) MPU_CHECK(gather_params(opt));
   }
-  opt->step++;
-  a.bc1 = 1.0f - powf(opt->o.beta1, (float)opt->step);
-  a.bc2 = 1.0f - powf(opt->o.beta2, (float)opt->step);
-  for_owned(opt, update, &a);
-  if (opt->distributed) MPU_CHECK(gather_params(opt));
   return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group, float *grad_norm) {
+  if (!opt || !opt->b)
+    return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_optimizer_step: optimizer not initialized");
+  return mpu_optimizer_step_all(&opt, 1, norm_group, grad_norm);
 }

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 
+int cmd_demo_gpt(int argc, char **argv);
 int cmd_demo_hsdp(int argc, char **argv);
 int cmd_demo_mappings(int argc, char **argv);
 int cmd_demo_train(int argc, char **argv);
@@ -16,6 +17,7 @@ static const struct {
   int (*run)(int argc, char **argv);
   const char *summary;
 } demos[] = {
+    {"gpt", cmd_demo_gpt, "the main job: a small GPT with tp (and sp) x pp (interleaved) x dp (ZeRO-1), checked against one rank"},
     {"hsdp", cmd_demo_hsdp, "hybrid sharded data parallel on a 2-d device mesh (the DeviceMesh tutorial)"},
     {"mappings", cmd_demo_mappings, "seed 001's walkthrough of the tensor-parallel mappings"},
     {"train", cmd_demo_train, "train with tp x pp x dp on thread ranks, checked against one rank"},
@@ -29,7 +31,7 @@ static void usage(void) {
 }
 
 int cmd_demo(int argc, char **argv) {
-  if (argc < 2) cli_usage_error("demo", "which demo? (hsdp, mappings, train)");
+  if (argc < 2) cli_usage_error("demo", "which demo? (gpt, hsdp, mappings, train)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage();
     return 0;

@@ -1,0 +1,483 @@
+/*
+ * demo_gpt.c - `mpu demo gpt`, the main job: a small GPT (gpt.h) trained on
+ * the text that ships with mpu (data/tiny_corpus.txt, a character model) with
+ * tensor (and sequence), pipeline (interleaved 1F1B over virtual stages) and
+ * data parallelism, ZeRO-1 AdamW and full activation recompute, then checked
+ * against the same model trained on one rank: every step's loss, and every
+ * parameter at the end.
+ *
+ * Each rank builds its model chunks (virtual stages rank, rank + pp, ...),
+ * one parameter buffer and one optimizer each; mpu_pipeline runs the
+ * schedule's order over the pipeline group, calling forward (which keeps only
+ * the chunk's input, mpu_checkpoint_forward) and backward (which recomputes
+ * the chunk's forward with the streams of the first pass, then runs its
+ * backward). The micro-batches of a step are the replica's share of the
+ * global batch; the loss is their mean, and the gradients are averaged over
+ * the data-parallel group, so one rank running every micro-batch computes the
+ * same step.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "gpt.h"
+#include "mpu.h"
+
+extern const unsigned char gpt_corpus[];
+extern const size_t gpt_corpus_len;
+
+typedef struct gpt_opts {
+  long tp, pp, dp, vp, steps, micro, seq, hidden, heads, layers, seed;
+  double lr, dropout;
+  int sp, zero;
+  const char *text_path;
+  cli_format format;
+  tool_backend backend;
+} gpt_opts;
+
+/* the text as token ids, and its vocabulary */
+typedef struct corpus {
+  int64_t *ids;
+  size_t n;
+  int vocab, vocab_padded;
+  char chars[256];
+} corpus;
+
+/* the reference's parameters, by name, for the check at the end */
+typedef struct named {
+  char name[48];
+  size_t numel;
+  float *data;
+} named;
+
+typedef struct gpt_run {
+  const gpt_opts *o;
+  const corpus *text;
+  int dp;                 /* replicas (1 for the reference) */
+  mpu_schedule_kind kind;
+  double *loss;           /* [steps] */
+  double seconds;         /* the steps' wall time on rank 0 */
+  named *ref;             /* the reference's parameters (to check against), or NULL */
+  int nref;
+  named *keep;            /* the reference run: where to keep its parameters */
+  int nkeep;
+  double param_diff, param_scale; /* the largest difference found, and the largest value */
+} gpt_run;
+
+static mpu_result_t read_corpus(const char *path, corpus *c) {
+  memset(c, 0, sizeof *c);
+  unsigned char *text = NULL;
+  size_t n = 0;
+  if (path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "cannot open --text %s", path);
+    text = malloc(1 << 20);
+    n = text ? fread(text, 1, 1 << 20, f) : 0;
+    fclose(f);
+  } else {
+    text = malloc(gpt_corpus_len);
+    if (text) memcpy(text, gpt_corpus, n = gpt_corpus_len);
+  }
+  if (!text) return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "text");
+  int index[256];
+  for (int i = 0; i < 256; i++) index[i] = -1;
+  for (size_t i = 0; i < n; i++) index[text[i]] = 0;
+  for (int ch = 0; ch < 256; ch++)
+    if (index[ch] == 0) c->chars[c->vocab] = (char)ch, index[ch] = c->vocab++;
+  c->ids = malloc((n ? n : 1) * sizeof *c->ids);
+  if (!c->ids) {
+    free(text);
+    return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "text");
+  }
+  for (size_t i = 0; i < n; i++) c->ids[i] = index[text[i]];
+  c->n = n;
+  c->vocab_padded = (c->vocab + 63) / 64 * 64; /* divisible by any tp up to 64 */
+  free(text);
+  return MPU_SUCCESS;
+}
+
+/* micro-batch gmb (global) of step s: a window of the text and its next characters */
+static void make_batch(const gpt_opts *o, const corpus *text, int step, int gmb, int64_t *ids,
+                       int64_t *targets) {
+  mpu_rng g;
+  mpu_rng_seed(&g, (uint64_t)o->seed * 1000003u + (uint64_t)step * 9176u + (uint64_t)gmb);
+  size_t start = (size_t)(mpu_rng_next(&g) % (text->n - (size_t)o->seq - 1));
+  for (int t = 0; t < o->seq; t++) ids[t] = text->ids[start + t], targets[t] = text->ids[start + t + 1];
+}
+
+/* one rank's training state */
+typedef struct rank_model {
+  const gpt_opts *o;
+  gpt_run *run;
+  mpu_state *s;
+  gpt_ctx ctx;
+  gpt_chunk *chunks;
+  int vp, micro, dp_rank, step;
+  int64_t *ids, *targets;    /* [micro][seq] */
+  float *inputs;             /* [vp][micro][T_local x hidden]: each chunk's saved input */
+  mpu_checkpoint *ck;        /* [vp][micro] */
+  double loss_sum;
+  /* the forward being run (for mpu_checkpoint's callback) */
+  int cur_mb, cur_chunk, counting;
+  float *cur_out;
+} rank_model;
+
+static size_t act_size(const rank_model *m) { return (size_t)m->ctx.T_local * (size_t)m->o->hidden; }
+
+static mpu_result_t run_chunk(void *user) {
+  rank_model *m = user;
+  int mb = m->cur_mb, c = m->cur_chunk;
+  const float *in = m->inputs + ((size_t)c * m->micro + mb) * act_size(m);
+  return gpt_chunk_forward(&m->ctx, &m->chunks[c], m->dp_rank * m->micro + mb,
+                           m->ids + (size_t)mb * m->o->seq, m->targets + (size_t)mb * m->o->seq,
+                           in, m->cur_out, m->counting ? &m->loss_sum : NULL);
+}
+
+static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input, float *output) {
+  rank_model *m = user;
+  if (chunk == 0 && m->chunks[0].first) /* the data: this replica's share of the global batch */
+    make_batch(m->o, m->run->text, m->step, m->dp_rank * m->micro + mb,
+               m->ids + (size_t)mb * m->o->seq, m->targets + (size_t)mb * m->o->seq);
+  if (m->chunks[chunk].last) /* the last stage needs the targets too */
+    make_batch(m->o, m->run->text, m->step, m->dp_rank * m->micro + mb,
+               m->ids + (size_t)mb * m->o->seq, m->targets + (size_t)mb * m->o->seq);
+  if (input) memcpy(m->inputs + ((size_t)chunk * m->micro + mb) * act_size(m), input,
+                    act_size(m) * sizeof(float));
+  m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = output, m->counting = 1;
+  return mpu_checkpoint_forward(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
+}
+
+static mpu_result_t on_backward(void *user, int mb, int chunk, const float *grad_output,
+                                float *grad_input) {
+  rank_model *m = user;
+  m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = m->chunks[chunk].tmp, m->counting = 0;
+  mpu_result_t r = mpu_checkpoint_recompute(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
+  float scale = 1.0f / (float)(m->o->seq * m->micro); /* the replica's mean over its tokens */
+  return r ? r : gpt_chunk_backward(&m->ctx, &m->chunks[chunk], grad_output, grad_input, scale);
+}
+
+/* The largest difference between this rank's parameters and the slices of
+ * the reference's, and the largest reference value. */
+static void compare(const rank_model *m, double *diff, double *scale) {
+  int tp = m->ctx.tp_size, r = m->ctx.tp_rank;
+  for (int c = 0; c < m->vp; c++) {
+    const gpt_chunk *ch = &m->chunks[c];
+    for (int i = 0; i < ch->params.nparams; i++) {
+      const gpt_shape *sh = &ch->shapes[i];
+      const named *ref = NULL;
+      for (int k = 0; k < m->run->nref && !ref; k++)
+        if (!strcmp(m->run->ref[k].name, sh->name)) ref = &m->run->ref[k];
+      if (!ref) {
+        *diff = INFINITY;
+        return;
+      }
+      const float *p = mpu_param_data(&ch->params, i);
+      int rows = sh->rows, cols = sh->cols;
+      int per = sh->dim < 0 ? 0 : (sh->dim == 0 ? rows : cols) / tp, piece = per / (sh->stride ? sh->stride : 1);
+      int lr = sh->dim == 0 ? per : rows, lc = sh->dim == 1 ? per : cols;
+      for (int a = 0; a < lr; a++)
+        for (int b = 0; b < lc; b++) { /* local (a, b) -> master (ga, gb), pieces rank::tp */
+          int ga = a, gb = b;
+          if (sh->dim == 0) ga = (r + (a / piece) * tp) * piece + a % piece;
+          if (sh->dim == 1) gb = (r + (b / piece) * tp) * piece + b % piece;
+          double want = ref->data[(size_t)ga * cols + gb];
+          *diff = fmax(*diff, fabs((double)p[(size_t)a * lc + b] - want));
+          *scale = fmax(*scale, fabs(want));
+        }
+    }
+  }
+}
+
+#define TRY(call)                              \
+  do {                                         \
+    if ((r = (call)) != MPU_SUCCESS) goto out; \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
+  gpt_run *run = arg;
+  const gpt_opts *o = run->o;
+  mpu_result_t r = MPU_SUCCESS;
+  rank_model m;
+  memset(&m, 0, sizeof m);
+  m.o = o, m.run = run, m.s = s;
+  int tp_size, pp_size, pp_rank, tp_rank, dp_size, rank;
+  mpu_comm *tp, *pp, *dpc, *mp, *world = mpu_state_world(s);
+  mpu_comm_rank(world, &rank);
+  if ((r = mpu_state_comm(s, MPU_GROUP_TP, &tp)) || (r = mpu_state_comm(s, MPU_GROUP_PP, &pp)) ||
+      (r = mpu_state_comm(s, MPU_GROUP_DP, &dpc)) || (r = mpu_state_comm(s, MPU_GROUP_MP, &mp)))
+    return r;
+  mpu_state_tp_size(s, &tp_size), mpu_state_tp_rank(s, &tp_rank);
+  mpu_state_pp_size(s, &pp_size), mpu_state_pp_rank(s, &pp_rank);
+  mpu_state_dp_rank(s, &m.dp_rank), mpu_state_dp_size(s, &dp_size);
+  m.vp = run->kind == MPU_SCHEDULE_INTERLEAVED ? (int)o->vp : 1;
+  m.micro = (int)o->micro; /* the reference: every replica's (one.micro = micro x dp) */
+  gpt_config cfg = {run->text->vocab_padded, (int)o->hidden, (int)o->heads, (int)o->layers,
+                    (int)o->seq, (float)o->dropout, (uint64_t)o->seed};
+  mpu_pipeline *pipe = NULL;
+  mpu_optimizer *opts = NULL, **optp = NULL;
+  TRY(gpt_ctx_init(&m.ctx, &cfg, tp, o->sp));
+  m.chunks = calloc((size_t)m.vp, sizeof *m.chunks);
+  opts = calloc((size_t)m.vp, sizeof *opts);
+  optp = calloc((size_t)m.vp, sizeof *optp);
+  m.ids = malloc((size_t)m.micro * o->seq * sizeof *m.ids);
+  m.targets = malloc((size_t)m.micro * o->seq * sizeof *m.targets);
+  m.inputs = malloc((size_t)m.vp * m.micro * act_size(&m) * sizeof(float));
+  m.ck = calloc((size_t)m.vp * m.micro, sizeof *m.ck);
+  if (!m.chunks || !opts || !optp || !m.ids || !m.targets || !m.inputs || !m.ck) {
+    r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: rank state");
+    goto out;
+  }
+  mpu_adamw_options ao = MPU_ADAMW_OPTIONS_INIT;
+  ao.lr = (float)o->lr, ao.weight_decay = 0.01f, ao.clip_grad = 1.0f;
+  ao.beta2 = 0.95f;
+  for (int c = 0; c < m.vp; c++) {
+    TRY(gpt_chunk_create(&m.ctx, &m.chunks[c], c * pp_size + pp_rank, pp_size * m.vp));
+    TRY(mpu_optimizer_init(&opts[c], &m.chunks[c].params, dpc, o->zero && run->dp > 1, &ao));
+    optp[c] = &opts[c];
+  }
+  TRY(mpu_pipeline_create(pp, act_size(&m), &pipe));
+  mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
+  sc.kind = run->kind, sc.pp = pp_size, sc.vp = m.vp, sc.microbatches = m.micro;
+  mpu_pipeline_callbacks cb = {on_forward, on_backward, &m};
+  mpu_rng *dprng = NULL;
+  TRY(mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dprng));
+  int last_stage = m.chunks[m.vp - 1].last;
+  TRY(mpu_comm_barrier(world));
+  double t0 = now_s();
+  for (m.step = 0; m.step < o->steps; m.step++) {
+    m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
+    for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
+    m.loss_sum = 0;
+    TRY(mpu_pipeline_run(pipe, &sc, &cb, NULL));
+    for (int c = 0; c < m.vp; c++) TRY(gpt_chunk_sync_sequence_grads(&m.ctx, &m.chunks[c]));
+    /* one norm over the whole model: every rank's shard (ZeRO-1) or every model-parallel rank */
+    TRY(mpu_optimizer_step_all(optp, m.vp, opts[0].distributed ? world : mp, NULL));
+    if (last_stage) {
+      double loss = m.loss_sum / (double)(o->seq * m.micro);
+      TRY(mpu_comm_all_reduce(dpc, &loss, &loss, 1, MPU_FLOAT64, MPU_AVG));
+      if (tp_rank == 0 && m.dp_rank == 0) {
+        run->loss[m.step] = loss;
+        if (run->dp > 1 || o->tp * o->pp * o->dp == 1) {
+          cli_progress_share(0.5 * (m.step + 1) / (double)o->steps);
+          cli_progress("mpu demo gpt: step %d of %ld, loss %.4f", m.step + 1, o->steps, loss);
+        }
+      }
+    }
+  }
+  TRY(mpu_comm_barrier(world));
+  if (rank == 0) run->seconds = now_s() - t0;
+  if (o->backend == TOOL_MPI && run->dp > 1) /* the losses live in one process: give them to all */
+    TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
+  if (run->keep) { /* the reference keeps its parameters */
+    const gpt_chunk *ch = &m.chunks[0];
+    run->nkeep = ch->params.nparams;
+    for (int i = 0; i < ch->params.nparams && i < 4096; i++) {
+      named *k = &run->keep[i];
+      snprintf(k->name, sizeof k->name, "%s", ch->shapes[i].name);
+      k->numel = ch->params.params[i].numel;
+      k->data = malloc(k->numel * sizeof(float));
+      if (!k->data) {
+        r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: reference parameters");
+        goto out;
+      }
+      memcpy(k->data, mpu_param_data(&ch->params, i), k->numel * sizeof(float));
+    }
+  }
+  if (run->ref) { /* every rank checks its slices; the worst difference goes to everyone */
+    double d[2] = {0, 0};
+    compare(&m, &d[0], &d[1]);
+    TRY(mpu_comm_all_reduce(world, d, d, 2, MPU_FLOAT64, MPU_MAX));
+    if (rank == 0) run->param_diff = d[0], run->param_scale = d[1];
+  }
+out:
+  mpu_pipeline_free(pipe);
+  for (int c = 0; opts && c < m.vp; c++) mpu_optimizer_free(&opts[c]);
+  for (int c = 0; m.chunks && c < m.vp; c++) gpt_chunk_free(&m.chunks[c]);
+  free(m.chunks), free(opts), free(optp), free(m.ids), free(m.targets), free(m.inputs), free(m.ck);
+  return r;
+}
+
+static void help(void) {
+  printf("usage: mpu demo gpt [options]\n"
+         "\n"
+         "Train a small GPT (vocab-parallel embedding with position embedding, pre-LayerNorm blocks\n"
+         "of causal self-attention with column-parallel QKV (stride 3) and row-parallel output and\n"
+         "an MLP, vocab-parallel cross entropy, dropout) on the text that ships with mpu, with\n"
+         "tensor and sequence parallelism, interleaved 1F1B pipelining over virtual stages, data\n"
+         "parallelism with ZeRO-1 AdamW, and full activation recompute; then check every step's\n"
+         "loss (1e-4 relative) and every parameter at the end against the same model trained on\n"
+         "one rank. Prints tokens/s and the pipeline bubble. Exits 1 if the check fails.\n"
+         "\n"
+         "options:\n"
+         "  --tp T, --pp P, --dp D  parallel sizes (default 2, 2, 2)\n"
+         "  --vp V                  model chunks per pipeline rank (default 2; 1: plain 1F1B)\n"
+         "  --no-sp                 no sequence parallelism (default on when tp > 1)\n"
+         "  --no-zero               plain data-parallel AdamW instead of ZeRO-1\n"
+         "  --steps N               optimizer steps (default 40)\n"
+         "  --micro-batches M       micro-batches per replica per step (default 4)\n"
+         "  --seq S                 tokens per micro-batch (default 32)\n"
+         "  --hidden H, --heads A   hidden size and attention heads (default 64, 4)\n"
+         "  --layers L              transformer blocks, a multiple of P x V (default 4)\n"
+         "  --dropout P             dropout probability (default 0.1)\n"
+         "  --lr LR                 AdamW learning rate (default 0.003)\n"
+         "  --seed S                seed of parameters, data and dropout (default 1234)\n"
+         "  --text FILE             train on FILE (characters) instead of the bundled text\n"
+         "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
+         "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi)\n"
+         "  --format text|json      output format (default text)\n"
+         "  -h, --help              this text\n");
+}
+
+int cmd_demo_gpt(int argc, char **argv) {
+  static const struct option longs[] = {
+      {"tp", required_argument, 0, 't'},       {"pp", required_argument, 0, 'p'},
+      {"dp", required_argument, 0, 'd'},       {"vp", required_argument, 0, 'v'},
+      {"steps", required_argument, 0, 's'},    {"micro-batches", required_argument, 0, 'm'},
+      {"seq", required_argument, 0, 'q'},      {"hidden", required_argument, 0, 'H'},
+      {"heads", required_argument, 0, 'A'},    {"layers", required_argument, 0, 'L'},
+      {"seed", required_argument, 0, 'S'},     {"lr", required_argument, 0, 'l'},
+      {"dropout", required_argument, 0, 'D'},  {"no-sp", no_argument, 0, 'n'},
+      {"no-zero", no_argument, 0, 'z'},        {"text", required_argument, 0, 'T'},
+      {"format", required_argument, 0, 'F'},   {"backend", required_argument, 0, 'B'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, CLI_TEXT, TOOL_THREADS};
+  long *fields[128] = {0};
+  fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['v'] = &o.vp;
+  fields['s'] = &o.steps, fields['m'] = &o.micro, fields['q'] = &o.seq, fields['H'] = &o.hidden;
+  fields['A'] = &o.heads, fields['L'] = &o.layers, fields['S'] = &o.seed;
+  int c;
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+    if (c > 0 && c < 128 && fields[c]) {
+      const char *name = "?";
+      for (const struct option *l = longs; l->name; l++)
+        if (l->val == c) name = l->name;
+      if (cli_parse_int(optarg, c == 'S' ? 0 : 1, 1 << 20, fields[c]))
+        cli_usage_error("demo gpt", "--%s wants a whole number %d..%d, not '%s'", name,
+                        c == 'S' ? 0 : 1, 1 << 20, optarg);
+      continue;
+    }
+    switch (c) {
+    case 'l':
+      if (cli_parse_double(optarg, 0, 10, &o.lr))
+        cli_usage_error("demo gpt", "--lr wants a number in (0, 10], not '%s'", optarg);
+      break;
+    case 'D':
+      if (cli_parse_double(optarg, 0, 0.9, &o.dropout) && strcmp(optarg, "0"))
+        cli_usage_error("demo gpt", "--dropout wants a probability in [0, 0.9], not '%s'", optarg);
+      if (!strcmp(optarg, "0")) o.dropout = 0;
+      break;
+    case 'n': o.sp = 0; break;
+    case 'z': o.zero = 0; break;
+    case 'T': o.text_path = optarg; break;
+    case 'F':
+      if (cli_parse_format(optarg, &o.format))
+        cli_usage_error("demo gpt", "--format wants text or json, not '%s'", optarg);
+      break;
+    case 'B': o.backend = tool_parse_backend("demo gpt", optarg); break;
+    case 'h': help(); return 0;
+    case ':': cli_usage_error("demo gpt", "option '%s' needs a value", argv[optind - 1]);
+    default: cli_usage_error("demo gpt", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) cli_usage_error("demo gpt", "unexpected argument '%s'", argv[optind]);
+  long world = o.tp * o.pp * o.dp;
+  if (world > 64) cli_usage_error("demo gpt", "tp x pp x dp = %ld ranks (at most 64)", world);
+  if (o.pp == 1) o.vp = 1;
+  if (o.layers % (o.pp * o.vp))
+    cli_usage_error("demo gpt", "--layers %ld is not a multiple of pp x vp = %ld", o.layers, o.pp * o.vp);
+  if (o.heads % o.tp || o.hidden % o.heads || (o.sp && o.tp > 1 && o.seq % o.tp))
+    cli_usage_error("demo gpt", "--tp %ld must divide the heads (%ld), the heads the hidden size "
+                    "(%ld), and with sequence parallelism tp the sequence (%ld)", o.tp, o.heads,
+                    o.hidden, o.seq);
+  mpu_schedule_kind kind = o.pp == 1 ? MPU_SCHEDULE_NO_PIPELINING
+                           : o.vp > 1 ? MPU_SCHEDULE_INTERLEAVED : MPU_SCHEDULE_1F1B;
+  mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
+  sc.kind = kind, sc.pp = (int)o.pp, sc.vp = (int)o.vp, sc.microbatches = (int)o.micro;
+  int n, w;
+  if (mpu_schedule_count(&sc, 0, &n, &w))
+    cli_usage_error("demo gpt", "%s", mpu_last_error());
+  corpus text;
+  if (read_corpus(o.text_path, &text) || text.n < (size_t)o.seq + 2) {
+    fprintf(stderr, "mpu demo gpt: %s\n", text.n ? mpu_last_error() : "the text is too short");
+    return 2;
+  }
+  double *loss = calloc((size_t)o.steps, sizeof(double)), *ref = calloc((size_t)o.steps, sizeof(double));
+  named *kept = calloc(4096, sizeof *kept);
+  if (!loss || !ref || !kept) {
+    fprintf(stderr, "mpu demo gpt: out of memory\n");
+    return 1;
+  }
+  /* the reference first, on one thread rank here (in every process under MPI):
+   * every replica's micro-batches one after the other, no pipelining, plain AdamW */
+  gpt_opts one = o;
+  one.tp = one.pp = one.dp = one.vp = 1;
+  one.backend = TOOL_THREADS;
+  mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
+  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0};
+  one.micro = o.micro * o.dp;
+  mpu_result_t r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
+  /* the parallel run */
+  mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
+  cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
+  if (o.vp > 1) cfg.vp = (int)o.vp;
+  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0};
+  int printer = 0;
+  if (!r) r = tool_run(o.backend, (int)world, &cfg, (uint64_t)o.seed, gpt_rank, &run, &printer);
+  cli_progress_done();
+  for (int i = 0; i < run1.nkeep; i++) free(kept[i].data);
+  free(kept), free(text.ids);
+  if (r || !printer) {
+    if (r) fprintf(stderr, "mpu demo gpt: %s: %s\n", mpu_result_name(r), mpu_last_error());
+    free(loss), free(ref);
+    int status = tool_share_status(o.backend, r ? 1 : 0);
+    tool_backend_done(o.backend);
+    return status;
+  }
+  double makespan, bubble, analytic = (double)(o.pp - 1) / (double)(o.vp * o.micro);
+  if (mpu_schedule_timeline(&sc, NULL, &makespan, &bubble)) bubble = NAN;
+  double tokens = (double)o.steps * o.dp * o.micro * o.seq, tps = tokens / run.seconds;
+  double ptol = 1e-3 * fmax(run.param_scale, 1.0);
+  int params_ok = run.param_diff <= ptol;
+  char phrase[48];
+  if (o.format == CLI_JSON) {
+    printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"vp\": %ld, \"ranks\": %ld, "
+           "\"sequence_parallel\": %s, \"zero1\": %s, \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
+           "\"bubble\": %.6g, \"analytic_bubble\": %.6g, \"param_max_difference\": %.6g, "
+           "\"param_tolerance\": %.6g, \"params_pass\": %s,\n ",
+           o.tp, o.pp, o.dp, o.vp, world, o.sp && o.tp > 1 ? "true" : "false",
+           o.zero && o.dp > 1 ? "true" : "false", mpu_schedule_name(kind), tps, bubble, analytic,
+           run.param_diff, ptol, params_ok ? "true" : "false");
+  } else {
+    printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
+           "%ld heads, %ld tokens per micro-batch, %ld micro-batch%s per replica, vocabulary %d "
+           "(padded %d), dropout %g, AdamW lr %g, full recompute\n",
+           tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp,
+           o.sp && o.tp > 1 ? " with sequence parallelism" : "", o.pp, o.vp,
+           mpu_schedule_name(kind), o.dp, o.zero && o.dp > 1 ? "ZeRO-1" : "plain AdamW", o.layers,
+           o.hidden, o.heads, o.seq, o.micro, o.micro == 1 ? "" : "es", text.vocab,
+           text.vocab_padded, o.dropout, o.lr);
+    printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
+           "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",
+           tps, o.steps, (long)(o.dp * o.micro * o.seq), run.seconds, bubble, analytic);
+    printf("check: the parameters at the end agree with one rank's to %.2e (largest difference "
+           "%.2e): %s\n", ptol, run.param_diff, params_ok ? "PASS" : "FAIL");
+  }
+  int pass = cli_loss_check(o.format, "losses", "loss", loss, ref, o.steps, 1e-4) && params_ok;
+  free(loss), free(ref);
+  int status = tool_share_status(o.backend, pass ? 0 : 1);
+  tool_backend_done(o.backend);
+  return status;
+}

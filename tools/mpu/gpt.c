@@ -1,0 +1,365 @@
+/*
+ * gpt.c - the small GPT of `mpu demo gpt`: a model chunk's parameters,
+ * forward and backward (gpt.h says what the pieces are).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+
+struct gpt_block {
+  int layer;
+  int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  mpu_layer_norm ln1, ln2;
+  mpu_column_linear qkv, fc1;
+  mpu_row_linear proj, fc2;
+  mpu_attention attn;
+  float *x, *y1, *qkv_out, *att, *att_mask, *proj_out, *m1, *mid, *y2, *h, *g, *fc2_out, *m2;
+  float *d_mid, *d1, *d2, *dqkv, *datt, *dh, *dg;
+};
+
+/* ---- dropout: a counter-based mask keyed by the step and the element's place ------------ */
+
+static float keep_scale(const gpt_ctx *ctx, int layer, int site, int mb, uint64_t index) {
+  float p = ctx->cfg.dropout;
+  if (p <= 0) return 1.0f;
+  uint64_t x = ctx->key ^ ((uint64_t)(layer + 2) * UINT64_C(0x9E3779B97F4A7C15)) ^
+               ((uint64_t)site * UINT64_C(0xBF58476D1CE4E5B9)) ^
+               ((uint64_t)mb * UINT64_C(0x94D049BB133111EB));
+  x += index * UINT64_C(0xD6E8FEB86659FD93);
+  x = (x ^ (x >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  x = (x ^ (x >> 27)) * UINT64_C(0x94D049BB133111EB);
+  x ^= x >> 31;
+  float u = (float)(x >> 40) * (1.0f / 16777216.0f);
+  return u < p ? 0.0f : 1.0f / (1.0f - p);
+}
+
+/* rows of (T_local, hidden) hidden states: the global token of row i */
+static int first_row(const gpt_ctx *ctx) { return ctx->sp ? ctx->tp_rank * ctx->T_local : 0; }
+
+static void hidden_mask(const gpt_ctx *ctx, int layer, int site, int mb, float *m) {
+  size_t H = (size_t)ctx->cfg.hidden, off = (size_t)first_row(ctx);
+  for (size_t i = 0; i < (size_t)ctx->T_local; i++)
+    for (size_t j = 0; j < H; j++) m[i * H + j] = keep_scale(ctx, layer, site, mb, (off + i) * H + j);
+}
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+mpu_result_t gpt_ctx_init(gpt_ctx *ctx, const gpt_config *cfg, mpu_comm *tp, int sp) {
+  memset(ctx, 0, sizeof *ctx);
+  ctx->cfg = *cfg, ctx->tp = tp;
+  mpu_result_t r = mpu_comm_size(tp, &ctx->tp_size);
+  if (!r) r = mpu_comm_rank(tp, &ctx->tp_rank);
+  if (r) return r;
+  int t = ctx->tp_size;
+  ctx->sp = sp && t > 1;
+  if (cfg->heads % t || cfg->hidden % cfg->heads || cfg->vocab % t || (ctx->sp && cfg->seq % t))
+    return mpu_fail(MPU_ERR_INVALID_ARGUMENT,
+                    "gpt: tp %d must divide the heads (%d) and the vocabulary (%d), the heads the "
+                    "hidden size (%d), and with sequence parallelism tp the sequence (%d)",
+                    t, cfg->heads, cfg->vocab, cfg->hidden, cfg->seq);
+  ctx->T_local = ctx->sp ? cfg->seq / t : cfg->seq;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t add(gpt_chunk *c, const char *name, int rows, int cols, int dim, int stride,
+                        int tp, int decay, int *index) {
+  size_t local = (size_t)rows * cols / (dim < 0 ? 1 : (size_t)tp);
+  mpu_param_attrs a = dim < 0 ? MPU_PARAM_DUPLICATE : MPU_PARAM_PARTITIONED(dim, stride);
+  mpu_result_t r = mpu_param_buffer_add(&c->params, name, local, a, index);
+  if (!r && !decay) r = mpu_param_buffer_no_decay(&c->params, *index);
+  if (r) return r;
+  gpt_shape *s = realloc(c->shapes, (size_t)(*index + 1) * sizeof *s);
+  if (!s) return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: shapes");
+  c->shapes = s;
+  snprintf(s[*index].name, sizeof s[*index].name, "%s", name);
+  s[*index].rows = rows, s[*index].cols = cols, s[*index].dim = dim, s[*index].stride = stride;
+  return MPU_SUCCESS;
+}
+
+static float *data(gpt_chunk *c, int i) { return mpu_param_data(&c->params, i); }
+static float *grad(gpt_chunk *c, int i) { return mpu_param_grad(&c->params, i); }
+
+static mpu_result_t column(gpt_chunk *c, const gpt_ctx *ctx, mpu_column_linear *l, int in,
+                           int out, int w, int b, int stride, uint64_t seed, float std) {
+  mpu_linear_options o = MPU_LINEAR_OPTIONS_INIT;
+  o.gather_output = 0, o.sequence_parallel = ctx->sp, o.stride = stride, o.seed = seed;
+  o.init_method = mpu_init_normal, o.init_arg = &std, o.bias = b >= 0;
+  o.weight = data(c, w), o.weight_grad = grad(c, w);
+  if (b >= 0) o.bias_data = data(c, b), o.bias_grad = grad(c, b);
+  return mpu_column_linear_create(l, ctx->tp, in, out, &o);
+}
+
+static mpu_result_t row(gpt_chunk *c, const gpt_ctx *ctx, mpu_row_linear *l, int in, int out,
+                        int w, int b, uint64_t seed, float std) {
+  mpu_linear_options o = MPU_LINEAR_OPTIONS_INIT;
+  o.input_is_parallel = 1, o.sequence_parallel = ctx->sp, o.seed = seed;
+  o.init_method = mpu_init_normal, o.init_arg = &std;
+  o.weight = data(c, w), o.weight_grad = grad(c, w), o.bias_data = data(c, b), o.bias_grad = grad(c, b);
+  return mpu_row_linear_create(l, ctx->tp, in, out, &o);
+}
+
+static float *alloc(size_t n, int *failed) {
+  float *p = calloc(n ? n : 1, sizeof(float));
+  if (!p) *failed = 1;
+  return p;
+}
+
+mpu_result_t gpt_chunk_create(const gpt_ctx *ctx, gpt_chunk *c, int vs, int nvs) {
+  const gpt_config *g = &ctx->cfg;
+  memset(c, 0, sizeof *c);
+  if (g->layers % nvs)
+    return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: %d layers do not split over %d model chunks",
+                    g->layers, nvs);
+  int tp = ctx->tp_size, H = g->hidden, F = 4 * H, V = g->vocab, T = g->seq;
+  c->vs = vs, c->first = vs == 0, c->last = vs == nvs - 1;
+  c->nlayers = g->layers / nvs, c->layer0 = vs * c->nlayers;
+  mpu_param_buffer_init(&c->params, ctx->tp_rank);
+  c->blocks = calloc((size_t)c->nlayers, sizeof *c->blocks);
+  if (!c->blocks) return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: blocks");
+  mpu_result_t r = MPU_SUCCESS;
+  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1, head = -1;
+  char n[48];
+#define ADD(name, rows, cols, dim, stride, decay, idx) \
+  if (!r) r = add(c, name, rows, cols, dim, stride, tp, decay, idx)
+  if (c->first) {
+    ADD("wte", V, H, 0, 1, 1, &wte);
+    ADD("wpe", T, H, -1, 1, 1, &wpe);
+  }
+  for (int i = 0; i < c->nlayers; i++) {
+    gpt_block *b = &c->blocks[i];
+    int L = b->layer = c->layer0 + i;
+#define P(suffix, rows, cols, dim, stride, decay, idx)         \
+  snprintf(n, sizeof n, "layer%d.%s", L, suffix);               \
+  ADD(n, rows, cols, dim, stride, decay, idx)
+    P("ln1.weight", H, 1, -1, 1, 0, &b->ln1_w);
+    P("ln1.bias", H, 1, -1, 1, 0, &b->ln1_b);
+    P("qkv.weight", 3 * H, H, 0, 3, 1, &b->qkv_w);
+    P("qkv.bias", 3 * H, 1, 0, 3, 0, &b->qkv_b);
+    P("proj.weight", H, H, 1, 1, 1, &b->proj_w);
+    P("proj.bias", H, 1, -1, 1, 0, &b->proj_b);
+    P("ln2.weight", H, 1, -1, 1, 0, &b->ln2_w);
+    P("ln2.bias", H, 1, -1, 1, 0, &b->ln2_b);
+    P("fc1.weight", F, H, 0, 1, 1, &b->fc1_w);
+    P("fc1.bias", F, 1, 0, 1, 0, &b->fc1_b);
+    P("fc2.weight", H, F, 1, 1, 1, &b->fc2_w);
+    P("fc2.bias", H, 1, -1, 1, 0, &b->fc2_b);
+#undef P
+  }
+  if (c->last) {
+    ADD("lnf.weight", H, 1, -1, 1, 0, &lnf_w);
+    ADD("lnf.bias", H, 1, -1, 1, 0, &lnf_b);
+    ADD("head.weight", V, H, 0, 1, 1, &head);
+  }
+#undef ADD
+  if (!r) r = mpu_param_buffer_finalize(&c->params, NULL, NULL);
+  if (r) return r;
+  /* every master weight from its own seed: any layout holds slices of one model */
+  uint64_t s = g->seed;
+  float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * (float)g->layers); /* GPT-2's scaled init */
+  int T_l = ctx->T_local, Hl = H / tp, Fl = F / tp, hl = g->heads / tp, failed = 0;
+  if (c->first) {
+    mpu_embedding_options eo = MPU_EMBEDDING_OPTIONS_INIT;
+    eo.seed = s + 1, eo.init_method = mpu_init_normal, eo.init_arg = &std;
+    eo.weight = data(c, wte), eo.weight_grad = grad(c, wte);
+    if (!r) r = mpu_vocab_embedding_create(&c->wte, ctx->tp, V, H, &eo);
+    c->wpe = data(c, wpe), c->dwpe = grad(c, wpe);
+    mpu_rng rng;
+    mpu_rng_seed(&rng, s + 2);
+    mpu_init_normal(c->wpe, T, H, &rng, &std);
+    c->emb = alloc((size_t)T * H, &failed), c->emb_mask = alloc((size_t)T * H, &failed);
+  }
+  for (int i = 0; i < c->nlayers && !r; i++) {
+    gpt_block *b = &c->blocks[i];
+    uint64_t ls = s + 1000 * (uint64_t)(b->layer + 1);
+    r = mpu_layer_norm_init(&b->ln1, H, 1e-5f, data(c, b->ln1_w), data(c, b->ln1_b),
+                            grad(c, b->ln1_w), grad(c, b->ln1_b));
+    if (!r) r = mpu_layer_norm_init(&b->ln2, H, 1e-5f, data(c, b->ln2_w), data(c, b->ln2_b),
+                                    grad(c, b->ln2_w), grad(c, b->ln2_b));
+    if (!r) r = column(c, ctx, &b->qkv, H, 3 * H, b->qkv_w, b->qkv_b, 3, ls + 1, std);
+    if (!r) r = row(c, ctx, &b->proj, H, H, b->proj_w, b->proj_b, ls + 2, out_std);
+    if (!r) r = column(c, ctx, &b->fc1, H, F, b->fc1_w, b->fc1_b, 1, ls + 3, std);
+    if (!r) r = row(c, ctx, &b->fc2, F, H, b->fc2_w, b->fc2_b, ls + 4, out_std);
+    size_t th = (size_t)T_l * H;
+    b->x = alloc(th, &failed), b->y1 = alloc(th, &failed), b->proj_out = alloc(th, &failed);
+    b->m1 = alloc(th, &failed), b->mid = alloc(th, &failed), b->y2 = alloc(th, &failed);
+    b->fc2_out = alloc(th, &failed), b->m2 = alloc(th, &failed);
+    b->d_mid = alloc(th, &failed), b->d1 = alloc(th, &failed), b->d2 = alloc(th, &failed);
+    b->qkv_out = alloc((size_t)T * 3 * Hl, &failed), b->dqkv = alloc((size_t)T * 3 * Hl, &failed);
+    b->att = alloc((size_t)T * Hl, &failed), b->datt = alloc((size_t)T * Hl, &failed);
+    b->att_mask = alloc((size_t)hl * T * T, &failed);
+    b->h = alloc((size_t)T * Fl, &failed), b->g = alloc((size_t)T * Fl, &failed);
+    b->dh = alloc((size_t)T * Fl, &failed), b->dg = alloc((size_t)T * Fl, &failed);
+  }
+  if (c->last && !r) {
+    r = mpu_layer_norm_init(&c->lnf, H, 1e-5f, data(c, lnf_w), data(c, lnf_b), grad(c, lnf_w),
+                            grad(c, lnf_b));
+    if (!r) r = column(c, ctx, &c->head, H, V, head, -1, 1, s + 3, std);
+    c->logits = alloc((size_t)T * (V / tp), &failed), c->dlogits = alloc((size_t)T * (V / tp), &failed);
+    c->loss = alloc((size_t)T, &failed), c->dloss = alloc((size_t)T, &failed);
+  }
+  c->act = alloc((size_t)T_l * H, &failed), c->dact = alloc((size_t)T_l * H, &failed);
+  c->tmp = alloc((size_t)T * H, &failed);
+  if (!r && failed) r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: activations");
+  return r;
+}
+
+void gpt_chunk_free(gpt_chunk *c) {
+  if (!c) return;
+  for (int i = 0; c->blocks && i < c->nlayers; i++) {
+    gpt_block *b = &c->blocks[i];
+    mpu_layer_norm_free(&b->ln1), mpu_layer_norm_free(&b->ln2);
+    mpu_column_linear_free(&b->qkv), mpu_column_linear_free(&b->fc1);
+    mpu_row_linear_free(&b->proj), mpu_row_linear_free(&b->fc2);
+    mpu_attention_free(&b->attn);
+    float *bufs[] = {b->x, b->y1, b->qkv_out, b->att, b->att_mask, b->proj_out, b->m1, b->mid,
+                     b->y2, b->h, b->g, b->fc2_out, b->m2, b->d_mid, b->d1, b->d2, b->dqkv,
+                     b->datt, b->dh, b->dg};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) free(bufs[k]);
+  }
+  free(c->blocks);
+  mpu_vocab_embedding_free(&c->wte);
+  mpu_layer_norm_free(&c->lnf);
+  mpu_column_linear_free(&c->head);
+  mpu_vocab_cross_entropy_free(&c->ce);
+  float *bufs[] = {c->emb, c->emb_mask, c->act, c->dact, c->logits, c->dlogits, c->loss, c->dloss, c->tmp};
+  for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) free(bufs[k]);
+  mpu_param_buffer_free(&c->params);
+  free(c->shapes);
+  memset(c, 0, sizeof *c);
+}
+
+/* ---- forward and backward ------------------------------------------------------------------ */
+
+#define TRY(call)                        \
+  do {                                   \
+    mpu_result_t r_ = (call);            \
+    if (r_) return r_;                   \
+  } while (0)
+
+static mpu_result_t block_forward(const gpt_ctx *ctx, gpt_block *b, int mb, const float *in,
+                                  float *out) {
+  const gpt_config *g = &ctx->cfg;
+  int T = g->seq, T_l = ctx->T_local, H = g->hidden, tp = ctx->tp_size;
+  int hl = g->heads / tp, d = H / g->heads, Fl = 4 * H / tp;
+  size_t th = (size_t)T_l * H;
+  memcpy(b->x, in, th * sizeof(float));
+  TRY(mpu_layer_norm_forward(&b->ln1, b->x, T_l, b->y1));
+  TRY(mpu_column_linear_forward(&b->qkv, b->y1, T_l, b->qkv_out));
+  for (int h = 0; h < hl; h++) /* attention dropout: keyed by the global head */
+    for (int i = 0; i < T; i++)
+      for (int j = 0; j < T; j++)
+        b->att_mask[((size_t)h * T + i) * T + j] =
+            keep_scale(ctx, b->layer, 1, mb, (((uint64_t)(ctx->tp_rank * hl + h)) * T + i) * T + j);
+  TRY(mpu_attention_forward(&b->attn, b->qkv_out, T, hl, d, g->dropout > 0 ? b->att_mask : NULL,
+                            b->att));
+  TRY(mpu_row_linear_forward(&b->proj, b->att, T, b->proj_out));
+  hidden_mask(ctx, b->layer, 2, mb, b->m1);
+  for (size_t i = 0; i < th; i++) b->mid[i] = b->x[i] + b->proj_out[i] * b->m1[i];
+  TRY(mpu_layer_norm_forward(&b->ln2, b->mid, T_l, b->y2));
+  TRY(mpu_column_linear_forward(&b->fc1, b->y2, T_l, b->h));
+  mpu_gelu_forward(b->h, b->g, (size_t)T * Fl);
+  TRY(mpu_row_linear_forward(&b->fc2, b->g, T, b->fc2_out));
+  hidden_mask(ctx, b->layer, 3, mb, b->m2);
+  for (size_t i = 0; i < th; i++) out[i] = b->mid[i] + b->fc2_out[i] * b->m2[i];
+  return MPU_SUCCESS;
+}
+
+/* dout (T_local, hidden) -> dx; they may be the same buffer */
+static mpu_result_t block_backward(const gpt_ctx *ctx, gpt_block *b, const float *dout, float *dx) {
+  const gpt_config *g = &ctx->cfg;
+  int T = g->seq, H = g->hidden, Fl = 4 * H / ctx->tp_size;
+  size_t th = (size_t)ctx->T_local * H;
+  memcpy(b->d_mid, dout, th * sizeof(float)); /* the residual */
+  for (size_t i = 0; i < th; i++) b->d1[i] = dout[i] * b->m2[i];
+  TRY(mpu_row_linear_backward(&b->fc2, b->d1, b->dg));
+  mpu_gelu_backward(b->h, b->dg, b->dh, (size_t)T * Fl);
+  TRY(mpu_column_linear_backward(&b->fc1, b->dh, b->d2));
+  TRY(mpu_layer_norm_backward(&b->ln2, b->d2, b->d1));
+  for (size_t i = 0; i < th; i++) b->d_mid[i] += b->d1[i];
+  for (size_t i = 0; i < th; i++) b->d1[i] = b->d_mid[i] * b->m1[i];
+  TRY(mpu_row_linear_backward(&b->proj, b->d1, b->datt));
+  TRY(mpu_attention_backward(&b->attn, b->datt, b->dqkv));
+  TRY(mpu_column_linear_backward(&b->qkv, b->dqkv, b->d2));
+  TRY(mpu_layer_norm_backward(&b->ln1, b->d2, b->d1));
+  for (size_t i = 0; i < th; i++) dx[i] = b->d_mid[i] + b->d1[i];
+  return MPU_SUCCESS;
+}
+
+mpu_result_t gpt_chunk_forward(const gpt_ctx *ctx, gpt_chunk *c, int mb, const int64_t *ids,
+                               const int64_t *targets, const float *in, float *out,
+                               double *loss_sum) {
+  const gpt_config *g = &ctx->cfg;
+  int T = g->seq, T_l = ctx->T_local, H = g->hidden;
+  size_t th = (size_t)T_l * H;
+  if (c->first) { /* word + position embedding, dropout, then this rank's rows */
+    TRY(mpu_vocab_embedding_forward(&c->wte, ids, T, c->emb));
+    for (size_t i = 0; i < (size_t)T * H; i++) {
+      c->emb_mask[i] = keep_scale(ctx, -1, 0, mb, i);
+      c->emb[i] = (c->emb[i] + c->wpe[i]) * c->emb_mask[i];
+    }
+    memcpy(c->act, c->emb + (size_t)first_row(ctx) * H, th * sizeof(float));
+  } else {
+    memcpy(c->act, in, th * sizeof(float));
+  }
+  for (int i = 0; i < c->nlayers; i++) TRY(block_forward(ctx, &c->blocks[i], mb, c->act, c->act));
+  if (!c->last) {
+    memcpy(out, c->act, th * sizeof(float));
+    return MPU_SUCCESS;
+  }
+  int Vl = g->vocab / ctx->tp_size;
+  TRY(mpu_layer_norm_forward(&c->lnf, c->act, T_l, c->tmp));
+  TRY(mpu_column_linear_forward(&c->head, c->tmp, T_l, c->logits));
+  TRY(mpu_vocab_cross_entropy_forward(&c->ce, ctx->tp, c->logits, targets, T, Vl, 0.0f, c->loss));
+  if (loss_sum)
+    for (int t = 0; t < T; t++) *loss_sum += c->loss[t];
+  return MPU_SUCCESS;
+}
+
+mpu_result_t gpt_chunk_backward(const gpt_ctx *ctx, gpt_chunk *c, const float *gout, float *gin,
+                                float loss_scale) {
+  const gpt_config *g = &ctx->cfg;
+  int T = g->seq, T_l = ctx->T_local, H = g->hidden;
+  size_t th = (size_t)T_l * H;
+  if (c->last) {
+    for (int t = 0; t < T; t++) c->dloss[t] = loss_scale;
+    TRY(mpu_vocab_cross_entropy_backward(&c->ce, c->dloss, c->dlogits));
+    TRY(mpu_column_linear_backward(&c->head, c->dlogits, c->tmp));
+    TRY(mpu_layer_norm_backward(&c->lnf, c->tmp, c->dact));
+  } else {
+    memcpy(c->dact, gout, th * sizeof(float));
+  }
+  for (int i = c->nlayers - 1; i >= 0; i--) TRY(block_backward(ctx, &c->blocks[i], c->dact, c->dact));
+  if (!c->first) {
+    memcpy(gin, c->dact, th * sizeof(float));
+    return MPU_SUCCESS;
+  }
+  /* the embedding's gradient over the whole sequence: gathered back with
+   * sequence parallelism (scatter_to_sequence_parallel_region's backward) */
+  if (ctx->sp) TRY(mpu_comm_all_gather(ctx->tp, c->dact, c->tmp, th, MPU_FLOAT32));
+  else memcpy(c->tmp, c->dact, th * sizeof(float));
+  for (size_t i = 0; i < (size_t)T * H; i++) {
+    c->tmp[i] *= c->emb_mask[i];
+    c->dwpe[i] += c->tmp[i];
+  }
+  return mpu_vocab_embedding_backward(&c->wte, c->tmp);
+}
+
+mpu_result_t gpt_chunk_sync_sequence_grads(const gpt_ctx *ctx, gpt_chunk *c) {
+  if (!ctx->sp) return MPU_SUCCESS;
+  size_t H = (size_t)ctx->cfg.hidden;
+  for (int i = 0; i < c->nlayers; i++) {
+    mpu_layer_norm *ln[2] = {&c->blocks[i].ln1, &c->blocks[i].ln2};
+    for (int k = 0; k < 2; k++) {
+      TRY(mpu_comm_all_reduce(ctx->tp, ln[k]->dweight, ln[k]->dweight, H, MPU_FLOAT32, MPU_SUM));
+      TRY(mpu_comm_all_reduce(ctx->tp, ln[k]->dbias, ln[k]->dbias, H, MPU_FLOAT32, MPU_SUM));
+    }
+  }
+  if (c->last) {
+    TRY(mpu_comm_all_reduce(ctx->tp, c->lnf.dweight, c->lnf.dweight, H, MPU_FLOAT32, MPU_SUM));
+    TRY(mpu_comm_all_reduce(ctx->tp, c->lnf.dbias, c->lnf.dbias, H, MPU_FLOAT32, MPU_SUM));
+  }
+  return MPU_SUCCESS;
+}
