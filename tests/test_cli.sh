@@ -252,7 +252,22 @@ assert d["6"]["sp_gather_no_tp_output_grad"]["input_grad"][0] == [7, 8, 9]
 ' "$mpu" && ok || bad "mappings json"
 fi
 
-# mpu demo train: the main job, and its self-check
+# mpu demo gpt: the main job, its two checks (losses and parameters) on several layouts
+expect_usage_error demo gpt --tp 3
+expect_usage_error demo gpt --layers 3
+expect_usage_error demo gpt --micro-batches 1
+"$mpu" demo gpt --steps 6 >"$tmp/gpt" && ok || bad "demo gpt exited non-zero"
+[ "$(grep -c PASS "$tmp/gpt")" -eq 2 ] && ok || bad "demo gpt did not pass both checks"
+grep -q "tokens/s" "$tmp/gpt" && grep -q "bubble 0.125" "$tmp/gpt" && ok || bad "demo gpt speed line"
+"$mpu" demo gpt --tp 4 --pp 1 --dp 2 --no-sp --steps 4 --format json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["pass"] and d["params_pass"] and not d["sequence_parallel"] and d["schedule"] == "no-pipelining"
+' && ok || bad "demo gpt tp 4 json"
+"$mpu" demo gpt --tp 1 --pp 4 --vp 2 --dp 1 --layers 8 --micro-batches 8 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt pp 4 vp 2"
+"$mpu" demo gpt --tp 2 --pp 2 --vp 1 --dp 2 --no-zero --dropout 0 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt 1f1b plain"
+
+# mpu demo train: the previous main job, and its self-check
 expect_usage_error demo train --tp 3
 expect_usage_error demo train --layers 3 --pp 2
 "$mpu" demo train --steps 8 >"$tmp/train" && ok || bad "demo train exited non-zero"

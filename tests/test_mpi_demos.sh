@@ -17,6 +17,10 @@ cmp -s "$tmp/mpi.json" "$tmp/threads.json" && passes=$((passes+1)) || { echo "FA
 grep -q PASS "$tmp/mpi.txt" && passes=$((passes+1)) || { echo "FAIL: train under mpirun did not pass"; fails=$((fails+1)); }
 cmp -s <(tail -n +2 "$tmp/mpi.txt") <(tail -n +2 "$tmp/threads.txt") && passes=$((passes+1)) || { echo "FAIL: train losses differ between MPI and threads"; fails=$((fails+1)); }
 head -1 "$tmp/mpi.txt" | grep -q "^# 8 MPI processes:" && head -1 "$tmp/threads.txt" | grep -q "^# 8 thread ranks:" && passes=$((passes+1)) || { echo "FAIL: train's header does not say what the ranks are"; fails=$((fails+1)); }
+"$@" -n 8 "$mpu" demo gpt --backend mpi --steps 6 >"$tmp/gpt_mpi.txt" || { echo "FAIL: gpt under mpirun"; fails=$((fails+1)); }
+"$mpu" demo gpt --steps 6 >"$tmp/gpt_threads.txt"
+[ "$(grep -c PASS "$tmp/gpt_mpi.txt")" -eq 2 ] && passes=$((passes+1)) || { echo "FAIL: gpt under mpirun did not pass"; fails=$((fails+1)); }
+cmp -s <(grep -E '^ +[0-9]+ ' "$tmp/gpt_mpi.txt") <(grep -E '^ +[0-9]+ ' "$tmp/gpt_threads.txt") && passes=$((passes+1)) || { echo "FAIL: gpt losses differ between MPI and threads"; fails=$((fails+1)); }
 "$@" -n 8 "$mpu" demo hsdp --backend mpi >"$tmp/hsdp_mpi.txt" || { echo "FAIL: hsdp under mpirun"; fails=$((fails+1)); }
 "$mpu" demo hsdp >"$tmp/hsdp_threads.txt"
 grep -q PASS "$tmp/hsdp_mpi.txt" && cmp -s <(tail -n +2 "$tmp/hsdp_mpi.txt") <(tail -n +2 "$tmp/hsdp_threads.txt") && passes=$((passes+1)) || { echo "FAIL: hsdp under mpirun differs from threads"; fails=$((fails+1)); }

@@ -26,6 +26,12 @@
 
 enum { H = 8, MAXV = 12, MAXM = 16 };
 
+#define MPU_CHECK_R(call)      \
+  do {                         \
+    mpu_result_t r_ = (call);  \
+    if (r_) return r_;         \
+  } while (0)
+
 typedef struct layer {
   float w[H * H], b[H], dw[H * H], db[H];
 } layer;
@@ -220,12 +226,40 @@ static void test_bad_input(void **state) {
   assert_int_equal(mpu_launch(2, bad_rank, NULL, NULL, NULL), MPU_SUCCESS);
 }
 
+/* the communication clock counts each communicating call once, per thread */
+static mpu_result_t clocked(mpu_comm *world, void *arg) {
+  (void)arg;
+  int rank;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_clock_reset();
+  float x = 1, y[2];
+  for (int i = 0; i < 3; i++) MPU_CHECK_R(mpu_comm_all_reduce(world, &x, &x, 1, MPU_FLOAT32, MPU_SUM));
+  MPU_CHECK_R(mpu_comm_sendrecv(world, &x, 1, 1 - rank, y, 1, 1 - rank, MPU_FLOAT32));
+  mpu_request *req;
+  MPU_CHECK_R(mpu_comm_iall_gather(world, &x, y, 1, MPU_FLOAT32, &req));
+  MPU_CHECK_R(mpu_request_wait(req));
+  double s;
+  uint64_t calls;
+  mpu_comm_clock(&s, &calls);
+  if (calls != 5 || !(s > 0)) return mpu_fail(MPU_ERR_INTERNAL, "rank %d: %llu calls in %g s", rank,
+                                              (unsigned long long)calls, s);
+  mpu_comm_clock_reset();
+  mpu_comm_clock(&s, &calls);
+  return calls == 0 && s == 0 ? MPU_SUCCESS : mpu_fail(MPU_ERR_INTERNAL, "reset");
+}
+
+static void test_comm_clock(void **state) {
+  (void)state;
+  assert_int_equal(mpu_launch(2, clocked, NULL, NULL, NULL), MPU_SUCCESS);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_no_pipelining),
       cmocka_unit_test(test_1f1b),
       cmocka_unit_test(test_interleaved),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_comm_clock),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,7 @@
 #define MPU_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mpu/result.h"
 #include "mpu/tensor.h"
@@ -271,6 +272,16 @@ MPU_API mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_
 MPU_API mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendcount,
                                        int dst, void *recvbuf, size_t recvcount, int src,
                                        mpu_dtype dtype);
+
+/* ---- the communication clock -------------------------------------------------- */
+
+/* The calling thread's time inside mpu's communication calls (blocking
+ * collectives, send, recv, sendrecv, and waiting on or testing requests), and
+ * how many: what a profile's communication share is made of. A rank of the
+ * threads backend is a thread, an MPI rank a process. Set-up calls
+ * (create_group, split) are not counted. */
+MPU_API void mpu_comm_clock(double *seconds, uint64_t *calls);
+MPU_API void mpu_comm_clock_reset(void);
 
 /* ---- non-blocking collectives ---------------------------------------------- */
 

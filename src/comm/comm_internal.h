@@ -118,6 +118,11 @@ mpu_result_t mpu__submit(const char *fn, mpu_comm *comm, const mpu__call *call,
 /* Run every queued request of comm, in order (before any blocking call). */
 mpu_result_t mpu__flush(mpu_comm *comm);
 
+/* The calling thread's communication clock (mpu_comm_clock): stamp before a
+ * call that communicates, add after it. */
+double mpu__clock_start(void);
+mpu_result_t mpu__clock_add(double start, mpu_result_t result);
+
 /* comm is going away: its queued requests fail when waited for. */
 void mpu__detach_requests(mpu_comm *comm);
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 
 #include "comm/base/signature.h"
@@ -514,8 +515,10 @@ mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dt
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_buf(fn, "send", buf, bytes, dtype));
-  MPU_CHECK(mpu__flush(comm));
-  return comm->ops->send(comm, buf, count, dtype, peer);
+  double t0 = mpu__clock_start();
+  mpu_result_t r = mpu__flush(comm);
+  if (!r) r = comm->ops->send(comm, buf, count, dtype, peer);
+  return mpu__clock_add(t0, r);
 }
 
 mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype, int peer) {
@@ -525,8 +528,10 @@ mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dt
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_buf(fn, "recv", buf, bytes, dtype));
-  MPU_CHECK(mpu__flush(comm));
-  return comm->ops->recv(comm, buf, count, dtype, peer);
+  double t0 = mpu__clock_start();
+  mpu_result_t r = mpu__flush(comm);
+  if (!r) r = comm->ops->recv(comm, buf, count, dtype, peer);
+  return mpu__clock_add(t0, r);
 }
 
 mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendcount, int dst,
@@ -542,12 +547,45 @@ mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendc
   MPU_CHECK(check_buf(fn, "recv", recvbuf, rbytes, dtype));
   if (overlap(sendbuf, sbytes, recvbuf, rbytes))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
-  MPU_CHECK(mpu__flush(comm));
-  if (comm->ops->sendrecv)
-    return comm->ops->sendrecv(comm, sendbuf, sendcount, dst, recvbuf, recvcount, src, dtype);
-  MPU_CHECK(comm->ops->send(comm, sendbuf, sendcount, dtype, dst));
-  return comm->ops->recv(comm, recvbuf, recvcount, dtype, src);
+  double t0 = mpu__clock_start();
+  mpu_result_t r = mpu__flush(comm);
+  if (!r && comm->ops->sendrecv)
+    r = comm->ops->sendrecv(comm, sendbuf, sendcount, dst, recvbuf, recvcount, src, dtype);
+  else if (!r && !(r = comm->ops->send(comm, sendbuf, sendcount, dtype, dst)))
+    r = comm->ops->recv(comm, recvbuf, recvcount, dtype, src);
+  return mpu__clock_add(t0, r);
 }
+
+/* ---- the communication clock ---------------------------------------------- */
+
+/* per thread: a rank of the threads backend is a thread, an MPI rank a process */
+static _Thread_local double clock_seconds;
+static _Thread_local uint64_t clock_calls;
+static _Thread_local int clock_depth; /* a call inside a timed call is not timed twice */
+
+double mpu__clock_start(void) {
+  if (clock_depth++) return -1;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+mpu_result_t mpu__clock_add(double start, mpu_result_t result) {
+  clock_depth--;
+  if (start < 0) return result;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_seconds += (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - start;
+  clock_calls++;
+  return result;
+}
+
+void mpu_comm_clock(double *seconds, uint64_t *calls) {
+  if (seconds) *seconds = clock_seconds;
+  if (calls) *calls = clock_calls;
+}
+
+void mpu_comm_clock_reset(void) { clock_seconds = 0, clock_calls = 0; }
 
 /* ---- making and ending communicators -------------------------------------- */
 

@@ -148,8 +148,10 @@ void mpu__detach_requests(mpu_comm *c) {
 
 mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu_request **req) {
   if (!req) { /* blocking: what was issued before runs first */
-    MPU_CHECK(mpu__flush(c));
-    return mpu__run_call(c, call);
+    double t0 = mpu__clock_start();
+    mpu_result_t res = mpu__flush(c);
+    if (!res) res = mpu__run_call(c, call);
+    return mpu__clock_add(t0, res);
   }
   mpu_request *r = calloc(1, sizeof *r);
   if (!r) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", fn);
@@ -213,7 +215,9 @@ static mpu_result_t progress(mpu_request *r, int block, double timeout_s, int *d
 mpu_result_t mpu_request_wait(mpu_request *req) {
   int done;
   MPU_CHECK(check_request("mpu_request_wait", req));
-  MPU_CHECK(progress(req, 1, -1, &done));
+  double t0 = mpu__clock_start();
+  mpu_result_t res = progress(req, 1, -1, &done);
+  MPU_CHECK(mpu__clock_add(t0, res));
   return complete(req);
 }
 
@@ -223,7 +227,8 @@ mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s) {
   MPU_CHECK(check_request(fn, req));
   if (!(timeout_s >= 0) || timeout_s > 1e9)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: timeout %g s (want 0..1e9)", fn, timeout_s);
-  MPU_CHECK(progress(req, 1, timeout_s, &done));
+  double t0 = mpu__clock_start();
+  MPU_CHECK(mpu__clock_add(t0, progress(req, 1, timeout_s, &done)));
   return complete(req);
 }
 
@@ -231,6 +236,7 @@ mpu_result_t mpu_request_test(mpu_request *req, int *done) {
   static const char fn[] = "mpu_request_test";
   MPU_CHECK(check_request(fn, req));
   if (!done) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: done is NULL", fn);
-  MPU_CHECK(progress(req, 0, 0, done));
+  double t0 = mpu__clock_start();
+  MPU_CHECK(mpu__clock_add(t0, progress(req, 0, 0, done)));
   return *done ? complete(req) : MPU_SUCCESS;
 }
