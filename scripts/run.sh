@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Set up what is missing, build, and run the main job on the threads backend:
-# mpu demo train (tp 2 x pp 2 x dp 2 on 8 thread ranks, checked against one
-# rank), then a short collective benchmark.
+# mpu demo gpt (a small GPT with tp 2 x pp 2 (vp 2) x dp 2 on 8 thread ranks,
+# checked against one rank), then a short collective benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
-build/bin/mpu demo train "$@"
+build/bin/mpu demo gpt "$@"
 build/bin/mpu bench -t 2 -b 8 -e 16M -f 8 --collective all_reduce

@@ -67,6 +67,8 @@ typedef struct gpt_run {
   named *keep;            /* the reference run: where to keep its parameters */
   int nkeep;
   double param_diff, param_scale; /* the largest difference found, and the largest value */
+  double *comm;           /* [ranks]: each rank's seconds in communication (may be NULL) */
+  int quiet;              /* no progress line (the benchmark's runs) */
 } gpt_run;
 
 static mpu_result_t read_corpus(const char *path, corpus *c) {
@@ -254,6 +256,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   TRY(mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dprng));
   int last_stage = m.chunks[m.vp - 1].last;
   TRY(mpu_comm_barrier(world));
+  mpu_comm_clock_reset();
   double t0 = now_s();
   for (m.step = 0; m.step < o->steps; m.step++) {
     m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
@@ -268,7 +271,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
       TRY(mpu_comm_all_reduce(dpc, &loss, &loss, 1, MPU_FLOAT64, MPU_AVG));
       if (tp_rank == 0 && m.dp_rank == 0) {
         run->loss[m.step] = loss;
-        if (run->dp > 1 || o->tp * o->pp * o->dp == 1) {
+        if (!run->quiet && (run->dp > 1 || o->tp * o->pp * o->dp == 1)) {
           cli_progress_share(0.5 * (m.step + 1) / (double)o->steps);
           cli_progress("mpu demo gpt: step %d of %ld, loss %.4f", m.step + 1, o->steps, loss);
         }
@@ -277,6 +280,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   }
   TRY(mpu_comm_barrier(world));
   if (rank == 0) run->seconds = now_s() - t0;
+  if (run->comm) mpu_comm_clock(&run->comm[rank], NULL);
   if (o->backend == TOOL_MPI && run->dp > 1) /* the losses live in one process: give them to all */
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
   if (run->keep) { /* the reference keeps its parameters */
@@ -308,6 +312,103 @@ out:
   return r;
 }
 
+/* ---- --bench ------------------------------------------------------------------------ */
+
+#include <cblas.h>
+
+void openblas_set_num_threads(int num_threads);
+
+/* one core's sgemm rate (n^3, one BLAS thread), best of 5 */
+static double gemm_gflops(int n) {
+  float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float));
+  float *c = calloc((size_t)n * n, sizeof(float));
+  double best = 0;
+  if (a && b && c) {
+    for (int i = 0; i < n * n; i++) a[i] = 0.001f * (float)(i % 97), b[i] = 0.002f * (float)(i % 89);
+    for (int rep = 0; rep < 5; rep++) {
+      double t0 = now_s();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      double t = now_s() - t0;
+      best = fmax(best, 2.0 * n * n * (double)n / t * 1e-9);
+    }
+  }
+  free(a), free(b), free(c);
+  return best;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int bench(const gpt_opts *base, const corpus *text) {
+  enum { REPS = 3 };
+  gpt_opts o = *base;
+  o.pp = o.dp = o.vp = 1, o.dropout = 0, o.backend = TOOL_THREADS;
+  /* forward, recompute and backward: 4 forwards' worth of matrix products per token */
+  double H = (double)o.hidden, T = (double)o.seq, V = (double)text->vocab_padded;
+  double flops_token = 4.0 * ((double)o.layers * (24 * H * H + 2 * T * H) + 2 * H * V);
+  double tokens = (double)o.steps * o.micro * o.seq;
+  double gemm[REPS], tps[2][REPS], share[2][REPS];
+  for (int rep = 0; rep < REPS; rep++) { /* interleaved: GEMM, tp 1, tp 2, again */
+    gemm[rep] = gemm_gflops(256);
+    for (int k = 0; k < 2; k++) {
+      o.tp = k + 1;
+      double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
+      mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
+      cfg.tp = (int)o.tp;
+      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1};
+      mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
+                            : MPU_ERR_OUT_OF_MEMORY;
+      free(loss);
+      if (r) {
+        fprintf(stderr, "mpu demo gpt --bench: %s\n", mpu_last_error());
+        return 1;
+      }
+      tps[k][rep] = tokens / run.seconds;
+      share[k][rep] = (comm[0] + (k ? comm[1] : 0)) / ((double)o.tp * run.seconds);
+      cli_progress_share((rep * 2 + k + 1) / (2.0 * REPS));
+      cli_progress("mpu demo gpt --bench: run %d of %d", rep * 2 + k + 1, 2 * REPS);
+    }
+  }
+  cli_progress_done();
+  qsort(gemm, REPS, sizeof(double), cmp_double);
+  for (int k = 0; k < 2; k++) {
+    qsort(tps[k], REPS, sizeof(double), cmp_double);
+    qsort(share[k], REPS, sizeof(double), cmp_double);
+  }
+  double peak = gemm[REPS / 2];
+  if (o.format == CLI_JSON) {
+    printf("{\"hidden\": %ld, \"heads\": %ld, \"layers\": %ld, \"seq\": %ld, \"micro_batches\": %ld, "
+           "\"gemm_gflops_one_core\": %.4g, \"flops_per_token\": %.6g, \"runs\": [",
+           o.hidden, o.heads, o.layers, o.seq, o.micro, peak, flops_token);
+    for (int k = 0; k < 2; k++) {
+      double per_rank = tps[k][REPS / 2] * flops_token / (k + 1) * 1e-9;
+      printf("%s\n  {\"tp\": %d, \"tokens_per_s\": %.6g, \"comm_share\": %.4g, "
+             "\"gflops_per_rank\": %.4g, \"of_gemm_rate\": %.4g}", k ? "," : "", k + 1,
+             tps[k][REPS / 2], share[k][REPS / 2], per_rank, per_rank / peak);
+    }
+    printf("\n ]}\n");
+    return 0;
+  }
+  printf("# mpu demo gpt --bench: the GPT (hidden %ld, %ld heads, %ld blocks, %ld micro-batches of "
+         "%ld tokens per step, %ld steps), forward + recompute + backward + AdamW, tp 1 vs tp 2 on "
+         "thread ranks with one BLAS thread each; median of %d runs, interleaved with the GEMM "
+         "measurement\n", o.hidden, o.heads, o.layers, o.micro, o.seq, o.steps, REPS);
+  printf("# one core's GEMM rate here (cblas_sgemm 256^3, 1 thread): %.1f GFLOP/s; model work "
+         "%.3g FLOP per token (4 forwards' worth of products)\n", peak, flops_token);
+  printf("%4s %6s %11s %11s %16s %13s\n", "tp", "ranks", "tokens/s", "comm share",
+         "GFLOP/s per rank", "of GEMM rate");
+  for (int k = 0; k < 2; k++) {
+    double per_rank = tps[k][REPS / 2] * flops_token / (k + 1) * 1e-9;
+    printf("%4d %6d %11.0f %10.1f%% %16.2f %12.1f%%\n", k + 1, k + 1, tps[k][REPS / 2],
+           100 * share[k][REPS / 2], per_rank, 100 * per_rank / peak);
+  }
+  printf("# comm share: each rank's time inside mpu's communication calls (mpu_comm_clock) over "
+         "the run's time, averaged over the ranks; on 2 cores tp 2 runs a rank per core\n");
+  return 0;
+}
+
 static void help(void) {
   printf("usage: mpu demo gpt [options]\n"
          "\n"
@@ -336,6 +437,10 @@ static void help(void) {
          "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
          "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi)\n"
          "  --format text|json      output format (default text)\n"
+         "  --bench                 instead: tokens/s of the model (hidden 256, 8 heads, 2 blocks,\n"
+         "                          128 tokens unless given) at tp 1 and tp 2, the share of time\n"
+         "                          spent communicating, and the rate against one core's GEMM rate\n"
+         "                          measured in the same run\n"
          "  -h, --help              this text\n");
 }
 
@@ -350,7 +455,9 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"dropout", required_argument, 0, 'D'},  {"no-sp", no_argument, 0, 'n'},
       {"no-zero", no_argument, 0, 'z'},        {"text", required_argument, 0, 'T'},
       {"format", required_argument, 0, 'F'},   {"backend", required_argument, 0, 'B'},
+      {"bench", no_argument, 0, 'b'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  int bench_mode = 0, given[128] = {0};
   gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, CLI_TEXT, TOOL_THREADS};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['v'] = &o.vp;
@@ -360,6 +467,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   opterr = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+    if (c > 0 && c < 128) given[c] = 1;
     if (c > 0 && c < 128 && fields[c]) {
       const char *name = "?";
       for (const struct option *l = longs; l->name; l++)
@@ -379,6 +487,7 @@ int cmd_demo_gpt(int argc, char **argv) {
         cli_usage_error("demo gpt", "--dropout wants a probability in [0, 0.9], not '%s'", optarg);
       if (!strcmp(optarg, "0")) o.dropout = 0;
       break;
+    case 'b': bench_mode = 1; break;
     case 'n': o.sp = 0; break;
     case 'z': o.zero = 0; break;
     case 'T': o.text_path = optarg; break;
@@ -393,6 +502,24 @@ int cmd_demo_gpt(int argc, char **argv) {
     }
   }
   if (optind < argc) cli_usage_error("demo gpt", "unexpected argument '%s'", argv[optind]);
+  openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
+  if (bench_mode) { /* a bigger model unless given, and only its speed */
+    if (!given['H']) o.hidden = 256;
+    if (!given['A']) o.heads = 8;
+    if (!given['L']) o.layers = 2;
+    if (!given['q']) o.seq = 128;
+    if (!given['s']) o.steps = 4;
+    if (o.heads % 2 || o.hidden % o.heads || o.seq % 2)
+      cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
+    corpus text;
+    if (read_corpus(o.text_path, &text) || text.n < (size_t)o.seq + 2) {
+      fprintf(stderr, "mpu demo gpt: %s\n", text.n ? mpu_last_error() : "the text is too short");
+      return 2;
+    }
+    int status = bench(&o, &text);
+    free(text.ids);
+    return status;
+  }
   long world = o.tp * o.pp * o.dp;
   if (world > 64) cli_usage_error("demo gpt", "tp x pp x dp = %ld ranks (at most 64)", world);
   if (o.pp == 1) o.vp = 1;
@@ -426,14 +553,14 @@ int cmd_demo_gpt(int argc, char **argv) {
   one.tp = one.pp = one.dp = one.vp = 1;
   one.backend = TOOL_THREADS;
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
-  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0};
+  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0};
   one.micro = o.micro * o.dp;
   mpu_result_t r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
   if (o.vp > 1) cfg.vp = (int)o.vp;
-  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0};
+  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0};
   int printer = 0;
   if (!r) r = tool_run(o.backend, (int)world, &cfg, (uint64_t)o.seed, gpt_rank, &run, &printer);
   cli_progress_done();
