@@ -256,6 +256,9 @@ fi
 expect_usage_error demo gpt --tp 3
 expect_usage_error demo gpt --layers 3
 expect_usage_error demo gpt --micro-batches 1
+expect_usage_error demo gpt --layers 512
+expect_usage_error demo gpt --text /nonexistent/corpus.txt
+expect_usage_error demo gpt --seq 100000
 "$mpu" demo gpt --steps 6 >"$tmp/gpt" && ok || bad "demo gpt exited non-zero"
 [ "$(grep -c PASS "$tmp/gpt")" -eq 2 ] && ok || bad "demo gpt did not pass both checks"
 grep -q "tokens/s" "$tmp/gpt" && grep -q "bubble 0.125" "$tmp/gpt" && ok || bad "demo gpt speed line"

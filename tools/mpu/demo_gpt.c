@@ -103,6 +103,21 @@ static mpu_result_t read_corpus(const char *path, corpus *c) {
   return MPU_SUCCESS;
 }
 
+/* The text, or one line on stderr and -1: unreadable, or shorter than a micro-batch. */
+static int load_text(const gpt_opts *o, corpus *text) {
+  if (read_corpus(o->text_path, text)) {
+    fprintf(stderr, "mpu demo gpt: %s\n", mpu_last_error());
+    return -1;
+  }
+  if (text->n < (size_t)o->seq + 2) {
+    fprintf(stderr, "mpu demo gpt: the text has %zu characters, a micro-batch needs %ld\n",
+            text->n, o->seq + 2);
+    free(text->ids);
+    return -1;
+  }
+  return 0;
+}
+
 /* micro-batch gmb (global) of step s: a window of the text and its next characters */
 static void make_batch(const gpt_opts *o, const corpus *text, int step, int gmb, int64_t *ids,
                        int64_t *targets) {
@@ -285,8 +300,13 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
   if (run->keep) { /* the reference keeps its parameters */
     const gpt_chunk *ch = &m.chunks[0];
+    if (ch->params.nparams > 4096) {
+      r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: %d parameters to keep (at most 4096)",
+                   ch->params.nparams);
+      goto out;
+    }
     run->nkeep = ch->params.nparams;
-    for (int i = 0; i < ch->params.nparams && i < 4096; i++) {
+    for (int i = 0; i < ch->params.nparams; i++) {
       named *k = &run->keep[i];
       snprintf(k->name, sizeof k->name, "%s", ch->shapes[i].name);
       k->numel = ch->params.params[i].numel;
@@ -433,7 +453,8 @@ static void help(void) {
          "  --dropout P             dropout probability (default 0.1)\n"
          "  --lr LR                 AdamW learning rate (default 0.003)\n"
          "  --seed S                seed of parameters, data and dropout (default 1234)\n"
-         "  --text FILE             train on FILE (characters) instead of the bundled text\n"
+         "  --text FILE             train on FILE (its first MiB, one token per byte) instead of\n"
+         "                          the bundled text\n"
          "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
          "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi)\n"
          "  --format text|json      output format (default text)\n"
@@ -512,16 +533,14 @@ int cmd_demo_gpt(int argc, char **argv) {
     if (o.heads % 2 || o.hidden % o.heads || o.seq % 2)
       cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
     corpus text;
-    if (read_corpus(o.text_path, &text) || text.n < (size_t)o.seq + 2) {
-      fprintf(stderr, "mpu demo gpt: %s\n", text.n ? mpu_last_error() : "the text is too short");
-      return 2;
-    }
+    if (load_text(&o, &text)) return 2;
     int status = bench(&o, &text);
     free(text.ids);
     return status;
   }
   long world = o.tp * o.pp * o.dp;
   if (world > 64) cli_usage_error("demo gpt", "tp x pp x dp = %ld ranks (at most 64)", world);
+  if (o.layers > 256) cli_usage_error("demo gpt", "--layers %ld (at most 256)", o.layers);
   if (o.pp == 1) o.vp = 1;
   if (o.layers % (o.pp * o.vp))
     cli_usage_error("demo gpt", "--layers %ld is not a multiple of pp x vp = %ld", o.layers, o.pp * o.vp);
@@ -537,10 +556,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   if (mpu_schedule_count(&sc, 0, &n, &w))
     cli_usage_error("demo gpt", "%s", mpu_last_error());
   corpus text;
-  if (read_corpus(o.text_path, &text) || text.n < (size_t)o.seq + 2) {
-    fprintf(stderr, "mpu demo gpt: %s\n", text.n ? mpu_last_error() : "the text is too short");
-    return 2;
-  }
+  if (load_text(&o, &text)) return 2;
   double *loss = calloc((size_t)o.steps, sizeof(double)), *ref = calloc((size_t)o.steps, sizeof(double));
   named *kept = calloc(4096, sizeof *kept);
   if (!loss || !ref || !kept) {
