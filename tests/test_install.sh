@@ -70,5 +70,6 @@ fi
 if [ -d "$build/man" ]; then
   test -f "$prefix/share/man/man1/mpu.1"
   test -f "$prefix/share/man/man1/mpu-plan.1"
+  test -f "$prefix/share/man/man1/mpu-demo-gpt.1"
 fi
 echo "1 passed, 0 failed"
