@@ -252,6 +252,17 @@ assert d["6"]["sp_gather_no_tp_output_grad"]["input_grad"][0] == [7, 8, 9]
 ' "$mpu" && ok || bad "mappings json"
 fi
 
+# mpu plan --compare: the three flavours side by side
+"$mpu" plan --compare --world-size 16 --tp 2 --pp 2 --cp 2 --ep 2 --format json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["flavors"]
+assert "refused" in d["deepspeed"]
+assert d["core"]["expert parallel"][0] == [0, 4] and d["core-0.19"]["expert parallel"][0] == [0, 2]
+assert d["core"]["data parallel"] == d["core-0.19"]["data parallel"]
+' && ok || bad "plan --compare json"
+"$mpu" plan --compare --world-size 8 --tp 2 --pp 2 | grep -q "^  deepspeed  \[0, 2\] \[1, 3\]" && ok || bad "plan --compare text"
+expect_usage_error plan --compare --world-size 8 --tp 3
+
 # mpu demo gpt: the main job, its two checks (losses and parameters) on several layouts
 expect_usage_error demo gpt --tp 3
 expect_usage_error demo gpt --layers 3

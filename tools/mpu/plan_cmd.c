@@ -16,6 +16,7 @@ typedef struct plan_opts {
   mpu_layout_config cfg;
   mpu_schedule_config schedule; /* --schedule: kind set, else not asked */
   int has_schedule;
+  int compare;                  /* --compare: the three flavours side by side */
   long rank;
   int per_rank;
   int bench;
@@ -66,6 +67,8 @@ static void help(void) {
          "  --micro-batches M         number of micro-batches (default 1)\n"
          "  --group-size N            interleaved: micro-batches per group on a chunk (default pp)\n"
          "  --forward-only            forwards only (evaluation)\n"
+         "  --compare                 the same sizes in the three flavours side by side: each\n"
+         "                            kind of group they share, and what a flavour refuses\n"
          "  --bench                   time one rank's groups and getters at 4,096 and 1,048,576\n"
          "                            ranks, and initialising the state of 64 thread ranks\n"
          "                            (tp 4, pp 4, dp 4) against every rank creating every group\n"
@@ -87,6 +90,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
       {"local-world-size", required_argument, 0, 'L'},
       {"schedule", required_argument, 0, 'S'}, {"micro-batches", required_argument, 0, 'M'},
       {"group-size", required_argument, 0, 'N'}, {"forward-only", no_argument, 0, 'Y'},
+      {"compare", no_argument, 0, 'C'},
       {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   mpu_layout_config init = MPU_LAYOUT_CONFIG_INIT;
   o->cfg = init;
@@ -98,6 +102,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
   mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
   o->schedule = sc;
   o->has_schedule = 0;
+  o->compare = 0;
   opterr = 0;
   optind = 1;
   int c;
@@ -157,6 +162,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
       break;
     case 'R': o->per_rank = 1; break;
     case 'B': o->bench = 1; break;
+    case 'C': o->compare = 1; break;
     case 'F':
       if (cli_parse_picture_format(optarg, &o->format))
         cli_usage_error("plan", "--format wants text, json, svg or html, not '%s'", optarg);
@@ -776,10 +782,96 @@ static int bench(void) {
   return 0;
 }
 
+/* ---- --compare ---------------------------------------------------------------------- */
+
+/* The kinds the three flavours share (by meaning), each flavour's kind for it. */
+static const struct {
+  const char *what;
+  mpu_group_kind kind[3]; /* deepspeed, core, core-0.19; MPU_GROUP_KIND_COUNT: none */
+} shared_kinds[] = {
+    {"data parallel", {MPU_GROUP_DP, MPU_GROUP_DP, MPU_GROUP_DP}},
+    {"tensor parallel", {MPU_GROUP_TP, MPU_GROUP_TP, MPU_GROUP_TP}},
+    {"pipeline", {MPU_GROUP_PP, MPU_GROUP_PP, MPU_GROUP_PP}},
+    {"model parallel", {MPU_GROUP_MP, MPU_GROUP_MP, MPU_GROUP_MP}},
+    {"embedding", {MPU_GROUP_EMBEDDING, MPU_GROUP_EMBEDDING, MPU_GROUP_EMBEDDING}},
+    {"sequence parallel (Ulysses)", {MPU_GROUP_SP, MPU_GROUP_KIND_COUNT, MPU_GROUP_KIND_COUNT}},
+    {"context parallel", {MPU_GROUP_KIND_COUNT, MPU_GROUP_CP, MPU_GROUP_CP}},
+    {"expert parallel", {MPU_GROUP_KIND_COUNT, MPU_GROUP_EP, MPU_GROUP_EP}},
+    {"expert data parallel", {MPU_GROUP_KIND_COUNT, MPU_GROUP_DP_MODULO_EP, MPU_GROUP_DP_MODULO_EP}},
+};
+
+static int compare(const plan_opts *o) {
+  const mpu_flavor flavors[3] = {MPU_FLAVOR_DEEPSPEED, MPU_FLAVOR_CORE, MPU_FLAVOR_CORE_019};
+  mpu_layout *l[3] = {NULL, NULL, NULL};
+  char why[3][256] = {"", "", ""};
+  int any = 0;
+  for (int f = 0; f < 3; f++) {
+    mpu_layout_config c = o->cfg;
+    c.flavor = flavors[f];
+    if (mpu_layout_create(&c, &l[f])) snprintf(why[f], sizeof why[f], "%s", mpu_last_error());
+    else any = 1;
+  }
+  if (!any) {
+    fprintf(stderr, "mpu plan: every flavour refuses it (core-0.19: %s)\n", why[2]);
+    return CLI_USAGE_EXIT;
+  }
+  int W = o->cfg.world_size, *buf = malloc(((size_t)W + 3) * sizeof(int));
+  if (!buf) fail("out of memory");
+  if (o->format == CLI_JSON) printf("{\"world_size\": %d, \"flavors\": {", W);
+  else printf("the same sizes in the three flavours (world %d, tp %d, pp %d, cp %d, ep %d, sp %d):\n",
+              W, o->cfg.tp, o->cfg.pp, o->cfg.cp, o->cfg.ep, o->cfg.sp);
+  for (int f = 0; f < 3 && o->format == CLI_JSON; f++) {
+    printf("%s\n  \"%s\": ", f ? "," : "", mpu_flavor_name(flavors[f]));
+    if (!l[f]) {
+      printf("{\"refused\": \"");
+      for (const char *p = why[f]; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+      printf("\"}");
+      continue;
+    }
+    printf("{");
+    int first = 1;
+    for (size_t k = 0; k < sizeof shared_kinds / sizeof shared_kinds[0]; k++) {
+      mpu_group_kind kind = shared_kinds[k].kind[f];
+      if (kind == MPU_GROUP_KIND_COUNT || !mpu_layout_has(l[f], kind)) continue;
+      printf("%s\"%s\": [", first ? "" : ", ", shared_kinds[k].what);
+      print_groups(l[f], kind, 1, buf);
+      printf("]");
+      first = 0;
+    }
+    printf("}");
+  }
+  if (o->format == CLI_JSON) printf("\n}}\n");
+  for (size_t k = 0; k < sizeof shared_kinds / sizeof shared_kinds[0] && o->format != CLI_JSON; k++) {
+    printf("\n%s\n", shared_kinds[k].what);
+    for (int f = 0; f < 3; f++) {
+      mpu_group_kind kind = shared_kinds[k].kind[f];
+      printf("  %-10s", mpu_flavor_name(flavors[f]));
+      if (!l[f]) printf(" refuses: %s\n", why[f]);
+      else if (kind == MPU_GROUP_KIND_COUNT) printf(" (no such group)\n");
+      else {
+        int count = 0, n;
+        mpu_layout_num_groups(l[f], kind, &count);
+        for (int g = 0; g < count && g < 8; g++) {
+          if (mpu_layout_group_at(l[f], kind, g, buf, (size_t)W + 3, &n)) fail("groups");
+          qsort(buf, (size_t)n, sizeof(int), cmp_int);
+          printf(" [");
+          print_ranks(buf, n);
+          printf("]");
+        }
+        printf("%s\n", count > 8 ? " ..." : "");
+      }
+    }
+  }
+  free(buf);
+  for (int f = 0; f < 3; f++) mpu_layout_free(l[f]);
+  return 0;
+}
+
 int cmd_plan(int argc, char **argv) {
   plan_opts o;
   parse(argc, argv, &o);
   if (o.bench) return bench();
+  if (o.compare) return compare(&o);
   if (o.has_schedule) return plan_schedule(&o.schedule, o.format);
   mpu_layout *l = NULL;
   if (mpu_layout_create(&o.cfg, &l)) {
