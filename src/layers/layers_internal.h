@@ -8,8 +8,6 @@
 #include "mpu/state.h"
 
 mpu_result_t mpu__layer_comm(mpu_comm *tp, int *size, int *rank);
-mpu_result_t mpu__master_slice(uint64_t seed, float std, int rows, int cols, int r0, int nr,
-                               int c0, int nc, float *out);
 /* _initialize_affine_weight_cpu: the master (rows, cols) drawn by init from
  * a stream seeded by seed, split along dim in tp x stride pieces; this rank
  * keeps pieces rank, rank + tp, ... concatenated along dim; *keep_master (if

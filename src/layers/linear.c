@@ -61,20 +61,6 @@ mpu_result_t mpu__init_partition(mpu_init_method init, void *arg, uint64_t seed,
   return MPU_SUCCESS;
 }
 
-/* The master (rows, cols) weight from N(0, std) seeded by seed; this rank
- * keeps rows [r0, r0 + nr) and columns [c0, c0 + nc). */
-mpu_result_t mpu__master_slice(uint64_t seed, float std, int rows, int cols, int r0, int nr,
-                               int c0, int nc, float *out) {
-  mpu_rng g;
-  mpu_rng_seed(&g, seed);
-  for (int i = 0; i < rows; i++)
-    for (int j = 0; j < cols; j++) {
-      float v = mpu_rng_normal(&g, 0.0f, std);
-      if (i >= r0 && i < r0 + nr && j >= c0 && j < c0 + nc) out[(size_t)(i - r0) * nc + (j - c0)] = v;
-    }
-  return MPU_SUCCESS;
-}
-
 /* Options as given (NULL: defaults), checked where both layers agree. */
 static mpu_result_t take_linear(const char *fn, const mpu_linear_options *given,
                                 mpu_linear_options *o) {

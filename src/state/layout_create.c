@@ -69,7 +69,8 @@ mpu_result_t mpu_flavor_from_name(const char *name, mpu_flavor *out) {
                     name ? name : "(null)");
 }
 
-const char *mpu__layout_kind_name(mpu_flavor flavor, mpu_group_kind kind) {
+/* The flavour's name for kind, NULL where it builds no such kind. */
+static const char *kind_name(mpu_flavor flavor, mpu_group_kind kind) {
   if ((unsigned)kind >= (unsigned)MPU_GROUP_KIND_COUNT) return NULL;
   switch (flavor) {
   case MPU_FLAVOR_DEEPSPEED: return ds_names[kind];
@@ -80,7 +81,7 @@ const char *mpu__layout_kind_name(mpu_flavor flavor, mpu_group_kind kind) {
 }
 
 const char *mpu_group_kind_name(mpu_flavor flavor, mpu_group_kind kind) {
-  const char *n = mpu__layout_kind_name(flavor, kind);
+  const char *n = kind_name(flavor, kind);
   return n ? n : "invalid";
 }
 
@@ -89,7 +90,7 @@ int mpu_group_kind_is_gloo(mpu_group_kind kind) {
 }
 
 int mpu_layout_has(const mpu_layout *l, mpu_group_kind kind) {
-  if (!l || !mpu__layout_kind_name(l->cfg.flavor, kind)) return 0;
+  if (!l || !kind_name(l->cfg.flavor, kind)) return 0;
   const mpu_layout_config *c = &l->cfg;
   if (kind == MPU_GROUP_AMAX) return c->fp8;
   if (kind == MPU_GROUP_INTER_PARTIAL_EDP) return c->dist_opt_instances > 1;

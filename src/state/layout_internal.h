@@ -27,7 +27,4 @@ struct mpu_layout {
   mpu_mesh *wo_ep, *w_ep;
 };
 
-/* The flavour's name for kind, NULL where it builds no such kind. */
-const char *mpu__layout_kind_name(mpu_flavor flavor, mpu_group_kind kind);
-
 #endif
