@@ -182,6 +182,22 @@ static double sum_squares(const mpu_param_buffer *b, size_t start, size_t end) {
   return s;
 }
 
+/* Bucket [start, end): the length of each rank's shard of it (ceil: the
+ * last shards may be short or empty), and the elements this rank holds after
+ * the reduction, [*lo, *hi): its shard for ZeRO-1, the whole bucket for the
+ * plain optimizer. */
+static size_t held_range(const mpu_optimizer *opt, size_t start, size_t end, size_t *lo,
+                         size_t *hi) {
+  size_t n = (size_t)opt->dp_size, shard = (end - start + n - 1) / n;
+  *lo = start, *hi = end;
+  if (opt->distributed) {
+    *lo = start + (size_t)opt->dp_rank * shard;
+    if (*lo > end) *lo = end;
+    if (*lo + shard < end) *hi = *lo + shard;
+  }
+  return shard;
+}
+
 /* Run f(opt, element, index into the rank's moments) over every element
  * this rank updates, with its parameter's decay. */
 typedef void (*element_fn)(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg);
@@ -191,13 +207,8 @@ static void for_owned(mpu_optimizer *opt, element_fn f, void *arg) {
   size_t j = 0, start, end;
   for (size_t k = 0; k * opt->bucket < b->numel; k++) {
     bucket_range(b->numel, opt->bucket, k, &start, &end);
-    size_t lo = start, hi = end;
-    if (opt->distributed) {
-      size_t shard = (end - start + (size_t)opt->dp_size - 1) / (size_t)opt->dp_size;
-      lo = start + (size_t)opt->dp_rank * shard;
-      hi = lo + shard < end ? lo + shard : end;
-      if (lo > end) lo = end;
-    }
+    size_t lo, hi;
+    held_range(opt, start, end, &lo, &hi);
     /* walk the parameters overlapping [lo, hi); gaps between them decay as 1 and carry 0 */
     for (int i = 0; i < b->nparams; i++) {
       const mpu_param *p = &b->params[i];
@@ -233,15 +244,11 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
   size_t n = (size_t)opt->dp_size, bucket = sync.bucket_bytes / sizeof(float);
   opt->bucket = (bucket + n - 1) / n * n; /* every bucket's shards equal */
   if (opt->bucket > b->numel) opt->bucket = (b->numel + n - 1) / n * n;
-  size_t start, end;
+  size_t start, end, lo, hi;
   for (size_t k = 0; k * opt->bucket < b->numel; k++) {
     bucket_range(b->numel, opt->bucket, k, &start, &end);
-    if (!opt->distributed) {
-      opt->owned += end - start;
-      continue;
-    }
-    size_t shard = (end - start + n - 1) / n, lo = start + (size_t)opt->dp_rank * shard;
-    if (lo < end) opt->owned += (lo + shard < end ? lo + shard : end) - lo;
+    held_range(opt, start, end, &lo, &hi);
+    opt->owned += hi - lo;
   }
   size_t cells = opt->owned ? opt->owned : 1;
   opt->m = calloc(cells, sizeof(float));
@@ -282,17 +289,17 @@ static void update(mpu_optimizer *opt, size_t e, size_t j, float decay, void *ar
  * the reduced gradient lands in place in the buffer. */
 static mpu_result_t reduce_scatter_grads(mpu_optimizer *opt) {
   mpu_param_buffer *b = opt->b;
-  size_t n = (size_t)opt->dp_size, start, end;
+  size_t n = (size_t)opt->dp_size, start, end, lo, hi;
   float scale = opt->o.sync.sum ? 1.0f : 1.0f / (float)n;
   for (size_t k = 0; k * opt->bucket < b->numel; k++) {
     bucket_range(b->numel, opt->bucket, k, &start, &end);
-    size_t len = end - start, shard = (len + n - 1) / n, r = (size_t)opt->dp_rank;
+    size_t len = end - start, shard = held_range(opt, start, end, &lo, &hi);
+    size_t mine = (size_t)opt->dp_rank * shard; /* this rank's block of the padded bucket */
     for (size_t i = 0; i < len; i++) opt->scratch[i] = b->grad[start + i] * scale;
     memset(opt->scratch + len, 0, (shard * n - len) * sizeof(float));
-    MPU_CHECK(mpu_comm_reduce_scatter(opt->dp, opt->scratch, opt->scratch + r * shard, shard,
+    MPU_CHECK(mpu_comm_reduce_scatter(opt->dp, opt->scratch, opt->scratch + mine, shard,
                                       MPU_FLOAT32, MPU_SUM));
-    size_t lo = r * shard, hi = lo + shard < len ? lo + shard : len;
-    if (lo < hi) memcpy(b->grad + start + lo, opt->scratch + lo, (hi - lo) * sizeof(float));
+    if (lo < hi) memcpy(b->grad + lo, opt->scratch + (lo - start), (hi - lo) * sizeof(float));
   }
   return MPU_SUCCESS;
 }
@@ -300,14 +307,14 @@ static mpu_result_t reduce_scatter_grads(mpu_optimizer *opt) {
 /* ZeRO-1's parameter half: all-gather each bucket's updated shards. */
 static mpu_result_t gather_params(mpu_optimizer *opt) {
   mpu_param_buffer *b = opt->b;
-  size_t n = (size_t)opt->dp_size, start, end;
+  size_t start, end, lo, hi;
   for (size_t k = 0; k * opt->bucket < b->numel; k++) {
     bucket_range(b->numel, opt->bucket, k, &start, &end);
-    size_t len = end - start, shard = (len + n - 1) / n, r = (size_t)opt->dp_rank;
-    size_t lo = r * shard, hi = lo + shard < len ? lo + shard : len;
-    memset(opt->scratch + lo, 0, shard * sizeof(float));
-    if (lo < hi) memcpy(opt->scratch + lo, b->data + start + lo, (hi - lo) * sizeof(float));
-    MPU_CHECK(mpu_comm_all_gather(opt->dp, opt->scratch + lo, opt->scratch, shard, MPU_FLOAT32));
+    size_t len = end - start, shard = held_range(opt, start, end, &lo, &hi);
+    float *mine = opt->scratch + (size_t)opt->dp_rank * shard; /* this rank's block */
+    memset(mine, 0, shard * sizeof(float));
+    if (lo < hi) memcpy(mine, b->data + lo, (hi - lo) * sizeof(float));
+    MPU_CHECK(mpu_comm_all_gather(opt->dp, mine, opt->scratch, shard, MPU_FLOAT32));
     memcpy(b->data + start, opt->scratch, len * sizeof(float));
   }
   return MPU_SUCCESS;
@@ -316,17 +323,11 @@ static mpu_result_t gather_params(mpu_optimizer *opt) {
 /* Sum of squares of the gradients this optimizer's rank holds (after the reduction). */
 static double held_squares(const mpu_optimizer *opt) {
   double sq = 0;
-  size_t start, end;
+  size_t start, end, lo, hi;
   for (size_t k = 0; k * opt->bucket < opt->b->numel; k++) {
     bucket_range(opt->b->numel, opt->bucket, k, &start, &end);
-    if (opt->distributed) {
-      size_t n = (size_t)opt->dp_size, shard = (end - start + n - 1) / n;
-      size_t lo = start + (size_t)opt->dp_rank * shard;
-      size_t hi = lo + shard < end ? lo + shard : end;
-      if (lo < hi) sq += sum_squares(opt->b, lo, hi);
-    } else {
-      sq += sum_squares(opt->b, start, end);
-    }
+    held_range(opt, start, end, &lo, &hi);
+    sq += sum_squares(opt->b, lo, hi);
   }
   return sq;
 }
