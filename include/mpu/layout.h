@@ -143,6 +143,14 @@ MPU_API void mpu_layout_free(mpu_layout *layout);
 MPU_API const mpu_layout_config *mpu_layout_config_of(const mpu_layout *layout);
 MPU_API int mpu_layout_dp(const mpu_layout *layout); /* data_parallel_size */
 
+/* The grid the groups cover: world ranks *first .. *first + *size - 1
+ * (core-0.19's rank_offset and local_world_size; the whole world otherwise). */
+MPU_API void mpu_layout_grid(const mpu_layout *layout, int *first, int *size);
+
+/* The expert grid's tensor and data parallel sizes: core-0.19's expert
+ * generator (etp, edp); core's tp and dp / ep; 0 and 0 for deepspeed. */
+MPU_API void mpu_layout_experts(const mpu_layout *layout, int *etp, int *edp);
+
 /* Does this flavour (and config: amax needs fp8, inter_partial_edp more than
  * one distributed-optimizer instance, hcp_lK K+1 levels, gloo twins gloo)
  * build groups of kind? */

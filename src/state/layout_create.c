@@ -116,6 +116,19 @@ mpu_group_kind mpu_layout_alias_of(const mpu_layout *l, mpu_group_kind kind) {
 const mpu_layout_config *mpu_layout_config_of(const mpu_layout *l) { return l ? &l->cfg : NULL; }
 int mpu_layout_dp(const mpu_layout *l) { return l ? l->dp : 0; }
 
+void mpu_layout_grid(const mpu_layout *l, int *first, int *size) {
+  if (first) *first = l ? l->offset : 0;
+  if (size) *size = l ? l->grid : 0;
+}
+
+void mpu_layout_experts(const mpu_layout *l, int *etp, int *edp) {
+  int t = 0, d = 0;
+  if (l && l->cfg.flavor == MPU_FLAVOR_CORE_019) t = l->etp, d = l->edp;
+  else if (l && l->cfg.flavor == MPU_FLAVOR_CORE) t = l->cfg.tp, d = l->dp / l->cfg.ep;
+  if (etp) *etp = t;
+  if (edp) *edp = d;
+}
+
 void mpu_layout_free(mpu_layout *l) {
   if (!l) return;
   mpu_mesh_free(l->wo_ep);
@@ -349,7 +362,7 @@ static mpu_result_t check_core_019(mpu_layout *l) {
   inject_gtp(order, "ep", expert_order, sizeof expert_order);
   int dense[NTOKENS] = {c->tp, c->pp, l->dp, 1, c->cp};
   MPU_CHECK(generator_019(order, dense_order, dense, l->tok_wo, &l->ntok_wo, &l->wo_ep));
-  int etp = c->etp ? c->etp : c->tp;
+  int etp = l->etp = c->etp ? c->etp : c->tp;
   int64_t etpp = prod(prod(etp, c->ep), c->pp);
   if (L % etpp != 0)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,

@@ -16,7 +16,7 @@ struct mpu_layout {
   /* core flavours: the grid is ranks offset .. offset + grid - 1 of the
    * world (core: offset 0, grid = world) */
   int grid, offset;
-  int edp;                      /* core-0.19: expert data parallel size */
+  int etp, edp;                 /* core-0.19: expert tensor and data parallel sizes */
   int intra_dp_cp, intra_edp;   /* core-0.19: a distributed-optimizer instance's share */
   /* The rank generators as meshes whose dims are the order's tokens
    * reversed (first token = fastest = last dim). core: wo_ep counts ep

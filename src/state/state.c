@@ -403,12 +403,11 @@ static mpu_result_t resolve(const char *fn, const mpu_state *s, const mpu_state 
  * getters that read a group have nothing to answer (the original asserts). */
 static mpu_result_t in_grid(const char *fn, const mpu_state *st) {
   if (st->base.in_grid) return MPU_SUCCESS;
-  const mpu_layout_config *c = mpu_layout_config_of(st->layout);
-  int offset = c->rank_offset > 0 ? c->rank_offset : 0;
+  int first, size;
+  mpu_layout_grid(st->layout, &first, &size);
   return mpu__error(MPU_ERR_INVALID_USAGE,
                     "%s: rank %d is outside this state's grid (ranks %d..%d) and in no group", fn,
-                    st->base.rank, offset,
-                    offset + (c->local_world_size ? c->local_world_size : c->world_size) - 1);
+                    st->base.rank, first, first + size - 1);
 }
 
 /* STATE, for getters that answer from this rank's groups */

@@ -513,8 +513,13 @@ static void picture(const mpu_layout *l, int *buf) {
  * every size, so that the product is the world */
 static void layout_title(const mpu_layout *l, char *t, size_t len) {
   const mpu_layout_config *c = mpu_layout_config_of(l);
-  int n = snprintf(t, len, "%s layout: world %d = tp %d", mpu_flavor_name(c->flavor),
-                   c->world_size, c->tp);
+  int first, grid, etp, edp;
+  mpu_layout_grid(l, &first, &grid);
+  mpu_layout_experts(l, &etp, &edp);
+  int n = snprintf(t, len, "%s layout: world %d", mpu_flavor_name(c->flavor), c->world_size);
+  if (grid != c->world_size) /* the product below is the grid's */
+    n += snprintf(t + n, len - n, ", a grid of %d ranks from rank %d", grid, first);
+  n += snprintf(t + n, len - n, " = tp %d", c->tp);
   int core = c->flavor != MPU_FLAVOR_DEEPSPEED;
   if (core && c->cp > 1) n += snprintf(t + n, len - n, " x cp %d", c->cp);
   if (c->flavor == MPU_FLAVOR_DEEPSPEED && c->sp > 1)
@@ -523,17 +528,11 @@ static void layout_title(const mpu_layout *l, char *t, size_t len) {
   if (c->flavor == MPU_FLAVOR_CORE && c->ep > 1)
     n += snprintf(t + n, len - n, " (ep %d within dp)", c->ep);
   if (c->flavor == MPU_FLAVOR_CORE_019 && (c->ep > 1 || c->etp))
-    n += snprintf(t + n, len - n, "; experts: etp %d x ep %d x pp %d x edp %d",
-                  c->etp ? c->etp : c->tp, c->ep, c->pp,
-                  (c->local_world_size ? c->local_world_size : c->world_size) /
-                      ((c->etp ? c->etp : c->tp) * c->ep * c->pp));
+    n += snprintf(t + n, len - n, "; experts: etp %d x ep %d x pp %d x edp %d", etp, c->ep, c->pp,
+                  edp);
   if (c->vp) n += snprintf(t + n, len - n, ", %d virtual stages per rank", c->vp);
   if (c->split_rank >= 0) n += snprintf(t + n, len - n, ", split rank %d", c->split_rank);
-  if (core && c->order[0]) n += snprintf(t + n, len - n, ", order %s", c->order);
-  if (c->flavor == MPU_FLAVOR_CORE_019 && (c->rank_offset > 0 || c->local_world_size))
-    snprintf(t + n, len - n, ", grid of %d ranks from rank %d",
-             c->local_world_size ? c->local_world_size : c->world_size,
-             c->rank_offset > 0 ? c->rank_offset : 0);
+  if (core && c->order[0]) snprintf(t + n, len - n, ", order %s", c->order);
 }
 
 /* what each kind of group is, for legends and captions */
@@ -897,8 +896,9 @@ int cmd_plan(int argc, char **argv) {
       if (mpu_layout_has(l, core19_kinds[k])) built[nkinds++] = core19_kinds[k];
     kinds = built;
   }
-  int grid = c->local_world_size ? c->local_world_size : c->world_size;
-  if ((o.format == CLI_SVG || o.format == CLI_HTML) && (grid != c->world_size || c->rank_offset > 0)) {
+  int first, grid;
+  mpu_layout_grid(l, &first, &grid);
+  if ((o.format == CLI_SVG || o.format == CLI_HTML) && (grid != c->world_size || first > 0)) {
     mpu_layout_free(l);
     free(buf);
     cli_usage_error("plan", "--format %s draws a grid that is the whole world (leave out "
@@ -923,8 +923,9 @@ int cmd_plan(int argc, char **argv) {
     if (c->flavor == MPU_FLAVOR_DEEPSPEED) printf(", \"sp\": %d, \"fp8\": %s", c->sp, c->fp8 ? "true" : "false");
     else printf(", \"cp\": %d, \"ep\": %d, \"order\": \"%s\"", c->cp, c->ep, c->order[0] ? c->order : "tp-cp-ep-dp-pp");
     if (c->flavor == MPU_FLAVOR_CORE_019) {
-      int etp = c->etp ? c->etp : c->tp;
-      printf(", \"etp\": %d, \"edp\": %d, \"hcp\": ", etp, grid / (etp * c->ep * c->pp));
+      int etp, edp;
+      mpu_layout_experts(l, &etp, &edp);
+      printf(", \"etp\": %d, \"edp\": %d, \"hcp\": ", etp, edp);
       if (!c->n_hcp) printf("null");
       for (int i = 0; i < c->n_hcp; i++) printf("%s%d%s", i ? ", " : "[", c->hcp[i], i + 1 == c->n_hcp ? "]" : "");
       printf(", \"dist_opt_instances\": %d, \"gloo\": %s, \"rank_offset\": %d, "
