@@ -160,14 +160,14 @@ int cli_loss_check(cli_format format, const char *what, const char *loss_key, co
 static double started = -1, last_shown, share = -1;
 static int shown;
 
-static double now_s(void) {
+double cli_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 void cli_progress(const char *fmt, ...) {
-  double t = now_s();
+  double t = cli_now();
   if (started < 0) started = last_shown = t;
   if (t - started < 2.0 || t - last_shown < 2.0) return;
   last_shown = t;

@@ -61,6 +61,9 @@ int cli_loss_check(cli_format format, const char *what, const char *loss_key, co
  * clock starts at the first call and runs for the whole command; where the
  * amount of work is known, cli_progress_share(fraction done) adds the time
  * left. cli_progress_done clears the line (the clock keeps running). */
+/* Seconds on the monotonic clock (the progress line's clock too). */
+double cli_now(void);
+
 void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_progress_share(double done);
 void cli_progress_done(void);

@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend.h"
 #include "cli.h"
@@ -157,10 +156,9 @@ static mpu_result_t run_chunk(void *user) {
 
 static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input, float *output) {
   rank_model *m = user;
-  if (chunk == 0 && m->chunks[0].first) /* the data: this replica's share of the global batch */
-    make_batch(m->o, m->run->text, m->step, m->dp_rank * m->micro + mb,
-               m->ids + (size_t)mb * m->o->seq, m->targets + (size_t)mb * m->o->seq);
-  if (m->chunks[chunk].last) /* the last stage needs the targets too */
+  /* the data (this replica's share of the global batch): the first stage reads the
+   * tokens, the last the targets */
+  if (m->chunks[chunk].first || m->chunks[chunk].last)
     make_batch(m->o, m->run->text, m->step, m->dp_rank * m->micro + mb,
                m->ids + (size_t)mb * m->o->seq, m->targets + (size_t)mb * m->o->seq);
   if (input) memcpy(m->inputs + ((size_t)chunk * m->micro + mb) * act_size(m), input,
@@ -215,12 +213,6 @@ static void compare(const rank_model *m, double *diff, double *scale) {
     if ((r = (call)) != MPU_SUCCESS) goto out; \
   } while (0)
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   gpt_run *run = arg;
   const gpt_opts *o = run->o;
@@ -272,7 +264,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   int last_stage = m.chunks[m.vp - 1].last;
   TRY(mpu_comm_barrier(world));
   mpu_comm_clock_reset();
-  double t0 = now_s();
+  double t0 = cli_now();
   for (m.step = 0; m.step < o->steps; m.step++) {
     m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
@@ -294,7 +286,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     }
   }
   TRY(mpu_comm_barrier(world));
-  if (rank == 0) run->seconds = now_s() - t0;
+  if (rank == 0) run->seconds = cli_now() - t0;
   if (run->comm) mpu_comm_clock(&run->comm[rank], NULL);
   if (o->backend == TOOL_MPI && run->dp > 1) /* the losses live in one process: give them to all */
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
@@ -346,9 +338,9 @@ static double gemm_gflops(int n) {
   if (a && b && c) {
     for (int i = 0; i < n * n; i++) a[i] = 0.001f * (float)(i % 97), b[i] = 0.002f * (float)(i % 89);
     for (int rep = 0; rep < 5; rep++) {
-      double t0 = now_s();
+      double t0 = cli_now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-      double t = now_s() - t0;
+      double t = cli_now() - t0;
       best = fmax(best, 2.0 * n * n * (double)n / t * 1e-9);
     }
   }
