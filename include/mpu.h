@@ -11,6 +11,8 @@
  *   mpu/layers.h   tensor-parallel layers: linear, embedding, cross entropy, broadcast_data
  *   mpu/schedule.h Megatron's pipeline schedules: each rank's order of work, its timeline
  *   mpu/train.h    parameter buffers, bucketed gradient reduction, AdamW, ZeRO-1, clipping
+ *   mpu/fsdp.h     sharded parameter buffers: ZeRO-2, ZeRO-3 (FSDP), hybrid sharding (HSDP)
+ *   mpu/dtensor.h  placements on a mesh (Shard, Replicate, Partial) and redistribute
  *   mpu/bench.h    timing collectives as nccl-tests does
  */
 #ifndef MPU_H
@@ -26,6 +28,8 @@
 #include "mpu/layers.h"
 #include "mpu/schedule.h"
 #include "mpu/train.h"
+#include "mpu/fsdp.h"
+#include "mpu/dtensor.h"
 #include "mpu/bench.h"
 
 #endif

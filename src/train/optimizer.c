@@ -14,7 +14,9 @@
 
 #include "core/error.h"
 #include "core/options.h"
+#include "core/chunk.h"
 #include "mpu/train.h"
+#include "train/adamw.h"
 
 #define ALIGN 16 /* elements: each parameter starts on a 64-byte boundary */
 
@@ -159,15 +161,6 @@ mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
-/* torch's AdamW on one element: decoupled decay, then the bias-corrected step */
-static inline void adamw_element(float *p, float g, float *m, float *v, float decay,
-                                 const mpu_adamw_options *o, float bc1, float bc2) {
-  *p -= o->lr * o->weight_decay * decay * *p;
-  *m = o->beta1 * *m + (1 - o->beta1) * g;
-  *v = o->beta2 * *v + (1 - o->beta2) * g * g;
-  *p -= o->lr * (*m / bc1) / (sqrtf(*v / bc2) + o->eps);
-}
-
 /* Sum of squares of grad[start, end) over the parameters that count in the
  * norm (not tensor-parallel duplicates). */
 static double sum_squares(const mpu_param_buffer *b, size_t start, size_t end) {
@@ -188,13 +181,9 @@ static double sum_squares(const mpu_param_buffer *b, size_t start, size_t end) {
  * plain optimizer. */
 static size_t held_range(const mpu_optimizer *opt, size_t start, size_t end, size_t *lo,
                          size_t *hi) {
-  size_t n = (size_t)opt->dp_size, shard = (end - start + n - 1) / n;
-  *lo = start, *hi = end;
-  if (opt->distributed) {
-    *lo = start + (size_t)opt->dp_rank * shard;
-    if (*lo > end) *lo = end;
-    if (*lo + shard < end) *hi = *lo + shard;
-  }
+  size_t shard = mpu__chunk(end - start, (size_t)opt->dp_size, (size_t)opt->dp_rank, lo, hi);
+  if (opt->distributed) *lo += start, *hi += start;
+  else *lo = start, *hi = end;
   return shard;
 }
 
@@ -220,6 +209,15 @@ static void for_owned(mpu_optimizer *opt, element_fn f, void *arg) {
   }
 }
 
+mpu_result_t mpu__adamw_check(const char *fn, const mpu_adamw_options *o) {
+  if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
+      !(o->eps > 0) || !(o->weight_decay >= 0) || !(o->clip_grad >= 0))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: lr %g, betas (%g, %g), eps %g, weight decay %g, clip %g out of range",
+                      fn, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad);
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_comm *dp,
                                 int distributed, const mpu_adamw_options *options) {
   static const char fn[] = "mpu_optimizer_init";
@@ -233,12 +231,7 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
   mpu_grad_sync_options sync;
   MPU_CHECK(take_sync(fn, &opt->o.sync, &sync));
   opt->o.sync = sync;
-  const mpu_adamw_options *o = &opt->o;
-  if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
-      !(o->eps > 0) || !(o->weight_decay >= 0) || !(o->clip_grad >= 0))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: lr %g, betas (%g, %g), eps %g, weight decay %g, clip %g out of range",
-                      fn, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad);
+  MPU_CHECK(mpu__adamw_check(fn, &opt->o));
   MPU_CHECK(ready(fn, b, dp, &opt->dp_size, &opt->dp_rank));
   opt->b = b, opt->dp = dp, opt->distributed = distributed != 0;
   size_t n = (size_t)opt->dp_size, bucket = sync.bucket_bytes / sizeof(float);
@@ -281,7 +274,7 @@ typedef struct step_args {
 static void update(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg) {
   const step_args *a = arg;
   float g = opt->b->grad[e] * a->clip;
-  adamw_element(&opt->main[j], g, &opt->m[j], &opt->v[j], decay, &opt->o, a->bc1, a->bc2);
+  mpu__adamw_element(&opt->main[j], g, &opt->m[j], &opt->v[j], decay, &opt->o, a->bc1, a->bc2);
   opt->b->data[e] = opt->main[j];
 }
 
@@ -355,11 +348,7 @@ mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm 
                       norm);
   for (int i = 0; i < n; i++) {
     mpu_optimizer *opt = opts[i];
-    step_args a = {1.0f, 0, 0};
-    if (opt->o.clip_grad > 0) { /* clip_grad_by_total_norm_fp32 */
-      float coeff = opt->o.clip_grad / (norm + 1.0e-6f);
-      if (coeff < 1.0f) a.clip = coeff;
-    }
+    step_args a = {mpu__clip_coeff(opt->o.clip_grad, norm), 0, 0};
     opt->step++;
     a.bc1 = 1.0f - powf(opt->o.beta1, (float)opt->step);
     a.bc2 = 1.0f - powf(opt->o.beta2, (float)opt->step);

@@ -1,0 +1,116 @@
+/*
+ * mpu/dtensor.h - placements of a tensor on a device mesh and redistribute,
+ * what PyTorch's DTensor puts on top of DeviceMesh.
+ *
+ * A tensor spec gives the global shape of a float32 row-major tensor and,
+ * for every mesh dim, a placement:
+ *   Shard(d)       the tensor is cut along its dim d over the mesh dim, as
+ *                  torch.chunk cuts (pieces of ceil(n / size), the last ones
+ *                  short or empty); several mesh dims sharding the same
+ *                  tensor dim nest in mesh-dim order, as DTensor's do
+ *   Replicate      every rank of the mesh dim holds the same values
+ *   Partial(op)    the global value is the sum (or the mean) over the mesh
+ *                  dim of what the ranks hold
+ * Each rank holds its local piece, contiguous, of the shape
+ * mpu_dtensor_local_shape gives.
+ *
+ * mpu_redistribute changes the placements one mesh dim at a time with that
+ * dim's communicator, one collective or a local step each:
+ *   Shard(d) -> Replicate     all_gather         Partial -> Replicate  all_reduce
+ *   Shard(d) -> Shard(e)      all_to_all         Partial -> Shard(d)   reduce_scatter
+ *   Replicate -> Shard(d)     local slice        Shard(d) -> Partial   local (zeros elsewhere)
+ *   Replicate -> Partial      local (sum: the first rank keeps the value, the others
+ *                             hold zeros; avg: unchanged)
+ *   Partial(sum) <-> Partial(avg)  local scale by the dim's size
+ * A change that would break the nesting of shards of one tensor dim first
+ * gathers the inner mesh dims (as DTensor's redistribute does), so every
+ * pair of placements works; mpu_redistribute_plan says which steps it takes.
+ *
+ * The tensor-parallel regions of mpu/regions.h are special cases, on the
+ * one dim of a (tp) mesh, of activations of shape (tokens, hidden):
+ *   region                 forward                        backward
+ *   copy_to_tp             (identity)                     Partial(sum) -> Replicate
+ *   reduce_from_tp         Partial(sum) -> Replicate      (identity)
+ *   scatter_to_tp          Replicate -> Shard(1)          Shard(1) -> Replicate
+ *   gather_from_tp         Shard(1) -> Replicate          Replicate -> Shard(1)
+ *   scatter_to_sp          Replicate -> Shard(0)          Shard(0) -> Replicate
+ *   gather_from_sp         Shard(0) -> Replicate          Partial(sum) -> Shard(0)
+ *   reduce_scatter_to_sp   Partial(sum) -> Shard(0)       Shard(0) -> Replicate
+ * The regions stay their own calls (they run on any mpu_tensor dtype and
+ * move the tensor with one collective, no spec); these are the same moves.
+ */
+#ifndef MPU_DTENSOR_H
+#define MPU_DTENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpu/comm.h"
+#include "mpu/mesh.h"
+#include "mpu/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mpu_placement_kind {
+  MPU_PLACE_REPLICATE = 0,
+  MPU_PLACE_SHARD,
+  MPU_PLACE_PARTIAL,
+} mpu_placement_kind;
+
+typedef struct mpu_placement {
+  mpu_placement_kind kind;
+  int dim;    /* Shard: the tensor dim */
+  mpu_op op;  /* Partial: MPU_SUM or MPU_AVG */
+} mpu_placement;
+
+#define MPU_REPLICATE ((mpu_placement){MPU_PLACE_REPLICATE, -1, MPU_SUM})
+#define MPU_SHARD(d) ((mpu_placement){MPU_PLACE_SHARD, (d), MPU_SUM})
+#define MPU_PARTIAL(op_) ((mpu_placement){MPU_PLACE_PARTIAL, -1, (op_)})
+
+typedef struct mpu_dtensor_spec {
+  int ndim;                                   /* 1..MPU_TENSOR_MAX_DIMS */
+  int64_t shape[MPU_TENSOR_MAX_DIMS];         /* the global shape */
+  mpu_placement placements[MPU_MESH_MAX_DIMS]; /* one per mesh dim */
+} mpu_dtensor_spec;
+
+/* "Shard(0)", "Replicate", "Partial(sum)", "Partial(avg)". Returns buf. */
+MPU_API char *mpu_placement_describe(mpu_placement p, char *buf, size_t len);
+
+/* This rank's piece of a tensor of that spec on the mesh: its shape and its
+ * offset in the global tensor (compute_local_shape_and_global_offset). */
+MPU_API mpu_result_t mpu_dtensor_local_shape(const mpu_mesh *mesh, int rank,
+                                             const mpu_dtensor_spec *spec, int64_t *shape,
+                                             int64_t *offset);
+/* Its element count. */
+MPU_API mpu_result_t mpu_dtensor_local_numel(const mpu_mesh *mesh, int rank,
+                                             const mpu_dtensor_spec *spec, size_t *numel);
+
+/*
+ * Move this rank's piece `in` of a tensor placed as src to its piece `out`
+ * placed as dst (same global shape; out holds mpu_dtensor_local_numel of
+ * dst; in and out may not overlap). Collective over the mesh: every rank of
+ * dm calls it with the same specs.
+ */
+MPU_API mpu_result_t mpu_redistribute(mpu_device_mesh *dm, const mpu_dtensor_spec *src,
+                                      const float *in, const mpu_dtensor_spec *dst, float *out);
+
+/*
+ * The steps mpu_redistribute takes, one line each, e.g.
+ *   "Shard(0) -> Replicate on dim 'dp': all_gather of 4 MiB"
+ * (bytes: what this rank's collective call moves: the gathered output, the
+ * reduce-scatter input, the all-reduce or all-to-all buffer), written into
+ * buf (always terminated; truncated to len). *ncollectives (may be NULL)
+ * gets the number of collectives. No communication.
+ */
+MPU_API mpu_result_t mpu_redistribute_plan(const mpu_device_mesh *dm,
+                                           const mpu_dtensor_spec *src,
+                                           const mpu_dtensor_spec *dst, char *buf, size_t len,
+                                           int *ncollectives);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

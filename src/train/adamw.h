@@ -1,0 +1,32 @@
+/*
+ * adamw.h - the one AdamW element update and the one clipping coefficient
+ * that the plain, the distributed (ZeRO-1) and the sharded (ZeRO-2/3, HSDP)
+ * optimizers all apply, so that every strategy gives the same parameters.
+ */
+#ifndef MPU_TRAIN_ADAMW_H
+#define MPU_TRAIN_ADAMW_H
+
+#include <math.h>
+
+#include "mpu/train.h"
+
+/* lr, betas, eps, weight decay and clip in range (the message names fn) */
+mpu_result_t mpu__adamw_check(const char *fn, const mpu_adamw_options *o);
+
+/* torch's AdamW on one element: decoupled decay, then the bias-corrected step */
+static inline void mpu__adamw_element(float *p, float g, float *m, float *v, float decay,
+                                      const mpu_adamw_options *o, float bc1, float bc2) {
+  *p -= o->lr * o->weight_decay * decay * *p;
+  *m = o->beta1 * *m + (1 - o->beta1) * g;
+  *v = o->beta2 * *v + (1 - o->beta2) * g * g;
+  *p -= o->lr * (*m / bc1) / (sqrtf(*v / bc2) + o->eps);
+}
+
+/* clip_grad_by_total_norm_fp32: the factor every gradient is multiplied by */
+static inline float mpu__clip_coeff(float clip_grad, float norm) {
+  if (clip_grad <= 0) return 1.0f;
+  float coeff = clip_grad / (norm + 1.0e-6f);
+  return coeff < 1.0f ? coeff : 1.0f;
+}
+
+#endif

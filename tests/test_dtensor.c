@@ -1,0 +1,222 @@
+/*
+ * test_dtensor.c - placements and redistribute.
+ *
+ * On 4 thread ranks, meshes (4) and (2, 2), shapes that divide (4, 4) and
+ * that do not (5, 3): every pair of placements (Replicate, Shard(0),
+ * Shard(1), Partial(sum), Partial(avg) per mesh dim) redistributes to the
+ * piece that slicing the global tensor gives (the destination's partial
+ * dims reduced here with plain all_reduce calls, since a partial piece is
+ * not unique). The slicing is written here from torch.chunk's rule. The
+ * plan names the collectives: one per 1-d change that needs one.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+enum { NRANKS = 4, NPLACE = 5 };
+
+static mpu_placement place(int k) {
+  switch (k) {
+  case 0: return MPU_REPLICATE;
+  case 1: return MPU_SHARD(0);
+  case 2: return MPU_SHARD(1);
+  case 3: return MPU_PARTIAL(MPU_SUM);
+  default: return MPU_PARTIAL(MPU_AVG);
+  }
+}
+
+/* torch.chunk along each sharded dim, mesh dims in order */
+static void slice_of(const int64_t *gshape, int ndim, const mpu_placement *pl, int mdim,
+                     const int64_t *msize, const int64_t *coord, int64_t *off, int64_t *len) {
+  for (int d = 0; d < ndim; d++) {
+    off[d] = 0, len[d] = gshape[d];
+    for (int i = 0; i < mdim; i++)
+      if (pl[i].kind == MPU_PLACE_SHARD && pl[i].dim == d) {
+        int64_t c = (len[d] + msize[i] - 1) / msize[i];
+        int64_t lo = coord[i] * c < len[d] ? coord[i] * c : len[d];
+        int64_t hi = lo + c < len[d] ? lo + c : len[d];
+        off[d] += lo, len[d] = hi - lo;
+      }
+  }
+}
+
+static float global_value(int64_t r, int64_t c) { return (float)(r * 10 + c + 1); }
+static float noise(int64_t r, int64_t c, int i) { return (float)((r * 3 + c * 7 + i * 5) % 11 - 5); }
+
+typedef struct ctx {
+  int failures[NRANKS], pairs;
+} ctx;
+
+static mpu_result_t run_mesh(mpu_comm *world, int mdim, const int64_t *mshape, const int64_t *gshape,
+                             int *failures, int *pairs) {
+  const char *names[] = {"dp", "tp"};
+  mpu_device_mesh *dm;
+  mpu_result_t r = mpu_device_mesh_init(world, mdim, mshape, names, MPU_MESH_EAGER, &dm);
+  if (r) return r;
+  int rank = mpu_device_mesh_rank(dm);
+  int64_t coord[2];
+  mpu_mesh_coords(mpu_device_mesh_mesh(dm), rank, coord);
+  mpu_comm *comms[2];
+  for (int i = 0; i < mdim; i++) mpu_device_mesh_comm(dm, i, &comms[i]);
+  int ncombo = mdim == 1 ? NPLACE : NPLACE * NPLACE;
+  size_t cap = (size_t)(gshape[0] * gshape[1]);
+  float *in = malloc(cap * sizeof(float)), *out = malloc(cap * sizeof(float));
+  for (int a = 0; a < ncombo && !r; a++)
+    for (int b = 0; b < ncombo && !r; b++) {
+      mpu_dtensor_spec src = {2, {gshape[0], gshape[1]}, {place(a % NPLACE), place(a / NPLACE)}};
+      mpu_dtensor_spec dst = {2, {gshape[0], gshape[1]}, {place(b % NPLACE), place(b / NPLACE)}};
+      int64_t off[2], len[2];
+      /* the source piece: the slice, spread over the partial dims so that
+       * their reduction gives it back exactly */
+      slice_of(gshape, 2, src.placements, mdim, mshape, coord, off, len);
+      for (int64_t y = 0; y < len[0]; y++)
+        for (int64_t x = 0; x < len[1]; x++) {
+          float v = global_value(off[0] + y, off[1] + x);
+          for (int i = 0; i < mdim; i++) {
+            mpu_placement p = src.placements[i];
+            if (p.kind != MPU_PLACE_PARTIAL) continue;
+            float n = (float)mshape[i], keep = p.op == MPU_SUM ? (coord[i] == 0 ? 1.0f : 0.0f) : 1.0f;
+            v = v * keep + (coord[i] == 0 ? -(n - 1) : 1.0f) * noise(off[0] + y, off[1] + x, i);
+          }
+          in[y * len[1] + x] = v;
+        }
+      size_t want;
+      int64_t lshape[2], loff[2];
+      r = mpu_dtensor_local_shape(mpu_device_mesh_mesh(dm), rank, &src, lshape, loff);
+      if (!r && (lshape[0] != len[0] || lshape[1] != len[1] || loff[0] != off[0] || loff[1] != off[1]))
+        (*failures)++;
+      if (!r) r = mpu_dtensor_local_numel(mpu_device_mesh_mesh(dm), rank, &dst, &want);
+      if (!r) r = mpu_redistribute(dm, &src, in, &dst, out);
+      /* reduce the destination's partial dims, then compare with the slice */
+      for (int i = mdim - 1; i >= 0 && !r; i--)
+        if (dst.placements[i].kind == MPU_PLACE_PARTIAL)
+          r = mpu_comm_all_reduce(comms[i], out, out, want, MPU_FLOAT32, dst.placements[i].op);
+      if (r) break;
+      slice_of(gshape, 2, dst.placements, mdim, mshape, coord, off, len);
+      if ((size_t)(len[0] * len[1]) != want) (*failures)++;
+      int bad = 0;
+      for (int64_t y = 0; y < len[0]; y++)
+        for (int64_t x = 0; x < len[1]; x++)
+          if (fabsf(out[y * len[1] + x] - global_value(off[0] + y, off[1] + x)) > 1e-4f) bad = 1;
+      if (bad) {
+        char s0[32], s1[32], d0[32], d1[32];
+        fprintf(stderr, "rank %d mesh %dd shape (%lld,%lld): [%s,%s] -> [%s,%s] wrong\n", rank, mdim,
+                (long long)gshape[0], (long long)gshape[1],
+                mpu_placement_describe(src.placements[0], s0, 32),
+                mpu_placement_describe(src.placements[1], s1, 32),
+                mpu_placement_describe(dst.placements[0], d0, 32),
+                mpu_placement_describe(dst.placements[1], d1, 32));
+        (*failures)++;
+      }
+      (*pairs)++;
+    }
+  free(in);
+  free(out);
+  mpu_device_mesh_free(dm);
+  return r;
+}
+
+static mpu_result_t pairs_rank(mpu_comm *world, void *arg) {
+  ctx *c = arg;
+  static const int64_t one[1] = {4}, two[2] = {2, 2}, even[2] = {4, 4}, uneven[2] = {5, 3};
+  int failures = 0, pairs = 0, rank;
+  mpu_comm_rank(world, &rank);
+  mpu_result_t r = MPU_SUCCESS;
+  const int64_t *shapes[2] = {even, uneven};
+  for (int s = 0; s < 2 && !r; s++) {
+    r = run_mesh(world, 1, one, shapes[s], &failures, &pairs);
+    if (!r) r = run_mesh(world, 2, two, shapes[s], &failures, &pairs);
+  }
+  if (rank == 0) c->pairs = pairs;
+  c->failures[rank] = failures; /* any rank's failure fails the test */
+  return r;
+}
+
+static void test_every_pair(void **state) {
+  (void)state;
+  ctx c = {{0}, 0};
+  mpu_result_t r = mpu_launch(NRANKS, pairs_rank, &c, NULL, NULL);
+  if (r) fprintf(stderr, "%s\n", mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  assert_int_equal(c.pairs, 2 * (25 + 625));
+  for (int k = 0; k < NRANKS; k++) assert_int_equal(c.failures[k], 0);
+}
+
+/* The plan on a (4) mesh named "dp": one collective per change that needs one. */
+static void test_plan_names_collectives(void **state) {
+  (void)state;
+  mpu_comm *fake;
+  assert_int_equal(mpu_comm_fake_create(1, 4, &fake), 0);
+  int64_t shape[1] = {4};
+  const char *names[1] = {"dp"};
+  mpu_device_mesh *dm;
+  assert_int_equal(mpu_device_mesh_init(fake, 1, shape, names, MPU_MESH_LAZY, &dm), 0);
+  mpu_dtensor_spec a = {2, {1024, 1024}, {MPU_SHARD(0)}}, b = {2, {1024, 1024}, {MPU_REPLICATE}};
+  char plan[512];
+  int n = -1;
+  assert_int_equal(mpu_redistribute_plan(dm, &a, &b, plan, sizeof plan, &n), 0);
+  assert_string_equal(plan, "Shard(0) -> Replicate on dim 'dp': all_gather of 4 MiB");
+  assert_int_equal(n, 1);
+  static const char *expect[NPLACE][NPLACE] = {
+      /* to:   R               S(0)               S(1)              P(sum)    P(avg) */
+      {NULL, "local slice", "local slice", "local", "local"},                  /* R */
+      {"all_gather", NULL, "all_to_all", "local", "local"},                    /* S(0) */
+      {"all_gather", "all_to_all", NULL, "local", "local"},                    /* S(1) */
+      {"all_reduce", "reduce_scatter", "reduce_scatter", NULL, "local"},       /* P(sum) */
+      {"all_reduce", "reduce_scatter", "reduce_scatter", "local", NULL},       /* P(avg) */
+  };
+  for (int x = 0; x < NPLACE; x++)
+    for (int y = 0; y < NPLACE; y++) {
+      mpu_dtensor_spec s = {2, {6, 5}, {place(x)}}, d = {2, {6, 5}, {place(y)}};
+      assert_int_equal(mpu_redistribute_plan(dm, &s, &d, plan, sizeof plan, &n), 0);
+      if (!expect[x][y]) {
+        assert_string_equal(plan, "nothing to move");
+        assert_int_equal(n, 0);
+        continue;
+      }
+      assert_non_null(strstr(plan, expect[x][y]));
+      assert_int_equal(n, strncmp(expect[x][y], "local", 5) ? 1 : 0);
+    }
+  /* nested shards on a (2, 2) mesh: moving the inner shard outward gathers first */
+  int64_t two[2] = {2, 2};
+  const char *names2[2] = {"dp", "tp"};
+  mpu_device_mesh *dm2;
+  assert_int_equal(mpu_device_mesh_init(fake, 2, two, names2, MPU_MESH_LAZY, &dm2), 0);
+  mpu_dtensor_spec s = {2, {8, 8}, {MPU_SHARD(0), MPU_REPLICATE}};
+  mpu_dtensor_spec d = {2, {8, 8}, {MPU_REPLICATE, MPU_SHARD(0)}};
+  assert_int_equal(mpu_redistribute_plan(dm2, &s, &d, plan, sizeof plan, &n), 0);
+  assert_string_equal(plan, "Shard(0) -> Replicate on dim 'dp': all_gather of 256 bytes\n"
+                            "Replicate -> Shard(0) on dim 'tp': local slice");
+  assert_int_equal(n, 1);
+  /* bad input: a clear error, no crash */
+  mpu_dtensor_spec bad = {2, {8, 8}, {MPU_SHARD(2), MPU_REPLICATE}};
+  assert_int_equal(mpu_redistribute_plan(dm2, &bad, &d, plan, sizeof plan, &n),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "Shard(0..1)"));
+  mpu_dtensor_spec other = {2, {8, 9}, {MPU_REPLICATE, MPU_REPLICATE}};
+  assert_int_equal(mpu_redistribute_plan(dm2, &s, &other, plan, sizeof plan, &n),
+                   MPU_ERR_INVALID_ARGUMENT);
+  mpu_dtensor_spec pmax = {2, {8, 8}, {MPU_PARTIAL(MPU_MAX), MPU_REPLICATE}};
+  assert_int_equal(mpu_redistribute_plan(dm2, &pmax, &d, plan, sizeof plan, &n),
+                   MPU_ERR_INVALID_ARGUMENT);
+  mpu_device_mesh_free(dm2);
+  mpu_device_mesh_free(dm);
+  mpu_comm_destroy(fake);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_every_pair),
+      cmocka_unit_test(test_plan_names_collectives),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
