@@ -72,8 +72,8 @@ static mpu_result_t run_mesh(mpu_comm *world, int mdim, const int64_t *mshape, c
   float *in = malloc(cap * sizeof(float)), *out = malloc(cap * sizeof(float));
   for (int a = 0; a < ncombo && !r; a++)
     for (int b = 0; b < ncombo && !r; b++) {
-      mpu_dtensor_spec src = {2, {gshape[0], gshape[1]}, {place(a % NPLACE), place(a / NPLACE)}};
-      mpu_dtensor_spec dst = {2, {gshape[0], gshape[1]}, {place(b % NPLACE), place(b / NPLACE)}};
+      mpu_dtensor_spec src = {2, {gshape[0], gshape[1]}, {place(a % NPLACE), place(a / NPLACE)}, MPU_FLOAT32};
+      mpu_dtensor_spec dst = {2, {gshape[0], gshape[1]}, {place(b % NPLACE), place(b / NPLACE)}, MPU_FLOAT32};
       int64_t off[2], len[2];
       /* the source piece: the slice, spread over the partial dims so that
        * their reduction gives it back exactly */
@@ -160,7 +160,7 @@ static void test_plan_names_collectives(void **state) {
   const char *names[1] = {"dp"};
   mpu_device_mesh *dm;
   assert_int_equal(mpu_device_mesh_init(fake, 1, shape, names, MPU_MESH_LAZY, &dm), 0);
-  mpu_dtensor_spec a = {2, {1024, 1024}, {MPU_SHARD(0)}}, b = {2, {1024, 1024}, {MPU_REPLICATE}};
+  mpu_dtensor_spec a = {2, {1024, 1024}, {MPU_SHARD(0)}, MPU_FLOAT32}, b = {2, {1024, 1024}, {MPU_REPLICATE}, MPU_FLOAT32};
   char plan[512];
   int n = -1;
   assert_int_equal(mpu_redistribute_plan(dm, &a, &b, plan, sizeof plan, &n), 0);
@@ -176,7 +176,7 @@ static void test_plan_names_collectives(void **state) {
   };
   for (int x = 0; x < NPLACE; x++)
     for (int y = 0; y < NPLACE; y++) {
-      mpu_dtensor_spec s = {2, {6, 5}, {place(x)}}, d = {2, {6, 5}, {place(y)}};
+      mpu_dtensor_spec s = {2, {6, 5}, {place(x)}, MPU_FLOAT32}, d = {2, {6, 5}, {place(y)}, MPU_FLOAT32};
       assert_int_equal(mpu_redistribute_plan(dm, &s, &d, plan, sizeof plan, &n), 0);
       if (!expect[x][y]) {
         assert_string_equal(plan, "nothing to move");
@@ -191,21 +191,21 @@ static void test_plan_names_collectives(void **state) {
   const char *names2[2] = {"dp", "tp"};
   mpu_device_mesh *dm2;
   assert_int_equal(mpu_device_mesh_init(fake, 2, two, names2, MPU_MESH_LAZY, &dm2), 0);
-  mpu_dtensor_spec s = {2, {8, 8}, {MPU_SHARD(0), MPU_REPLICATE}};
-  mpu_dtensor_spec d = {2, {8, 8}, {MPU_REPLICATE, MPU_SHARD(0)}};
+  mpu_dtensor_spec s = {2, {8, 8}, {MPU_SHARD(0), MPU_REPLICATE}, MPU_FLOAT32};
+  mpu_dtensor_spec d = {2, {8, 8}, {MPU_REPLICATE, MPU_SHARD(0)}, MPU_FLOAT32};
   assert_int_equal(mpu_redistribute_plan(dm2, &s, &d, plan, sizeof plan, &n), 0);
   assert_string_equal(plan, "Shard(0) -> Replicate on dim 'dp': all_gather of 256 bytes\n"
                             "Replicate -> Shard(0) on dim 'tp': local slice");
   assert_int_equal(n, 1);
   /* bad input: a clear error, no crash */
-  mpu_dtensor_spec bad = {2, {8, 8}, {MPU_SHARD(2), MPU_REPLICATE}};
+  mpu_dtensor_spec bad = {2, {8, 8}, {MPU_SHARD(2), MPU_REPLICATE}, MPU_FLOAT32};
   assert_int_equal(mpu_redistribute_plan(dm2, &bad, &d, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(mpu_last_error(), "Shard(0..1)"));
-  mpu_dtensor_spec other = {2, {8, 9}, {MPU_REPLICATE, MPU_REPLICATE}};
+  mpu_dtensor_spec other = {2, {8, 9}, {MPU_REPLICATE, MPU_REPLICATE}, MPU_FLOAT32};
   assert_int_equal(mpu_redistribute_plan(dm2, &s, &other, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
-  mpu_dtensor_spec pmax = {2, {8, 8}, {MPU_PARTIAL(MPU_MAX), MPU_REPLICATE}};
+  mpu_dtensor_spec pmax = {2, {8, 8}, {MPU_PARTIAL(MPU_MAX), MPU_REPLICATE}, MPU_FLOAT32};
   assert_int_equal(mpu_redistribute_plan(dm2, &pmax, &d, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
   mpu_device_mesh_free(dm2);

@@ -2,7 +2,7 @@
  * mpu/dtensor.h - placements of a tensor on a device mesh and redistribute,
  * what PyTorch's DTensor puts on top of DeviceMesh.
  *
- * A tensor spec gives the global shape of a float32 row-major tensor and,
+ * A tensor spec gives the global shape and dtype of a row-major tensor and,
  * for every mesh dim, a placement:
  *   Shard(d)       the tensor is cut along its dim d over the mesh dim, as
  *                  torch.chunk cuts (pieces of ceil(n / size), the last ones
@@ -73,6 +73,8 @@ typedef struct mpu_dtensor_spec {
   int ndim;                                   /* 1..MPU_TENSOR_MAX_DIMS */
   int64_t shape[MPU_TENSOR_MAX_DIMS];         /* the global shape */
   mpu_placement placements[MPU_MESH_MAX_DIMS]; /* one per mesh dim */
+  mpu_dtype dtype;                            /* MPU_FLOAT32 (0) unless set; a Partial
+                                                 changed locally needs float32/64 or int32/64 */
 } mpu_dtensor_spec;
 
 /* "Shard(0)", "Replicate", "Partial(sum)", "Partial(avg)". Returns buf. */
@@ -90,11 +92,11 @@ MPU_API mpu_result_t mpu_dtensor_local_numel(const mpu_mesh *mesh, int rank,
 /*
  * Move this rank's piece `in` of a tensor placed as src to its piece `out`
  * placed as dst (same global shape; out holds mpu_dtensor_local_numel of
- * dst; in and out may not overlap). Collective over the mesh: every rank of
+ * dst elements of the dtype; in and out may not overlap). Collective over the mesh: every rank of
  * dm calls it with the same specs.
  */
 MPU_API mpu_result_t mpu_redistribute(mpu_device_mesh *dm, const mpu_dtensor_spec *src,
-                                      const float *in, const mpu_dtensor_spec *dst, float *out);
+                                      const void *in, const mpu_dtensor_spec *dst, void *out);
 
 /*
  * The steps mpu_redistribute takes, one line each, e.g.

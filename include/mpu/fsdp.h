@@ -142,6 +142,10 @@ MPU_API float *mpu_fsdp_grad(mpu_fsdp *f, int param);
 MPU_API float *mpu_fsdp_shard_params(const mpu_fsdp *f, size_t *numel);
 MPU_API float *mpu_fsdp_shard_grads(const mpu_fsdp *f, size_t *numel);
 MPU_API void mpu_fsdp_zero_grad(mpu_fsdp *f);
+/* Finish the gradient reductions in flight, so the pieces are complete (for
+ * an optimizer of the caller's own on mpu_fsdp_shard_params/_grads; the next
+ * unshard then gathers its updated pieces). mpu_fsdp_step does this itself. */
+MPU_API mpu_result_t mpu_fsdp_sync_grads(mpu_fsdp *f);
 
 /*
  * One optimizer step: finish the pending gradient reductions, the gradient

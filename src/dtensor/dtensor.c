@@ -28,7 +28,9 @@ typedef struct walk {
   const int64_t *gshape;
   mpu_placement cur[MPU_MESH_MAX_DIMS];
   int64_t lshape[MAXD];  /* the local piece's shape under cur */
-  float *data;           /* the local piece (NULL when dry) */
+  unsigned char *data;   /* the local piece (NULL when dry) */
+  mpu_dtype dtype;
+  size_t es;             /* bytes per element */
   char *plan;            /* the plan's text, or NULL */
   size_t plan_len, used;
   int ncoll;
@@ -77,6 +79,8 @@ static mpu_result_t check_spec(const char *fn, const char *what, const mpu_dtens
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s has more than 2^40 elements", fn, what);
     n *= (size_t)s->shape[d];
   }
+  if ((unsigned)s->dtype >= MPU_DTYPE_COUNT)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s dtype %d", fn, what, (int)s->dtype);
   for (int i = 0; i < mdim; i++) {
     mpu_placement p = s->placements[i];
     int ok = p.kind == MPU_PLACE_REPLICATE ||
@@ -112,7 +116,8 @@ static mpu_result_t walk_init(const char *fn, walk *w, const mpu_mesh *mesh, int
   MPU_CHECK(check_spec(fn, "the", spec, w->mdim));
   MPU_CHECK(mpu_mesh_coords(mesh, rank, w->coord));
   for (int i = 0; i < w->mdim; i++) MPU_CHECK(mpu_mesh_dim_size(mesh, i, &w->msize[i]));
-  w->ndim = spec->ndim, w->gshape = spec->shape;
+  w->ndim = spec->ndim, w->gshape = spec->shape, w->dtype = spec->dtype;
+  w->es = mpu_dtype_size(spec->dtype);
   memcpy(w->cur, spec->placements, sizeof w->cur);
   for (int d = 0; d < w->ndim; d++) {
     int64_t off;
@@ -145,8 +150,9 @@ mpu_result_t mpu_dtensor_local_numel(const mpu_mesh *mesh, int rank, const mpu_d
 /* ---- moving boxes ------------------------------------------------------------------------------ */
 
 /* Copy the box of shape box[] at soff in src (shape sshape) to doff in dst (shape dshape). */
-static void copy_box(float *dst, const int64_t *dshape, const int64_t *doff, const float *src,
-                     const int64_t *sshape, const int64_t *soff, const int64_t *box, int ndim) {
+static void copy_box(size_t es, unsigned char *dst, const int64_t *dshape, const int64_t *doff,
+                     const unsigned char *src, const int64_t *sshape, const int64_t *soff,
+                     const int64_t *box, int ndim) {
   for (int d = 0; d < ndim; d++)
     if (box[d] <= 0) return;
   int64_t idx[MAXD] = {0};
@@ -156,7 +162,7 @@ static void copy_box(float *dst, const int64_t *dshape, const int64_t *doff, con
       si = si * (size_t)sshape[d] + (size_t)(soff[d] + (d < ndim - 1 ? idx[d] : 0));
       di = di * (size_t)dshape[d] + (size_t)(doff[d] + (d < ndim - 1 ? idx[d] : 0));
     }
-    memcpy(dst + di, src + si, (size_t)box[ndim - 1] * sizeof(float));
+    memcpy(dst + di * es, src + si * es, (size_t)box[ndim - 1] * es);
     int d = ndim - 2;
     while (d >= 0 && ++idx[d] == box[d]) idx[d--] = 0;
     if (d < 0) return;
@@ -185,13 +191,32 @@ static void say(walk *w, int i, mpu_placement from, mpu_placement to, const char
 
 /* ---- one change on one mesh dim ----------------------------------------------------------------- */
 
-static mpu_result_t alloc_zero(float **p, size_t n) {
-  *p = calloc(n ? n : 1, sizeof(float));
-  return *p ? MPU_SUCCESS : mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_redistribute: %zu floats", n);
+static mpu_result_t alloc_zero(unsigned char **p, size_t n, size_t es) {
+  *p = calloc(n ? n : 1, es);
+  return *p ? MPU_SUCCESS
+            : mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_redistribute: %zu elements of %zu bytes", n, es);
 }
 
-static void scale(float *p, size_t n, float s) {
-  for (size_t k = 0; k < n; k++) p[k] *= s;
+/* p[0..n) *= num / den, in the tensor's dtype (Partial(sum) <-> Partial(avg)) */
+static mpu_result_t scale(mpu_dtype dt, unsigned char *p, size_t n, int64_t num, int64_t den) {
+  switch (dt) {
+  case MPU_FLOAT32:
+    for (size_t k = 0; k < n; k++) ((float *)p)[k] = ((float *)p)[k] * (float)num / (float)den;
+    return MPU_SUCCESS;
+  case MPU_FLOAT64:
+    for (size_t k = 0; k < n; k++) ((double *)p)[k] = ((double *)p)[k] * (double)num / (double)den;
+    return MPU_SUCCESS;
+  case MPU_INT32:
+    for (size_t k = 0; k < n; k++) ((int32_t *)p)[k] = (int32_t)(((int32_t *)p)[k] * num / den);
+    return MPU_SUCCESS;
+  case MPU_INT64:
+    for (size_t k = 0; k < n; k++) ((int64_t *)p)[k] = ((int64_t *)p)[k] * num / den;
+    return MPU_SUCCESS;
+  default:
+    return mpu__error(MPU_ERR_UNSUPPORTED,
+                      "mpu_redistribute: scaling a Partial of %s (float32, float64, int32, int64 "
+                      "only)", mpu_dtype_name(dt));
+  }
 }
 
 /* Change mesh dim i's placement to `to`: one collective or a local step. */
@@ -204,7 +229,7 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
   memcpy(B, L, sizeof B);
   mpu_comm *comm = NULL;
   if (!dry) MPU_CHECK(mpu_device_mesh_comm(w->dm, i, &comm));
-  float *next = NULL, *blocks = NULL;
+  unsigned char *next = NULL, *blocks = NULL;
   mpu_result_t r = MPU_SUCCESS;
   size_t lo, hi, elo, ehi;
   int64_t full, o;
@@ -214,19 +239,19 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     span(w, w->cur, d, i, &o, &full);
     B[d] = (int64_t)mpu__chunk((size_t)full, n, 0, NULL, NULL);
     size_t nb = numel(B, nd);
-    say(w, i, from, to, "all_gather", n * nb * sizeof(float));
+    say(w, i, from, to, "all_gather", n * nb * w->es);
     L[d] = full;
     if (!dry) {
-      MPU_CHECK_GOTO(alloc_zero(&blocks, n * nb), r, out);
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd)), r, out);
-      copy_box(blocks + c * nb, B, zero, w->data, w->lshape, zero, w->lshape, nd);
-      MPU_CHECK_GOTO(mpu_comm_all_gather(comm, blocks + c * nb, blocks, nb, MPU_FLOAT32), r, out);
+      MPU_CHECK_GOTO(alloc_zero(&blocks, n * nb, w->es), r, out);
+      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
+      copy_box(w->es, blocks + c * nb * w->es, B, zero, w->data, w->lshape, zero, w->lshape, nd);
+      MPU_CHECK_GOTO(mpu_comm_all_gather(comm, blocks + c * nb * w->es, blocks, nb, w->dtype), r, out);
       for (size_t j = 0; j < n; j++) {
         int64_t box[MAXD];
         memcpy(box, L, sizeof box);
         mpu__chunk((size_t)full, n, j, &lo, &hi);
         box[d] = (int64_t)(hi - lo), off[d] = (int64_t)lo;
-        copy_box(next, L, off, blocks + j * nb, B, zero, box, nd);
+        copy_box(w->es, next, L, off, blocks + j * nb * w->es, B, zero, box, nd);
       }
     }
   } else if (from.kind == MPU_PLACE_REPLICATE && to.kind == MPU_PLACE_SHARD) { /* local slice */
@@ -235,35 +260,35 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     say(w, i, from, to, "local slice", 0);
     L[d] = (int64_t)(hi - lo), off[d] = (int64_t)lo;
     if (!dry) {
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd)), r, out);
-      copy_box(next, L, zero, w->data, w->lshape, off, L, nd);
+      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
+      copy_box(w->es, next, L, zero, w->data, w->lshape, off, L, nd);
     }
   } else if (from.kind == MPU_PLACE_PARTIAL && to.kind == MPU_PLACE_REPLICATE) { /* all_reduce */
-    say(w, i, from, to, "all_reduce", numel(L, nd) * sizeof(float));
+    say(w, i, from, to, "all_reduce", numel(L, nd) * w->es);
     if (!dry)
-      MPU_CHECK_GOTO(mpu_comm_all_reduce(comm, w->data, w->data, numel(L, nd), MPU_FLOAT32,
+      MPU_CHECK_GOTO(mpu_comm_all_reduce(comm, w->data, w->data, numel(L, nd), w->dtype,
                                          from.op), r, out);
   } else if (from.kind == MPU_PLACE_PARTIAL && to.kind == MPU_PLACE_SHARD) { /* reduce_scatter */
     int d = to.dim;
     full = L[d];
     B[d] = (int64_t)mpu__chunk((size_t)full, n, 0, NULL, NULL);
     size_t nb = numel(B, nd);
-    say(w, i, from, to, "reduce_scatter", n * nb * sizeof(float));
+    say(w, i, from, to, "reduce_scatter", n * nb * w->es);
     mpu__chunk((size_t)full, n, c, &lo, &hi);
     L[d] = (int64_t)(hi - lo);
     if (!dry) {
-      MPU_CHECK_GOTO(alloc_zero(&blocks, n * nb), r, out);
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd)), r, out);
+      MPU_CHECK_GOTO(alloc_zero(&blocks, n * nb, w->es), r, out);
+      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
       for (size_t j = 0; j < n; j++) {
         int64_t box[MAXD];
         memcpy(box, w->lshape, sizeof box);
         mpu__chunk((size_t)full, n, j, &elo, &ehi);
         box[d] = (int64_t)(ehi - elo), off[d] = (int64_t)elo;
-        copy_box(blocks + j * nb, B, zero, w->data, w->lshape, off, box, nd);
+        copy_box(w->es, blocks + j * nb * w->es, B, zero, w->data, w->lshape, off, box, nd);
       }
-      MPU_CHECK_GOTO(mpu_comm_reduce_scatter(comm, blocks, blocks + c * nb, nb, MPU_FLOAT32,
+      MPU_CHECK_GOTO(mpu_comm_reduce_scatter(comm, blocks, blocks + c * nb * w->es, nb, w->dtype,
                                              from.op), r, out);
-      copy_box(next, L, zero, blocks + c * nb, B, zero, L, nd);
+      copy_box(w->es, next, L, zero, blocks + c * nb * w->es, B, zero, L, nd);
     }
   } else if (from.kind == MPU_PLACE_SHARD && to.kind == MPU_PLACE_SHARD) { /* all_to_all */
     int d = from.dim, e = to.dim;
@@ -272,28 +297,28 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     B[d] = (int64_t)mpu__chunk((size_t)fulld, n, 0, NULL, NULL);
     B[e] = (int64_t)mpu__chunk((size_t)fulle, n, 0, NULL, NULL);
     size_t nb = numel(B, nd);
-    say(w, i, from, to, "all_to_all", n * nb * sizeof(float));
+    say(w, i, from, to, "all_to_all", n * nb * w->es);
     mpu__chunk((size_t)fulle, n, c, &elo, &ehi);
     L[d] = fulld, L[e] = (int64_t)(ehi - elo);
     if (!dry) {
-      float *recv = NULL;
-      MPU_CHECK_GOTO(alloc_zero(&blocks, 2 * n * nb), r, out);
-      recv = blocks + n * nb;
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd)), r, out);
+      unsigned char *recv = NULL;
+      MPU_CHECK_GOTO(alloc_zero(&blocks, 2 * n * nb, w->es), r, out);
+      recv = blocks + n * nb * w->es;
+      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
       for (size_t j = 0; j < n; j++) { /* to rank j: my rows of d, its columns of e */
         int64_t box[MAXD], soff[MAXD] = {0};
         memcpy(box, w->lshape, sizeof box);
         mpu__chunk((size_t)fulle, n, j, &lo, &hi);
         box[e] = (int64_t)(hi - lo), soff[e] = (int64_t)lo;
-        copy_box(blocks + j * nb, B, zero, w->data, w->lshape, soff, box, nd);
+        copy_box(w->es, blocks + j * nb * w->es, B, zero, w->data, w->lshape, soff, box, nd);
       }
-      MPU_CHECK_GOTO(mpu_comm_all_to_all(comm, blocks, recv, nb, MPU_FLOAT32), r, out);
+      MPU_CHECK_GOTO(mpu_comm_all_to_all(comm, blocks, recv, nb, w->dtype), r, out);
       for (size_t j = 0; j < n; j++) { /* from rank j: its rows of d, my columns of e */
         int64_t box[MAXD], doff[MAXD] = {0};
         memcpy(box, L, sizeof box);
         mpu__chunk((size_t)fulld, n, j, &lo, &hi);
         box[d] = (int64_t)(hi - lo), doff[d] = (int64_t)lo;
-        copy_box(next, L, doff, recv + j * nb, B, zero, box, nd);
+        copy_box(w->es, next, L, doff, recv + j * nb * w->es, B, zero, box, nd);
       }
     }
   } else if (from.kind == MPU_PLACE_SHARD && to.kind == MPU_PLACE_PARTIAL) { /* local */
@@ -303,17 +328,19 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     say(w, i, from, to, "local", 0);
     L[d] = full, off[d] = (int64_t)lo;
     if (!dry) {
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd)), r, out);
-      copy_box(next, L, off, w->data, w->lshape, zero, w->lshape, nd);
-      if (to.op == MPU_AVG) scale(next, numel(L, nd), (float)n);
+      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
+      copy_box(w->es, next, L, off, w->data, w->lshape, zero, w->lshape, nd);
+      if (to.op == MPU_AVG) MPU_CHECK_GOTO(scale(w->dtype, next, numel(L, nd), (int64_t)n, 1), r, out);
     }
   } else { /* Replicate -> Partial, Partial(sum) <-> Partial(avg): local */
     say(w, i, from, to, "local", 0);
     if (!dry) {
       size_t m = numel(L, nd);
-      if (from.kind == MPU_PLACE_REPLICATE && to.op == MPU_SUM && c) memset(w->data, 0, m * sizeof(float));
-      if (from.kind == MPU_PLACE_PARTIAL && from.op == MPU_SUM) scale(w->data, m, (float)n);
-      if (from.kind == MPU_PLACE_PARTIAL && from.op == MPU_AVG) scale(w->data, m, 1.0f / (float)n);
+      if (from.kind == MPU_PLACE_REPLICATE && to.op == MPU_SUM && c) memset(w->data, 0, m * w->es);
+      if (from.kind == MPU_PLACE_PARTIAL && from.op == MPU_SUM)
+        MPU_CHECK_GOTO(scale(w->dtype, w->data, m, (int64_t)n, 1), r, out);
+      if (from.kind == MPU_PLACE_PARTIAL && from.op == MPU_AVG)
+        MPU_CHECK_GOTO(scale(w->dtype, w->data, m, 1, (int64_t)n), r, out);
     }
   }
   if (next) {
@@ -378,23 +405,25 @@ static mpu_result_t start(const char *fn, walk *w, const mpu_device_mesh *dm,
   const mpu_mesh *mesh = mpu_device_mesh_mesh(dm);
   MPU_CHECK(walk_init(fn, w, mesh, mpu_device_mesh_rank(dm), src));
   MPU_CHECK(check_spec(fn, "destination", dst, w->mdim));
-  if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, (size_t)src->ndim * sizeof(int64_t)))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the source and destination shapes differ", fn);
+  if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, (size_t)src->ndim * sizeof(int64_t)) ||
+      dst->dtype != src->dtype)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: the source and destination shapes or dtypes differ", fn);
   return MPU_SUCCESS;
 }
 
-mpu_result_t mpu_redistribute(mpu_device_mesh *dm, const mpu_dtensor_spec *src, const float *in,
-                              const mpu_dtensor_spec *dst, float *out) {
+mpu_result_t mpu_redistribute(mpu_device_mesh *dm, const mpu_dtensor_spec *src, const void *in,
+                              const mpu_dtensor_spec *dst, void *out) {
   static const char fn[] = "mpu_redistribute";
   walk w;
   MPU_CHECK(start(fn, &w, dm, src, dst));
   if (!in || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL buffer", fn);
   size_t n = numel(w.lshape, w.ndim);
-  MPU_CHECK(alloc_zero(&w.data, n));
-  memcpy(w.data, in, n * sizeof(float));
+  MPU_CHECK(alloc_zero(&w.data, n, w.es));
+  memcpy(w.data, in, n * w.es);
   w.dm = dm;
   mpu_result_t r = run_walk(&w, dst->placements);
-  if (!r) memcpy(out, w.data, numel(w.lshape, w.ndim) * sizeof(float));
+  if (!r) memcpy(out, w.data, numel(w.lshape, w.ndim) * w.es);
   free(w.data);
   return r;
 }

@@ -370,6 +370,13 @@ float *mpu_fsdp_shard_grads(const mpu_fsdp *f, size_t *numel) {
   return f ? f->g : NULL;
 }
 
+mpu_result_t mpu_fsdp_sync_grads(mpu_fsdp *f) {
+  if (!f) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_fsdp_sync_grads: NULL sharded buffer");
+  MPU_CHECK(finish_reduce(f));
+  for (int k = 0; k < f->nb; k++) MPU_CHECK(mpu_fsdp_reshard(f, k)); /* pieces may change now */
+  return MPU_SUCCESS;
+}
+
 void mpu_fsdp_zero_grad(mpu_fsdp *f) {
   if (f) memset(f->g, 0, f->held * sizeof(float));
 }
@@ -410,7 +417,7 @@ static void update(mpu_fsdp *f, size_t j, int i, void *arg) {
 mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *grad_norm) {
   static const char fn[] = "mpu_fsdp_step";
   if (!f) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL sharded buffer", fn);
-  MPU_CHECK(finish_reduce(f));
+  MPU_CHECK(mpu_fsdp_sync_grads(f));
   double sq = 0;
   for_held(f, add_square, &sq);
   MPU_CHECK(mpu_comm_all_reduce(f->shard, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
@@ -425,8 +432,6 @@ mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *grad_norm) 
                  1.0f - powf(f->o.adamw.beta1, (float)f->step),
                  1.0f - powf(f->o.adamw.beta2, (float)f->step)};
   for_held(f, update, &a);
-  for (int k = 0; k < f->nb; k++) f->bk[k].is_whole = 0; /* stale: gather again */
-  for (int k = 0; k < f->nb; k++) MPU_CHECK(mpu_fsdp_reshard(f, k));
   return MPU_SUCCESS;
 }
 

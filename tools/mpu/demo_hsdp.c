@@ -2,10 +2,12 @@
  * demo_hsdp.c - `mpu demo hsdp`: the DeviceMesh tutorial's HSDP example in C.
  *
  * ToyModel trained on a (replicate, shard) mesh of thread ranks with hybrid
- * sharding: inside each "shard" group the flat parameter vector is sharded
- * (all_gather before the forward, reduce_scatter of the gradients after the
- * backward), and the gradient shards are averaged across the "replicate"
- * group. Every rank trains on its own slice of the global batch. The same
+ * sharding, as FSDP's HYBRID_SHARD does it (mpu/fsdp.h): inside each "shard"
+ * group the flat parameter vector is sharded (gathered before the forward,
+ * the gradients reduce-scattered after the backward), and the gradient
+ * pieces are averaged across the "replicate" group; SGD updates each piece.
+ * The loss, a Partial(avg) on both mesh dims, is made Replicate with
+ * mpu_redistribute. Every rank trains on its own slice of the global batch. The same
  * model trained on one rank with the whole batch gives the reference losses.
  */
 #include <getopt.h>
@@ -31,7 +33,7 @@ typedef struct hsdp_run {
   const hsdp_opts *o;
   const float *x, *y;  /* the global batch: (batch, IN), (batch, OUT) */
   double *loss;        /* [steps], recorded by rank 0 (the printing process under MPI) */
-  int chunk;           /* parameters per shard */
+  size_t chunk;        /* parameters per shard (set by rank 0's sharded buffer) */
 } hsdp_run;
 
 static void help(void) {
@@ -120,54 +122,66 @@ static mpu_result_t hsdp_rank(mpu_comm *world, void *arg) {
   const char *names[] = {"replicate", "shard"};
   int64_t shape[] = {o->replicate, o->shard};
   mpu_device_mesh *dm = NULL;
-  mpu_comm *rep, *shard;
+  mpu_param_buffer b;
+  mpu_fsdp *f = NULL;
   toy_acts acts = {0};
-  int chunk = run->chunk, padded = chunk * (int)o->shard, local = (int)(o->batch / nranks);
-  float *full = calloc((size_t)padded, sizeof(float)), *grads = calloc((size_t)padded, sizeof(float));
-  float *mine = malloc((size_t)chunk * sizeof(float)), *gmine = malloc((size_t)chunk * sizeof(float));
+  int local = (int)(o->batch / nranks), toy;
+  float *full = malloc(TOY_NPARAMS * sizeof(float));
+  mpu_param_buffer_init(&b, 0);
   mpu_result_t r = MPU_SUCCESS;
-  if (!full || !grads || !mine || !gmine || toy_acts_alloc(&acts, local)) {
+  if (!full || toy_acts_alloc(&acts, local)) {
     r = MPU_ERR_OUT_OF_MEMORY;
     goto out;
   }
+  /* the flat parameter vector, sharded along "shard" and replicated along
+   * "replicate": FSDP's HYBRID_SHARD on the tutorial's mesh */
+  TRY(mpu_param_buffer_add(&b, "toy", TOY_NPARAMS, MPU_PARAM_DUPLICATE, &toy));
   TRY(mpu_device_mesh_init(world, 2, shape, names, MPU_MESH_EAGER, &dm));
-  TRY(mpu_device_mesh_comm_by_name(dm, "replicate", &rep));
-  TRY(mpu_device_mesh_comm_by_name(dm, "shard", &shard));
-  int s;
-  mpu_comm_rank(shard, &s);
-  /* every rank draws the same full parameters and keeps its shard */
-  toy_init_params(full, (uint64_t)o->seed);
-  memcpy(mine, full + (size_t)s * chunk, (size_t)chunk * sizeof(float));
+  mpu_fsdp_options fo = MPU_FSDP_OPTIONS_INIT;
+  fo.strategy = MPU_SHARD_HYBRID;
+  TRY(mpu_fsdp_create_on_mesh(&b, dm, 0, 1, &fo, &f));
+  toy_init_params(full, (uint64_t)o->seed); /* every rank draws the same; keeps its piece */
+  TRY(mpu_fsdp_set_param(f, toy, full));
+  if (rank == 0) TRY(mpu_fsdp_bucket_range(f, 0, NULL, NULL, &run->chunk));
   const float *x = run->x + (size_t)rank * local * TOY_IN, *y = run->y + (size_t)rank * local * TOY_OUT;
+  /* the loss: each rank's mean, Partial(avg) on both dims, made Replicate */
+  mpu_dtensor_spec partial = {1, {1}, {MPU_PARTIAL(MPU_AVG), MPU_PARTIAL(MPU_AVG)}, MPU_FLOAT64};
+  mpu_dtensor_spec whole = {1, {1}, {MPU_REPLICATE, MPU_REPLICATE}, MPU_FLOAT64};
 
   for (int step = 0; step < o->steps; step++) {
-    TRY(mpu_comm_all_gather(shard, mine, full, (size_t)chunk, MPU_FLOAT32));
-    float loss = toy_forward(full, x, y, &acts);
-    if (toy_backward(full, x, y, &acts, grads)) {
+    TRY(mpu_fsdp_unshard(f, 0, -1));
+    const float *params = mpu_fsdp_param(f, toy);
+    float *grads = mpu_fsdp_grad(f, toy);
+    if (!grads) {
       r = MPU_ERR_OUT_OF_MEMORY;
       goto out;
     }
-    /* gradient shard averaged over the shard group, then over the replicas */
-    TRY(mpu_comm_reduce_scatter(shard, grads, gmine, (size_t)chunk, MPU_FLOAT32, MPU_AVG));
-    TRY(mpu_comm_all_reduce(rep, gmine, gmine, (size_t)chunk, MPU_FLOAT32, MPU_AVG));
-    for (int i = 0; i < chunk; i++) mine[i] -= (float)o->lr * gmine[i];
-    /* the global batch's loss: the mean of the ranks' equal-sized slices */
-    double l = loss;
-    TRY(mpu_comm_all_reduce(shard, &l, &l, 1, MPU_FLOAT64, MPU_AVG));
-    TRY(mpu_comm_all_reduce(rep, &l, &l, 1, MPU_FLOAT64, MPU_AVG));
+    double loss = toy_forward(params, x, y, &acts), mean;
+    if (toy_backward(params, x, y, &acts, grads)) {
+      r = MPU_ERR_OUT_OF_MEMORY;
+      goto out;
+    }
+    /* gradient piece: reduce-scattered over "shard", averaged over "replicate" */
+    TRY(mpu_fsdp_backward_done(f, 0));
+    TRY(mpu_fsdp_sync_grads(f));
+    size_t held;
+    float *mine = mpu_fsdp_shard_params(f, &held);
+    const float *gmine = mpu_fsdp_shard_grads(f, NULL);
+    for (size_t i = 0; i < held; i++) mine[i] -= (float)o->lr * gmine[i]; /* SGD on the piece */
+    mpu_fsdp_zero_grad(f);
+    TRY(mpu_redistribute(dm, &partial, &loss, &whole, &mean));
     if (rank == 0) {
-      run->loss[step] = l;
+      run->loss[step] = mean;
       cli_progress_share((double)(step + 1) / o->steps);
       cli_progress("mpu demo hsdp: step %d of %ld", step + 1, o->steps);
     }
   }
 out:
   toy_acts_free(&acts);
+  mpu_fsdp_free(f);
+  mpu_param_buffer_free(&b);
   mpu_device_mesh_free(dm);
   free(full);
-  free(grads);
-  free(mine);
-  free(gmine);
   return r;
 }
 
@@ -201,7 +215,7 @@ int cmd_demo_hsdp(int argc, char **argv) {
     goto out;
   }
   toy_make_data(x, y, (int)o.batch, (uint64_t)o.seed);
-  hsdp_run run = {&o, x, y, loss, (TOY_NPARAMS + (int)o.shard - 1) / (int)o.shard};
+  hsdp_run run = {&o, x, y, loss, 0};
   int printer = 0;
   mpu_result_t r = tool_launch(o.backend, nranks, hsdp_rank, &run, &printer);
   cli_progress_done();
@@ -216,11 +230,11 @@ int cmd_demo_hsdp(int argc, char **argv) {
   }
   if (o.format == CLI_JSON)
     printf("{\"mesh\": {\"replicate\": %ld, \"shard\": %ld}, \"ranks\": %d, \"parameters\": %d, "
-           "\"parameters_per_shard\": %d, \"batch\": %ld, \"lr\": %g, \"seed\": %ld,\n ",
+           "\"parameters_per_shard\": %zu, \"batch\": %ld, \"lr\": %g, \"seed\": %ld,\n ",
            o.replicate, o.shard, nranks, TOY_NPARAMS, run.chunk, o.batch, o.lr, o.seed);
   else
     printf("# HSDP on a (replicate=%ld, shard=%ld) mesh of %s\n"
-           "# ToyModel 10->10->5: %d parameters, %d per shard; batch %ld (%ld per rank); SGD lr "
+           "# ToyModel 10->10->5: %d parameters, %zu per shard; batch %ld (%ld per rank); SGD lr "
            "%g; seed %ld\n",
            o.replicate, o.shard, tool_ranks_phrase(o.backend, nranks, phrase, sizeof phrase),
            TOY_NPARAMS, run.chunk, o.batch, o.batch / nranks, o.lr, o.seed);
