@@ -155,6 +155,11 @@ MPU_API mpu_result_t mpu_fsdp_sync_grads(mpu_fsdp *f);
  * gathered again by the next unshard. *grad_norm (may be NULL) gets the norm.
  */
 MPU_API mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *grad_norm);
+/* One step of several sharded buffers over the same shard group (a rank's
+ * model chunks) with one gradient norm over all of them, as Megatron clips
+ * the whole model. Each keeps its own AdamW settings. */
+MPU_API mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
+                                       float *grad_norm);
 
 /* The whole buffer's parameters, gathered into out (b->numel floats). */
 MPU_API mpu_result_t mpu_fsdp_gather_params(mpu_fsdp *f, float *out);

@@ -414,25 +414,40 @@ static void update(mpu_fsdp *f, size_t j, int i, void *arg) {
                      (float)f->b->params[i].decay, &f->o.adamw, a->bc1, a->bc2);
 }
 
-mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *grad_norm) {
-  static const char fn[] = "mpu_fsdp_step";
-  if (!f) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL sharded buffer", fn);
-  MPU_CHECK(mpu_fsdp_sync_grads(f));
+mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
+                               float *grad_norm) {
+  static const char fn[] = "mpu_fsdp_step_all";
+  if (!fs || n < 1) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no sharded buffers", fn);
+  for (int i = 0; i < n; i++) {
+    if (!fs[i]) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: buffer %d is NULL", fn, i);
+    if (fs[i]->shard != fs[0]->shard)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: buffer %d has another shard group", fn, i);
+  }
   double sq = 0;
-  for_held(f, add_square, &sq);
-  MPU_CHECK(mpu_comm_all_reduce(f->shard, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
+  for (int i = 0; i < n; i++) {
+    MPU_CHECK(mpu_fsdp_sync_grads(fs[i]));
+    for_held(fs[i], add_square, &sq);
+  }
+  MPU_CHECK(mpu_comm_all_reduce(fs[0]->shard, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
   if (norm_group) MPU_CHECK(mpu_comm_all_reduce(norm_group, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
   float norm = (float)sqrt(sq);
   if (grad_norm) *grad_norm = norm;
   if (!isfinite(norm))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the gradient norm is %g (no update made)", fn,
                       norm);
-  f->step++;
-  step_args a = {mpu__clip_coeff(f->o.adamw.clip_grad, norm),
-                 1.0f - powf(f->o.adamw.beta1, (float)f->step),
-                 1.0f - powf(f->o.adamw.beta2, (float)f->step)};
-  for_held(f, update, &a);
+  for (int i = 0; i < n; i++) {
+    mpu_fsdp *f = fs[i];
+    f->step++;
+    step_args a = {mpu__clip_coeff(f->o.adamw.clip_grad, norm),
+                   1.0f - powf(f->o.adamw.beta1, (float)f->step),
+                   1.0f - powf(f->o.adamw.beta2, (float)f->step)};
+    for_held(f, update, &a);
+  }
   return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *grad_norm) {
+  return mpu_fsdp_step_all(&f, 1, norm_group, grad_norm);
 }
 
 mpu_result_t mpu_fsdp_gather_params(mpu_fsdp *f, float *out) {

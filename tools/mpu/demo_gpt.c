@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "cli.h"
 #include "gpt.h"
+#include "gpt_fsdp.h"
 #include "mpu.h"
 
 extern const unsigned char gpt_corpus[];
@@ -37,6 +38,8 @@ typedef struct gpt_opts {
   const char *text_path;
   cli_format format;
   tool_backend backend;
+  int shard;              /* --fsdp / --hsdp: parameters sharded over dp (mpu/fsdp.h) */
+  long replicas;          /* --hsdp RxS: R (1 for --fsdp) */
 } gpt_opts;
 
 /* the text as token ids, and its vocabulary */
@@ -235,6 +238,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
                     (int)o->seq, (float)o->dropout, (uint64_t)o->seed};
   mpu_pipeline *pipe = NULL;
   mpu_optimizer *opts = NULL, **optp = NULL;
+  gpt_sharding sharding = {0, NULL, NULL};
   TRY(gpt_ctx_init(&m.ctx, &cfg, tp, o->sp));
   m.chunks = calloc((size_t)m.vp, sizeof *m.chunks);
   opts = calloc((size_t)m.vp, sizeof *opts);
@@ -252,9 +256,11 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   ao.beta2 = 0.95f;
   for (int c = 0; c < m.vp; c++) {
     TRY(gpt_chunk_create(&m.ctx, &m.chunks[c], c * pp_size + pp_rank, pp_size * m.vp));
-    TRY(mpu_optimizer_init(&opts[c], &m.chunks[c].params, dpc, o->zero && run->dp > 1, &ao));
+    if (!o->shard)
+      TRY(mpu_optimizer_init(&opts[c], &m.chunks[c].params, dpc, o->zero && run->dp > 1, &ao));
     optp[c] = &opts[c];
   }
+  if (o->shard) TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas, &ao));
   TRY(mpu_pipeline_create(pp, act_size(&m), &pipe));
   mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
   sc.kind = run->kind, sc.pp = pp_size, sc.vp = m.vp, sc.microbatches = m.micro;
@@ -269,10 +275,12 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
     m.loss_sum = 0;
+    if (o->shard) TRY(gpt_shard_unshard(&sharding));
     TRY(mpu_pipeline_run(pipe, &sc, &cb, NULL));
     for (int c = 0; c < m.vp; c++) TRY(gpt_chunk_sync_sequence_grads(&m.ctx, &m.chunks[c]));
     /* one norm over the whole model: every rank's shard (ZeRO-1) or every model-parallel rank */
-    TRY(mpu_optimizer_step_all(optp, m.vp, opts[0].distributed ? world : mp, NULL));
+    if (o->shard) TRY(gpt_shard_step(&sharding, mp));
+    else TRY(mpu_optimizer_step_all(optp, m.vp, opts[0].distributed ? world : mp, NULL));
     if (last_stage) {
       double loss = m.loss_sum / (double)(o->seq * m.micro);
       TRY(mpu_comm_all_reduce(dpc, &loss, &loss, 1, MPU_FLOAT64, MPU_AVG));
@@ -285,6 +293,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
       }
     }
   }
+  if (o->shard) TRY(gpt_shard_unshard(&sharding)); /* the trained parameters, whole */
   TRY(mpu_comm_barrier(world));
   if (rank == 0) run->seconds = cli_now() - t0;
   if (run->comm) mpu_comm_clock(&run->comm[rank], NULL);
@@ -318,6 +327,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   }
 out:
   mpu_pipeline_free(pipe);
+  gpt_shard_free(&sharding);
   for (int c = 0; opts && c < m.vp; c++) mpu_optimizer_free(&opts[c]);
   for (int c = 0; m.chunks && c < m.vp; c++) gpt_chunk_free(&m.chunks[c]);
   free(m.chunks), free(opts), free(optp), free(m.ids), free(m.targets), free(m.inputs), free(m.ck);
@@ -437,6 +447,10 @@ static void help(void) {
          "  --vp V                  model chunks per pipeline rank (default 2; 1: plain 1F1B)\n"
          "  --no-sp                 no sequence parallelism (default on when tp > 1)\n"
          "  --no-zero               plain data-parallel AdamW instead of ZeRO-1\n"
+         "  --fsdp                  parameters, gradients and AdamW state sharded over dp\n"
+         "                          (FSDP's FULL_SHARD) instead of ZeRO-1\n"
+         "  --hsdp RxS              hybrid sharding (FSDP's HYBRID_SHARD): dp = R*S, sharded\n"
+         "                          over S, replicated over R\n"
          "  --steps N               optimizer steps (default 40)\n"
          "  --micro-batches M       micro-batches per replica per step (default 4)\n"
          "  --seq S                 tokens per micro-batch (default 32)\n"
@@ -457,6 +471,18 @@ static void help(void) {
          "  -h, --help              this text\n");
 }
 
+/* how the data-parallel ranks hold the model */
+static const char *data_parallel_name(const gpt_opts *o) {
+  static char hybrid[64];
+  if (o->shard && o->replicas > 1) {
+    snprintf(hybrid, sizeof hybrid, "%s, replicate %ld x shard %ld", gpt_shard_name((int)o->replicas),
+             o->replicas, o->dp / o->replicas);
+    return hybrid;
+  }
+  if (o->shard) return gpt_shard_name(1);
+  return o->zero && o->dp > 1 ? "ZeRO-1" : "plain AdamW";
+}
+
 int cmd_demo_gpt(int argc, char **argv) {
   static const struct option longs[] = {
       {"tp", required_argument, 0, 't'},       {"pp", required_argument, 0, 'p'},
@@ -468,10 +494,12 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"dropout", required_argument, 0, 'D'},  {"no-sp", no_argument, 0, 'n'},
       {"no-zero", no_argument, 0, 'z'},        {"text", required_argument, 0, 'T'},
       {"format", required_argument, 0, 'F'},   {"backend", required_argument, 0, 'B'},
-      {"bench", no_argument, 0, 'b'},
+      {"bench", no_argument, 0, 'b'},        {"fsdp", no_argument, 0, 'f'},
+      {"hsdp", required_argument, 0, 'Y'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   int bench_mode = 0, given[128] = {0};
-  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, CLI_TEXT, TOOL_THREADS};
+  long hsdp_shard = 1;
+  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, CLI_TEXT, TOOL_THREADS, 0, 1};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['v'] = &o.vp;
   fields['s'] = &o.steps, fields['m'] = &o.micro, fields['q'] = &o.seq, fields['H'] = &o.hidden;
@@ -503,6 +531,12 @@ int cmd_demo_gpt(int argc, char **argv) {
     case 'b': bench_mode = 1; break;
     case 'n': o.sp = 0; break;
     case 'z': o.zero = 0; break;
+    case 'f': o.shard = 1, o.replicas = 1; break;
+    case 'Y':
+      if (cli_parse_rxs(optarg, 64, &o.replicas, &hsdp_shard))
+        cli_usage_error("demo gpt", "--hsdp wants RxS with R*S in 1..64, not '%s'", optarg);
+      o.shard = 1;
+      break;
     case 'T': o.text_path = optarg; break;
     case 'F':
       if (cli_parse_format(optarg, &o.format))
@@ -515,6 +549,13 @@ int cmd_demo_gpt(int argc, char **argv) {
     }
   }
   if (optind < argc) cli_usage_error("demo gpt", "unexpected argument '%s'", argv[optind]);
+  if (given['Y'] && given['f']) cli_usage_error("demo gpt", "--fsdp and --hsdp exclude each other");
+  if (given['Y']) {
+    if (given['d'] && o.dp != o.replicas * hsdp_shard)
+      cli_usage_error("demo gpt", "--hsdp %ldx%ld makes dp %ld, but --dp is %ld", o.replicas,
+                      hsdp_shard, o.replicas * hsdp_shard, o.dp);
+    o.dp = o.replicas * hsdp_shard;
+  }
   openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
   if (bench_mode) { /* a bigger model unless given, and only its speed */
     if (!given['H']) o.hidden = 256;
@@ -560,6 +601,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   gpt_opts one = o;
   one.tp = one.pp = one.dp = one.vp = 1;
   one.backend = TOOL_THREADS;
+  one.shard = 0;
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
   gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0};
   one.micro = o.micro * o.dp;
@@ -589,11 +631,12 @@ int cmd_demo_gpt(int argc, char **argv) {
   char phrase[48];
   if (o.format == CLI_JSON) {
     printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"vp\": %ld, \"ranks\": %ld, "
-           "\"sequence_parallel\": %s, \"zero1\": %s, \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
+           "\"sequence_parallel\": %s, \"zero1\": %s, \"data_parallel\": \"%s\", \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
            "\"bubble\": %.6g, \"analytic_bubble\": %.6g, \"param_max_difference\": %.6g, "
            "\"param_tolerance\": %.6g, \"params_pass\": %s,\n ",
            o.tp, o.pp, o.dp, o.vp, world, o.sp && o.tp > 1 ? "true" : "false",
-           o.zero && o.dp > 1 ? "true" : "false", mpu_schedule_name(kind), tps, bubble, analytic,
+           o.zero && o.dp > 1 && !o.shard ? "true" : "false", data_parallel_name(&o),
+           mpu_schedule_name(kind), tps, bubble, analytic,
            run.param_diff, ptol, params_ok ? "true" : "false");
   } else {
     printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
@@ -601,7 +644,7 @@ int cmd_demo_gpt(int argc, char **argv) {
            "(padded %d), dropout %g, AdamW lr %g, full recompute\n",
            tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp,
            o.sp && o.tp > 1 ? " with sequence parallelism" : "", o.pp, o.vp,
-           mpu_schedule_name(kind), o.dp, o.zero && o.dp > 1 ? "ZeRO-1" : "plain AdamW", o.layers,
+           mpu_schedule_name(kind), o.dp, data_parallel_name(&o), o.layers,
            o.hidden, o.heads, o.seq, o.micro, o.micro == 1 ? "" : "es", text.vocab,
            text.vocab_padded, o.dropout, o.lr);
     printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
