@@ -306,6 +306,7 @@ static mpu_result_t sharded_rank(mpu_comm *world, void *arg) {
   return r;
 }
 
+#ifndef MPU_TEST_FSDP_MPI
 static reference the_reference(const model *m) {
   reference ref = {*m, {0}};
   mpu_result_t r = mpu_launch(1, reference_rank, &ref, NULL, NULL);
@@ -329,12 +330,11 @@ static void run_case(sharded *c) {
   }
 }
 
+#endif
+
 /* Every strategy on meshes (8), (2, 4), (4, 2), buckets of 71 and 151
- * elements and of one parameter (49, 7), both storages: as one rank. */
-static void test_strategies_equal_one_rank(void **state) {
-  (void)state;
-  model m = {4, 7}; /* a layer: w 49 elements at 0, b 7 at 64: 71; the next layer at 80 */
-  reference ref = the_reference(&m);
+ * elements and of one parameter (49, 7), both storages: run(c) each. */
+static int every_case(const reference *ref, void (*run)(sharded *c, void *arg), void *arg) {
   static const int64_t meshes[3][3] = {{1, 8, 0}, {2, 2, 4}, {2, 4, 2}};
   static const size_t buckets[3] = {71 * 4, 151 * 4, 4};
   int cases = 0;
@@ -346,12 +346,26 @@ static void test_strategies_equal_one_rank(void **state) {
             int hybrid = st == MPU_SHARD_HYBRID || st == MPU_SHARD_HYBRID_ZERO2;
             if (meshes[mi][0] == 1 && hybrid) continue; /* hybrid needs two dims */
             if (meshes[mi][0] == 2 && hybrid == flat) continue;
-            sharded c = {m, (int)meshes[mi][0], {meshes[mi][1], meshes[mi][2]},
-                         (mpu_shard_strategy)st, flat, buckets[bi], cm, &ref, {0}, {{0}}};
-            run_case(&c);
+            sharded c = {ref->m, (int)meshes[mi][0], {meshes[mi][1], meshes[mi][2]},
+                         (mpu_shard_strategy)st, flat, buckets[bi], cm, ref, {0}, {{0}}};
+            run(&c, arg);
             cases++;
           }
-  assert_int_equal(cases, 2 * 3 * 2 + 2 * (4 * 3 * 2));
+  return cases;
+}
+
+static const model small = {4, 7}; /* a layer: w 49 elements at 0, b 7 at 64: 71; the next at 80 */
+
+#ifndef MPU_TEST_FSDP_MPI
+static void run_threads(sharded *c, void *arg) {
+  (void)arg;
+  run_case(c);
+}
+
+static void test_strategies_equal_one_rank(void **state) {
+  (void)state;
+  reference ref = the_reference(&small);
+  assert_int_equal(every_case(&ref, run_threads, NULL), 2 * 3 * 2 + 2 * (4 * 3 * 2));
   mpu_param_buffer_free(&ref.b);
 }
 
@@ -429,3 +443,44 @@ int main(void) {
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
+#else /* the same cases on the processes of an MPI job of 8 */
+
+#include <mpi.h>
+
+typedef struct mpi_run {
+  mpu_comm *world;
+  int rank, failed;
+} mpi_run;
+
+static void run_mpi(sharded *c, void *arg) {
+  mpi_run *m = arg;
+  mpu_result_t r = sharded_rank(m->world, c);
+  if (r || c->bad[m->rank]) {
+    fprintf(stderr, "rank %d: %s on a %d-d mesh, bucket %zu bytes, %s memory: %s, %d differences\n",
+            m->rank, mpu_shard_strategy_name(c->strategy), c->mdim, c->bucket_bytes,
+            c->caller_memory ? "caller" : "own", r ? mpu_last_error() : "ran", c->bad[m->rank]);
+    m->failed++;
+  }
+}
+
+int main(int argc, char **argv) {
+  mpi_run m = {NULL, 0, 0};
+  int size;
+  if (mpu_comm_mpi_world(&argc, &argv, &m.world)) return 1;
+  mpu_comm_rank(m.world, &m.rank);
+  mpu_comm_size(m.world, &size);
+  if (size != 8) {
+    if (m.rank == 0) fprintf(stderr, "run with 8 processes\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  reference ref = {small, {0}};
+  if (mpu_launch(1, reference_rank, &ref, NULL, NULL)) MPI_Abort(MPI_COMM_WORLD, 1);
+  int cases = every_case(&ref, run_mpi, &m), failed = m.failed;
+  mpu_comm_all_reduce(m.world, &failed, &failed, 1, MPU_INT32, MPU_SUM);
+  if (m.rank == 0) printf("%d cases on 8 MPI processes: %d failures\n", cases, failed);
+  mpu_param_buffer_free(&ref.b);
+  mpu_comm_destroy(m.world);
+  mpu_mpi_finalize();
+  return failed ? 1 : 0;
+}
+#endif
