@@ -280,6 +280,14 @@ assert d["pass"] and d["params_pass"] and not d["sequence_parallel"] and d["sche
 ' && ok || bad "demo gpt tp 4 json"
 "$mpu" demo gpt --tp 1 --pp 4 --vp 2 --dp 1 --layers 8 --micro-batches 8 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt pp 4 vp 2"
 "$mpu" demo gpt --tp 2 --pp 2 --vp 1 --dp 2 --no-zero --dropout 0 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt 1f1b plain"
+# sharded data parallelism with the tp layers: FULL_SHARD over dp, HYBRID_SHARD on (2, 4)
+expect_usage_error demo gpt --hsdp 2x
+expect_usage_error demo gpt --hsdp 2x4 --dp 4
+expect_usage_error demo gpt --fsdp --hsdp 2x2
+"$mpu" demo gpt --fsdp --steps 4 >"$tmp/gpt_fsdp" && ok || bad "demo gpt --fsdp exited non-zero"
+[ "$(grep -c PASS "$tmp/gpt_fsdp")" -eq 2 ] && grep -q "dp 2 (FULL_SHARD)" "$tmp/gpt_fsdp" && ok || bad "demo gpt --fsdp checks"
+"$mpu" demo gpt --hsdp 2x4 --pp 1 --steps 3 >"$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp exited non-zero"
+[ "$(grep -c PASS "$tmp/gpt_hsdp")" -eq 2 ] && grep -q "HYBRID_SHARD, replicate 2 x shard 4" "$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp 2x4 checks"
 
 # mpu demo train: the previous main job, and its self-check
 expect_usage_error demo train --tp 3
