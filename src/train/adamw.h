@@ -13,6 +13,12 @@
 /* lr, betas, eps, weight decay and clip in range (the message names fn) */
 mpu_result_t mpu__adamw_check(const char *fn, const mpu_adamw_options *o);
 
+/* The gradient norm from this rank's sum of squares: summed over norm_group
+ * (NULL: none), its square root into *norm and *grad_norm (may be NULL);
+ * MPU_ERR_INVALID_ARGUMENT (no update is to be made) if it is not finite. */
+mpu_result_t mpu__grad_norm(const char *fn, double sq, mpu_comm *norm_group, float *grad_norm,
+                            float *norm);
+
 /* torch's AdamW on one element: decoupled decay, then the bias-corrected step */
 static inline void mpu__adamw_element(float *p, float g, float *m, float *v, float decay,
                                       const mpu_adamw_options *o, float bc1, float bc2) {

@@ -429,12 +429,8 @@ mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
     for_held(fs[i], add_square, &sq);
   }
   MPU_CHECK(mpu_comm_all_reduce(fs[0]->shard, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
-  if (norm_group) MPU_CHECK(mpu_comm_all_reduce(norm_group, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
-  float norm = (float)sqrt(sq);
-  if (grad_norm) *grad_norm = norm;
-  if (!isfinite(norm))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the gradient norm is %g (no update made)", fn,
-                      norm);
+  float norm;
+  MPU_CHECK(mpu__grad_norm(fn, sq, norm_group, grad_norm, &norm));
   for (int i = 0; i < n; i++) {
     mpu_fsdp *f = fs[i];
     f->step++;

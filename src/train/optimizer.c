@@ -325,6 +325,17 @@ static double held_squares(const mpu_optimizer *opt) {
   return sq;
 }
 
+mpu_result_t mpu__grad_norm(const char *fn, double sq, mpu_comm *norm_group, float *grad_norm,
+                           float *norm) {
+  if (norm_group) MPU_CHECK(mpu_comm_all_reduce(norm_group, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
+  *norm = (float)sqrt(sq);
+  if (grad_norm) *grad_norm = *norm;
+  if (!isfinite(*norm))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the gradient norm is %g (no update made)", fn,
+                      *norm);
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm *norm_group,
                                     float *grad_norm) {
   static const char fn[] = "mpu_optimizer_step_all";
@@ -340,12 +351,8 @@ mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm 
     else MPU_CHECK(mpu_grad_all_reduce(opt->b, opt->dp, &opt->o.sync));
     sq += held_squares(opt); /* the norm over what this rank holds, summed over the group */
   }
-  if (norm_group) MPU_CHECK(mpu_comm_all_reduce(norm_group, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
-  float norm = (float)sqrt(sq);
-  if (grad_norm) *grad_norm = norm;
-  if (!isfinite(norm))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the gradient norm is %g (no update made)", fn,
-                      norm);
+  float norm;
+  MPU_CHECK(mpu__grad_norm(fn, sq, norm_group, grad_norm, &norm));
   for (int i = 0; i < n; i++) {
     mpu_optimizer *opt = opts[i];
     step_args a = {mpu__clip_coeff(opt->o.clip_grad, norm), 0, 0};
