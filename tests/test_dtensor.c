@@ -53,27 +53,28 @@ static float global_value(int64_t r, int64_t c) { return (float)(r * 10 + c + 1)
 static float noise(int64_t r, int64_t c, int i) { return (float)((r * 3 + c * 7 + i * 5) % 11 - 5); }
 
 typedef struct ctx {
-  int failures[NRANKS], pairs;
+  int failures[8], pairs;
 } ctx;
 
 static mpu_result_t run_mesh(mpu_comm *world, int mdim, const int64_t *mshape, const int64_t *gshape,
                              int *failures, int *pairs) {
-  const char *names[] = {"dp", "tp"};
+  const char *names[] = {"dp", "tp", "cp"};
   mpu_device_mesh *dm;
   mpu_result_t r = mpu_device_mesh_init(world, mdim, mshape, names, MPU_MESH_EAGER, &dm);
   if (r) return r;
   int rank = mpu_device_mesh_rank(dm);
-  int64_t coord[2];
+  int64_t coord[3];
   mpu_mesh_coords(mpu_device_mesh_mesh(dm), rank, coord);
-  mpu_comm *comms[2];
+  mpu_comm *comms[3];
   for (int i = 0; i < mdim; i++) mpu_device_mesh_comm(dm, i, &comms[i]);
-  int ncombo = mdim == 1 ? NPLACE : NPLACE * NPLACE;
+  int ncombo = mdim == 1 ? NPLACE : mdim == 2 ? NPLACE * NPLACE : NPLACE * NPLACE * NPLACE;
+  int stride = mdim == 3 ? 13 : 1; /* on (2, 2, 2): every source, every 13th destination */
   size_t cap = (size_t)(gshape[0] * gshape[1]);
   float *in = malloc(cap * sizeof(float)), *out = malloc(cap * sizeof(float));
   for (int a = 0; a < ncombo && !r; a++)
-    for (int b = 0; b < ncombo && !r; b++) {
-      mpu_dtensor_spec src = {2, {gshape[0], gshape[1]}, {place(a % NPLACE), place(a / NPLACE)}, MPU_FLOAT32};
-      mpu_dtensor_spec dst = {2, {gshape[0], gshape[1]}, {place(b % NPLACE), place(b / NPLACE)}, MPU_FLOAT32};
+    for (int b = a % stride; b < ncombo && !r; b += stride) {
+      mpu_dtensor_spec src = {2, {gshape[0], gshape[1]}, {place(a % NPLACE), place(a / NPLACE % NPLACE), place(a / NPLACE / NPLACE)}, MPU_FLOAT32};
+      mpu_dtensor_spec dst = {2, {gshape[0], gshape[1]}, {place(b % NPLACE), place(b / NPLACE % NPLACE), place(b / NPLACE / NPLACE)}, MPU_FLOAT32};
       int64_t off[2], len[2];
       /* the source piece: the slice, spread over the partial dims so that
        * their reduction gives it back exactly */
@@ -141,6 +142,30 @@ static mpu_result_t pairs_rank(mpu_comm *world, void *arg) {
   return r;
 }
 
+static mpu_result_t three_dims_rank(mpu_comm *world, void *arg) {
+  ctx *c = arg;
+  static const int64_t three[3] = {2, 2, 2}, uneven[2] = {5, 3}, even[2] = {4, 8};
+  int failures = 0, pairs = 0, rank;
+  mpu_comm_rank(world, &rank);
+  mpu_result_t r = run_mesh(world, 3, three, uneven, &failures, &pairs);
+  if (!r) r = run_mesh(world, 3, three, even, &failures, &pairs);
+  if (rank == 0) c->pairs = pairs;
+  c->failures[rank] = failures;
+  return r;
+}
+
+/* A (2, 2, 2) mesh, where one tensor dim can be sharded three deep: every
+ * source with every 13th destination. */
+static void test_three_dim_mesh(void **state) {
+  (void)state;
+  ctx c = {{0}, 0};
+  mpu_result_t r = mpu_launch(8, three_dims_rank, &c, NULL, NULL);
+  if (r) fprintf(stderr, "%s\n", mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  assert_int_equal(c.pairs, 2 * 1205); /* sum over the sources of ceil((125 - a % 13) / 13) */
+  for (int k = 0; k < 8; k++) assert_int_equal(c.failures[k], 0);
+}
+
 static void test_every_pair(void **state) {
   (void)state;
   ctx c = {{0}, 0};
@@ -149,6 +174,66 @@ static void test_every_pair(void **state) {
   assert_int_equal(r, MPU_SUCCESS);
   assert_int_equal(c.pairs, 2 * (25 + 625));
   for (int k = 0; k < NRANKS; k++) assert_int_equal(c.failures[k], 0);
+}
+
+/* The tensor-parallel regions are these moves on a (tp) mesh: each region's
+ * forward (and copy_to_tp's backward) gives what mpu_redistribute gives. */
+typedef struct region_case {
+  mpu_region region;
+  int backward;
+  mpu_placement from, to;
+} region_case;
+
+static mpu_result_t regions_rank(mpu_comm *world, void *arg) {
+  int *bad = arg, rank;
+  mpu_comm_rank(world, &rank);
+  int64_t tp_shape[1] = {NRANKS};
+  const char *names[1] = {"tp"};
+  mpu_device_mesh *dm;
+  mpu_result_t r = mpu_device_mesh_init(world, 1, tp_shape, names, MPU_MESH_EAGER, &dm);
+  if (r) return r;
+  const region_case cases[] = {
+      {MPU_COPY_TO_TP, 1, MPU_PARTIAL(MPU_SUM), MPU_REPLICATE},
+      {MPU_REDUCE_FROM_TP, 0, MPU_PARTIAL(MPU_SUM), MPU_REPLICATE},
+      {MPU_SCATTER_TO_TP, 0, MPU_REPLICATE, MPU_SHARD(1)},
+      {MPU_GATHER_FROM_TP, 0, MPU_SHARD(1), MPU_REPLICATE},
+      {MPU_SCATTER_TO_SP, 0, MPU_REPLICATE, MPU_SHARD(0)},
+      {MPU_GATHER_FROM_SP, 0, MPU_SHARD(0), MPU_REPLICATE},
+      {MPU_REDUCE_SCATTER_TO_SP, 0, MPU_PARTIAL(MPU_SUM), MPU_SHARD(0)},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases && !r; k++) {
+    const region_case *c = &cases[k];
+    mpu_dtensor_spec src = {2, {8, 12}, {c->from}, MPU_FLOAT32};
+    mpu_dtensor_spec dst = {2, {8, 12}, {c->to}, MPU_FLOAT32};
+    int64_t in_shape[2], out_shape[2];
+    mpu_dtensor_local_shape(mpu_device_mesh_mesh(dm), rank, &src, in_shape, NULL);
+    mpu_dtensor_local_shape(mpu_device_mesh_mesh(dm), rank, &dst, out_shape, NULL);
+    float in[96], a[96], b[96];
+    for (int e = 0; e < 96; e++) in[e] = (float)(e % 17) + (c->from.kind == MPU_PLACE_PARTIAL ? (float)rank : 0.0f);
+    mpu_tensor tin, tout;
+    mpu_tensor_init(&tin, in, MPU_FLOAT32, 2, in_shape);
+    mpu_tensor_init(&tout, a, MPU_FLOAT32, 2, out_shape);
+    r = c->backward ? mpu_region_backward(c->region, world, &tin, &tout, MPU_REGION_DEFAULT)
+                    : mpu_region_forward(c->region, world, &tin, &tout);
+    if (!r) r = mpu_redistribute(dm, &src, in, &dst, b);
+    for (int64_t e = 0; !r && e < out_shape[0] * out_shape[1]; e++)
+      if (a[e] != b[e]) {
+        bad[rank]++;
+        fprintf(stderr, "%s: element %lld differs\n", mpu_region_name(c->region), (long long)e);
+        break;
+      }
+  }
+  mpu_device_mesh_free(dm);
+  return r;
+}
+
+static void test_regions_are_special_cases(void **state) {
+  (void)state;
+  int bad[NRANKS] = {0};
+  mpu_result_t r = mpu_launch(NRANKS, regions_rank, bad, NULL, NULL);
+  if (r) fprintf(stderr, "%s\n", mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  for (int k = 0; k < NRANKS; k++) assert_int_equal(bad[k], 0);
 }
 
 /* The plan on a (4) mesh named "dp": one collective per change that needs one. */
@@ -216,6 +301,8 @@ static void test_plan_names_collectives(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_pair),
+      cmocka_unit_test(test_three_dim_mesh),
+      cmocka_unit_test(test_regions_are_special_cases),
       cmocka_unit_test(test_plan_names_collectives),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
