@@ -49,6 +49,13 @@ static void slice_of(const int64_t *gshape, int ndim, const mpu_placement *pl, i
   }
 }
 
+/* placement combination k of up to three mesh dims, on a 2-d tensor */
+static mpu_dtensor_spec spec_of(const int64_t *gshape, int k) {
+  mpu_dtensor_spec s = {2, {gshape[0], gshape[1]}, {MPU_REPLICATE}, MPU_FLOAT32};
+  for (int i = 0; i < 3; i++, k /= NPLACE) s.placements[i] = place(k % NPLACE);
+  return s;
+}
+
 static float global_value(int64_t r, int64_t c) { return (float)(r * 10 + c + 1); }
 static float noise(int64_t r, int64_t c, int i) { return (float)((r * 3 + c * 7 + i * 5) % 11 - 5); }
 
@@ -73,8 +80,7 @@ static mpu_result_t run_mesh(mpu_comm *world, int mdim, const int64_t *mshape, c
   float *in = malloc(cap * sizeof(float)), *out = malloc(cap * sizeof(float));
   for (int a = 0; a < ncombo && !r; a++)
     for (int b = a % stride; b < ncombo && !r; b += stride) {
-      mpu_dtensor_spec src = {2, {gshape[0], gshape[1]}, {place(a % NPLACE), place(a / NPLACE % NPLACE), place(a / NPLACE / NPLACE)}, MPU_FLOAT32};
-      mpu_dtensor_spec dst = {2, {gshape[0], gshape[1]}, {place(b % NPLACE), place(b / NPLACE % NPLACE), place(b / NPLACE / NPLACE)}, MPU_FLOAT32};
+      mpu_dtensor_spec src = spec_of(gshape, a), dst = spec_of(gshape, b);
       int64_t off[2], len[2];
       /* the source piece: the slice, spread over the partial dims so that
        * their reduction gives it back exactly */
@@ -209,7 +215,8 @@ static mpu_result_t regions_rank(mpu_comm *world, void *arg) {
     mpu_dtensor_local_shape(mpu_device_mesh_mesh(dm), rank, &src, in_shape, NULL);
     mpu_dtensor_local_shape(mpu_device_mesh_mesh(dm), rank, &dst, out_shape, NULL);
     float in[96], a[96], b[96];
-    for (int e = 0; e < 96; e++) in[e] = (float)(e % 17) + (c->from.kind == MPU_PLACE_PARTIAL ? (float)rank : 0.0f);
+    float partial = c->from.kind == MPU_PLACE_PARTIAL ? (float)rank : 0.0f;
+    for (int e = 0; e < 96; e++) in[e] = (float)(e % 17) + partial;
     mpu_tensor tin, tout;
     mpu_tensor_init(&tin, in, MPU_FLOAT32, 2, in_shape);
     mpu_tensor_init(&tout, a, MPU_FLOAT32, 2, out_shape);
@@ -245,7 +252,8 @@ static void test_plan_names_collectives(void **state) {
   const char *names[1] = {"dp"};
   mpu_device_mesh *dm;
   assert_int_equal(mpu_device_mesh_init(fake, 1, shape, names, MPU_MESH_LAZY, &dm), 0);
-  mpu_dtensor_spec a = {2, {1024, 1024}, {MPU_SHARD(0)}, MPU_FLOAT32}, b = {2, {1024, 1024}, {MPU_REPLICATE}, MPU_FLOAT32};
+  mpu_dtensor_spec a = {2, {1024, 1024}, {MPU_SHARD(0)}, MPU_FLOAT32};
+  mpu_dtensor_spec b = {2, {1024, 1024}, {MPU_REPLICATE}, MPU_FLOAT32};
   char plan[512];
   int n = -1;
   assert_int_equal(mpu_redistribute_plan(dm, &a, &b, plan, sizeof plan, &n), 0);
@@ -261,7 +269,8 @@ static void test_plan_names_collectives(void **state) {
   };
   for (int x = 0; x < NPLACE; x++)
     for (int y = 0; y < NPLACE; y++) {
-      mpu_dtensor_spec s = {2, {6, 5}, {place(x)}, MPU_FLOAT32}, d = {2, {6, 5}, {place(y)}, MPU_FLOAT32};
+      mpu_dtensor_spec s = {2, {6, 5}, {place(x)}, MPU_FLOAT32};
+      mpu_dtensor_spec d = {2, {6, 5}, {place(y)}, MPU_FLOAT32};
       assert_int_equal(mpu_redistribute_plan(dm, &s, &d, plan, sizeof plan, &n), 0);
       if (!expect[x][y]) {
         assert_string_equal(plan, "nothing to move");

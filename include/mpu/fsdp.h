@@ -11,12 +11,12 @@
  * move them), with its gradient and its AdamW moments: parameters +
  * gradients + optimizer state per rank fall as 1/S.
  *
- *   strategy                  FSDP's name            params between   grads    reduced over
- *                                                    forward/backward
- *   MPU_SHARD_GRAD_OP         SHARD_GRAD_OP (ZeRO-2) whole            sharded  shard group
- *   MPU_SHARD_FULL            FULL_SHARD (ZeRO-3)    sharded          sharded  shard group
- *   MPU_SHARD_HYBRID_ZERO2    _HYBRID_SHARD_ZERO2    whole            sharded  shard, then replicate
- *   MPU_SHARD_HYBRID          HYBRID_SHARD           sharded          sharded  shard, then replicate
+ *   strategy                FSDP's name             between forward  gradients reduced
+ *                                                   and backward     over
+ *   MPU_SHARD_GRAD_OP       SHARD_GRAD_OP (ZeRO-2)  params whole     shard
+ *   MPU_SHARD_FULL          FULL_SHARD (ZeRO-3)     params sharded   shard
+ *   MPU_SHARD_HYBRID_ZERO2  _HYBRID_SHARD_ZERO2     params whole     shard, then replicate
+ *   MPU_SHARD_HYBRID        HYBRID_SHARD            params sharded   shard, then replicate
  *
  * (NO_SHARD is the plain mpu_optimizer, ZeRO-1 the distributed one.)
  *

@@ -247,7 +247,8 @@ mpu_result_t mpu_fsdp_set_param(mpu_fsdp *f, int i, const float *values) {
   const mpu_param *p = &f->b->params[i];
   size_t lo, hi;
   held(f, &f->bk[k], &lo, &hi);
-  size_t a = p->offset > lo ? p->offset : lo, z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+  size_t a = p->offset > lo ? p->offset : lo;
+  size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
   for (size_t e = a; e < z; e++) f->p[f->bk[k].at + (e - lo)] = values[e - p->offset];
   return MPU_SUCCESS;
 }
