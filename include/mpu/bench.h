@@ -18,19 +18,8 @@
 extern "C" {
 #endif
 
-typedef enum mpu_collective {
-  MPU_COLL_ALL_REDUCE = 0,
-  MPU_COLL_ALL_GATHER,
-  MPU_COLL_REDUCE_SCATTER,
-  MPU_COLL_BROADCAST,
-  MPU_COLL_REDUCE,
-  MPU_COLL_ALL_TO_ALL,
-  MPU_COLL_COUNT
-} mpu_collective;
-
-/* "all_reduce", ...; "invalid" otherwise. */
-MPU_API const char *mpu_collective_name(mpu_collective c);
-MPU_API mpu_result_t mpu_collective_from_name(const char *name, mpu_collective *out);
+/* mpu_collective and its names are mpu/comm.h's; mpu bench measures the
+ * first MPU_COLL_COUNT of them. */
 
 /* busbw / algbw for a collective over n ranks, as nccl-tests defines it:
  * all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n;

@@ -67,6 +67,30 @@ enum {
                           collectives have no timeout: raw MPI speed */
 };
 
+/* The collectives, one list for the calls below, the call checks' messages
+ * and mpu bench. The first MPU_COLL_COUNT take one count per rank (mpu bench
+ * measures those); the uneven ones take counts per rank. */
+typedef enum mpu_collective {
+  MPU_COLL_ALL_REDUCE = 0,
+  MPU_COLL_ALL_GATHER,
+  MPU_COLL_REDUCE_SCATTER,
+  MPU_COLL_BROADCAST,
+  MPU_COLL_REDUCE,
+  MPU_COLL_ALL_TO_ALL,
+  MPU_COLL_BARRIER,
+  MPU_COLL_ALL_GATHER_V,
+  MPU_COLL_REDUCE_SCATTER_V,
+  MPU_COLL_ALL_TO_ALL_V,
+  MPU_COLL_KINDS /* how many there are */
+} mpu_collective;
+
+/* the collectives of one count per rank: MPU_COLL_ALL_REDUCE .. MPU_COLL_ALL_TO_ALL */
+#define MPU_COLL_COUNT MPU_COLL_BARRIER
+
+/* "all_reduce", ..., "all_to_all_v"; "invalid" otherwise. */
+MPU_API const char *mpu_collective_name(mpu_collective c);
+MPU_API mpu_result_t mpu_collective_from_name(const char *name, mpu_collective *out);
+
 /* Color for mpu_comm_split meaning "not in any new communicator". */
 #define MPU_COMM_SPLIT_NOCOLOR (-1)
 
@@ -115,9 +139,12 @@ MPU_API mpu_result_t mpu_comm_fake_create(int rank, int size, mpu_comm **out);
 
 /* ---- the MPI backend ------------------------------------------------------ */
 
-/* 1 if this build has the MPI backend, else 0. The calls below need no
- * <mpi.h>; in a build without MPI they fail with MPU_ERR_UNSUPPORTED.
- * mpu/comm_mpi.h adds mpu_comm_from_mpi for a caller's own MPI_Comm. */
+/* 1 if the MPI backend can be used, else 0 with mpu_last_error() saying what
+ * is missing. The backend is its own library, libmpu_mpi (docs/design.md):
+ * linked by the program, or loaded here on first use. The calls below need
+ * no <mpi.h>; without the backend they fail with MPU_ERR_UNSUPPORTED.
+ * mpu/comm_mpi.h adds mpu_comm_from_mpi for a caller's own MPI_Comm (link
+ * libmpu_mpi: pkg-config mpu-mpi, or CMake's mpu::mpi). */
 MPU_API int mpu_mpi_available(void);
 
 /* Options of an MPI communicator. Start from MPU_MPI_OPTIONS_INIT. */
@@ -143,8 +170,10 @@ MPU_API mpu_result_t mpu_mpi_finalize(void);
 
 /* ---- the NCCL backend ------------------------------------------------------ */
 
-/* 1 if this build has the NCCL backend (CUDA and NCCL were found), else 0.
- * The calls below need no CUDA header; without NCCL they fail with
+/* 1 if the NCCL backend can be used, else 0 with mpu_last_error() saying
+ * what is missing. The backend is its own library, libmpu_nccl (it needs the
+ * CUDA runtime and NCCL): linked by the program, or loaded here on first use.
+ * The calls below need no CUDA header; without the backend they fail with
  * MPU_ERR_UNSUPPORTED. docs/gpu.md has a whole program. */
 MPU_API int mpu_nccl_available(void);
 
@@ -204,6 +233,13 @@ typedef struct mpu_comm_caps {
   int fault_detection;    /* an absent or dead peer ends in an error, not a hang */
   int call_checking;      /* mismatched calls are caught, now (checking on) */
   int exact_reductions;   /* results follow docs/api.md's rule bit for bit */
+  int moves_data;         /* collectives over several ranks move data (0: the fake backend,
+                             whose ranks cannot see each other's inputs) */
+  int described_groups;   /* groups of a layout can be made from their description, without
+                             listing members (the fake backend's huge worlds) */
+  int groups_by_split;    /* groups come only from mpu_comm_split, collective over all ranks
+                             (an NCCL world from the environment, without a host twin) */
+  int device;             /* the device this rank's buffers live on; -1 for host memory */
 } mpu_comm_caps;
 
 MPU_API mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps);
@@ -253,6 +289,37 @@ MPU_API mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void 
                                          size_t count, mpu_dtype dtype);
 
 MPU_API mpu_result_t mpu_comm_barrier(mpu_comm *comm);
+
+/* ---- uneven collectives ----------------------------------------------------
+ * Counts per rank, in elements, which may differ and may be 0 (MPI's
+ * Allgatherv, Reduce_scatter and Alltoallv; torch's all_to_all_single with
+ * split sizes): MoE token dispatch, shards of any size. Every rank passes the
+ * same counts (all_to_all_v: what rank i sends to j is what j receives from
+ * i); checking compares them across ranks. Displacements (element offsets)
+ * may be NULL: blocks then follow each other in rank order. The blocks of
+ * one buffer must not overlap; send and recv must not overlap (all_gather_v
+ * in place excepted: send == recv + displs[rank] elements). NCCL has no such
+ * calls: there they are grouped sends and receives (reduces for
+ * reduce_scatter_v). */
+
+/* recv gets counts[k] elements from rank k at displs[k]; this rank sends its
+ * counts[rank] elements from send. */
+MPU_API mpu_result_t mpu_comm_all_gather_v(mpu_comm *comm, const void *send, void *recv,
+                                           const size_t *counts, const size_t *displs,
+                                           mpu_dtype dtype);
+
+/* send holds the blocks of every rank, counts[k] elements for rank k, one
+ * after the other; recv gets the reduction of this rank's block
+ * (counts[rank] elements). */
+MPU_API mpu_result_t mpu_comm_reduce_scatter_v(mpu_comm *comm, const void *send, void *recv,
+                                               const size_t *counts, mpu_dtype dtype, mpu_op op);
+
+/* send_counts[j] elements at send_displs[j] go to rank j; recv_counts[i]
+ * elements from rank i land at recv_displs[i]. */
+MPU_API mpu_result_t mpu_comm_all_to_all_v(mpu_comm *comm, const void *send,
+                                           const size_t *send_counts, const size_t *send_displs,
+                                           void *recv, const size_t *recv_counts,
+                                           const size_t *recv_displs, mpu_dtype dtype);
 
 /* Point to point, for pipeline stages. Messages from one rank to another on
  * one communicator arrive in the order sent. send returns once the data is

@@ -19,27 +19,10 @@
 #include <unistd.h>
 
 #include "comm/base/copy.h"
-#include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "core/error.h"
 #include "core/options.h"
 #include "mpu/bench.h"
-
-static const char *const names[MPU_COLL_COUNT] = {
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"};
-
-const char *mpu_collective_name(mpu_collective c) {
-  return (unsigned)c < MPU_COLL_COUNT ? names[c] : "invalid";
-}
-
-mpu_result_t mpu_collective_from_name(const char *name, mpu_collective *out) {
-  if (!name || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_collective_from_name: NULL");
-  for (int i = 0; i < MPU_COLL_COUNT; i++)
-    if (!strcasecmp(name, names[i])) return *out = (mpu_collective)i, MPU_SUCCESS;
-  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                    "unknown collective '%s' (want all_reduce, all_gather, reduce_scatter, "
-                    "broadcast, reduce or all_to_all)",
-                    name);
-}
 
 double mpu_bench_bus_factor(mpu_collective c, int n) {
   if (n <= 0) return 0;
@@ -119,7 +102,8 @@ static mpu_result_t call(mpu_comm *c, const mpu_bench_config *cfg, void *send, v
 /* The backend library's own call on the same buffers (mpu bench's reference). */
 static mpu_result_t call_native(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
                                 size_t count, int rank, size_t es) {
-  int ip = cfg->in_place, kind = (int)cfg->collective + 1; /* mpu__kind order */
+  int ip = cfg->in_place;
+  mpu_collective kind = cfg->collective;
   switch (cfg->collective) {
   case MPU_COLL_ALL_REDUCE:
   case MPU_COLL_REDUCE:

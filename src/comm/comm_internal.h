@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "comm/base/signature.h"
+#include "core/error.h"
 #include "mpu/comm.h"
 
 #define MPU_COMM_MAGIC UINT64_C(0x6d70752d636f6d6d) /* "mpu-comm" */
@@ -19,18 +20,17 @@
 
 typedef struct mpu__comm_ops {
   const char *name;
-  mpu_result_t (*all_reduce)(mpu_comm *c, const void *send, void *recv, size_t count,
-                             mpu_dtype dt, mpu_op op);
-  mpu_result_t (*all_gather)(mpu_comm *c, const void *send, void *recv, size_t count,
-                             mpu_dtype dt);
-  mpu_result_t (*reduce_scatter)(mpu_comm *c, const void *send, void *recv, size_t count,
-                                 mpu_dtype dt, mpu_op op);
-  mpu_result_t (*broadcast)(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root);
-  mpu_result_t (*reduce)(mpu_comm *c, const void *send, void *recv, size_t count, mpu_dtype dt,
-                         mpu_op op, int root);
-  mpu_result_t (*all_to_all)(mpu_comm *c, const void *send, void *recv, size_t count,
-                             mpu_dtype dt);
-  mpu_result_t (*barrier)(mpu_comm *c);
+  /* A checked collective on a group of two or more (comm.c answers a group of
+   * one itself). A backend without native non-blocking calls runs it to the
+   * end here and sets *handle = NULL; one with them (NCCL) enqueues it and
+   * hands back a handle for test, wait and release. Blocking calls are start,
+   * then wait, in comm.c. */
+  mpu_result_t (*start)(mpu_comm *c, const mpu__call *call, void **handle);
+  mpu_result_t (*test)(mpu_comm *c, void *handle, int *done);
+  /* waits up to timeout_s (< 0: the communicator's own) and may return
+   * MPU_ERR_TIMEOUT leaving the handle pending */
+  mpu_result_t (*wait)(mpu_comm *c, void *handle, double timeout_s);
+  void (*release)(mpu_comm *c, void *handle);
   mpu_result_t (*send)(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
   mpu_result_t (*recv)(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
   /* Optional: both at once (NULL: send, then recv) */
@@ -40,22 +40,21 @@ typedef struct mpu__comm_ops {
   mpu_result_t (*create_group)(mpu_comm *c, const int *members, int n, mpu_comm **out);
   /* NULL: comm.c's generic split (all_gather of colors, then create_group) */
   mpu_result_t (*split)(mpu_comm *c, int color, int key, mpu_comm **out);
+  /* Optional: a group of `size` with this rank at `pos` whose members are
+   * listed by list(ctx, ...) only when someone asks (caps.described_groups) */
+  mpu_result_t (*group_described)(mpu_comm *c, int pos, int size,
+                                  mpu_result_t (*list)(const void *ctx, int *out, int size),
+                                  void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out);
+  /* Optional: the host twin of a device communicator */
+  mpu_result_t (*host_twin)(const mpu_comm *c, mpu_comm **host);
   mpu_result_t (*abort)(mpu_comm *c);
-  /* Optional: the backend library's own call for a collective (MPI_Allreduce,
-   * ...) on the same arguments, which mpu bench times next to mpu's call.
+  /* Optional: the backend library's own call (MPI_Allreduce, ...) for the
+   * same checked call, which mpu bench times next to mpu's call.
    * MPU_ERR_UNSUPPORTED where the library has no such call (16-bit sums). */
-  mpu_result_t (*native)(mpu_comm *c, int kind, const void *send, void *recv, size_t count,
-                         mpu_dtype dt, mpu_op op, int root);
-  /* Optional: native non-blocking calls (NCCL: enqueue on the stream). Without
-   * them base queues the call and runs it at wait (docs/api.md). istart runs
-   * checked arguments; iwait waits up to timeout_s (< 0: the communicator's
-   * own) and may return MPU_ERR_TIMEOUT leaving the handle pending. */
-  mpu_result_t (*istart)(mpu_comm *c, const mpu__call *call, void **handle);
-  mpu_result_t (*itest)(mpu_comm *c, void *handle, int *done);
-  mpu_result_t (*iwait)(mpu_comm *c, void *handle, double timeout_s);
-  void (*ifree)(mpu_comm *c, void *handle);
+  mpu_result_t (*native)(mpu_comm *c, const mpu__call *call);
   /* Optional, for device backends (NULL: host memory, no stream). caps fills
-   * the backend's fields of a zeroed struct; copy2d has checked arguments. */
+   * the backend's fields of a struct holding base's defaults; copy2d has
+   * checked arguments. */
   void (*caps)(const mpu_comm *c, mpu_comm_caps *caps);
   void *(*get_stream)(const mpu_comm *c);
   mpu_result_t (*set_stream)(mpu_comm *c, void *stream);
@@ -64,8 +63,8 @@ typedef struct mpu__comm_ops {
   mpu_result_t (*copy2d)(mpu_comm *c, void *dst, size_t dpitch, const void *src, size_t spitch,
                          size_t width, size_t height);
   void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
-  /* optional: a communicator made from a description (the fake backend's
-   * groups of a huge layout) lists its members' world ranks on first need */
+  /* optional: a communicator made from a description lists its members'
+   * world ranks on first need */
   mpu_result_t (*list_members)(const mpu_comm *c, int *world_ranks);
 } mpu__comm_ops;
 
@@ -85,7 +84,7 @@ struct mpu_comm {
 
 /* A new base communicator. world_ranks (size entries, or NULL for the
  * identity) is copied. Returns NULL when out of memory. */
-mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int *world_ranks,
+MPU_SIBLING_API mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int *world_ranks,
                         void *impl);
 
 /* Free the base (not impl); the handle is poisoned against reuse. */
@@ -93,20 +92,14 @@ void mpu__comm_free(mpu_comm *c);
 
 /* MPU_SUCCESS if a message of got_count x got answers a recv of count x dt;
  * else MPU_ERR_MISMATCH naming both shapes (the one rule of every backend). */
-mpu_result_t mpu__recv_mismatch(size_t count, mpu_dtype dt, size_t got_count, mpu_dtype got,
+MPU_SIBLING_API mpu_result_t mpu__recv_mismatch(size_t count, mpu_dtype dt, size_t got_count, mpu_dtype got,
                                 int peer);
 
 /* Hand a received message (data, got_count x got) to a recv that asked for
  * count x dt: copies it, or fails with MPU_ERR_MISMATCH naming both shapes
  * (the message is dropped either way; the caller frees it). */
-mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *data,
+MPU_SIBLING_API mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *data,
                           size_t got_count, mpu_dtype got, int peer);
-
-/* The backend library's own call for collective `kind` (an mpu__kind), for
- * benchmarks; MPU_ERR_UNSUPPORTED where there is none. Arguments unchecked
- * beyond the handle: the benchmark passes ones it checked with mpu's call. */
-mpu_result_t mpu__comm_native(mpu_comm *comm, int kind, const void *send, void *recv,
-                              size_t count, mpu_dtype dt, mpu_op op, int root);
 
 /* ---- request.c ---- */
 
@@ -126,26 +119,12 @@ mpu_result_t mpu__clock_add(double start, mpu_result_t result);
 /* comm is going away: its queued requests fail when waited for. */
 void mpu__detach_requests(mpu_comm *comm);
 
-/* Run one call through the backend's blocking operations. */
+/* Run one checked call to its end: a group of one answered here, the
+ * others by the backend's start and wait. */
 mpu_result_t mpu__run_call(mpu_comm *comm, const mpu__call *call);
-
-/* The CUDA device an NCCL communicator runs on (MPU_ERR_INVALID_ARGUMENT for
- * another backend). */
-mpu_result_t mpu__nccl_device(const mpu_comm *comm, int *device);
 
 /* Make c->world_ranks real where the backend listed them lazily. */
 mpu_result_t mpu__comm_members(mpu_comm *c);
-
-/* The fake backend: a group of `size` with this rank at `pos`, its members
- * listed by list(ctx, out) only when someone asks (O(1) to create, however
- * big the group). free_ctx(ctx) at destroy; on failure the caller keeps
- * ctx. MPU_ERR_UNSUPPORTED unless world is a fake communicator. */
-mpu_result_t mpu__fake_group_described(mpu_comm *world, int pos, int size,
-                                       mpu_result_t (*list)(const void *ctx, int *out, int size),
-                                       void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out);
-
-/* Whether c is a fake-backend communicator. */
-int mpu__comm_is_fake(const mpu_comm *c);
 
 /* World rank of member r of c (no checks; mpu__comm_members first where the
  * backend lists members lazily). */

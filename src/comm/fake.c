@@ -18,51 +18,11 @@
 
 static const mpu__comm_ops fake_ops;
 
-static void copy_if_alone(const mpu_comm *c, const void *send, void *recv, size_t bytes) {
-  if (c->size == 1 && send != recv && bytes) memcpy(recv, send, bytes);
-}
-
-static mpu_result_t fake_all_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
-                                    mpu_dtype dt, mpu_op op) {
-  (void)op;
-  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
-  return MPU_SUCCESS;
-}
-
-static mpu_result_t fake_all_gather(mpu_comm *c, const void *send, void *recv, size_t count,
-                                    mpu_dtype dt) {
-  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
-  return MPU_SUCCESS;
-}
-
-static mpu_result_t fake_reduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
-                                        mpu_dtype dt, mpu_op op) {
-  (void)op;
-  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
-  return MPU_SUCCESS;
-}
-
-static mpu_result_t fake_broadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
-                                   int root) {
-  (void)c, (void)buf, (void)count, (void)dt, (void)root;
-  return MPU_SUCCESS;
-}
-
-static mpu_result_t fake_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
-                                mpu_dtype dt, mpu_op op, int root) {
-  (void)op, (void)root;
-  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
-  return MPU_SUCCESS;
-}
-
-static mpu_result_t fake_all_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
-                                    mpu_dtype dt) {
-  copy_if_alone(c, send, recv, count * mpu_dtype_size(dt));
-  return MPU_SUCCESS;
-}
-
-static mpu_result_t fake_barrier(mpu_comm *c) {
-  (void)c;
+/* Over more than one rank nothing moves: outputs keep what they held
+ * (comm.c answers a group of one exactly). */
+static mpu_result_t fake_start(mpu_comm *c, const mpu__call *call, void **handle) {
+  (void)c, (void)call;
+  *handle = NULL;
   return MPU_SUCCESS;
 }
 
@@ -176,15 +136,18 @@ static void fake_destroy(mpu_comm *c) {
   free(st);
 }
 
+static mpu_result_t fake_group_described(mpu_comm *world, int pos, int size,
+                                         mpu_result_t (*list)(const void *ctx, int *out, int size),
+                                         void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out);
+
+static void fake_caps(const mpu_comm *c, mpu_comm_caps *caps) {
+  caps->moves_data = c->size == 1; /* a rank of many cannot see its peers' inputs */
+  caps->described_groups = 1;
+}
+
 static const mpu__comm_ops fake_ops = {
     .name = "fake",
-    .all_reduce = fake_all_reduce,
-    .all_gather = fake_all_gather,
-    .reduce_scatter = fake_reduce_scatter,
-    .broadcast = fake_broadcast,
-    .reduce = fake_reduce,
-    .all_to_all = fake_all_to_all,
-    .barrier = fake_barrier,
+    .start = fake_start,
     .send = fake_send,
     .recv = fake_recv,
     .create_group = fake_create_group,
@@ -192,15 +155,14 @@ static const mpu__comm_ops fake_ops = {
     .abort = fake_abort,
     .destroy = fake_destroy,
     .list_members = fake_list_members,
+    .group_described = fake_group_described,
+    .caps = fake_caps,
 };
 
-int mpu__comm_is_fake(const mpu_comm *c) { return c && c->ops == &fake_ops; }
-
-mpu_result_t mpu__fake_group_described(mpu_comm *world, int pos, int size,
-                                       mpu_result_t (*list)(const void *ctx, int *out, int size),
-                                       void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out) {
-  if (world->ops != &fake_ops)
-    return mpu__error(MPU_ERR_UNSUPPORTED, "described groups are the fake backend's");
+static mpu_result_t fake_group_described(mpu_comm *world, int pos, int size,
+                                         mpu_result_t (*list)(const void *ctx, int *out, int size),
+                                         void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out) {
+  (void)world;
   MPU_CHECK(fake_new(pos, size, NULL, out));
   fake_state *st = (*out)->impl;
   st->list = list, st->ctx = ctx, st->free_ctx = free_ctx;

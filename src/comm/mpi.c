@@ -33,6 +33,7 @@
  * into the caller's buffer, and drops a mismatched one as the threads backend
  * does. destroy never waits: sends still in flight are cancelled or orphaned.
  */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,37 +43,14 @@
 #include "core/error.h"
 #include "core/options.h"
 
-#ifndef MPU_HAVE_MPI
-
-int mpu_mpi_available(void) { return 0; }
-
-static mpu_result_t no_mpi(const char *fn) {
-  return mpu__error(MPU_ERR_UNSUPPORTED, "%s: this build of mpu has no MPI backend", fn);
-}
-
-mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out) {
-  (void)argc, (void)argv, (void)out;
-  return no_mpi("mpu_comm_mpi_world");
-}
-
-mpu_result_t mpu_comm_mpi_world_ex(int *argc, char ***argv, const mpu_mpi_options *options,
-                                   mpu_comm **out) {
-  (void)argc, (void)argv, (void)options, (void)out;
-  return no_mpi("mpu_comm_mpi_world_ex");
-}
-
-mpu_result_t mpu_mpi_finalize(void) { return no_mpi("mpu_mpi_finalize"); }
-
-#else
-
 #include <sched.h>
 
 #include "comm/base/reduce.h"
+#include "comm/base/module.h"
 #include "comm/base/signature.h"
 #include "core/env.h"
 #include "mpu/comm_mpi.h"
-
-int mpu_mpi_available(void) { return 1; }
+#include "mpu/version.h"
 
 /* Calls whose inputs together fit here gather everything and reduce locally:
  * one collective, latency-bound anyway. */
@@ -302,6 +280,16 @@ static mpu_result_t x_gatherv(mpu_comm *c, const char *fn, const void *s, int n,
   return wait_for(c, &q, fn, DATA_PHASE);
 }
 
+/* The call's arguments as locals. */
+#define CALL_ARGS(k)                                \
+  const void *send = (k)->send;                    \
+  void *recv = (k)->recv;                          \
+  size_t count = (size_t)(k)->sig.count;           \
+  mpu_dtype dt = (mpu_dtype)(k)->sig.dtype;        \
+  mpu_op op = (mpu_op)(k)->sig.op;                 \
+  int root = (k)->sig.root;                        \
+  (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)root
+
 /* ---- reductions ------------------------------------------------------------ */
 
 /* The chunk plan of a large reduction over count elements: rank k owns chunk
@@ -340,12 +328,12 @@ static mpu_result_t exchange_chunks(mpu_comm *c, const char *fn, const void *sen
   return x_alltoallv(c, fn, send, v, v + n, *stacked, v + 2 * n, v + 3 * n, bits_of(dt));
 }
 
-static mpu_result_t mpi_all_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
-                                   mpu_dtype dt, mpu_op op) {
+static mpu_result_t mpi_all_reduce(mpu_comm *c, const mpu__call *k) {
+  CALL_ARGS(k);
   static const char fn[] = "mpu_comm_all_reduce";
   int n = c->size;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
-  MPU_CHECK(enter(c, mpu__sig_make(MPU__ALL_REDUCE, count, dt, op, -1), fn));
+  MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, n));
   char *stacked = NULL;
   if (bytes * (size_t)n <= SMALL_BYTES) {
@@ -369,12 +357,12 @@ static mpu_result_t mpi_all_reduce(mpu_comm *c, const void *send, void *recv, si
   return MPU_SUCCESS;
 }
 
-static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
-                                       mpu_dtype dt, mpu_op op) {
+static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const mpu__call *k) {
+  CALL_ARGS(k);
   static const char fn[] = "mpu_comm_reduce_scatter";
   int n = c->size;
   size_t bytes = count * mpu_dtype_size(dt);
-  MPU_CHECK(enter(c, mpu__sig_make(MPU__REDUCE_SCATTER, count, dt, op, -1), fn));
+  MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, n));
   char *stacked = NULL;
   MPU_CHECK(scratch(c, bytes * (size_t)n + 1, fn, &stacked));
@@ -442,12 +430,12 @@ static mpu_result_t reduce_pair(mpu_comm *c, const char *fn, const void *send, v
   return wait_for(c, &q, fn, DATA_PHASE);
 }
 
-static mpu_result_t mpi_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
-                               mpu_dtype dt, mpu_op op, int root) {
+static mpu_result_t mpi_reduce(mpu_comm *c, const mpu__call *k) {
+  CALL_ARGS(k);
   static const char fn[] = "mpu_comm_reduce";
   int n = c->size, me = c->rank == root;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
-  MPU_CHECK(enter(c, mpu__sig_make(MPU__REDUCE, count, dt, op, root), fn));
+  MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, n));
   if (n == 2) return reduce_pair(c, fn, send, recv, count, dt, op, root);
   char *stacked = NULL;
@@ -475,34 +463,106 @@ static mpu_result_t mpi_reduce(mpu_comm *c, const void *send, void *recv, size_t
 
 /* ---- moves ------------------------------------------------------------------ */
 
-static mpu_result_t mpi_all_gather(mpu_comm *c, const void *send, void *recv, size_t count,
-                                   mpu_dtype dt) {
+/* int counts and displacements for MPI's v-calls (v: 4 x size ints). */
+static mpu_result_t ints(mpu_comm *c, const char *fn, const size_t *a, int *out) {
+  for (int i = 0; i < c->size; i++) {
+    if (a[i] > (size_t)INT_MAX)
+      return mpu__error(MPU_ERR_UNSUPPORTED, "%s: %zu elements exceed what MPI can count (%d)",
+                        fn, a[i], INT_MAX);
+    out[i] = (int)a[i];
+  }
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t mpi_uneven(mpu_comm *c, const mpu__call *k) {
+  const char *fn = k->sig.kind == MPU_COLL_ALL_GATHER_V       ? "mpu_comm_all_gather_v"
+                   : k->sig.kind == MPU_COLL_REDUCE_SCATTER_V ? "mpu_comm_reduce_scatter_v"
+                                                              : "mpu_comm_all_to_all_v";
+  int n = c->size, me = c->rank, *v = impl_of(c)->v;
+  mpu_dtype dt = (mpu_dtype)k->sig.dtype;
+  size_t es = mpu_dtype_size(dt);
+  MPU_CHECK(enter(c, k->sig, fn));
+  MPU_CHECK(ints(c, fn, k->counts, v));
+  if (k->sig.kind == MPU_COLL_ALL_GATHER_V) {
+    MPU_CHECK(ints(c, fn, k->displs, v + n));
+    char *mine = (char *)k->recv + k->displs[me] * es;
+    if (mine != k->send && k->counts[me]) memcpy(mine, k->send, k->counts[me] * es);
+    return x_allgatherv(c, fn, k->recv, v, v + n, bits_of(dt));
+  }
+  if (k->sig.kind == MPU_COLL_ALL_TO_ALL_V) {
+    MPU_CHECK(ints(c, fn, k->displs, v + n));
+    MPU_CHECK(ints(c, fn, k->rcounts, v + 2 * n));
+    MPU_CHECK(ints(c, fn, k->rdispls, v + 3 * n));
+    return x_alltoallv(c, fn, k->send, v, v + n, k->recv, v + 2 * n, v + 3 * n, bits_of(dt));
+  }
+  /* reduce_scatter_v: block k of every input to rank k, stacked in rank
+   * order, then reduced here in that order (mpu's bits, as reduce_scatter) */
+  size_t mine = k->counts[me], off = 0;
+  for (int p = 0; p < n; p++) {
+    if (off > (size_t)INT_MAX) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: offset %zu", fn, off);
+    v[n + p] = (int)off;
+    off += k->counts[p];
+    v[2 * n + p] = (int)mine;
+    v[3 * n + p] = (int)((size_t)p * mine);
+  }
+  MPU_CHECK(fits(fn, mine, n));
+  char *stacked = NULL;
+  MPU_CHECK(scratch(c, mine * es * (size_t)n + 1, fn, &stacked));
+  MPU_CHECK(x_alltoallv(c, fn, k->send, v, v + n, stacked, v + 2 * n, v + 3 * n, bits_of(dt)));
+  mpu__reduce(k->recv, blocks(c, stacked, mine * es), n, mine, dt, (mpu_op)k->sig.op, n);
+  return MPU_SUCCESS;
+}
+
+/* The backend's start: every call runs to its end here. */
+static mpu_result_t mpi_all_gather(mpu_comm *c, const mpu__call *k);
+static mpu_result_t mpi_broadcast(mpu_comm *c, const mpu__call *k);
+static mpu_result_t mpi_all_to_all(mpu_comm *c, const mpu__call *k);
+static mpu_result_t mpi_barrier(mpu_comm *c, const mpu__call *k);
+
+static mpu_result_t mpi_start(mpu_comm *c, const mpu__call *k, void **handle) {
+  *handle = NULL;
+  switch (k->sig.kind) {
+  case MPU_COLL_ALL_REDUCE: return mpi_all_reduce(c, k);
+  case MPU_COLL_ALL_GATHER: return mpi_all_gather(c, k);
+  case MPU_COLL_REDUCE_SCATTER: return mpi_reduce_scatter(c, k);
+  case MPU_COLL_BROADCAST: return mpi_broadcast(c, k);
+  case MPU_COLL_REDUCE: return mpi_reduce(c, k);
+  case MPU_COLL_ALL_TO_ALL: return mpi_all_to_all(c, k);
+  case MPU_COLL_BARRIER: return mpi_barrier(c, k);
+  default: return mpi_uneven(c, k);
+  }
+}
+
+static mpu_result_t mpi_all_gather(mpu_comm *c, const mpu__call *k) {
+  CALL_ARGS(k);
   static const char fn[] = "mpu_comm_all_gather";
-  MPU_CHECK(enter(c, mpu__sig_make(MPU__ALL_GATHER, count, dt, MPU_SUM, -1), fn));
+  MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, c->size));
   const char *in_place = (const char *)recv + (size_t)c->rank * count * mpu_dtype_size(dt);
   return x_allgather(c, fn, send == in_place ? MPI_IN_PLACE : send, recv, (int)count,
                      bits_of(dt));
 }
 
-static mpu_result_t mpi_broadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root) {
+static mpu_result_t mpi_broadcast(mpu_comm *c, const mpu__call *k) {
+  CALL_ARGS(k);
   static const char fn[] = "mpu_comm_broadcast";
-  MPU_CHECK(enter(c, mpu__sig_make(MPU__BROADCAST, count, dt, MPU_SUM, root), fn));
+  MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, 1));
-  return x_bcast(c, fn, buf, (int)count, bits_of(dt), root);
+  return x_bcast(c, fn, recv, (int)count, bits_of(dt), root);
 }
 
-static mpu_result_t mpi_all_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
-                                   mpu_dtype dt) {
+static mpu_result_t mpi_all_to_all(mpu_comm *c, const mpu__call *k) {
+  CALL_ARGS(k);
   static const char fn[] = "mpu_comm_all_to_all";
-  MPU_CHECK(enter(c, mpu__sig_make(MPU__ALL_TO_ALL, count, dt, MPU_SUM, -1), fn));
+  MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, c->size));
   return x_alltoall(c, fn, send, recv, (int)count, bits_of(dt));
 }
 
-static mpu_result_t mpi_barrier(mpu_comm *c) {
+static mpu_result_t mpi_barrier(mpu_comm *c, const mpu__call *k) {
+  CALL_ARGS(k);
   static const char fn[] = "mpu_comm_barrier";
-  MPU_CHECK(enter(c, mpu__sig_make(MPU__BARRIER, 0, MPU_UINT8, MPU_SUM, -1), fn));
+  MPU_CHECK(enter(c, k->sig, fn));
   if (impl_of(c)->checked) return MPU_SUCCESS; /* nobody leaves the handshake early */
   return check(MPI_Barrier(comm_of(c)), fn);
 }
@@ -706,11 +766,11 @@ static MPI_Op native_op(mpu_op op) {
   }
 }
 
-static mpu_result_t mpi_native(mpu_comm *c, int kind, const void *send, void *recv, size_t count,
-                               mpu_dtype dt, mpu_op op, int root) {
+static mpu_result_t mpi_native(mpu_comm *c, const mpu__call *call) {
   static const char fn[] = "raw MPI call";
-  int n = c->size, reducing = kind == MPU__ALL_REDUCE || kind == MPU__REDUCE_SCATTER ||
-                              kind == MPU__REDUCE;
+  CALL_ARGS(call);
+  int kind = call->sig.kind;
+  int n = c->size, reducing = mpu__coll_has_op(kind);
   MPI_Datatype t = reducing ? native_type(dt) : bits_of(dt);
   if (t == MPI_DATATYPE_NULL)
     return mpu__error(MPU_ERR_UNSUPPORTED, "%s: MPI has no %s reduction", fn, mpu_dtype_name(dt));
@@ -719,22 +779,22 @@ static mpu_result_t mpi_native(mpu_comm *c, int kind, const void *send, void *re
   size_t bytes = count * mpu_dtype_size(dt);
   MPI_Comm w = comm_of(c);
   switch (kind) {
-  case MPU__ALL_REDUCE:
+  case MPU_COLL_ALL_REDUCE:
     return check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, k, t, native_op(op), w), fn);
-  case MPU__ALL_GATHER: {
+  case MPU_COLL_ALL_GATHER: {
     const void *s = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
     return check(MPI_Allgather(s, k, t, recv, k, t, w), fn);
   }
-  case MPU__REDUCE_SCATTER:
+  case MPU_COLL_REDUCE_SCATTER:
     if ((const char *)recv == (const char *)send + (size_t)c->rank * bytes)
       return mpu__error(MPU_ERR_UNSUPPORTED, "%s: MPI's in-place reduce_scatter differs", fn);
     return check(MPI_Reduce_scatter_block(send, recv, k, t, native_op(op), w), fn);
-  case MPU__BROADCAST: return check(MPI_Bcast(recv, k, t, root, w), fn);
-  case MPU__REDUCE: {
+  case MPU_COLL_BROADCAST: return check(MPI_Bcast(recv, k, t, root, w), fn);
+  case MPU_COLL_REDUCE: {
     const void *s = c->rank == root && send == recv ? MPI_IN_PLACE : send;
     return check(MPI_Reduce(s, recv, k, t, native_op(op), root, w), fn);
   }
-  case MPU__ALL_TO_ALL: return check(MPI_Alltoall(send, k, t, recv, k, t, w), fn);
+  case MPU_COLL_ALL_TO_ALL: return check(MPI_Alltoall(send, k, t, recv, k, t, w), fn);
   default: return check(MPI_Barrier(w), fn);
   }
 }
@@ -746,13 +806,7 @@ static void mpi_caps(const mpu_comm *c, mpu_comm_caps *caps) {
 
 static const mpu__comm_ops mpi_ops = {
     .name = "mpi",
-    .all_reduce = mpi_all_reduce,
-    .all_gather = mpi_all_gather,
-    .reduce_scatter = mpi_reduce_scatter,
-    .broadcast = mpi_broadcast,
-    .reduce = mpi_reduce,
-    .all_to_all = mpi_all_to_all,
-    .barrier = mpi_barrier,
+    .start = mpi_start,
     .send = mpi_send,
     .recv = mpi_recv,
     .create_group = mpi_create_group,
@@ -795,7 +849,7 @@ mpu_result_t mpu_comm_from_mpi(MPI_Comm comm, mpu_comm **out) {
   return mpu_comm_from_mpi_ex(comm, NULL, out);
 }
 
-mpu_result_t mpu_comm_mpi_world_ex(int *argc, char ***argv, const mpu_mpi_options *options,
+static mpu_result_t mpi_world(int *argc, char ***argv, const mpu_mpi_options *options,
                                    mpu_comm **out) {
   static const char fn[] = "mpu_comm_mpi_world";
   int initialised = 0, provided = 0;
@@ -814,11 +868,8 @@ mpu_result_t mpu_comm_mpi_world_ex(int *argc, char ***argv, const mpu_mpi_option
   return mpu_comm_from_mpi_ex(MPI_COMM_WORLD, options, out);
 }
 
-mpu_result_t mpu_comm_mpi_world(int *argc, char ***argv, mpu_comm **out) {
-  return mpu_comm_mpi_world_ex(argc, argv, NULL, out);
-}
 
-mpu_result_t mpu_mpi_finalize(void) {
+static mpu_result_t mpi_finalize(void) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (pair_ready && !finalized) { /* the two-rank reduce's types and operators */
@@ -833,4 +884,12 @@ mpu_result_t mpu_mpi_finalize(void) {
   return MPU_SUCCESS;
 }
 
-#endif
+/* libmpu reaches the backend through this, registered when the library loads */
+static const mpu__module mpi_module = {
+    .name = "mpi",
+    .version = MPU_VERSION_STRING,
+    .mpi_world = mpi_world,
+    .mpi_finalize = mpi_finalize,
+};
+
+__attribute__((constructor)) static void mpi_module_load(void) { mpu__module_register(&mpi_module); }

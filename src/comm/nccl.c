@@ -31,46 +31,14 @@
 #include "core/env.h"
 #include "core/error.h"
 
-#ifndef MPU_HAVE_NCCL
-
-int mpu_nccl_available(void) { return 0; }
-
-static mpu_result_t no_nccl(const char *fn) {
-  return mpu__error(MPU_ERR_UNSUPPORTED,
-                    "%s: this build of mpu has no NCCL backend (CUDA and NCCL were not found)", fn);
-}
-
-mpu_result_t mpu_comm_nccl_create(mpu_comm *host, const mpu_nccl_options *options,
-                                  mpu_comm **out) {
-  (void)host, (void)options, (void)out;
-  return no_nccl("mpu_comm_nccl_create");
-}
-
-mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu_comm **out) {
-  (void)options, (void)out;
-  return no_nccl("mpu_comm_nccl_from_env");
-}
-
-mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host) {
-  (void)comm, (void)host;
-  return no_nccl("mpu_comm_host_twin");
-}
-
-mpu_result_t mpu__nccl_device(const mpu_comm *comm, int *device) {
-  (void)comm, (void)device;
-  return no_nccl("nccl device");
-}
-
-#else
-
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <sched.h>
 #include <time.h>
 
+#include "comm/base/module.h"
 #include "comm/rendezvous.h"
-
-int mpu_nccl_available(void) { return 1; }
+#include "mpu/version.h"
 
 typedef struct nccl_impl {
   ncclComm_t comm;
@@ -200,6 +168,55 @@ static mpu_result_t usable(const mpu_comm *c, const char *fn) {
 
 /* ---- enqueueing calls --------------------------------------------------------- */
 
+/* The uneven collectives, which NCCL has not: one group of sends and
+ * receives (all_gather_v, all_to_all_v) or of reduces, one per block
+ * (reduce_scatter_v). This rank's own block is a copy on the stream. */
+static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype);
+  int n = c->size, me = c->rank;
+  const char *send = k->send;
+  char *recv = k->recv;
+  ncclResult_t r = ncclGroupStart(), e = ncclSuccess;
+  size_t off = 0;
+  for (int p = 0; p < n && r == ncclSuccess; p++) {
+    switch (k->sig.kind) {
+    case MPU_COLL_ALL_GATHER_V:
+      if (p != me && k->counts[me]) r = ncclSend(send, k->counts[me], t, p, m->comm, m->stream);
+      if (p != me && !r && k->counts[p])
+        r = ncclRecv(recv + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
+      break;
+    case MPU_COLL_REDUCE_SCATTER_V:
+      if (k->counts[p])
+        r = ncclReduce(send + off * es, p == me ? (void *)recv : (void *)(uintptr_t)(send + off * es),
+                       k->counts[p], t, op_of((mpu_op)k->sig.op), p, m->comm, m->stream);
+      off += k->counts[p];
+      break;
+    default:
+      if (p != me && k->counts[p])
+        r = ncclSend(send + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
+      if (p != me && !r && k->rcounts[p])
+        r = ncclRecv(recv + k->rdispls[p] * es, k->rcounts[p], t, p, m->comm, m->stream);
+    }
+  }
+  e = ncclGroupEnd(); /* always closes the group it opened */
+  MPU_CHECK(nccl_error(r ? r : e, m->comm, fn));
+  /* the own block: a copy on the same stream */
+  const void *from = NULL;
+  void *to = NULL;
+  size_t bytes = 0;
+  if (k->sig.kind == MPU_COLL_ALL_GATHER_V)
+    from = send, to = recv + k->displs[me] * es, bytes = k->counts[me] * es;
+  else if (k->sig.kind == MPU_COLL_ALL_TO_ALL_V)
+    from = send + k->displs[me] * es, to = recv + k->rdispls[me] * es, bytes = k->counts[me] * es;
+  if (bytes && from != to)
+    return cuda_error(cudaMemcpy2DAsync(to, bytes, from, bytes, bytes, 1, cudaMemcpyDefault,
+                                        m->stream),
+                      fn);
+  return MPU_SUCCESS;
+}
+
 static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
   nccl_impl *m = impl_of(c);
   const mpu__sig *s = &k->sig;
@@ -208,22 +225,23 @@ static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
   ncclRedOp_t op = op_of((mpu_op)s->op);
   ncclResult_t r;
   switch (s->kind) {
-  case MPU__ALL_REDUCE: r = ncclAllReduce(k->send, k->recv, n, t, op, m->comm, m->stream); break;
-  case MPU__ALL_GATHER: r = ncclAllGather(k->send, k->recv, n, t, m->comm, m->stream); break;
-  case MPU__REDUCE_SCATTER:
+  case MPU_COLL_ALL_REDUCE: r = ncclAllReduce(k->send, k->recv, n, t, op, m->comm, m->stream); break;
+  case MPU_COLL_ALL_GATHER: r = ncclAllGather(k->send, k->recv, n, t, m->comm, m->stream); break;
+  case MPU_COLL_REDUCE_SCATTER:
     r = ncclReduceScatter(k->send, k->recv, n, t, op, m->comm, m->stream);
     break;
-  case MPU__BROADCAST:
+  case MPU_COLL_BROADCAST:
     r = ncclBroadcast(k->recv, k->recv, n, t, s->root, m->comm, m->stream);
     break;
-  case MPU__REDUCE:
+  case MPU_COLL_REDUCE:
     r = ncclReduce(k->send, c->rank == s->root ? k->recv : (void *)(uintptr_t)k->send, n, t, op,
                    s->root, m->comm, m->stream);
     break;
-  case MPU__ALL_TO_ALL: r = ncclAlltoAll(k->send, k->recv, n, t, m->comm, m->stream); break;
-  default: /* NCCL has no barrier: a one-int all-reduce is one */
+  case MPU_COLL_ALL_TO_ALL: r = ncclAlltoAll(k->send, k->recv, n, t, m->comm, m->stream); break;
+  case MPU_COLL_BARRIER: /* NCCL has no barrier: a one-int all-reduce is one */
     r = ncclAllReduce(m->one, m->one, 1, ncclInt32, ncclSum, m->comm, m->stream);
     break;
+  default: return enqueue_uneven(c, k, fn);
   }
   return nccl_error(r, m->comm, fn);
 }
@@ -233,46 +251,6 @@ static mpu_result_t run(mpu_comm *c, const mpu__call *k, const char *fn) {
   MPU_CHECK(usable(c, fn));
   MPU_CHECK(enqueue(c, k, fn));
   return watch(c, NULL, -1, 0, fn);
-}
-
-static mpu_result_t nccl_all_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
-                                    mpu_dtype dt, mpu_op op) {
-  mpu__call k = {mpu__sig_make(MPU__ALL_REDUCE, count, dt, op, -1), send, recv};
-  return run(c, &k, "mpu_comm_all_reduce");
-}
-
-static mpu_result_t nccl_all_gather(mpu_comm *c, const void *send, void *recv, size_t count,
-                                    mpu_dtype dt) {
-  mpu__call k = {mpu__sig_make(MPU__ALL_GATHER, count, dt, MPU_SUM, -1), send, recv};
-  return run(c, &k, "mpu_comm_all_gather");
-}
-
-static mpu_result_t nccl_reduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
-                                        mpu_dtype dt, mpu_op op) {
-  mpu__call k = {mpu__sig_make(MPU__REDUCE_SCATTER, count, dt, op, -1), send, recv};
-  return run(c, &k, "mpu_comm_reduce_scatter");
-}
-
-static mpu_result_t nccl_broadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root) {
-  mpu__call k = {mpu__sig_make(MPU__BROADCAST, count, dt, MPU_SUM, root), buf, buf};
-  return run(c, &k, "mpu_comm_broadcast");
-}
-
-static mpu_result_t nccl_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
-                                mpu_dtype dt, mpu_op op, int root) {
-  mpu__call k = {mpu__sig_make(MPU__REDUCE, count, dt, op, root), send, recv};
-  return run(c, &k, "mpu_comm_reduce");
-}
-
-static mpu_result_t nccl_all_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
-                                    mpu_dtype dt) {
-  mpu__call k = {mpu__sig_make(MPU__ALL_TO_ALL, count, dt, MPU_SUM, -1), send, recv};
-  return run(c, &k, "mpu_comm_all_to_all");
-}
-
-static mpu_result_t nccl_barrier(mpu_comm *c) {
-  mpu__call k = {mpu__sig_make(MPU__BARRIER, 0, MPU_UINT8, MPU_SUM, -1), NULL, NULL};
-  return run(c, &k, "mpu_comm_barrier");
 }
 
 /* Point to point is NCCL's: a send completes when the peer receives (no
@@ -308,8 +286,8 @@ static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, 
 
 /* ---- non-blocking: requests are events -------------------------------------------- */
 
-static mpu_result_t nccl_istart(mpu_comm *c, const mpu__call *k, void **handle) {
-  static const char fn[] = "non-blocking call";
+static mpu_result_t nccl_start(mpu_comm *c, const mpu__call *k, void **handle) {
+  const char *fn = mpu_collective_name((mpu_collective)k->sig.kind);
   nccl_impl *m = impl_of(c);
   cudaEvent_t ev;
   MPU_CHECK(usable(c, fn));
@@ -324,7 +302,7 @@ static mpu_result_t nccl_istart(mpu_comm *c, const mpu__call *k, void **handle) 
   return MPU_SUCCESS;
 }
 
-static mpu_result_t nccl_itest(mpu_comm *c, void *handle, int *done) {
+static mpu_result_t nccl_test(mpu_comm *c, void *handle, int *done) {
   static const char fn[] = "mpu_request_test";
   nccl_impl *m = impl_of(c);
   if (m->broken) return broken_error(m, fn);
@@ -337,14 +315,14 @@ static mpu_result_t nccl_itest(mpu_comm *c, void *handle, int *done) {
   return MPU_SUCCESS;
 }
 
-static mpu_result_t nccl_iwait(mpu_comm *c, void *handle, double timeout_s) {
+static mpu_result_t nccl_wait(mpu_comm *c, void *handle, double timeout_s) {
   static const char fn[] = "mpu_request_wait";
   nccl_impl *m = impl_of(c);
   if (m->broken) return broken_error(m, fn);
   return watch(c, (cudaEvent_t)handle, timeout_s, timeout_s >= 0, fn);
 }
 
-static void nccl_ifree(mpu_comm *c, void *handle) {
+static void nccl_release(mpu_comm *c, void *handle) {
   (void)c;
   cudaEventDestroy((cudaEvent_t)handle);
 }
@@ -352,7 +330,8 @@ static void nccl_ifree(mpu_comm *c, void *handle) {
 /* ---- memory and streams ---------------------------------------------------------- */
 
 static void nccl_caps(const mpu_comm *c, mpu_comm_caps *caps) {
-  (void)c;
+  caps->device = impl_of(c)->device;
+  caps->groups_by_split = !impl_of(c)->host; /* no twin to make groups among members */
   caps->memory = MPU_MEMORY_DEVICE;
   caps->streams = 1;
   caps->native_nonblocking = 1;
@@ -491,8 +470,8 @@ static mpu_result_t pick_device(const char *fn, const mpu_nccl_options *o, int l
   return MPU_SUCCESS;
 }
 
-mpu_result_t mpu_comm_nccl_create(mpu_comm *host, const mpu_nccl_options *options,
-                                  mpu_comm **out) {
+static mpu_result_t nccl_create(mpu_comm *host, const mpu_nccl_options *options,
+                                mpu_comm **out) {
   static const char fn[] = "mpu_comm_nccl_create";
   int local = 0, device = 0;
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
@@ -517,7 +496,7 @@ mpu_result_t mpu_comm_nccl_create(mpu_comm *host, const mpu_nccl_options *option
   return MPU_SUCCESS;
 }
 
-mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu_comm **out) {
+static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **out) {
   static const char fn[] = "mpu_comm_nccl_from_env";
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   MPU_CHECK(check_options(fn, options));
@@ -535,24 +514,12 @@ mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu_comm **
               NULL, 0, NULL, out);
 }
 
-mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host) {
-  static const char fn[] = "mpu_comm_host_twin";
-  if (!host) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: host is NULL", fn);
-  int size;
-  MPU_CHECK(mpu_comm_size(comm, &size));
-  if (comm->ops != &nccl_ops)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: not an NCCL communicator", fn);
+static mpu_result_t nccl_host_twin(const mpu_comm *comm, mpu_comm **host) {
   if (!impl_of(comm)->host)
     return mpu__error(MPU_ERR_UNSUPPORTED,
-                      "%s: made from the environment, this communicator has no host twin", fn);
+                      "mpu_comm_host_twin: made from the environment, this communicator has no "
+                      "host twin");
   *host = impl_of(comm)->host;
-  return MPU_SUCCESS;
-}
-
-mpu_result_t mpu__nccl_device(const mpu_comm *comm, int *device) {
-  if (!comm || comm->ops != &nccl_ops)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "not an NCCL communicator");
-  *device = impl_of(comm)->device;
   return MPU_SUCCESS;
 }
 
@@ -636,22 +603,17 @@ static void nccl_destroy(mpu_comm *c) {
   impl_free(m);
 }
 
-static mpu_result_t nccl_native(mpu_comm *c, int kind, const void *send, void *recv, size_t count,
-                                mpu_dtype dt, mpu_op op, int root) {
+static mpu_result_t nccl_native(mpu_comm *c, const mpu__call *k) {
   /* mpu's calls are NCCL's: the raw call is the same enqueue, timed alike */
-  mpu__call k = {mpu__sig_make((mpu__kind)kind, count, dt, op, root), send, recv};
-  return run(c, &k, "raw NCCL call");
+  return run(c, k, "raw NCCL call");
 }
 
 static const mpu__comm_ops nccl_ops = {
     .name = "nccl",
-    .all_reduce = nccl_all_reduce,
-    .all_gather = nccl_all_gather,
-    .reduce_scatter = nccl_reduce_scatter,
-    .broadcast = nccl_broadcast,
-    .reduce = nccl_reduce,
-    .all_to_all = nccl_all_to_all,
-    .barrier = nccl_barrier,
+    .start = nccl_start,
+    .test = nccl_test,
+    .wait = nccl_wait,
+    .release = nccl_release,
     .send = nccl_send,
     .recv = nccl_recv,
     .sendrecv = nccl_sendrecv,
@@ -659,10 +621,7 @@ static const mpu__comm_ops nccl_ops = {
     .split = nccl_split,
     .abort = nccl_abort,
     .native = nccl_native,
-    .istart = nccl_istart,
-    .itest = nccl_itest,
-    .iwait = nccl_iwait,
-    .ifree = nccl_ifree,
+    .host_twin = nccl_host_twin,
     .caps = nccl_caps,
     .get_stream = nccl_get_stream,
     .set_stream = nccl_set_stream,
@@ -672,4 +631,14 @@ static const mpu__comm_ops nccl_ops = {
     .destroy = nccl_destroy,
 };
 
-#endif
+/* libmpu reaches the backend through this, registered when the library loads */
+static const mpu__module nccl_module = {
+    .name = "nccl",
+    .version = MPU_VERSION_STRING,
+    .nccl_create = nccl_create,
+    .nccl_from_env = nccl_from_env,
+};
+
+__attribute__((constructor)) static void nccl_module_load(void) {
+  mpu__module_register(&nccl_module);
+}

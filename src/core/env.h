@@ -7,6 +7,8 @@
 #ifndef MPU_CORE_ENV_H
 #define MPU_CORE_ENV_H
 
+#include "core/error.h"
+
 typedef struct mpu__env_values {
   double timeout_s; /* MPU_TIMEOUT: seconds any wait may last before it fails */
   int check_calls;  /* MPU_CHECK_CALLS: agree on each collective's signature first */
@@ -22,7 +24,7 @@ const mpu__env_values *mpu__env(void);
 /* A communicator's settings from its options and the knobs, the same rule on
  * every backend: an option given wins, else the knob, else the default.
  * mode is MPU_CHECKS_DEFAULT, _ON or _OFF; timeout_s <= 0 means "not given". */
-int mpu__env_check_calls(int mode);
-double mpu__env_timeout(double timeout_s);
+MPU_SIBLING_API int mpu__env_check_calls(int mode);
+MPU_SIBLING_API double mpu__env_timeout(double timeout_s);
 
 #endif

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "core/error.h"
 #include "core/options.h"
 #include "mpu/state.h"
@@ -228,7 +228,9 @@ static mpu_result_t agree_on_config(mpu_comm *world, const mpu_layout_config *c)
   int n, rank;
   MPU_CHECK(mpu_comm_size(world, &n));
   MPU_CHECK(mpu_comm_rank(world, &rank));
-  if (n == 1 || !strcmp(mpu_comm_backend(world), "fake")) return MPU_SUCCESS;
+  mpu_comm_caps caps = {.size = sizeof caps};
+  MPU_CHECK(mpu_comm_capabilities(world, &caps));
+  if (n == 1 || !caps.moves_data) return MPU_SUCCESS;
   int64_t mine[NFIELDS], first[NFIELDS], other[NFIELDS];
   uint64_t *digests = calloc((size_t)n, sizeof *digests);
   if (!digests) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d digests", fn, n);
@@ -255,7 +257,7 @@ static mpu_result_t agree_on_config(mpu_comm *world, const mpu_layout_config *c)
                                      : "");
 }
 
-/* A described group's members, listed on demand (mpu__fake_group_described). */
+/* A described group's members, listed on demand (mpu__comm_group_described). */
 typedef struct group_ref {
   const mpu_layout *layout; /* the state's: it outlives the state's communicators */
   mpu_group_kind kind;
@@ -277,7 +279,7 @@ static mpu_result_t described_group(mpu_comm *world, const mpu_layout *l, mpu_gr
   group_ref *ref = malloc(sizeof *ref);
   if (!ref) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_state_init: group reference");
   *ref = (group_ref){l, kind, rank};
-  mpu_result_t r = mpu__fake_group_described(world, pos, n, list_group, ref, free, out);
+  mpu_result_t r = mpu__comm_group_described(world, pos, n, list_group, ref, free, out);
   if (r) free(ref);
   return r;
 }
@@ -322,7 +324,9 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   /* On the fake backend (one rank of a huge world) every group except the
    * small pipeline and embedding ones is made from its description: this
    * rank's place and the group's size, O(dims), never its member list. */
-  int described = mpu__comm_is_fake(world);
+  mpu_comm_caps caps = {.size = sizeof caps};
+  MPU_CHECK(mpu_comm_capabilities(world, &caps));
+  int described = caps.described_groups;
   size_t cap = described ? (size_t)c.pp + 3 : (size_t)size + 3; /* embedding groups: up to 3 */
   members = malloc(cap * sizeof(int));
   s->pipe = malloc((size_t)c.pp * sizeof(int));
@@ -333,10 +337,7 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   /* A world that cannot make groups among members only (an NCCL world from
    * torchrun's environment, without a host twin) makes them by splitting:
    * collective over every rank, each naming its group by its least member. */
-  mpu_comm *twin = NULL;
-  int by_split = !strcmp(mpu_comm_backend(world), "nccl") &&
-                 mpu_comm_host_twin(world, &twin) != MPU_SUCCESS;
-  mpu_clear_error();
+  int by_split = caps.groups_by_split;
   /* every rank walks the kinds in one order, so the members of each group
    * make their communicator together */
   for (int k = 0; k < MPU_GROUP_KIND_COUNT && s->base.in_grid; k++) {
@@ -528,7 +529,9 @@ mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options
   mpu_result_t r = MPU_SUCCESS;
   if (o.device < 0) { /* the world's NCCL communicator knows the local rank's device */
     MPU_CHECK(mpu_comm_nccl_create(st->world, &o, &probe));
-    r = mpu__nccl_device(probe, &o.device);
+    mpu_comm_caps caps = {.size = sizeof caps};
+    r = mpu_comm_capabilities(probe, &caps);
+    o.device = caps.device;
     mpu_comm_destroy(probe);
     if (r) return r;
   }

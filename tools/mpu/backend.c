@@ -13,7 +13,7 @@ static mpu_comm *mpi_world, *mpi_unchecked;
 tool_backend tool_parse_backend(const char *cmd, const char *name) {
   if (!strcmp(name, "threads")) return TOOL_THREADS;
   if (!strcmp(name, "mpi")) {
-    if (!mpu_mpi_available()) cli_usage_error(cmd, "this build has no MPI backend");
+    if (!mpu_mpi_available()) cli_usage_error(cmd, "%s", mpu_last_error());
     return TOOL_MPI;
   }
   cli_usage_error(cmd, "--backend wants threads or mpi, not '%s'", name);

@@ -202,7 +202,7 @@ static void parse(int argc, char **argv, bench_opts *o) {
       break;
     case 'B':
       if (!strcmp(optarg, "nccl")) {
-        if (!mpu_nccl_available()) cli_usage_error("bench", "this build has no NCCL backend");
+        if (!mpu_nccl_available()) cli_usage_error("bench", "%s", mpu_last_error());
         o->backend = TOOL_NCCL;
       } else {
         o->backend = tool_parse_backend("bench", optarg);

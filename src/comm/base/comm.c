@@ -16,6 +16,7 @@
 
 #include "comm/base/signature.h"
 #include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "core/error.h"
 
 /* ---- live handles -----------------------------------------------------------
@@ -267,7 +268,7 @@ mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps) {
   if (caps->size == 0 || caps->size > sizeof *caps)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: caps.size is %zu (set it to sizeof, up to %zu)",
                       fn, caps->size, sizeof *caps);
-  mpu_comm_caps all = {sizeof all, MPU_MEMORY_HOST, 0, 0, 0, 0, 1};
+  mpu_comm_caps all = {sizeof all, MPU_MEMORY_HOST, 0, 0, 0, 0, 1, 1, 0, 0, -1};
   if (comm->ops->caps) comm->ops->caps(comm, &all);
   size_t size = caps->size; /* a caller built against a shorter struct gets its part */
   memcpy(caps, &all, size);
@@ -331,10 +332,21 @@ mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const voi
   return MPU_SUCCESS;
 }
 
-/* ---- collectives: one checked entry each, blocking or not ------------------- */
+/* ---- collectives: one checked entry each, blocking or not -------------------
+ *
+ * Every collective's arguments are checked here and described once, as an
+ * mpu__call; the call then goes to mpu__submit (request.c): run now, or
+ * queued / started for a request. Backends get the description as it is. */
 
-/* Every collective's arguments are checked here, then the call goes to
- * mpu__submit (request.c): run now, or queued / started for a request. */
+/* The call description: op and root only where the kind has them. */
+static mpu__call describe(mpu_collective kind, size_t count, mpu_dtype dtype, mpu_op op,
+                          int root, const void *send, void *recv) {
+  mpu__call k = {{(int32_t)kind, (int32_t)dtype, MPU_SUM, -1, (uint64_t)count, 0}, send, recv,
+                 NULL, NULL, NULL, NULL};
+  if (mpu__coll_has_op(kind)) k.sig.op = (int32_t)op;
+  if (mpu__coll_has_root(kind)) k.sig.root = root;
+  return k;
+}
 
 static mpu_result_t all_reduce(const char *fn, mpu_comm *comm, const void *send, void *recv,
                                size_t count, mpu_dtype dtype, mpu_op op, mpu_request **req) {
@@ -345,7 +357,7 @@ static mpu_result_t all_reduce(const char *fn, mpu_comm *comm, const void *send,
   MPU_CHECK(check_buf(fn, "send", send, bytes, dtype));
   MPU_CHECK(check_buf(fn, "recv", recv, bytes, dtype));
   MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
-  mpu__call call = {mpu__sig_make(MPU__ALL_REDUCE, count, dtype, op, -1), send, recv};
+  mpu__call call = describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv);
   return mpu__submit(fn, comm, &call, req);
 }
 
@@ -359,7 +371,7 @@ static mpu_result_t all_gather(const char *fn, mpu_comm *comm, const void *send,
   MPU_CHECK(check_buf(fn, "recv", recv, total, dtype));
   MPU_CHECK(check_overlap(fn, send, bytes, recv, total,
                           recv ? (const char *)recv + (size_t)comm->rank * bytes : NULL));
-  mpu__call call = {mpu__sig_make(MPU__ALL_GATHER, count, dtype, MPU_SUM, -1), send, recv};
+  mpu__call call = describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv);
   return mpu__submit(fn, comm, &call, req);
 }
 
@@ -377,7 +389,7 @@ static mpu_result_t reduce_scatter(const char *fn, mpu_comm *comm, const void *s
       (const char *)recv != (const char *)send + (size_t)comm->rank * bytes)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: send and recv buffers overlap but are not the in-place form", fn);
-  mpu__call call = {mpu__sig_make(MPU__REDUCE_SCATTER, count, dtype, op, -1), send, recv};
+  mpu__call call = describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv);
   return mpu__submit(fn, comm, &call, req);
 }
 
@@ -388,7 +400,7 @@ static mpu_result_t broadcast(const char *fn, mpu_comm *comm, void *buf, size_t 
   MPU_CHECK(check_rank(fn, "root", comm, root));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_buf(fn, "data", buf, bytes, dtype));
-  mpu__call call = {mpu__sig_make(MPU__BROADCAST, count, dtype, MPU_SUM, root), buf, buf};
+  mpu__call call = describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf);
   return mpu__submit(fn, comm, &call, req);
 }
 
@@ -404,7 +416,7 @@ static mpu_result_t reduce(const char *fn, mpu_comm *comm, const void *send, voi
     MPU_CHECK(check_buf(fn, "recv (at root)", recv, bytes, dtype));
     MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
   }
-  mpu__call call = {mpu__sig_make(MPU__REDUCE, count, dtype, op, root), send, recv};
+  mpu__call call = describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv);
   return mpu__submit(fn, comm, &call, req);
 }
 
@@ -418,14 +430,133 @@ static mpu_result_t all_to_all(const char *fn, mpu_comm *comm, const void *send,
   if (overlap(send, total, recv, total))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: send and recv buffers overlap (all_to_all has no in-place form)", fn);
-  mpu__call call = {mpu__sig_make(MPU__ALL_TO_ALL, count, dtype, MPU_SUM, -1), send, recv};
+  mpu__call call = describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv);
   return mpu__submit(fn, comm, &call, req);
 }
 
 static mpu_result_t barrier(const char *fn, mpu_comm *comm, mpu_request **req) {
   MPU_CHECK(check_comm(fn, comm));
-  mpu__call call = {mpu__sig_make(MPU__BARRIER, 0, MPU_UINT8, MPU_SUM, -1), NULL, NULL};
+  mpu__call call = describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL);
   return mpu__submit(fn, comm, &call, req);
+}
+
+/* ---- uneven collectives --------------------------------------------------------- */
+
+/* FNV-1a over the counts: what the ranks' signatures compare. */
+static uint64_t digest(const size_t *counts, int n) {
+  uint64_t h = UINT64_C(0xcbf29ce484222325);
+  for (int i = 0; i < n; i++)
+    for (int b = 0; b < 8; b++) h = (h ^ (((uint64_t)counts[i] >> (8 * b)) & 0xff)) * UINT64_C(0x100000001b3);
+  return h;
+}
+
+/* The blocks of one buffer: n blocks of counts[k] elements at displs[k] (NULL:
+ * one after the other, written to packed[]), their extent in bytes checked
+ * for overflow, no two overlapping. *total is the sum of the counts. */
+static mpu_result_t check_blocks(const char *fn, const char *what, int n, const size_t *counts,
+                                 const size_t *displs, size_t *packed, mpu_dtype dt,
+                                 size_t *extent_bytes, size_t *total) {
+  if (!counts) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s counts are NULL", fn, what);
+  size_t end = 0, sum = 0, es = mpu_dtype_size(dt);
+  for (int k = 0; k < n; k++) {
+    size_t at = displs ? displs[k] : sum, stop;
+    if (__builtin_add_overflow(sum, counts[k], &sum) ||
+        __builtin_add_overflow(at, counts[k], &stop) || __builtin_mul_overflow(stop, es, &stop) ||
+        stop > (size_t)PTRDIFF_MAX)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: %s block %d (%zu elements at %zu) overflows the address space", fn,
+                        what, k, counts[k], at);
+    if (packed) packed[k] = at;
+    if (stop > end) end = stop;
+  }
+  if (displs) /* no two blocks overlap: sort-free check against every other, O(n^2) only when
+                 the caller placed the blocks itself */
+    for (int i = 0; i < n; i++)
+      for (int j = i + 1; j < n && counts[i]; j++)
+        if (counts[j] && displs[i] < displs[j] + counts[j] && displs[j] < displs[i] + counts[i])
+          return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                            "%s: %s blocks %d and %d overlap (elements %zu..%zu and %zu..%zu)", fn,
+                            what, i, j, displs[i], displs[i] + counts[i], displs[j],
+                            displs[j] + counts[j]);
+  *extent_bytes = end;
+  *total = sum;
+  return MPU_SUCCESS;
+}
+
+/* Room for the displacements of packed blocks (2 lists of size entries). */
+static mpu_result_t packed_lists(const char *fn, int n, size_t **out) {
+  *out = malloc((size_t)n * 2 * sizeof(size_t));
+  if (!*out) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d displacements", fn, n);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_all_gather_v(mpu_comm *comm, const void *send, void *recv,
+                                   const size_t *counts, const size_t *displs, mpu_dtype dtype) {
+  static const char fn[] = "mpu_comm_all_gather_v";
+  size_t extent = 0, total = 0, *at = NULL;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(packed_lists(fn, comm->size, &at));
+  mpu_result_t r = check_blocks(fn, "recv", comm->size, counts, displs, at, dtype, &extent, &total);
+  size_t es = mpu_dtype_size(dtype), bytes = r ? 0 : counts[comm->rank] * es;
+  if (!r) r = check_buf(fn, "send", send, bytes, dtype);
+  if (!r) r = check_buf(fn, "recv", recv, extent, dtype);
+  if (!r) r = check_overlap(fn, send, bytes, recv, extent,
+                            recv ? (const char *)recv + at[comm->rank] * es : NULL);
+  if (!r) {
+    mpu__call call = describe(MPU_COLL_ALL_GATHER_V, total, dtype, MPU_SUM, -1, send, recv);
+    call.sig.digest = digest(counts, comm->size);
+    call.counts = counts, call.displs = at;
+    r = mpu__submit(fn, comm, &call, NULL);
+  }
+  free(at);
+  return r;
+}
+
+mpu_result_t mpu_comm_reduce_scatter_v(mpu_comm *comm, const void *send, void *recv,
+                                       const size_t *counts, mpu_dtype dtype, mpu_op op) {
+  static const char fn[] = "mpu_comm_reduce_scatter_v";
+  size_t extent = 0, total = 0;
+  CHECK_ENTRY(fn, comm, dtype);
+  MPU_CHECK(check_op(fn, op));
+  MPU_CHECK(check_blocks(fn, "send", comm->size, counts, NULL, NULL, dtype, &extent, &total));
+  size_t bytes = counts[comm->rank] * mpu_dtype_size(dtype);
+  MPU_CHECK(check_buf(fn, "send", send, extent, dtype));
+  MPU_CHECK(check_buf(fn, "recv", recv, bytes, dtype));
+  if (overlap(send, extent, recv, bytes))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
+  mpu__call call = describe(MPU_COLL_REDUCE_SCATTER_V, total, dtype, op, -1, send, recv);
+  call.sig.digest = digest(counts, comm->size);
+  call.counts = counts;
+  return mpu__submit(fn, comm, &call, NULL);
+}
+
+mpu_result_t mpu_comm_all_to_all_v(mpu_comm *comm, const void *send, const size_t *send_counts,
+                                   const size_t *send_displs, void *recv,
+                                   const size_t *recv_counts, const size_t *recv_displs,
+                                   mpu_dtype dtype) {
+  static const char fn[] = "mpu_comm_all_to_all_v";
+  size_t sext = 0, rext = 0, stotal = 0, rtotal = 0, *at = NULL;
+  CHECK_ENTRY(fn, comm, dtype);
+  int n = comm->size;
+  MPU_CHECK(packed_lists(fn, n, &at));
+  mpu_result_t r = check_blocks(fn, "send", n, send_counts, send_displs, at, dtype, &sext, &stotal);
+  if (!r) r = check_blocks(fn, "recv", n, recv_counts, recv_displs, at + n, dtype, &rext, &rtotal);
+  if (!r) r = check_buf(fn, "send", send, sext, dtype);
+  if (!r) r = check_buf(fn, "recv", recv, rext, dtype);
+  if (!r && overlap(send, sext, recv, rext))
+    r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                   "%s: send and recv buffers overlap (all_to_all_v has no in-place form)", fn);
+  if (!r && n == 1 && send_counts[0] != recv_counts[0])
+    r = mpu__error(MPU_ERR_MISMATCH, "%s: rank 0 sends itself %zu elements but receives %zu", fn,
+                   send_counts[0], recv_counts[0]);
+  if (!r) {
+    mpu__call call = describe(MPU_COLL_ALL_TO_ALL_V, 0, dtype, MPU_SUM, -1, send, recv);
+    call.counts = send_counts, call.displs = at;
+    call.rcounts = recv_counts, call.rdispls = at + n;
+    r = mpu__submit(fn, comm, &call, NULL);
+  }
+  free(at);
+  return r;
 }
 
 static mpu_result_t check_req(const char *fn, mpu_request **req) {
@@ -648,7 +779,8 @@ static mpu_result_t generic_split(mpu_comm *comm, int color, int key, mpu_comm *
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_split: %d ranks", comm->size);
     goto out;
   }
-  MPU_CHECK_GOTO(comm->ops->all_gather(comm, mine, all, 2, MPU_INT32), r, out);
+  mpu__call gather = describe(MPU_COLL_ALL_GATHER, 2, MPU_INT32, MPU_SUM, -1, mine, all);
+  MPU_CHECK_GOTO(mpu__run_call(comm, &gather), r, out);
   if (color == MPU_COMM_SPLIT_NOCOLOR) {
     *out = NULL;
     goto out;
@@ -703,11 +835,32 @@ mpu_result_t mpu_comm_abort(mpu_comm *comm) {
   return comm->ops->abort(comm);
 }
 
-mpu_result_t mpu__comm_native(mpu_comm *comm, int kind, const void *send, void *recv,
+mpu_result_t mpu__comm_native(mpu_comm *comm, mpu_collective kind, const void *send, void *recv,
                               size_t count, mpu_dtype dt, mpu_op op, int root) {
   MPU_CHECK(check_comm("native call", comm));
-  if (!comm->ops->native)
-    return mpu__error(MPU_ERR_UNSUPPORTED, "the %s backend has no native library call",
+  if (!comm->ops->native || (unsigned)kind >= MPU_COLL_COUNT)
+    return mpu__error(MPU_ERR_UNSUPPORTED, "the %s backend has no native library call for %s",
+                      comm->ops->name, mpu_collective_name(kind));
+  mpu__call call = describe(kind, count, dt, op, root, send, recv);
+  return comm->ops->native(comm, &call);
+}
+
+mpu_result_t mpu__comm_group_described(mpu_comm *comm, int pos, int size,
+                                       mpu_result_t (*list)(const void *ctx, int *out, int size),
+                                       void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out) {
+  MPU_CHECK(check_comm("described group", comm));
+  if (!comm->ops->group_described)
+    return mpu__error(MPU_ERR_UNSUPPORTED, "the %s backend makes no groups from descriptions",
                       comm->ops->name);
-  return comm->ops->native(comm, kind, send, recv, count, dt, op, root);
+  return comm->ops->group_described(comm, pos, size, list, ctx, free_ctx, out);
+}
+
+mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host) {
+  static const char fn[] = "mpu_comm_host_twin";
+  MPU_CHECK(check_comm(fn, comm));
+  if (!host) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: host is NULL", fn);
+  if (!comm->ops->host_twin)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: a %s communicator has no host twin", fn,
+                      comm->ops->name);
+  return comm->ops->host_twin(comm, host);
 }

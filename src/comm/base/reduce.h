@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "core/error.h"
 #include "mpu/comm.h"
 
 /*
@@ -16,13 +17,13 @@
  * size, which may differ from n when partial results are combined). dst may be
  * one of the sources (element for element), never a shifted overlap.
  */
-void mpu__reduce(void *dst, const void *const *srcs, int n, size_t count, mpu_dtype dtype,
+MPU_SIBLING_API void mpu__reduce(void *dst, const void *const *srcs, int n, size_t count, mpu_dtype dtype,
                  mpu_op op, int divisor);
 
 /* The same, writing the result to each of dsts[0..ndst-1] (every destination
  * gets the same bits), with streaming stores when `stream` is set (see
  * copy.h). A destination may be one of the sources, element for element. */
-void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n, size_t count,
+MPU_SIBLING_API void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n, size_t count,
                     mpu_dtype dtype, mpu_op op, int divisor, int stream);
 
 /* First element of chunk k when count elements are cut into n near-equal

@@ -76,20 +76,38 @@ static mpu_result_t check_request(const char *fn, const mpu_request *r) {
 
 /* ---- running calls ------------------------------------------------------------ */
 
-mpu_result_t mpu__run_call(mpu_comm *c, const mpu__call *k) {
-  const mpu__sig *s = &k->sig;
-  mpu_dtype dt = (mpu_dtype)s->dtype;
-  mpu_op op = (mpu_op)s->op;
-  size_t n = (size_t)s->count;
-  switch (s->kind) {
-  case MPU__ALL_REDUCE: return c->ops->all_reduce(c, k->send, k->recv, n, dt, op);
-  case MPU__ALL_GATHER: return c->ops->all_gather(c, k->send, k->recv, n, dt);
-  case MPU__REDUCE_SCATTER: return c->ops->reduce_scatter(c, k->send, k->recv, n, dt, op);
-  case MPU__BROADCAST: return c->ops->broadcast(c, k->recv, n, dt, s->root);
-  case MPU__REDUCE: return c->ops->reduce(c, k->send, k->recv, n, dt, op, s->root);
-  case MPU__ALL_TO_ALL: return c->ops->all_to_all(c, k->send, k->recv, n, dt);
-  default: return c->ops->barrier(c);
+/* A copy within the communicator's memory (device memory on device backends). */
+static mpu_result_t local_copy(mpu_comm *c, void *dst, const void *src, size_t bytes) {
+  if (!bytes || dst == src) return MPU_SUCCESS;
+  if (c->ops->copy2d) return c->ops->copy2d(c, dst, bytes, src, bytes, bytes, 1);
+  memmove(dst, src, bytes);
+  return MPU_SUCCESS;
+}
+
+/* A group of one, the same for every backend: outputs are the inputs. */
+static mpu_result_t alone(mpu_comm *c, const mpu__call *k) {
+  size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype);
+  char *recv = k->recv;
+  const char *send = k->send;
+  switch (k->sig.kind) {
+  case MPU_COLL_BROADCAST:
+  case MPU_COLL_BARRIER: return MPU_SUCCESS;
+  case MPU_COLL_ALL_GATHER_V: return local_copy(c, recv + k->displs[0] * es, send, k->counts[0] * es);
+  case MPU_COLL_REDUCE_SCATTER_V: return local_copy(c, recv, send, k->counts[0] * es);
+  case MPU_COLL_ALL_TO_ALL_V:
+    return local_copy(c, recv + k->rdispls[0] * es, send + k->displs[0] * es, k->counts[0] * es);
+  default: return local_copy(c, recv, send, (size_t)k->sig.count * es);
   }
+}
+
+mpu_result_t mpu__run_call(mpu_comm *c, const mpu__call *k) {
+  if (c->size == 1) return alone(c, k);
+  void *handle = NULL;
+  MPU_CHECK(c->ops->start(c, k, &handle));
+  if (!handle) return MPU_SUCCESS;
+  mpu_result_t r = c->ops->wait(c, handle, -1);
+  c->ops->release(c, handle);
+  return r;
 }
 
 static void finish(mpu_request *r, mpu_result_t result) {
@@ -112,7 +130,7 @@ static void run_queue(mpu_comm *c, const mpu_request *until) {
 }
 
 mpu_result_t mpu__flush(mpu_comm *c) {
-  if (c->queue_head && !c->ops->istart) run_queue(c, NULL);
+  if (c->queue_head && !c->ops->wait) run_queue(c, NULL);
   return MPU_SUCCESS;
 }
 
@@ -134,7 +152,7 @@ static void unlink_request(mpu_request *r) {
 void mpu__detach_requests(mpu_comm *c) {
   for (mpu_request *r = c->queue_head, *next; r; r = next) {
     next = r->next;
-    if (r->state == STARTED) c->ops->ifree(c, r->native);
+    if (r->state == STARTED) c->ops->release(c, r->native);
     r->native = NULL;
     r->next = NULL;
     r->comm = NULL;
@@ -156,18 +174,21 @@ mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu
   mpu_request *r = calloc(1, sizeof *r);
   if (!r) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", fn);
   *r = (mpu_request){REQ_MAGIC, c, *call, fn, QUEUED, MPU_SUCCESS, "", NULL, NULL, NULL};
-  if (c->ops->istart) {
+  if (c->ops->wait) {
     /* native: earlier queued calls cannot exist (nothing is ever queued) */
-    mpu_result_t res = c->ops->istart(c, call, &r->native);
+    mpu_result_t res = c->size == 1 ? alone(c, call) : c->ops->start(c, call, &r->native);
     if (res) {
       free(r);
       return res;
     }
-    r->state = STARTED;
+    if (r->native) r->state = STARTED;
+    else r->state = DONE, r->comm = NULL;
   }
   /* every outstanding request is on the list (native ones, to be detached
    * if the communicator goes first) */
-  if (c->queue_tail) {
+  if (r->state == DONE) {
+    /* a group of one: answered already */
+  } else if (c->queue_tail) {
     c->queue_tail->next = r;
     c->queue_tail = r;
   } else {
@@ -184,7 +205,7 @@ static mpu_result_t complete(mpu_request *r) {
   live_find(r, 1);
   mpu_result_t res = r->result;
   if (res) mpu__error(res, "%s", r->message);
-  if (r->native && r->comm) r->comm->ops->ifree(r->comm, r->native);
+  if (r->native && r->comm) r->comm->ops->release(r->comm, r->native);
   unlink_request(r);
   r->magic = 0;
   free(r);
@@ -199,12 +220,12 @@ static mpu_result_t progress(mpu_request *r, int block, double timeout_s, int *d
     mpu_comm *c = r->comm;
     mpu_result_t res;
     if (block) {
-      res = c->ops->iwait(c, r->native, timeout_s);
+      res = c->ops->wait(c, r->native, timeout_s);
       if (res == MPU_ERR_TIMEOUT && timeout_s >= 0) return res; /* still pending */
       finish(r, res);
     } else {
       int fin = 0;
-      res = c->ops->itest(c, r->native, &fin);
+      res = c->ops->test(c, r->native, &fin);
       if (res || fin) finish(r, res);
     }
   }

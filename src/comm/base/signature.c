@@ -1,52 +1,79 @@
 /*
- * signature.c - describing and comparing collective calls across ranks.
+ * signature.c - the collectives' names, and describing and comparing calls
+ * across ranks.
  */
 #include "comm/base/signature.h"
 
 #include <stdio.h>
+#include <strings.h>
 
 #include "core/error.h"
 
-static const char *const kind_names[] = {
-    [MPU__ALL_REDUCE] = "all_reduce", [MPU__ALL_GATHER] = "all_gather",
-    [MPU__REDUCE_SCATTER] = "reduce_scatter", [MPU__BROADCAST] = "broadcast",
-    [MPU__REDUCE] = "reduce",         [MPU__ALL_TO_ALL] = "all_to_all",
-    [MPU__BARRIER] = "barrier",
+/* the one list of names: the calls' messages, the checks and mpu bench */
+static const char *const names[MPU_COLL_KINDS] = {
+    [MPU_COLL_ALL_REDUCE] = "all_reduce",
+    [MPU_COLL_ALL_GATHER] = "all_gather",
+    [MPU_COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [MPU_COLL_BROADCAST] = "broadcast",
+    [MPU_COLL_REDUCE] = "reduce",
+    [MPU_COLL_ALL_TO_ALL] = "all_to_all",
+    [MPU_COLL_BARRIER] = "barrier",
+    [MPU_COLL_ALL_GATHER_V] = "all_gather_v",
+    [MPU_COLL_REDUCE_SCATTER_V] = "reduce_scatter_v",
+    [MPU_COLL_ALL_TO_ALL_V] = "all_to_all_v",
 };
 
-static int has_op(int k) {
-  return k == MPU__ALL_REDUCE || k == MPU__REDUCE_SCATTER || k == MPU__REDUCE;
+const char *mpu_collective_name(mpu_collective c) {
+  return (unsigned)c < MPU_COLL_KINDS ? names[c] : "invalid";
 }
 
-static int has_root(int k) { return k == MPU__BROADCAST || k == MPU__REDUCE; }
-
-const char *mpu__kind_name(int kind) {
-  return kind >= MPU__ALL_REDUCE && kind <= MPU__BARRIER ? kind_names[kind] : "(no call)";
+mpu_result_t mpu_collective_from_name(const char *name, mpu_collective *out) {
+  if (!name || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_collective_from_name: NULL");
+  for (int i = 0; i < MPU_COLL_KINDS; i++)
+    if (!strcasecmp(name, names[i])) return *out = (mpu_collective)i, MPU_SUCCESS;
+  char list[256];
+  size_t used = 0;
+  for (int i = 0; i < MPU_COLL_KINDS && used < sizeof list; i++)
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT, "unknown collective '%s' (want one of %s)", name,
+                    list);
 }
 
-mpu__sig mpu__sig_make(mpu__kind kind, size_t count, mpu_dtype dtype, mpu_op op, int root) {
-  mpu__sig s = {(int32_t)kind, (int32_t)dtype, (int32_t)op, (int32_t)root, (uint64_t)count};
-  if (!has_op(kind)) s.op = MPU_SUM;
-  if (!has_root(kind)) s.root = -1;
-  if (kind == MPU__BARRIER) s.dtype = MPU_UINT8, s.count = 0;
-  return s;
+int mpu__coll_has_op(int k) {
+  return k == MPU_COLL_ALL_REDUCE || k == MPU_COLL_REDUCE_SCATTER || k == MPU_COLL_REDUCE ||
+         k == MPU_COLL_REDUCE_SCATTER_V;
+}
+
+int mpu__coll_has_root(int k) { return k == MPU_COLL_BROADCAST || k == MPU_COLL_REDUCE; }
+
+static int uneven(int k) {
+  return k == MPU_COLL_ALL_GATHER_V || k == MPU_COLL_REDUCE_SCATTER_V ||
+         k == MPU_COLL_ALL_TO_ALL_V;
 }
 
 void mpu__sig_describe(const mpu__sig *s, char *buf, size_t len) {
-  int n = snprintf(buf, len, "%s(count=%llu, %s", mpu__kind_name(s->kind),
-                   (unsigned long long)s->count, mpu_dtype_name((mpu_dtype)s->dtype));
-  if (s->kind == MPU__BARRIER) n = snprintf(buf, len, "barrier(");
-  if (has_op(s->kind) && n > 0 && (size_t)n < len)
+  int n = snprintf(buf, len, "%s(%s=%llu, %s", mpu_collective_name((mpu_collective)s->kind),
+                   uneven(s->kind) ? "total" : "count", (unsigned long long)s->count,
+                   mpu_dtype_name((mpu_dtype)s->dtype));
+  if (s->kind == MPU_COLL_BARRIER) n = snprintf(buf, len, "barrier(");
+  if (s->kind == MPU_COLL_ALL_TO_ALL_V) n = snprintf(buf, len, "all_to_all_v(%s",
+                                                     mpu_dtype_name((mpu_dtype)s->dtype));
+  if (uneven(s->kind) && s->kind != MPU_COLL_ALL_TO_ALL_V && n > 0 && (size_t)n < len)
+    n += snprintf(buf + n, len - (size_t)n, ", counts #%016llx", (unsigned long long)s->digest);
+  if (mpu__coll_has_op(s->kind) && n > 0 && (size_t)n < len)
     n += snprintf(buf + n, len - (size_t)n, ", op=%s", mpu_op_name((mpu_op)s->op));
-  if (has_root(s->kind) && n > 0 && (size_t)n < len)
+  if (mpu__coll_has_root(s->kind) && n > 0 && (size_t)n < len)
     n += snprintf(buf + n, len - (size_t)n, ", root=%d", s->root);
   if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
 }
 
 static int differs(const mpu__sig *a, const mpu__sig *b, mpu__check_level level) {
-  if (a->kind != b->kind || a->count != b->count || a->dtype != b->dtype) return 1;
+  if (a->kind != b->kind || a->count != b->count || a->dtype != b->dtype ||
+      a->digest != b->digest)
+    return 1;
   if (level == MPU__CHECK_SAFETY) return 0;
-  return (has_op(a->kind) && a->op != b->op) || (has_root(a->kind) && a->root != b->root);
+  return (mpu__coll_has_op(a->kind) && a->op != b->op) ||
+         (mpu__coll_has_root(a->kind) && a->root != b->root);
 }
 
 static const mpu__sig *at(const void *sigs, size_t stride, int m) {
@@ -68,7 +95,7 @@ mpu_result_t mpu__sig_compare(const char *fn, const void *sigs, size_t stride, i
                                m);
   }
   if (first < 0) return MPU_SUCCESS;
-  char a[128], b[128];
+  char a[160], b[160];
   mpu__sig_describe(first_sig, a, sizeof a);
   mpu__sig_describe(at(sigs, stride, first), b, sizeof b);
   return mpu__error(MPU_ERR_MISMATCH,

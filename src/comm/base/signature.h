@@ -1,9 +1,10 @@
 /*
- * signature.h - what a collective call is, as the ranks compare it.
+ * signature.h - the one description of a collective call: made by comm.c's
+ * checks, handed to the backend's start, and compared across ranks.
  *
  * Every backend that checks calls across ranks (the threads backend in shared
- * memory, the MPI backend with one small all_gather) compares these
- * signatures with the same function, so a mismatch reads the same everywhere.
+ * memory, the MPI backend with one small all_gather) compares the signatures
+ * with the same function, so a mismatch reads the same everywhere.
  */
 #ifndef MPU_COMM_SIGNATURE_H
 #define MPU_COMM_SIGNATURE_H
@@ -11,41 +12,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/error.h"
 #include "mpu/comm.h"
-
-typedef enum mpu__kind {
-  MPU__ALL_REDUCE = 1, /* 0 is "no call", so zeroed memory is never a valid call */
-  MPU__ALL_GATHER,
-  MPU__REDUCE_SCATTER,
-  MPU__BROADCAST,
-  MPU__REDUCE,
-  MPU__ALL_TO_ALL,
-  MPU__BARRIER,
-} mpu__kind;
 
 /* Fixed-width fields: the MPI backend sends it between processes as bytes. */
 typedef struct mpu__sig {
-  int32_t kind;  /* mpu__kind */
-  int32_t dtype; /* mpu_dtype; MPU_UINT8 for a barrier */
-  int32_t op;    /* mpu_op; MPU_SUM where the call has none */
-  int32_t root;  /* -1 where the call has none */
-  uint64_t count;
+  int32_t kind;    /* mpu_collective */
+  int32_t dtype;   /* mpu_dtype; MPU_UINT8 for a barrier */
+  int32_t op;      /* mpu_op; MPU_SUM where the call has none */
+  int32_t root;    /* -1 where the call has none */
+  uint64_t count;  /* elements per rank; uneven calls: the total every rank agrees on
+                      (all_to_all_v: 0, its counts differ by rank by design) */
+  uint64_t digest; /* uneven calls: a hash of the counts every rank must agree on */
 } mpu__sig;
 
-/* A call with its buffers: what a request holds until it runs. */
+/* A checked call: what comm.c hands a backend's start, and what a request
+ * holds until it runs. Buffers and count lists belong to the call until it
+ * completes. */
 typedef struct mpu__call {
   mpu__sig sig;
   const void *send; /* broadcast: the buffer */
   void *recv;
+  /* uneven calls, in elements, one entry per rank:
+   *   all_gather_v     counts/displs: what each rank contributes and where it lands in recv
+   *   reduce_scatter_v counts: each rank's block of send, blocks one after the other
+   *   all_to_all_v     counts/displs: what goes to each rank, from where in send;
+   *                    rcounts/rdispls: what comes from each rank, to where in recv */
+  const size_t *counts, *displs, *rcounts, *rdispls;
 } mpu__call;
 
-/* The signature of a call; op and root are normalised for kinds without them. */
-mpu__sig mpu__sig_make(mpu__kind kind, size_t count, mpu_dtype dtype, mpu_op op, int root);
-
-const char *mpu__kind_name(int kind);
+/* Whether calls of this kind take an op / a root. */
+MPU_SIBLING_API int mpu__coll_has_op(int kind);
+MPU_SIBLING_API int mpu__coll_has_root(int kind);
 
 /* "all_reduce(count=8, float32, op=sum)" */
-void mpu__sig_describe(const mpu__sig *s, char *buf, size_t len);
+MPU_SIBLING_API void mpu__sig_describe(const mpu__sig *s, char *buf, size_t len);
 
 /* How much of a signature must agree across ranks. */
 typedef enum mpu__check_level {
@@ -61,7 +62,7 @@ typedef enum mpu__check_level {
  * members' world ranks for the message. Every member that runs it on the
  * same signatures reaches the same verdict.
  */
-mpu_result_t mpu__sig_compare(const char *fn, const void *sigs, size_t stride, int n,
+MPU_SIBLING_API mpu_result_t mpu__sig_compare(const char *fn, const void *sigs, size_t stride, int n,
                               const int *world, mpu__check_level level);
 
 #endif

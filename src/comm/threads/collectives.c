@@ -35,7 +35,7 @@
 /* Every member runs this on the same descriptions, so all reach one verdict. */
 static mpu_result_t compare_calls(const tcomm *tc, int parity, const char *fn) {
   const tgroup *g = tc->g;
-  return mpu__sig_compare(fn, &g->calls[parity][0].sig, sizeof(tcall), g->n, g->members,
+  return mpu__sig_compare(fn, &g->calls[parity][0].sig, sizeof(mpu__call), g->n, g->members,
                           g->world->check_calls ? MPU__CHECK_ALL : MPU__CHECK_SAFETY);
 }
 
@@ -45,7 +45,7 @@ static char *scratch_of(const tgroup *g, int parity, int member) {
 
 /* Describe the call, stage `stage_bytes` of `stage`, meet every member and
  * check that they all made this call. Sets *parity for the data phase. */
-static mpu_result_t enter(tcomm *tc, const tcall *call, const void *stage, size_t stage_bytes,
+static mpu_result_t enter(tcomm *tc, const mpu__call *call, const void *stage, size_t stage_bytes,
                           const char *fn, int *parity) {
   tgroup *g = tc->g;
   uint64_t seq = ++tc->seq;
@@ -72,6 +72,16 @@ static int streams(size_t a, size_t b, size_t c, size_t d) {
   return mpu__streams(z);
 }
 
+/* The call's arguments as locals (every collective below reads some of them). */
+#define CALL_ARGS(k)                                                         \
+  const void *send = (k)->send;                                             \
+  void *recv = (k)->recv;                                                   \
+  size_t count = (size_t)(k)->sig.count;                                    \
+  mpu_dtype dt = (mpu_dtype)(k)->sig.dtype;                                 \
+  mpu_op op = (mpu_op)(k)->sig.op;                                          \
+  int root = (k)->sig.root;                                                 \
+  (void)send, (void)recv, (void)op, (void)root
+
 /* Loop over this rank's tasks of a large call (see the top of the file). */
 #define FOR_EACH_TASK(k, tc)                                                      \
   for (int k = (tc)->me, step_ = (tc)->g->world->cpus < (tc)->g->n                \
@@ -80,27 +90,21 @@ static int streams(size_t a, size_t b, size_t c, size_t d) {
        (tc)->me < step_ && k < (tc)->g->n; k += step_)
 
 
-mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
-                              mpu_dtype dt, mpu_op op) {
+static mpu_result_t all_reduce(tcomm *tc, const mpu__call *call) {
+  CALL_ARGS(call);
   static const char fn[] = "mpu_comm_all_reduce";
-  tcomm *tc = c->impl;
   tgroup *g = tc->g;
   int n = g->n, p;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
-  if (n == 1) {
-    if (send != recv && bytes) memcpy(recv, send, bytes);
-    return MPU_SUCCESS;
-  }
-  tcall call = {mpu__sig_make(MPU__ALL_REDUCE, count, dt, op, -1), send, recv};
   int small = bytes <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
+  MPU_CHECK(enter(tc, call, send, small ? bytes : 0, fn, &p));
   if (small) {
     for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k);
     mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   }
   /* task t: reduce chunk t of every input into chunk t of every output */
-  const tcall *calls = g->calls[p];
+  const mpu__call *calls = g->calls[p];
   int stream = streams(bytes, (size_t)n, bytes, (size_t)n); /* n inputs, n outputs */
   FOR_EACH_TASK(t, tc) {
     size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
@@ -113,21 +117,15 @@ mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t 
   return leave(tc, fn);
 }
 
-mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t count,
-                              mpu_dtype dt) {
+static mpu_result_t all_gather(tcomm *tc, const mpu__call *call) {
+  CALL_ARGS(call);
   static const char fn[] = "mpu_comm_all_gather";
-  tcomm *tc = c->impl;
   tgroup *g = tc->g;
   int n = g->n, me = tc->me, p;
   size_t bytes = count * mpu_dtype_size(dt);
   char *out = recv;
-  if (n == 1) {
-    if (send != recv && bytes) memcpy(recv, send, bytes);
-    return MPU_SUCCESS;
-  }
-  tcall call = {mpu__sig_make(MPU__ALL_GATHER, count, dt, MPU_SUM, -1), send, recv};
   int small = bytes <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
+  MPU_CHECK(enter(tc, call, send, small ? bytes : 0, fn, &p));
   if (!bytes) return MPU_SUCCESS;
   if (small) { /* each rank pulls the staged inputs */
     for (int k = 0; k < n; k++)
@@ -136,7 +134,7 @@ mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t 
     return MPU_SUCCESS;
   }
   /* task t: copy rank t's input into block t of every output */
-  const tcall *calls = g->calls[p];
+  const mpu__call *calls = g->calls[p];
   int stream = streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n); /* n inputs, n outputs */
   if (!stream) { /* in cache: task t pulls every input into rank t's output, so each output
                     is written by one core and its lines do not bounce between caches */
@@ -160,27 +158,21 @@ mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t 
   return leave(tc, fn);
 }
 
-mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
-                                  mpu_dtype dt, mpu_op op) {
+static mpu_result_t reduce_scatter(tcomm *tc, const mpu__call *call) {
+  CALL_ARGS(call);
   static const char fn[] = "mpu_comm_reduce_scatter";
-  tcomm *tc = c->impl;
   tgroup *g = tc->g;
   int n = g->n, me = tc->me, p;
   size_t bytes = count * mpu_dtype_size(dt), total = bytes * (size_t)n;
-  if (n == 1) {
-    if (send != recv && bytes) memcpy(recv, send, bytes);
-    return MPU_SUCCESS;
-  }
-  tcall call = {mpu__sig_make(MPU__REDUCE_SCATTER, count, dt, op, -1), send, recv};
   int small = total <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, &call, send, small ? total : 0, fn, &p));
+  MPU_CHECK(enter(tc, call, send, small ? total : 0, fn, &p));
   if (small) {
     for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k) + (size_t)me * bytes;
     mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   }
   /* task t: reduce block t of every input into rank t's output */
-  const tcall *calls = g->calls[p];
+  const mpu__call *calls = g->calls[p];
   FOR_EACH_TASK(t, tc) {
     for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + (size_t)t * bytes;
     mpu__reduce_to(&calls[t].recv, 1, tc->ptrs, n, count, dt, op, n,
@@ -189,25 +181,23 @@ mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, siz
   return leave(tc, fn);
 }
 
-mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root) {
+static mpu_result_t broadcast(tcomm *tc, const mpu__call *call) {
+  CALL_ARGS(call);
   static const char fn[] = "mpu_comm_broadcast";
-  tcomm *tc = c->impl;
   tgroup *g = tc->g;
   int p;
   size_t bytes = count * mpu_dtype_size(dt);
-  if (g->n == 1) return MPU_SUCCESS;
-  tcall call = {mpu__sig_make(MPU__BROADCAST, count, dt, MPU_SUM, root), buf, buf};
   int small = bytes <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, &call, buf, small && tc->me == root ? bytes : 0, fn, &p));
+  MPU_CHECK(enter(tc, call, send, small && tc->me == root ? bytes : 0, fn, &p));
   if (small) {
-    if (tc->me != root && bytes) memcpy(buf, scratch_of(g, p, root), bytes);
+    if (tc->me != root && bytes) memcpy(recv, scratch_of(g, p, root), bytes);
     return MPU_SUCCESS;
   }
   /* chunk k of the root's buffer is pushed by rank k to every other rank.
    * Without call checking the roots named may differ: each rank then pushes
    * from the root it named, which is wrong data but stays within buffers of
    * the checked count. */
-  const tcall *calls = g->calls[p];
+  const mpu__call *calls = g->calls[p];
   size_t es = mpu_dtype_size(dt);
   FOR_EACH_TASK(t, tc) { /* task t: chunk t of the root's buffer to every other rank */
     size_t lo = mpu__chunk_lo(count, g->n, t), hi = mpu__chunk_lo(count, g->n, t + 1);
@@ -219,21 +209,15 @@ mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
   return leave(tc, fn);
 }
 
-mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t count, mpu_dtype dt,
-                          mpu_op op, int root) {
+static mpu_result_t reduce(tcomm *tc, const mpu__call *call) {
+  CALL_ARGS(call);
   static const char fn[] = "mpu_comm_reduce";
-  tcomm *tc = c->impl;
   tgroup *g = tc->g;
   int n = g->n, me = tc->me, p;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
-  if (n == 1) {
-    if (send != recv && bytes) memcpy(recv, send, bytes);
-    return MPU_SUCCESS;
-  }
-  tcall call = {mpu__sig_make(MPU__REDUCE, count, dt, op, root), send, recv};
   int small = bytes <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, &call, send, small ? bytes : 0, fn, &p));
-  const tcall *calls = g->calls[p];
+  MPU_CHECK(enter(tc, call, send, small ? bytes : 0, fn, &p));
+  const mpu__call *calls = g->calls[p];
   if (small) {
     if (me != root) return MPU_SUCCESS;
     for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k);
@@ -241,7 +225,7 @@ mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t coun
     return MPU_SUCCESS;
   }
   /* large: task t reduces chunk t straight into the root's output */
-  if (calls[root].sig.kind == MPU__REDUCE && calls[root].sig.root == root) FOR_EACH_TASK(t, tc) {
+  if (calls[root].sig.kind == MPU_COLL_REDUCE && calls[root].sig.root == root) FOR_EACH_TASK(t, tc) {
       size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
       for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
       void *dst = (char *)calls[root].recv + lo * es;
@@ -251,26 +235,20 @@ mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t coun
   return leave(tc, fn);
 }
 
-mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
-                              mpu_dtype dt) {
+static mpu_result_t all_to_all(tcomm *tc, const mpu__call *call) {
+  CALL_ARGS(call);
   static const char fn[] = "mpu_comm_all_to_all";
-  tcomm *tc = c->impl;
   tgroup *g = tc->g;
   int n = g->n, me = tc->me, p;
   size_t bytes = count * mpu_dtype_size(dt), total = bytes * (size_t)n;
-  if (n == 1) {
-    if (bytes) memcpy(recv, send, bytes);
-    return MPU_SUCCESS;
-  }
-  tcall call = {mpu__sig_make(MPU__ALL_TO_ALL, count, dt, MPU_SUM, -1), send, recv};
   int small = total <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, &call, send, small ? total : 0, fn, &p));
+  MPU_CHECK(enter(tc, call, send, small ? total : 0, fn, &p));
   if (small) {
     for (int k = 0; k < n && bytes; k++)
       memcpy((char *)recv + (size_t)k * bytes, scratch_of(g, p, k) + (size_t)me * bytes, bytes);
     return MPU_SUCCESS;
   }
-  const tcall *calls = g->calls[p];
+  const mpu__call *calls = g->calls[p];
   int stream = streams(total, (size_t)n, total, (size_t)n); /* n inputs, n outputs */
   FOR_EACH_TASK(t, tc) /* task t: fill rank t's output, block k from rank k's input */
   for (int k = 0; k < n; k++)
@@ -280,10 +258,76 @@ mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t 
   return leave(tc, fn);
 }
 
-mpu_result_t mpu__tbarrier_call(mpu_comm *c) {
+mpu_result_t mpu__tstart(mpu_comm *c, const mpu__call *call, void **handle) {
   tcomm *tc = c->impl;
-  tcall call = {mpu__sig_make(MPU__BARRIER, 0, MPU_UINT8, MPU_SUM, -1), NULL, NULL};
   int p;
-  if (tc->g->n == 1) return MPU_SUCCESS;
-  return enter(tc, &call, NULL, 0, "mpu_comm_barrier", &p);
+  *handle = NULL; /* the threads backend runs every call to its end */
+  switch (call->sig.kind) {
+  case MPU_COLL_ALL_REDUCE: return all_reduce(tc, call);
+  case MPU_COLL_ALL_GATHER: return all_gather(tc, call);
+  case MPU_COLL_REDUCE_SCATTER: return reduce_scatter(tc, call);
+  case MPU_COLL_BROADCAST: return broadcast(tc, call);
+  case MPU_COLL_REDUCE: return reduce(tc, call);
+  case MPU_COLL_ALL_TO_ALL: return all_to_all(tc, call);
+  case MPU_COLL_BARRIER: return enter(tc, call, NULL, 0, "mpu_comm_barrier", &p);
+  default: return mpu__tuneven(tc, call);
+  }
+}
+
+/* ---- uneven collectives ------------------------------------------------------------
+ * Zero-copy: every member publishes its call, then pulls its own output from
+ * the peers' inputs. The count lists are compared in full, not only through
+ * the signature's digest, because a mismatch would read past a peer's buffer:
+ * every member checks every pair, so all reach the same verdict. */
+
+static mpu_result_t uneven_counts_agree(const tcomm *tc, const mpu__call *calls, const char *fn) {
+  const tgroup *g = tc->g;
+  int n = g->n;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      const mpu__call *a = &calls[i];
+      size_t sent = a->counts[j];
+      size_t got = a->sig.kind == MPU_COLL_ALL_TO_ALL_V ? calls[j].rcounts[i] : calls[0].counts[j];
+      if (sent != got)
+        return mpu__error(MPU_ERR_MISMATCH,
+                          "%s: mismatched counts on a communicator of %d ranks: rank %d (world "
+                          "%d) says %zu elements for rank %d, rank %d (world %d) says %zu",
+                          fn, n, i, g->members[i], sent, j,
+                          a->sig.kind == MPU_COLL_ALL_TO_ALL_V ? j : 0,
+                          g->members[a->sig.kind == MPU_COLL_ALL_TO_ALL_V ? j : 0], got);
+    }
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu__tuneven(tcomm *tc, const mpu__call *call) {
+  const char *fn = call->sig.kind == MPU_COLL_ALL_GATHER_V       ? "mpu_comm_all_gather_v"
+                   : call->sig.kind == MPU_COLL_REDUCE_SCATTER_V ? "mpu_comm_reduce_scatter_v"
+                                                                 : "mpu_comm_all_to_all_v";
+  tgroup *g = tc->g;
+  int n = g->n, me = tc->me, p;
+  mpu_dtype dt = (mpu_dtype)call->sig.dtype;
+  size_t es = mpu_dtype_size(dt);
+  MPU_CHECK(enter(tc, call, NULL, 0, fn, &p));
+  const mpu__call *calls = g->calls[p];
+  MPU_CHECK(uneven_counts_agree(tc, calls, fn));
+  char *recv = call->recv;
+  switch (call->sig.kind) {
+  case MPU_COLL_ALL_GATHER_V:
+    for (int k = 0; k < n; k++)
+      if (recv + call->displs[k] * es != calls[k].send) /* in place: already there */
+        mpu__copy(recv + call->displs[k] * es, calls[k].send, call->counts[k] * es, 0);
+    break;
+  case MPU_COLL_REDUCE_SCATTER_V: {
+    size_t off = 0;
+    for (int k = 0; k < me; k++) off += call->counts[k];
+    for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + off * es;
+    mpu__reduce(recv, tc->ptrs, n, call->counts[me], dt, (mpu_op)call->sig.op, n);
+    break;
+  }
+  default:
+    for (int k = 0; k < n; k++)
+      mpu__copy(recv + call->rdispls[k] * es,
+                (const char *)calls[k].send + calls[k].displs[me] * es, call->rcounts[k] * es, 0);
+  }
+  return leave(tc, fn);
 }

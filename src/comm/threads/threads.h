@@ -48,13 +48,6 @@ static inline uint64_t tc_pack(tcause cause, mpu_result_t code, int world_rank) 
   return (uint64_t)cause << 48 | (uint64_t)code << 32 | (uint32_t)(world_rank + 1);
 }
 
-/* One member's description of the call it is in. */
-typedef struct tcall {
-  mpu__sig sig;     /* compared across members at the entry barrier */
-  const void *send; /* large calls: peers read from here ... */
-  void *recv;       /* ... and, for reduce, write into the root's */
-} tcall;
-
 typedef struct tbarrier {
   _Atomic uint64_t state;    /* BROKEN | generation << 32 | arrivals */
   _Atomic uint32_t futex;    /* generation's low bits: what sleepers wait on */
@@ -71,7 +64,7 @@ typedef struct tgroup {
   _Atomic int refs;             /* handles not yet destroyed */
   tbarrier bar;
   _Atomic uint64_t reason;      /* why the barrier broke (0: it did not) */
-  tcall *calls[2];              /* [parity][member] */
+  mpu__call *calls[2];          /* [parity][member]: each member's call, compared at entry */
   char *scratch[2];             /* [parity][member * MPU_THREADS_SCRATCH] */
   _Atomic uint64_t *entered;    /* [member]: number of the last call it entered */
   _Atomic int *departed;        /* [member]: its handle was destroyed */
@@ -150,18 +143,13 @@ double mpu__now(void);
 
 /* ---- collectives.c / p2p.c ---- */
 
-mpu_result_t mpu__tall_reduce(mpu_comm *c, const void *send, void *recv, size_t count,
-                              mpu_dtype dt, mpu_op op);
-mpu_result_t mpu__tall_gather(mpu_comm *c, const void *send, void *recv, size_t count,
-                              mpu_dtype dt);
-mpu_result_t mpu__treduce_scatter(mpu_comm *c, const void *send, void *recv, size_t count,
-                                  mpu_dtype dt, mpu_op op);
-mpu_result_t mpu__tbroadcast(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int root);
-mpu_result_t mpu__treduce(mpu_comm *c, const void *send, void *recv, size_t count, mpu_dtype dt,
-                          mpu_op op, int root);
-mpu_result_t mpu__tall_to_all(mpu_comm *c, const void *send, void *recv, size_t count,
-                              mpu_dtype dt);
-mpu_result_t mpu__tbarrier_call(mpu_comm *c);
+/* The backend's start: runs a checked call on a group of two or more to its
+ * end (*handle = NULL). */
+mpu_result_t mpu__tstart(mpu_comm *c, const mpu__call *call, void **handle);
+
+/* The uneven collectives (uneven.c). */
+mpu_result_t mpu__tuneven(tcomm *tc, const mpu__call *call);
+
 mpu_result_t mpu__tsend(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
 mpu_result_t mpu__trecv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
 

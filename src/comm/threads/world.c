@@ -55,8 +55,8 @@ static tgroup *group_new(tworld *w, const int *members, int n) {
   g->n = n;
   g->id = ++w->next_id;
   g->members = malloc((size_t)n * sizeof(int));
-  g->calls[0] = calloc((size_t)n, sizeof(tcall));
-  g->calls[1] = calloc((size_t)n, sizeof(tcall));
+  g->calls[0] = calloc((size_t)n, sizeof(mpu__call));
+  g->calls[1] = calloc((size_t)n, sizeof(mpu__call));
   g->scratch[0] = aligned_alloc(64, (size_t)n * MPU_THREADS_SCRATCH);
   g->scratch[1] = aligned_alloc(64, (size_t)n * MPU_THREADS_SCRATCH);
   g->entered = calloc((size_t)n, sizeof *g->entered);
@@ -365,13 +365,7 @@ static void threads_caps(const mpu_comm *c, mpu_comm_caps *caps) {
 
 static const mpu__comm_ops threads_ops = {
     .name = "threads",
-    .all_reduce = mpu__tall_reduce,
-    .all_gather = mpu__tall_gather,
-    .reduce_scatter = mpu__treduce_scatter,
-    .broadcast = mpu__tbroadcast,
-    .reduce = mpu__treduce,
-    .all_to_all = mpu__tall_to_all,
-    .barrier = mpu__tbarrier_call,
+    .start = mpu__tstart,
     .send = mpu__tsend,
     .recv = mpu__trecv,
     .create_group = threads_create_group,
