@@ -36,7 +36,7 @@ typedef struct fake_msg {
 
 typedef struct fake_state {
   fake_msg *head, *tail;
-  /* a described group (mpu__fake_group_described): how to list its members */
+  /* a described group (group_described): how to list its members */
   mpu_result_t (*list)(const void *ctx, int *out, int size);
   void *ctx;
   void (*free_ctx)(void *ctx);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The communicator layer's walls, checked on the tree:
+#  - no file outside src/comm/ includes comm_internal.h or a backend's own
+#    header (threads/, the MPI and NCCL sources' headers) or compares a
+#    communicator's backend name: what differs between backends is asked of
+#    mpu_comm_capabilities (the tests may name backends: they test them);
+#  - the old kind numbering (a second enum tied to mpu_collective by +1) and
+#    the backends' repacking of the checked call are gone;
+#  - libmpu needs nothing but libc, libm and pthreads.
+# Usage: test_layering.sh SOURCE_DIR LIBMPU
+set -euo pipefail
+src=$1 lib=$2
+cd "$src"
+fail=0
+outside=$(git ls-files 'src/*.c' 'src/*.h' 'tools/*.c' 'tools/*.h' 'examples/*.c' 'fuzz/*.c' 2>/dev/null |
+  grep -v '^src/comm/' || true)
+[ -n "$outside" ] || outside=$(find src tools examples fuzz -name '*.[ch]' | grep -v '^src/comm/')
+if grep -nE '#include "(comm/comm_internal\.h|comm/threads/|comm/rendezvous\.h|comm/base/signature\.h|comm/base/module\.h)' $outside; then
+  echo "^ outside src/comm/: a backend's or the base's internals" >&2
+  fail=1
+fi
+if grep -nE 'mpu_comm_backend\([^)]*\)\s*,\s*"|strn?cmp\([^;]*mpu_comm_backend' $outside; then
+  echo "^ outside src/comm/: a backend named by its name (ask mpu_comm_capabilities)" >&2
+  fail=1
+fi
+if grep -nE 'mpu__comm_is_fake|mpu__fake_group_described|mpu__nccl_device|mpu__kind\b|MPU__(ALL_REDUCE|BARRIER)|mpu__sig_make|\btcall\b' -r src tools tests --include='*.[ch]'; then
+  echo "^ the old call round trip (second kind enum, repacked calls, backend-specific hooks)" >&2
+  fail=1
+fi
+if ldd "$lib" | grep -Ei 'mpi|cuda|nccl|blas|open-pal'; then
+  echo "^ libmpu loads more than libc, libm and pthreads" >&2
+  fail=1
+fi
+[ $fail = 0 ] && echo "1 passed, 0 failed"
+exit $fail
