@@ -757,6 +757,232 @@ out:
   return res;
 }
 
+/* ---- uneven collectives ------------------------------------------------------
+ * Counts per rank with zeros for some ranks, one rank holding everything
+ * (past every staging threshold), all different; blocks packed in rank order
+ * (NULL displacements) or spaced out in reverse rank order with gaps that
+ * must stay untouched. */
+
+#define UNEVEN_PATTERNS 4
+#define UNEVEN_BIG 3001
+#define GAP 3
+
+static size_t uneven_count(int p, int k, int n) {
+  switch (p) {
+  case 0: return 0;                                /* nobody contributes */
+  case 1: return k % 2 ? 0 : (size_t)(1 + 3 * k);  /* every other rank contributes nothing */
+  case 2: return k == n - 1 ? UNEVEN_BIG : 0;      /* one rank has it all */
+  default: return (size_t)(7 * k + 1);             /* all different */
+  }
+}
+
+/* Room for any pattern's blocks over n ranks, spaced, in elements. */
+static size_t uneven_room(int n) {
+  return UNEVEN_BIG + (size_t)n * (size_t)(7 * n + 1) + (size_t)GAP * ((size_t)n + 1);
+}
+
+/* Where the blocks go: packed (NULL; *at gets the packed offsets) or spaced
+ * in reverse rank order (displs, also in *at). */
+static const size_t *uneven_displs(int spaced, const size_t *counts, int n, size_t *displs) {
+  size_t off = spaced ? GAP : 0;
+  for (int j = 0; j < n; j++) {
+    int k = spaced ? n - 1 - j : j;
+    displs[k] = off;
+    off += counts[k] + (spaced ? GAP : 0);
+  }
+  return spaced ? displs : NULL;
+}
+
+static int poisoned(const void *p, size_t at, size_t es) {
+  const unsigned char *b = (const unsigned char *)p + at * es;
+  for (size_t i = 0; i < es; i++)
+    if (b[i] != 0x5a) return 0;
+  return 1;
+}
+
+static mpu_result_t case_all_gather_v(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  size_t room = uneven_room(n), *counts = calloc((size_t)n, sizeof *counts),
+         *at = calloc((size_t)n, sizeof *at);
+  void *send = alloc(UNEVEN_BIG * 8 + 8 * (size_t)n * 8), *recv = alloc(room * 8);
+  CHECK(send && recv && counts && at, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int p = 0; p < UNEVEN_PATTERNS; p++)
+      for (int spaced = 0; spaced < 2; spaced++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+          size_t es = mpu_dtype_size((mpu_dtype)dt);
+          for (int k = 0; k < n; k++) counts[k] = uneven_count(p, k, n);
+          const size_t *displs = uneven_displs(spaced, counts, n, at);
+          poison_fill(recv, room * es);
+          void *in = inplace ? (char *)recv + at[rank] * es : send;
+          fill((mpu_dtype)dt, in, counts[rank], MPU_SUM, rank, 0);
+          CHECK_OK(mpu_comm_all_gather_v(world, in, recv, counts, displs, (mpu_dtype)dt));
+          for (int k = 0; k < n; k++) {
+            for (size_t i = 0; i < counts[k]; i++) {
+              double got = get((mpu_dtype)dt, recv, at[k] + i);
+              double want = rounded((mpu_dtype)dt, value(MPU_SUM, k, i));
+              CHECK(got == want, "all_gather_v %s pattern %d%s%s: block %d [%zu] = %g, want %g",
+                    mpu_dtype_name((mpu_dtype)dt), p, spaced ? " spaced" : "",
+                    inplace ? " in place" : "", k, i, got, want);
+            }
+            CHECK(!spaced || poisoned(recv, at[k] - 1, es),
+                  "all_gather_v %s pattern %d: the gap before block %d was written",
+                  mpu_dtype_name((mpu_dtype)dt), p, k);
+          }
+        }
+out:
+  conf_free(send);
+  conf_free(recv);
+  free(counts);
+  free(at);
+  return res;
+}
+
+static mpu_result_t case_reduce_scatter_v(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  size_t room = uneven_room(n), *counts = calloc((size_t)n, sizeof *counts);
+  void *send = alloc(room * 8), *recv = alloc(UNEVEN_BIG * 8 + 8 * (size_t)n * 8);
+  CHECK(send && recv && counts, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int op = 0; op < MPU_OP_COUNT; op++)
+      for (int p = 0; p < UNEVEN_PATTERNS; p++) {
+        size_t es = mpu_dtype_size((mpu_dtype)dt), total = 0, mine = 0;
+        for (int k = 0; k < n; k++) {
+          counts[k] = uneven_count(p, k, n);
+          if (k < rank) mine += counts[k];
+          total += counts[k];
+        }
+        fill((mpu_dtype)dt, send, total, (mpu_op)op, rank, 0);
+        poison_fill(recv, (counts[rank] + 1) * es);
+        CHECK_OK(mpu_comm_reduce_scatter_v(world, send, recv, counts, (mpu_dtype)dt, (mpu_op)op));
+        for (size_t i = 0; i < counts[rank]; i++) {
+          double got = get((mpu_dtype)dt, recv, i);
+          double want = expected((mpu_dtype)dt, (mpu_op)op, n, mine + i);
+          CHECK(got == want, "reduce_scatter_v %s %s pattern %d: [%zu] = %g, want %g",
+                mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op), p, i, got, want);
+        }
+        CHECK(poisoned(recv, counts[rank], es), "reduce_scatter_v %s %s pattern %d: wrote past "
+              "this rank's %zu elements", mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op),
+              p, counts[rank]);
+      }
+out:
+  conf_free(send);
+  conf_free(recv);
+  free(counts);
+  return res;
+}
+
+/* all_to_all_v: what rank `from` sends rank `to` under pattern p */
+static size_t pair_count(int p, int from, int to, int n) {
+  return uneven_count(p, (from + 2 * to) % n, n);
+}
+
+static mpu_result_t case_all_to_all_v(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  size_t room = uneven_room(n) + (size_t)UNEVEN_BIG * (size_t)n;
+  size_t *sc = calloc((size_t)n * 4, sizeof *sc), *sd = sc ? sc + n : NULL,
+         *rc = sc ? sc + 2 * n : NULL, *rd = sc ? sc + 3 * n : NULL;
+  void *send = alloc(room * 8), *recv = alloc(room * 8);
+  CHECK(send && recv && sc, "out of memory");
+  for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
+    for (int p = 0; p < UNEVEN_PATTERNS; p++)
+      for (int spaced = 0; spaced < 2; spaced++) {
+        size_t es = mpu_dtype_size((mpu_dtype)dt);
+        for (int k = 0; k < n; k++) {
+          sc[k] = pair_count(p, rank, k, n);
+          rc[k] = pair_count(p, k, rank, n);
+        }
+        const size_t *sdispls = uneven_displs(spaced, sc, n, sd);
+        const size_t *rdispls = uneven_displs(!spaced, rc, n, rd); /* the other layout */
+        for (int to = 0; to < n; to++)
+          for (size_t i = 0; i < sc[to]; i++)
+            set((mpu_dtype)dt, send, sd[to] + i, a2a_value(rank, to, i));
+        poison_fill(recv, room * es);
+        CHECK_OK(mpu_comm_all_to_all_v(world, send, sc, sdispls, recv, rc, rdispls,
+                                       (mpu_dtype)dt));
+        for (int from = 0; from < n; from++) {
+          for (size_t i = 0; i < rc[from]; i++) {
+            double got = get((mpu_dtype)dt, recv, rd[from] + i);
+            double want = rounded((mpu_dtype)dt, a2a_value(from, rank, i));
+            CHECK(got == want, "all_to_all_v %s pattern %d%s: block from %d [%zu] = %g, want %g",
+                  mpu_dtype_name((mpu_dtype)dt), p, spaced ? " spaced" : "", from, i, got, want);
+          }
+          CHECK(!rdispls || poisoned(recv, rd[from] - 1, es),
+                "all_to_all_v %s pattern %d: the gap before the block from %d was written",
+                mpu_dtype_name((mpu_dtype)dt), p, from);
+        }
+      }
+out:
+  conf_free(send);
+  conf_free(recv);
+  free(sc);
+  return res;
+}
+
+/* Bad counts fail on every rank alike, before anything moves; counts that
+ * differ between ranks fail as a mismatch where calls are checked. */
+static mpu_result_t case_uneven_bad_input(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  size_t *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
+  float buf[64] = {0}, out[64 * 8];
+  CHECK(counts && displs, "out of memory");
+  for (int k = 0; k < n; k++) counts[k] = 1, displs[k] = (size_t)k;
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+            mpu_comm_all_gather_v(world, buf, out, NULL, NULL, MPU_FLOAT32));
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+            mpu_comm_reduce_scatter_v(world, buf, out, NULL, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+            mpu_comm_all_to_all_v(world, buf, counts, NULL, out, NULL, NULL, MPU_FLOAT32));
+  counts[n - 1] = SIZE_MAX / 2; /* the extent overflows */
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+            mpu_comm_all_gather_v(world, buf, out, counts, NULL, MPU_FLOAT32));
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+            mpu_comm_reduce_scatter_v(world, buf, out, counts, MPU_FLOAT32, MPU_SUM));
+  counts[n - 1] = 1;
+  if (n > 1) {
+    counts[0] = 2; /* block 0 covers elements 0..1, block 1 starts at 1 */
+    CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+              mpu_comm_all_gather_v(world, buf, out, counts, displs, MPU_FLOAT32));
+    counts[0] = 1;
+  }
+  if (n > 1) /* send inside recv, but not at this rank's block (the in-place form) */
+    CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+              mpu_comm_all_gather_v(world, out + (rank + 1) % n, out, counts, NULL, MPU_FLOAT32));
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+            mpu_comm_reduce_scatter_v(world, buf, buf, counts, MPU_FLOAT32, MPU_SUM));
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
+            mpu_comm_reduce_scatter_v(world, buf, out, counts, MPU_FLOAT32, MPU_OP_COUNT));
+  mpu_comm_caps caps = {.size = sizeof caps};
+  CHECK_OK(mpu_comm_capabilities(world, &caps));
+  if (caps.call_checking && caps.moves_data && n > 1) {
+    counts[0] = rank == 0 ? 2 : 1; /* rank 0 disagrees */
+    CHECK_ERR(MPU_ERR_MISMATCH, mpu_comm_all_gather_v(world, buf, out, counts, NULL, MPU_FLOAT32));
+    CHECK_ERR(MPU_ERR_MISMATCH,
+              mpu_comm_reduce_scatter_v(world, buf, out, counts, MPU_FLOAT32, MPU_SUM));
+    counts[0] = 1;
+  }
+  /* still usable afterwards */
+  for (int k = 0; k < n; k++) buf[k] = (float)(rank + 1);
+  CHECK_OK(mpu_comm_reduce_scatter_v(world, buf, out, counts, MPU_FLOAT32, MPU_SUM));
+  CHECK(out[0] == (float)(n * (n + 1) / 2), "reduce_scatter_v after bad calls: %g", out[0]);
+out:
+  free(counts);
+  free(displs);
+  return res;
+}
+
 const conf_case conf_cases[] = {
     {"all_reduce", case_all_reduce, 0},
     {"all_reduce_large", case_all_reduce_large, 0},
@@ -765,6 +991,10 @@ const conf_case conf_cases[] = {
     {"broadcast", case_broadcast, 0},
     {"reduce", case_reduce, 0},
     {"all_to_all", case_all_to_all, 0},
+    {"all_gather_v", case_all_gather_v, 0},
+    {"reduce_scatter_v", case_reduce_scatter_v, 0},
+    {"all_to_all_v", case_all_to_all_v, 0},
+    {"uneven_bad_input", case_uneven_bad_input, CONF_NEEDS_HOST_MEMORY},
     {"barrier", case_barrier, 0},
     {"send_recv", case_send_recv, CONF_NEEDS_EAGER_SEND},
     {"sendrecv", case_sendrecv, CONF_NEEDS_HOST_MEMORY},

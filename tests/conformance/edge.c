@@ -195,15 +195,71 @@ static void hex(mpu_dtype dt, const void *p, size_t i, char *buf, size_t len) {
 static const size_t edge_counts[] = {1, 2, 61, 4099};
 #define MAX_EDGE 4099
 
+/* The uneven collectives on the same edge values, every odd rank's count 0:
+ * reduce_scatter_v against the reference (rank r's block starts at the sum
+ * of the counts before it), all_gather_v moving the inputs bit for bit. */
+static mpu_result_t uneven_edges(mpu_comm *world, void *suite, mpu_dtype dt, mpu_op op,
+                                 size_t count, char *send, char *recv, char *want,
+                                 size_t *counts) {
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  size_t es = mpu_dtype_size(dt), total = 0, before = 0;
+  char g[24], w[24];
+  for (int k = 0; k < n; k++) {
+    counts[k] = k % 2 ? 0 : count;
+    if (k < rank) before += counts[k];
+    total += counts[k];
+  }
+  for (size_t i = 0; i < total; i++) put_at(dt, send, i, i, rank);
+  memset(recv, 0x5a, count * es);
+  mpu_result_t r = mpu_comm_reduce_scatter_v(world, send, recv, counts, dt, op);
+  if (r)
+    return conf_failf(suite, world, __FILE__, __LINE__, "reduce_scatter_v %s %s count %zu: %s: %s",
+                      mpu_dtype_name(dt), mpu_op_name(op), count, mpu_result_name(r),
+                      mpu_last_error());
+  for (size_t i = 0; i < counts[rank]; i++) {
+    reference(dt, op, n, before + i, want); /* want[before + i] */
+    if (!same(dt, recv + i * es, want + (before + i) * es, 0)) {
+      hex(dt, recv, i, g, sizeof g);
+      hex(dt, want, before + i, w, sizeof w);
+      return conf_failf(suite, world, __FILE__, __LINE__,
+                        "reduce_scatter_v %s %s count %zu on %d ranks: [%zu] = 0x%s, want 0x%s",
+                        mpu_dtype_name(dt), mpu_op_name(op), count, n, i, g, w);
+    }
+  }
+  /* all_gather_v: rank k's inputs, bit for bit (a NaN's payload included) */
+  for (size_t i = 0; i < counts[rank]; i++) put_at(dt, send, i, i, rank);
+  memset(recv, 0x5a, total * es);
+  r = mpu_comm_all_gather_v(world, send, recv, counts, NULL, dt);
+  if (r)
+    return conf_failf(suite, world, __FILE__, __LINE__, "all_gather_v %s count %zu: %s: %s",
+                      mpu_dtype_name(dt), count, mpu_result_name(r), mpu_last_error());
+  size_t at = 0;
+  for (int k = 0; k < n; k++)
+    for (size_t i = 0; i < counts[k]; i++, at++) {
+      put_at(dt, want, 0, i, k);
+      if (memcmp(recv + at * es, want, es)) {
+        hex(dt, recv, at, g, sizeof g);
+        hex(dt, want, 0, w, sizeof w);
+        return conf_failf(suite, world, __FILE__, __LINE__,
+                          "all_gather_v %s count %zu on %d ranks: block %d [%zu] = 0x%s, want 0x%s",
+                          mpu_dtype_name(dt), count, n, k, i, g, w);
+      }
+    }
+  return MPU_SUCCESS;
+}
+
 mpu_result_t conf_case_edge_values(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
   size_t cap = (size_t)MAX_EDGE * 8 * (size_t)n;
   char *send = calloc(cap, 1), *recv = calloc(cap, 1), *want = calloc(cap, 1);
+  size_t *uneven = calloc((size_t)n, sizeof *uneven);
   mpu_result_t res = MPU_SUCCESS;
   char g[24], w[24];
-  if (!send || !recv || !want) {
+  if (!send || !recv || !want || !uneven) {
     res = conf_failf(suite, world, __FILE__, __LINE__, "out of memory");
     goto out;
   }
@@ -255,8 +311,12 @@ mpu_result_t conf_case_edge_values(mpu_comm *world, void *suite) {
           if (form == 3) /* restore the reference for the next form */
             for (size_t i = 0; i < count; i++) reference((mpu_dtype)dt, (mpu_op)op, n, i, want);
         }
+        res = uneven_edges(world, suite, (mpu_dtype)dt, (mpu_op)op, count, send, recv, want,
+                           uneven);
+        if (res) goto out;
       }
 out:
+  free(uneven);
   free(send);
   free(recv);
   free(want);
