@@ -1,10 +1,10 @@
 /*
  * chunk.h - how a length is cut into n equal pieces, torch.chunk's rule:
  * every piece is ceil(len / n) long except the last ones, which are short or
- * empty. DTensor's Shard(d) splits a dim this way, and FSDP and ZeRO pad
- * each bucket to n pieces of that length so the equal-count collectives
- * (all_gather, reduce_scatter) can move it. One function, so that a switch
- * to the uneven collectives changes one place.
+ * empty. DTensor's Shard(d) splits a dim this way; FSDP pads each bucket to
+ * n pieces of that length so the equal-count collectives (all_gather,
+ * reduce_scatter) can move it, ZeRO-1 moves the pieces as they are with the
+ * uneven ones (all_gather_v, reduce_scatter_v).
  */
 #ifndef MPU_CORE_CHUNK_H
 #define MPU_CORE_CHUNK_H

@@ -278,39 +278,53 @@ static void update(mpu_optimizer *opt, size_t e, size_t j, float decay, void *ar
   opt->b->data[e] = opt->main[j];
 }
 
-/* ZeRO-1's gradient half: reduce-scatter each bucket; this rank's shard of
- * the reduced gradient lands in place in the buffer. */
-static mpu_result_t reduce_scatter_grads(mpu_optimizer *opt) {
-  mpu_param_buffer *b = opt->b;
-  size_t n = (size_t)opt->dp_size, start, end, lo, hi;
-  float scale = opt->o.sync.sum ? 1.0f : 1.0f / (float)n;
-  for (size_t k = 0; k * opt->bucket < b->numel; k++) {
-    bucket_range(b->numel, opt->bucket, k, &start, &end);
-    size_t len = end - start, shard = held_range(opt, start, end, &lo, &hi);
-    size_t mine = (size_t)opt->dp_rank * shard; /* this rank's block of the padded bucket */
-    for (size_t i = 0; i < len; i++) opt->scratch[i] = b->grad[start + i] * scale;
-    memset(opt->scratch + len, 0, (shard * n - len) * sizeof(float));
-    MPU_CHECK(mpu_comm_reduce_scatter(opt->dp, opt->scratch, opt->scratch + mine, shard,
-                                      MPU_FLOAT32, MPU_SUM));
-    if (lo < hi) memcpy(b->grad + lo, opt->scratch + (lo - start), (hi - lo) * sizeof(float));
+/* counts[k]: how many elements of bucket [start, end) rank k holds (shards
+ * of any size: the last ones short or empty, nothing padded). */
+static mpu_result_t shard_counts(const mpu_optimizer *opt, size_t start, size_t end,
+                                 size_t **counts) {
+  size_t n = (size_t)opt->dp_size, lo, hi;
+  *counts = malloc(n * sizeof **counts);
+  if (!*counts) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "ZeRO-1: %zu shard counts", n);
+  for (size_t k = 0; k < n; k++) {
+    mpu__chunk(end - start, n, k, &lo, &hi);
+    (*counts)[k] = hi - lo;
   }
   return MPU_SUCCESS;
 }
 
-/* ZeRO-1's parameter half: all-gather each bucket's updated shards. */
+/* ZeRO-1's gradient half: reduce-scatter each bucket (uneven shards, as they
+ * fall); this rank's shard of the reduced gradient lands in the buffer. */
+static mpu_result_t reduce_scatter_grads(mpu_optimizer *opt) {
+  mpu_param_buffer *b = opt->b;
+  size_t n = (size_t)opt->dp_size, start, end, lo, hi, *counts = NULL;
+  float scale = opt->o.sync.sum ? 1.0f : 1.0f / (float)n;
+  mpu_result_t r = MPU_SUCCESS;
+  for (size_t k = 0; !r && k * opt->bucket < b->numel; k++) {
+    bucket_range(b->numel, opt->bucket, k, &start, &end);
+    held_range(opt, start, end, &lo, &hi);
+    for (size_t i = start; i < end; i++) opt->scratch[i - start] = b->grad[i] * scale;
+    r = shard_counts(opt, start, end, &counts);
+    if (!r) r = mpu_comm_reduce_scatter_v(opt->dp, opt->scratch, b->grad + lo, counts,
+                                          MPU_FLOAT32, MPU_SUM);
+    free(counts);
+  }
+  return r;
+}
+
+/* ZeRO-1's parameter half: all-gather each bucket's updated shards, in place. */
 static mpu_result_t gather_params(mpu_optimizer *opt) {
   mpu_param_buffer *b = opt->b;
-  size_t start, end, lo, hi;
-  for (size_t k = 0; k * opt->bucket < b->numel; k++) {
+  size_t start, end, lo, hi, *counts = NULL;
+  mpu_result_t r = MPU_SUCCESS;
+  for (size_t k = 0; !r && k * opt->bucket < b->numel; k++) {
     bucket_range(b->numel, opt->bucket, k, &start, &end);
-    size_t len = end - start, shard = held_range(opt, start, end, &lo, &hi);
-    float *mine = opt->scratch + (size_t)opt->dp_rank * shard; /* this rank's block */
-    memset(mine, 0, shard * sizeof(float));
-    if (lo < hi) memcpy(mine, b->data + lo, (hi - lo) * sizeof(float));
-    MPU_CHECK(mpu_comm_all_gather(opt->dp, mine, opt->scratch, shard, MPU_FLOAT32));
-    memcpy(b->data + start, opt->scratch, len * sizeof(float));
+    held_range(opt, start, end, &lo, &hi);
+    r = shard_counts(opt, start, end, &counts);
+    if (!r) r = mpu_comm_all_gather_v(opt->dp, b->data + lo, b->data + start, counts, NULL,
+                                      MPU_FLOAT32);
+    free(counts);
   }
-  return MPU_SUCCESS;
+  return r;
 }
 
 /* Sum of squares of the gradients this optimizer's rank holds (after the reduction). */
