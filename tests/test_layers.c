@@ -21,20 +21,8 @@
 #define OUT 12
 #define VOCAB 16
 
-static char messages[8][512];
-
-#define RCHECK(cond, ...)                                                   \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      snprintf(messages[rank], sizeof messages[rank], __VA_ARGS__);         \
-      return MPU_ERR_INTERNAL;                                              \
-    }                                                                       \
-  } while (0)
-#define ROK(call)                                                           \
-  do {                                                                      \
-    mpu_result_t e_ = (call);                                               \
-    RCHECK(!e_, "%s: %s", #call, mpu_last_error());                        \
-  } while (0)
+#define TEST_RANK rank
+#include "test_helpers.h"
 
 static int close_to(float a, float b) { return fabsf(a - b) <= 1e-5f * (1.0f + fabsf(b)); }
 

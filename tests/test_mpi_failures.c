@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "mpu.h"
+#include "test_helpers.h"
 
 static int rank, size, failures;
 static mpu_comm *ctl;
@@ -31,11 +32,6 @@ static mpu_comm *ctl;
     }                                                             \
   } while (0)
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static mpu_comm *fresh(double timeout_s, int checks) {
   mpu_mpi_options o = MPU_MPI_OPTIONS_INIT;
@@ -75,9 +71,9 @@ static void test_mismatches(void) {
   mpu_comm *c = fresh(30, MPU_CHECKS_ON);
   for (int m = COUNT; m <= BARRIER; m++) {
     sync_all();
-    double t0 = now();
+    double t0 = test_now();
     mpu_result_t r = mismatched_call(c, (mismatch)m);
-    double took = now() - t0;
+    double took = test_now() - t0;
     CHECK(r == MPU_ERR_MISMATCH, "%s mismatch -> %s, want MPU_ERR_MISMATCH", names[m],
           mpu_result_name(r));
     CHECK(strstr(mpu_last_error(), "ranks differing from rank 0: 1") != NULL,
@@ -100,29 +96,29 @@ static void test_timeout(void) {
   int32_t x = 1, y = 0;
   sync_all();
   if (rank != size - 1) {
-    double t0 = now();
+    double t0 = test_now();
     mpu_result_t r = mpu_comm_all_reduce(c, &x, &y, 1, MPU_INT32, MPU_SUM);
-    double took = now() - t0;
+    double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT, "absent rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
     CHECK(took >= timeout && took < timeout + 1.0, "absent rank: failed after %.3f s", took);
     /* broken: later calls fail at once */
-    t0 = now();
+    t0 = test_now();
     r = mpu_comm_barrier(c);
-    CHECK(r == MPU_ERR_TIMEOUT && now() - t0 < 0.1, "broken communicator: %s after %.3f s",
-          mpu_result_name(r), now() - t0);
+    CHECK(r == MPU_ERR_TIMEOUT && test_now() - t0 < 0.1, "broken communicator: %s after %.3f s",
+          mpu_result_name(r), test_now() - t0);
     CHECK(strstr(mpu_last_error(), "broken") != NULL, "no 'broken' in: %s", mpu_last_error());
   }
   sync_all(); /* the others have given up; now the last rank comes, late */
   if (rank == size - 1) {
-    double t0 = now();
+    double t0 = test_now();
     mpu_result_t r = mpu_comm_all_reduce(c, &x, &y, 1, MPU_INT32, MPU_SUM);
-    double took = now() - t0;
+    double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT, "late rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
     CHECK(took < timeout + 1.0, "late rank: failed after %.3f s", took);
   }
-  double t0 = now();
+  double t0 = test_now();
   mpu_comm_destroy(c);
-  CHECK(now() - t0 < 1.0, "destroying a timed-out communicator took %.3f s", now() - t0);
+  CHECK(test_now() - t0 < 1.0, "destroying a timed-out communicator took %.3f s", test_now() - t0);
 }
 
 /* ---- point to point ------------------------------------------------------------- */
@@ -146,9 +142,9 @@ static void test_p2p(void) {
     r = mpu_comm_recv(c, got, 4, MPU_INT32, 0);
     CHECK(r == MPU_SUCCESS && got[3] == 4, "the third message: %s, [3] = %d", mpu_result_name(r),
           got[3]);
-    double t0 = now();
+    double t0 = test_now();
     r = mpu_comm_recv(c, got, 4, MPU_INT32, 0); /* nothing comes */
-    double took = now() - t0;
+    double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT && took >= 0.5 && took < 1.5, "recv of nothing: %s after %.3f s",
           mpu_result_name(r), took);
   }
@@ -158,9 +154,9 @@ static void test_p2p(void) {
   char *blob = calloc(big, 1);
   if (rank == 0 && blob)
     for (int k = 0; k < 3; k++) mpu_comm_send(c, blob, big, MPU_UINT8, 1);
-  double t0 = now();
+  double t0 = test_now();
   mpu_comm_destroy(c);
-  CHECK(now() - t0 < 1.0, "destroy with unreceived sends took %.3f s", now() - t0);
+  CHECK(test_now() - t0 < 1.0, "destroy with unreceived sends took %.3f s", test_now() - t0);
   free(blob);
 }
 

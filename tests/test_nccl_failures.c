@@ -17,21 +17,9 @@
 
 #include "mpu.h"
 
-static char messages[8][512];
+#define TEST_RANK me
+#include "test_helpers.h"
 
-#define RCHECK(cond, ...)                                                    \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      snprintf(messages[me], sizeof messages[me], __VA_ARGS__);              \
-      return MPU_ERR_INTERNAL;                                               \
-    }                                                                        \
-  } while (0)
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -53,15 +41,15 @@ static mpu_result_t absent(mpu_comm *world, void *arg) {
   RCHECK(!make(world, 0.5, &nc), "create: %s", mpu_last_error());
   float x[4] = {1, 2, 3, 4}, y[4];
   if (me == 0) {
-    double t0 = now();
+    double t0 = test_now();
     mpu_result_t r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
-    double took = now() - t0;
+    double took = test_now() - t0;
     RCHECK(r == MPU_ERR_TIMEOUT, "absent peer: %s", mpu_result_name(r));
     RCHECK(took >= 0.5 && took < 1.5, "failed after %.3f s", took);
     RCHECK(strstr(mpu_last_error(), "NCCL aborted"), "message: %s", mpu_last_error());
-    t0 = now();
+    t0 = test_now();
     r = mpu_comm_barrier(nc);
-    RCHECK(r == MPU_ERR_TIMEOUT && now() - t0 < 0.1, "broken: %s", mpu_result_name(r));
+    RCHECK(r == MPU_ERR_TIMEOUT && test_now() - t0 < 0.1, "broken: %s", mpu_result_name(r));
   }
   mpu_comm_barrier(world); /* rank 1 leaves only after rank 0 gave up */
   mpu_comm_destroy(nc);
@@ -82,10 +70,10 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
     RCHECK(mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM) == MPU_ERR_ABORTED,
            "after abort: %s", mpu_last_error());
   } else {
-    double t0 = now();
+    double t0 = test_now();
     mpu_result_t r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
-    RCHECK(r == MPU_ERR_ABORTED && now() - t0 < 5, "peer aborted: %s after %.3f s (%s)",
-           mpu_result_name(r), now() - t0, mpu_last_error());
+    RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 5, "peer aborted: %s after %.3f s (%s)",
+           mpu_result_name(r), test_now() - t0, mpu_last_error());
     RCHECK(strstr(mpu_last_error(), "NCCL error 6"), "message: %s", mpu_last_error());
   }
   mpu_comm_barrier(world);

@@ -16,34 +16,8 @@
 
 #include "mpu.h"
 
-static char messages[8][512];
-
-#define RCHECK(cond, ...)                                                    \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      snprintf(messages[r], sizeof messages[r], __VA_ARGS__);                \
-      return MPU_ERR_INTERNAL;                                               \
-    }                                                                        \
-  } while (0)
-#define ROK(call)                                                            \
-  do {                                                                       \
-    mpu_result_t e_ = (call);                                                \
-    RCHECK(!e_, "%s: %s", #call, mpu_last_error());                          \
-  } while (0)
-
-static mpu_tensor vec(float *d, int n) {
-  mpu_tensor t;
-  int64_t s[1] = {n};
-  mpu_tensor_init(&t, d, MPU_FLOAT32, 1, s);
-  return t;
-}
-
-static mpu_tensor mat(float *d, int rows, int cols) {
-  mpu_tensor t;
-  int64_t s[2] = {rows, cols};
-  mpu_tensor_init(&t, d, MPU_FLOAT32, 2, s);
-  return t;
-}
+#define TEST_RANK r
+#include "test_helpers.h"
 
 static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   (void)arg;
@@ -66,7 +40,7 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   mpu_tensor x, y, z;
 
   /* _reduce([r]) */
-  a[0] = (float)r, x = vec(a, 1), y = vec(b, 1);
+  a[0] = (float)r, x = test_vec(a, 1), y = test_vec(b, 1);
   ROK(mpu_primitive_run(MPU_PRIM_ALL_REDUCE, tp, &x, &y));
   RCHECK(b[0] == group_sum, "_reduce: %g, want %g", b[0], group_sum);
   /* copy_to: identity forward, all-reduce backward */
@@ -84,15 +58,15 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   if (T == 2 && r >= 6) RCHECK(2 * sq == 170 && 2 * r == (r == 6 ? 12 : 14), "seed values");
   /* scatter_to [1..T] -> [tr + 1]; backward of [r] gathers the group */
   for (int k = 0; k < T; k++) a[k] = (float)(k + 1);
-  x = vec(a, T), y = vec(b, 1);
+  x = test_vec(a, T), y = test_vec(b, 1);
   ROK(mpu_region_forward(MPU_SCATTER_TO_TP, tp, &x, &y));
   RCHECK(b[0] == (float)(tr + 1), "scatter_to forward");
-  c[0] = (float)r, z = vec(c, 1);
-  mpu_tensor gx = vec(a, T);
+  c[0] = (float)r, z = test_vec(c, 1);
+  mpu_tensor gx = test_vec(a, T);
   ROK(mpu_region_backward(MPU_SCATTER_TO_TP, tp, &z, &gx, 0));
   for (int k = 0; k < T; k++) RCHECK(a[k] == (float)(g0 + k), "scatter_to backward [%d]", k);
   /* gather_from [r] -> the group; backward splits */
-  a[0] = (float)r, x = vec(a, 1), y = vec(b, T);
+  a[0] = (float)r, x = test_vec(a, 1), y = test_vec(b, T);
   ROK(mpu_region_forward(MPU_GATHER_FROM_TP, tp, &x, &y));
   for (int k = 0; k < T; k++) RCHECK(b[k] == (float)(g0 + k), "gather_from forward [%d]", k);
   for (int k = 0; k < T; k++) b[k] = (float)(100 * k + r);
@@ -104,18 +78,18 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   float xs[16 * 2], os[64 * 2], gs[16 * 2];
   for (int i = 0; i < rows; i++)
     for (int j = 0; j < 2; j++) xs[i * 2 + j] = (float)(100 * r + 10 * i + j);
-  x = mat(xs, rows, 2);
+  x = test_mat(xs, rows, 2);
   /* scatter: this rank's rows; backward: gather */
-  y = mat(os, rows / T, 2);
+  y = test_mat(os, rows / T, 2);
   ROK(mpu_region_forward(MPU_SCATTER_TO_SP, tp, &x, &y));
   for (int i = 0; i < rows / T; i++)
     RCHECK(os[i * 2] == (float)(100 * r + 10 * (tr * rows / T + i)), "sp scatter row %d", i);
-  z = mat(gs, rows, 2);
+  z = test_mat(gs, rows, 2);
   ROK(mpu_region_backward(MPU_SCATTER_TO_SP, tp, &y, &z, 0));
   for (int k = 0; k < T; k++) /* block k is rank g0+k's chunk k */
     RCHECK(gs[k * (rows / T) * 2] == (float)(100 * (g0 + k) + 10 * (k * rows / T)), "sp scatter back");
   /* gather: all ranks' rows; backward reduce-scatter (sums) or split (own) */
-  y = mat(os, rows * T, 2);
+  y = test_mat(os, rows * T, 2);
   ROK(mpu_region_forward(MPU_GATHER_FROM_SP, tp, &x, &y));
   for (int k = 0; k < T; k++) RCHECK(os[k * rows * 2] == (float)(100 * (g0 + k)), "sp gather");
   ROK(mpu_region_backward(MPU_GATHER_FROM_SP, tp, &y, &z, 0)); /* grad = gathered x */
@@ -126,7 +100,7 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   ROK(mpu_region_backward(MPU_GATHER_FROM_SP, tp, &y, &z, MPU_NO_TP_OUTPUT_GRAD));
   for (int i = 0; i < rows; i++) RCHECK(gs[i * 2] == (float)(100 * (g0 + tr) + 10 * i), "split back");
   /* reduce-scatter: the group's sum of this rank's block */
-  y = mat(os, rows / T, 2);
+  y = test_mat(os, rows / T, 2);
   ROK(mpu_region_forward(MPU_REDUCE_SCATTER_TO_SP, tp, &x, &y));
   for (int i = 0; i < rows / T; i++) {
     float want = 100 * group_sum + (float)T * (float)(10 * (tr * rows / T + i));
@@ -135,7 +109,7 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
 
   /* all-to-all: block k of rank j's rows arrives at rank k as block j; twice is the identity */
   float a2a[16 * 2], back[16 * 2];
-  mpu_tensor ta = mat(a2a, rows, 2), tb = mat(back, rows, 2);
+  mpu_tensor ta = test_mat(a2a, rows, 2), tb = test_mat(back, rows, 2);
   ROK(mpu_region_forward(MPU_ALL_TO_ALL, tp, &x, &ta));
   for (int k = 0; k < T; k++)
     RCHECK(a2a[k * (rows / T) * 2] == (float)(100 * (g0 + k) + 10 * (tr * rows / T)), "all_to_all");
@@ -145,16 +119,16 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   /* bad shapes are refused, with a message */
   if (T > 1) {
     float odd[3] = {0};
-    mpu_tensor three = vec(odd, 3), one = vec(b, 1);
+    mpu_tensor three = test_vec(odd, 3), one = test_vec(b, 1);
     RCHECK(mpu_region_forward(MPU_SCATTER_TO_TP, tp, &three, &one) == MPU_ERR_INVALID_ARGUMENT &&
                strstr(mpu_last_error(), "not divisible"),
            "a split that does not divide");
-    mpu_tensor wrong = vec(b, 5);
+    mpu_tensor wrong = test_vec(b, 5);
     RCHECK(mpu_region_forward(MPU_GATHER_FROM_TP, tp, &one, &wrong) == MPU_ERR_INVALID_ARGUMENT &&
                strstr(mpu_last_error(), "want"),
            "a wrong output shape");
   }
-  mpu_tensor null_data = vec(a, 1);
+  mpu_tensor null_data = test_vec(a, 1);
   null_data.data = NULL;
   RCHECK(mpu_region_forward(MPU_COPY_TO_TP, tp, &null_data, &y) == MPU_ERR_INVALID_ARGUMENT,
          "NULL data");
@@ -192,7 +166,7 @@ static void test_table(void **state) {
   assert_int_equal(mpu_region_backward_op(MPU_REDUCE_SCATTER_TO_SP, 0), MPU_PRIM_GATHER_FIRST);
   assert_string_equal(mpu_region_name(MPU_SCATTER_TO_TP), "scatter_to_tp");
   float d[6];
-  mpu_tensor t = mat(d, 3, 2), out;
+  mpu_tensor t = test_mat(d, 3, 2), out;
   assert_int_equal(mpu_primitive_shape(MPU_PRIM_GATHER_LAST, 4, &t, &out), MPU_SUCCESS);
   assert_int_equal(out.shape[1], 8);
   assert_int_equal(mpu_primitive_shape(MPU_PRIM_SPLIT_FIRST, 2, &t, &out), MPU_ERR_INVALID_ARGUMENT);

@@ -39,17 +39,14 @@ static mpu_layout_config core19(int tp, int pp, int cp, int ep, int etp, int ins
   return c;
 }
 
-static char messages[64][512];
-
-#define RCHECK(cond, ...)                                                                \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      int r_;                                                                            \
-      mpu_comm_rank(mpu_state_world(s), &r_);                                            \
-      snprintf(messages[r_], sizeof messages[r_], __VA_ARGS__);                          \
-      return MPU_ERR_INTERNAL;                                                           \
-    }                                                                                    \
-  } while (0)
+/* the rank of the state `s` the rank function holds */
+static int state_rank(const mpu_state *s) {
+  int r = 0;
+  mpu_comm_rank(mpu_state_world(s), &r);
+  return r;
+}
+#define TEST_RANK state_rank(s)
+#include "test_helpers.h"
 
 /* Every group kind: the sum of world ranks over the comm is the sum of its members. */
 static mpu_result_t groups_move_data(mpu_state *s, void *arg) {

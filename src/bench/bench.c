@@ -20,6 +20,7 @@
 
 #include "comm/base/copy.h"
 #include "comm/services.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/options.h"
 #include "mpu/bench.h"
@@ -51,11 +52,7 @@ double mpu_bench_traffic(mpu_collective c, int n, size_t bytes) {
   }
 }
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
+static double now_us(void) { return mpu__now() * 1e6; }
 
 /* Benchmark buffers: 2 MiB aligned and backed by huge pages where the kernel
  * allows, so that large sizes measure memory bandwidth, not TLB misses. The

@@ -29,6 +29,7 @@
 
 #include "comm/comm_internal.h"
 #include "core/env.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <cuda_runtime.h>
@@ -57,11 +58,6 @@ static const mpu__comm_ops nccl_ops;
 
 static nccl_impl *impl_of(const mpu_comm *c) { return c->impl; }
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- errors: NCCL's and CUDA's codes as mpu's, with their messages -------- */
 
@@ -129,7 +125,7 @@ static mpu_result_t break_comm(mpu_comm *c, mpu_result_t code, const char *fn, c
 static mpu_result_t watch(mpu_comm *c, cudaEvent_t event, double timeout_s, int keep,
                           const char *fn) {
   nccl_impl *m = impl_of(c);
-  double limit = timeout_s < 0 ? m->timeout_s : timeout_s, start = now();
+  double limit = timeout_s < 0 ? m->timeout_s : timeout_s, start = mpu__now();
   for (long spins = 0;; spins++) {
     cudaError_t e = event ? cudaEventQuery(event) : cudaStreamQuery(m->stream);
     if (e == cudaSuccess) break;
@@ -145,7 +141,7 @@ static mpu_result_t watch(mpu_comm *c, cudaEvent_t event, double timeout_s, int 
       return r;
     }
     if ((spins & 255) == 255) {
-      if (now() - start > limit) {
+      if (mpu__now() - start > limit) {
         if (keep) return mpu__error(MPU_ERR_TIMEOUT, "%s: not complete after %.3g s", fn, limit);
         return break_comm(c, MPU_ERR_TIMEOUT, fn,
                           "%s: timed out after %.3g s waiting for the peers of a communicator of "

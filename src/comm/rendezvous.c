@@ -23,13 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static mpu_result_t env_int(const char *name, const char *fallback, long lo, long hi, int *out) {
   const char *v = getenv(name);
@@ -69,7 +65,7 @@ static int move_all(int fd, void *buf, size_t len, int sending, double deadline)
   char *p = buf;
   while (len) {
     struct pollfd pfd = {fd, sending ? POLLOUT : POLLIN, 0};
-    int left = (int)((deadline - now()) * 1000);
+    int left = (int)((deadline - mpu__now()) * 1000);
     if (left <= 0 || poll(&pfd, 1, left) <= 0) return -1;
     ssize_t k = sending ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
     if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return -1;
@@ -99,7 +95,7 @@ static mpu_result_t serve(const mpu__rendezvous_env *env, const void *blob, size
   mpu_result_t r = served ? MPU_SUCCESS : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   while (!r && left > 0) {
     struct pollfd pfd = {fd, POLLIN, 0};
-    int ms = (int)((deadline - now()) * 1000);
+    int ms = (int)((deadline - mpu__now()) * 1000);
     if (ms <= 0 || poll(&pfd, 1, ms) <= 0) {
       r = mpu__error(MPU_ERR_TIMEOUT, "%s: %d of %d ranks never connected to port %d", fn, left,
                      env->world_size - 1, env->port);
@@ -131,7 +127,7 @@ static mpu_result_t fetch(const mpu__rendezvous_env *env, void *blob, size_t len
   int g = getaddrinfo(env->addr, port, &hints, &res);
   if (g) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: MASTER_ADDR=%s: %s", fn, env->addr, gai_strerror(g));
   mpu_result_t r = MPU_ERR_TIMEOUT;
-  while (now() < deadline) { /* rank 0 may not be listening yet */
+  while (mpu__now() < deadline) { /* rank 0 may not be listening yet */
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) break;
     int ok = connect(fd, res->ai_addr, res->ai_addrlen) == 0 || errno == EINPROGRESS;
@@ -160,7 +156,7 @@ static mpu_result_t fetch(const mpu__rendezvous_env *env, void *blob, size_t len
 
 mpu_result_t mpu__rendezvous_share(const mpu__rendezvous_env *env, void *blob, size_t len,
                                    double timeout_s) {
-  double deadline = now() + timeout_s;
+  double deadline = mpu__now() + timeout_s;
   if (env->world_size == 1) return MPU_SUCCESS;
   return env->rank == 0 ? serve(env, blob, len, deadline) : fetch(env, blob, len, deadline);
 }

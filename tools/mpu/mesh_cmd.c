@@ -102,11 +102,7 @@ static void parse(int argc, char **argv, mesh_opts *o) {
   }
 }
 
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
+static double now_ns(void) { return cli_now() * 1e9; }
 
 static void print_list(const int *v, int64_t n) {
   printf("[");

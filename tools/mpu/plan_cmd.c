@@ -648,11 +648,7 @@ static void svg_summary(void *arg, FILE *f) {
 
 #include <time.h>
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
+static double now_us(void) { return cli_now() * 1e6; }
 
 typedef struct init_bench {
   mpu_layout_config cfg;

@@ -17,6 +17,7 @@
 #include "comm/base/signature.h"
 #include "comm/comm_internal.h"
 #include "comm/services.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 /* ---- live handles -----------------------------------------------------------
@@ -696,17 +697,13 @@ static _Thread_local int clock_depth; /* a call inside a timed call is not timed
 
 double mpu__clock_start(void) {
   if (clock_depth++) return -1;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  return mpu__now();
 }
 
 mpu_result_t mpu__clock_add(double start, mpu_result_t result) {
   clock_depth--;
   if (start < 0) return result;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  clock_seconds += (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - start;
+  clock_seconds += mpu__now() - start;
   clock_calls++;
   return result;
 }

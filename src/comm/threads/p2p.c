@@ -59,12 +59,10 @@ static tmsg *take(tmailbox *box, uint64_t group, int src) {
   return NULL;
 }
 
+/* The monotonic clock's time `seconds` from now, for pthread_cond_timedwait. */
 static struct timespec abs_after(double seconds) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  double t = (double)ts.tv_nsec * 1e-9 + seconds;
-  ts.tv_sec += (time_t)t;
-  ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+  double t = mpu__now() + seconds;
+  struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
   return ts;
 }
 

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "comm/threads/threads.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #define BROKEN (UINT64_C(1) << 63)
@@ -47,12 +48,6 @@ static inline void cpu_relax(void) {
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
 #endif
-}
-
-double mpu__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t expected, double seconds) {

@@ -27,6 +27,7 @@
 
 #include "comm/base/signature.h"
 #include "comm/comm_internal.h"
+#include "core/clock.h"
 
 /* Per-member staging buffer for small calls; larger ones go zero-copy. */
 #define MPU_THREADS_SCRATCH 16384
@@ -138,8 +139,6 @@ void mpu__tworld_poison(tworld *w, tcause cause, mpu_result_t code, int world_ra
 /* Text of a reason word ("world rank 3 aborted"). */
 void mpu__treason_text(uint64_t reason, char *buf, size_t len);
 
-/* Monotonic seconds. */
-double mpu__now(void);
 
 /* ---- collectives.c / p2p.c ---- */
 

@@ -1,0 +1,12 @@
+/*
+ * clock.c - the library's one monotonic clock.
+ */
+#include "core/clock.h"
+
+#include <time.h>
+
+double mpu__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
