@@ -8,8 +8,8 @@ Each ```c block must follow a marker comment that says how it runs:
     <!-- test: main -->               the block is the body of main()
     <!-- test: rank N -->             the body of a rank function (world, rank,
                                       size in scope), run on N thread ranks
-    <!-- test: rank N nccl -->        the same, with libmpu's NCCL test double in
-                                      place of libmpu (GPU snippets on a CPU)
+    <!-- test: rank N nccl -->        the same, with the NCCL test double in place
+                                      of libmpu_nccl (GPU snippets on a CPU)
     <!-- test: state N TP PP -->      the body of a state function (s, world,
                                       rank), mpu_with_state with tp x pp
 
@@ -138,8 +138,8 @@ def main():
                         continue
                     libdir = os.path.join(tmp, "double")
                     os.makedirs(libdir, exist_ok=True)
-                    if not os.path.exists(os.path.join(libdir, "libmpu.so.0")):
-                        os.symlink(double, os.path.join(libdir, "libmpu.so.0"))
+                    if not os.path.exists(os.path.join(libdir, "libmpu_nccl.so.0")):
+                        os.symlink(double, os.path.join(libdir, "libmpu_nccl.so.0"))
                     env_for_run = {"LD_LIBRARY_PATH": libdir, "MPU_DOUBLE_GPUS": "8"}
             elif kind == "state":
                 text = HEADER + prelude + STATE.format(body=body, n=args[0], tp=args[1], pp=args[2])
