@@ -280,15 +280,6 @@ static mpu_result_t x_gatherv(mpu_comm *c, const char *fn, const void *s, int n,
   return wait_for(c, &q, fn, DATA_PHASE);
 }
 
-/* The call's arguments as locals. */
-#define CALL_ARGS(k)                                \
-  const void *send = (k)->send;                    \
-  void *recv = (k)->recv;                          \
-  size_t count = (size_t)(k)->sig.count;           \
-  mpu_dtype dt = (mpu_dtype)(k)->sig.dtype;        \
-  mpu_op op = (mpu_op)(k)->sig.op;                 \
-  int root = (k)->sig.root;                        \
-  (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)root
 
 /* ---- reductions ------------------------------------------------------------ */
 
@@ -329,7 +320,7 @@ static mpu_result_t exchange_chunks(mpu_comm *c, const char *fn, const void *sen
 }
 
 static mpu_result_t mpi_all_reduce(mpu_comm *c, const mpu__call *k) {
-  CALL_ARGS(k);
+  MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_all_reduce";
   int n = c->size;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
@@ -358,7 +349,7 @@ static mpu_result_t mpi_all_reduce(mpu_comm *c, const mpu__call *k) {
 }
 
 static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const mpu__call *k) {
-  CALL_ARGS(k);
+  MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_reduce_scatter";
   int n = c->size;
   size_t bytes = count * mpu_dtype_size(dt);
@@ -431,7 +422,7 @@ static mpu_result_t reduce_pair(mpu_comm *c, const char *fn, const void *send, v
 }
 
 static mpu_result_t mpi_reduce(mpu_comm *c, const mpu__call *k) {
-  CALL_ARGS(k);
+  MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_reduce";
   int n = c->size, me = c->rank == root;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
@@ -534,7 +525,7 @@ static mpu_result_t mpi_start(mpu_comm *c, const mpu__call *k, void **handle) {
 }
 
 static mpu_result_t mpi_all_gather(mpu_comm *c, const mpu__call *k) {
-  CALL_ARGS(k);
+  MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_all_gather";
   MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, c->size));
@@ -544,7 +535,7 @@ static mpu_result_t mpi_all_gather(mpu_comm *c, const mpu__call *k) {
 }
 
 static mpu_result_t mpi_broadcast(mpu_comm *c, const mpu__call *k) {
-  CALL_ARGS(k);
+  MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_broadcast";
   MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, 1));
@@ -552,7 +543,7 @@ static mpu_result_t mpi_broadcast(mpu_comm *c, const mpu__call *k) {
 }
 
 static mpu_result_t mpi_all_to_all(mpu_comm *c, const mpu__call *k) {
-  CALL_ARGS(k);
+  MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_all_to_all";
   MPU_CHECK(enter(c, k->sig, fn));
   MPU_CHECK(fits(fn, count, c->size));
@@ -560,7 +551,7 @@ static mpu_result_t mpi_all_to_all(mpu_comm *c, const mpu__call *k) {
 }
 
 static mpu_result_t mpi_barrier(mpu_comm *c, const mpu__call *k) {
-  CALL_ARGS(k);
+  MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_barrier";
   MPU_CHECK(enter(c, k->sig, fn));
   if (impl_of(c)->checked) return MPU_SUCCESS; /* nobody leaves the handshake early */
@@ -768,7 +759,7 @@ static MPI_Op native_op(mpu_op op) {
 
 static mpu_result_t mpi_native(mpu_comm *c, const mpu__call *call) {
   static const char fn[] = "raw MPI call";
-  CALL_ARGS(call);
+  MPU__CALL_ARGS(call);
   int kind = call->sig.kind;
   int n = c->size, reducing = mpu__coll_has_op(kind);
   MPI_Datatype t = reducing ? native_type(dt) : bits_of(dt);

@@ -4,7 +4,6 @@
  * where the backend can, by split where it must), NCCL groups on request,
  * destroy; and the registry of live states every entry point checks.
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,52 +12,18 @@
 #include "state/state_internal.h"
 #include "comm/services.h"
 #include "core/options.h"
+#include "core/registry.h"
 
 _Thread_local mpu_state *mpu__state_current;
 
 /* ---- live states ------------------------------------------------------------- */
 
-#define LIVE_BUCKETS 256
+static mpu__registry live = MPU__REGISTRY_INIT(mpu_state, next_live);
 
-typedef struct live_bucket {
-  pthread_mutex_t lock;
-  mpu_state *head;
-} live_bucket;
+void mpu__state_live_add(mpu_state *s) { mpu__registry_add(&live, s); }
 
-static live_bucket live[LIVE_BUCKETS];
-static pthread_once_t live_once = PTHREAD_ONCE_INIT;
-
-static void live_init(void) {
-  for (int i = 0; i < LIVE_BUCKETS; i++) pthread_mutex_init(&live[i].lock, NULL);
-}
-
-static live_bucket *bucket_of(const mpu_state *s) {
-  pthread_once(&live_once, live_init);
-  return &live[((uintptr_t)s >> 4) % LIVE_BUCKETS];
-}
-
-void mpu__state_live_add(mpu_state *s) {
-  live_bucket *b = bucket_of(s);
-  pthread_mutex_lock(&b->lock);
-  s->next_live = b->head;
-  b->head = s;
-  pthread_mutex_unlock(&b->lock);
-}
-
-/* 1 if s was live (and, with take, is no longer); pointers compared only */
 static int live_find(const mpu_state *s, int take) {
-  if (!s) return 0;
-  live_bucket *b = bucket_of(s);
-  int found = 0;
-  pthread_mutex_lock(&b->lock);
-  for (mpu_state **p = &b->head; *p; p = &(*p)->next_live)
-    if (*p == s) {
-      found = 1;
-      if (take) *p = s->next_live;
-      break;
-    }
-  pthread_mutex_unlock(&b->lock);
-  return found;
+  return take ? mpu__registry_take(&live, s, NULL) == 1 : mpu__registry_find(&live, s);
 }
 
 int mpu__state_is_live(const mpu_state *s) { return live_find(s, 0); }

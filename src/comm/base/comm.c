@@ -19,70 +19,22 @@
 #include "comm/services.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/registry.h"
 
-/* ---- live handles -----------------------------------------------------------
- *
- * Every entry point looks its handle up here, comparing pointers only, before
- * it reads anything through it: a destroyed or foreign pointer is an error,
- * never a read of freed memory. Buckets have their own locks, so ranks using
- * different communicators do not contend. */
+/* ---- live handles (core/registry.h): every entry point looks its handle up
+ * before it reads anything through it ------------------------------------------ */
 
-#define LIVE_BUCKETS 1024
+static mpu__registry live = MPU__REGISTRY_INIT(mpu_comm, next_live);
 
-typedef struct live_bucket {
-  pthread_mutex_t lock;
-  mpu_comm *head;
-} live_bucket;
+static int is_launchers(const void *c) { return ((const mpu_comm *)c)->owned_by_launcher; }
 
-static live_bucket live[LIVE_BUCKETS];
-static pthread_once_t live_once = PTHREAD_ONCE_INIT;
-
-static void live_init(void) {
-  for (int i = 0; i < LIVE_BUCKETS; i++) pthread_mutex_init(&live[i].lock, NULL);
-}
-
-static live_bucket *bucket_of(const mpu_comm *c) {
-  pthread_once(&live_once, live_init);
-  return &live[((uintptr_t)c >> 4) % LIVE_BUCKETS];
-}
-
-static void live_add(mpu_comm *c) {
-  live_bucket *b = bucket_of(c);
-  pthread_mutex_lock(&b->lock);
-  c->next_live = b->head;
-  b->head = c;
-  pthread_mutex_unlock(&b->lock);
-}
-
-/* Is c a live handle? */
-static int live_find(const mpu_comm *c) {
-  live_bucket *b = bucket_of(c);
-  int found = 0;
-  pthread_mutex_lock(&b->lock);
-  for (mpu_comm *p = b->head; p && !found; p = p->next_live) found = p == c;
-  pthread_mutex_unlock(&b->lock);
-  return found;
-}
+static int live_find(const mpu_comm *c) { return mpu__registry_find(&live, c); }
 
 /* Remove c from the live handles, comparing pointers only (c may be a freed
  * or foreign pointer). Returns 0 if c was not live; -1 (and keeps it) if c is
  * the launcher's world communicator and refuse_world is set; 1 if removed. */
 static int live_take(const mpu_comm *c, int refuse_world) {
-  live_bucket *b = bucket_of(c);
-  int found = 0;
-  pthread_mutex_lock(&b->lock);
-  for (mpu_comm **p = &b->head; *p; p = &(*p)->next_live)
-    if (*p == c) {
-      if (refuse_world && c->owned_by_launcher) {
-        found = -1;
-      } else {
-        *p = c->next_live;
-        found = 1;
-      }
-      break;
-    }
-  pthread_mutex_unlock(&b->lock);
-  return found;
+  return mpu__registry_take(&live, c, refuse_world ? is_launchers : NULL);
 }
 
 mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int *world_ranks,
@@ -102,7 +54,7 @@ mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int 
   c->rank = rank;
   c->size = size;
   c->impl = impl;
-  live_add(c);
+  mpu__registry_add(&live, c);
   return c;
 }
 

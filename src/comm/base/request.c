@@ -10,7 +10,6 @@
  * a rank blocked in a later call never waits for peers stuck behind an
  * earlier one that was never run.
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 
 #include "comm/comm_internal.h"
 #include "core/error.h"
+#include "core/registry.h"
 
 #define REQ_MAGIC UINT64_C(0x6d70752d72657175) /* "mpu-requ" */
 
@@ -38,31 +38,13 @@ struct mpu_request {
 
 /* ---- live requests: a wait on a freed or foreign pointer is caught --------- */
 
-#define LIVE_BUCKETS 256
-static mpu_request *live[LIVE_BUCKETS];
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static mpu__registry live = MPU__REGISTRY_INIT(mpu_request, next_live);
 
-static size_t bucket_of(const mpu_request *r) { return ((uintptr_t)r >> 4) % LIVE_BUCKETS; }
-
-static void live_add(mpu_request *r) {
-  pthread_mutex_lock(&live_lock);
-  r->next_live = live[bucket_of(r)];
-  live[bucket_of(r)] = r;
-  pthread_mutex_unlock(&live_lock);
-}
+static void live_add(mpu_request *r) { mpu__registry_add(&live, r); }
 
 /* 1 if r is live (and, with take, no longer), comparing pointers only. */
 static int live_find(const mpu_request *r, int take) {
-  int found = 0;
-  pthread_mutex_lock(&live_lock);
-  for (mpu_request **p = &live[bucket_of(r)]; *p; p = &(*p)->next_live)
-    if (*p == r) {
-      found = 1;
-      if (take) *p = r->next_live;
-      break;
-    }
-  pthread_mutex_unlock(&live_lock);
-  return found;
+  return take ? mpu__registry_take(&live, r, NULL) == 1 : mpu__registry_find(&live, r);
 }
 
 static mpu_result_t check_request(const char *fn, const mpu_request *r) {

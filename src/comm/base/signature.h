@@ -41,6 +41,17 @@ typedef struct mpu__call {
   const size_t *counts, *displs, *rcounts, *rdispls;
 } mpu__call;
 
+/* A call's arguments as locals, for a backend's collectives (each reads
+ * some of them). */
+#define MPU__CALL_ARGS(k)                          \
+  const void *send = (k)->send;                    \
+  void *recv = (k)->recv;                          \
+  size_t count = (size_t)(k)->sig.count;           \
+  mpu_dtype dt = (mpu_dtype)(k)->sig.dtype;        \
+  mpu_op op = (mpu_op)(k)->sig.op;                 \
+  int root = (k)->sig.root;                        \
+  (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)root
+
 /* Whether calls of this kind take an op / a root. */
 MPU_SIBLING_API int mpu__coll_has_op(int kind);
 MPU_SIBLING_API int mpu__coll_has_root(int kind);

@@ -72,15 +72,6 @@ static int streams(size_t a, size_t b, size_t c, size_t d) {
   return mpu__streams(z);
 }
 
-/* The call's arguments as locals (every collective below reads some of them). */
-#define CALL_ARGS(k)                                                         \
-  const void *send = (k)->send;                                             \
-  void *recv = (k)->recv;                                                   \
-  size_t count = (size_t)(k)->sig.count;                                    \
-  mpu_dtype dt = (mpu_dtype)(k)->sig.dtype;                                 \
-  mpu_op op = (mpu_op)(k)->sig.op;                                          \
-  int root = (k)->sig.root;                                                 \
-  (void)send, (void)recv, (void)op, (void)root
 
 /* Loop over this rank's tasks of a large call (see the top of the file). */
 #define FOR_EACH_TASK(k, tc)                                                      \
@@ -91,7 +82,7 @@ static int streams(size_t a, size_t b, size_t c, size_t d) {
 
 
 static mpu_result_t all_reduce(tcomm *tc, const mpu__call *call) {
-  CALL_ARGS(call);
+  MPU__CALL_ARGS(call);
   static const char fn[] = "mpu_comm_all_reduce";
   tgroup *g = tc->g;
   int n = g->n, p;
@@ -118,7 +109,7 @@ static mpu_result_t all_reduce(tcomm *tc, const mpu__call *call) {
 }
 
 static mpu_result_t all_gather(tcomm *tc, const mpu__call *call) {
-  CALL_ARGS(call);
+  MPU__CALL_ARGS(call);
   static const char fn[] = "mpu_comm_all_gather";
   tgroup *g = tc->g;
   int n = g->n, me = tc->me, p;
@@ -159,7 +150,7 @@ static mpu_result_t all_gather(tcomm *tc, const mpu__call *call) {
 }
 
 static mpu_result_t reduce_scatter(tcomm *tc, const mpu__call *call) {
-  CALL_ARGS(call);
+  MPU__CALL_ARGS(call);
   static const char fn[] = "mpu_comm_reduce_scatter";
   tgroup *g = tc->g;
   int n = g->n, me = tc->me, p;
@@ -182,7 +173,7 @@ static mpu_result_t reduce_scatter(tcomm *tc, const mpu__call *call) {
 }
 
 static mpu_result_t broadcast(tcomm *tc, const mpu__call *call) {
-  CALL_ARGS(call);
+  MPU__CALL_ARGS(call);
   static const char fn[] = "mpu_comm_broadcast";
   tgroup *g = tc->g;
   int p;
@@ -210,7 +201,7 @@ static mpu_result_t broadcast(tcomm *tc, const mpu__call *call) {
 }
 
 static mpu_result_t reduce(tcomm *tc, const mpu__call *call) {
-  CALL_ARGS(call);
+  MPU__CALL_ARGS(call);
   static const char fn[] = "mpu_comm_reduce";
   tgroup *g = tc->g;
   int n = g->n, me = tc->me, p;
@@ -236,7 +227,7 @@ static mpu_result_t reduce(tcomm *tc, const mpu__call *call) {
 }
 
 static mpu_result_t all_to_all(tcomm *tc, const mpu__call *call) {
-  CALL_ARGS(call);
+  MPU__CALL_ARGS(call);
   static const char fn[] = "mpu_comm_all_to_all";
   tgroup *g = tc->g;
   int n = g->n, me = tc->me, p;
