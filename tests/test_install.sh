@@ -146,6 +146,16 @@ check_prefix "$work/default" "$libdir" "$build"
 test -x "$work/default/bin/mpu"
 # the installed tool finds its library by itself, and reports one version
 test "$("$work/default/bin/mpu" --version)" = "mpu $version (libmpu $version)"
+# it loads the backend --backend asks for, and says in one line what is missing
+for b in mpi nccl; do
+  [ -f "$work/default/$libdir/libmpu_$b.so.0" ] || continue
+  if out=$(hidden "$work/default/bin/mpu" bench --backend $b -n 1 2>&1); then
+    echo "mpu bench --backend $b ran with its libraries hidden" >&2
+    exit 1
+  fi
+  test "$(echo "$out" | wc -l)" = 1
+  echo "$out" | grep -q "the $b backend is not available: lib"
+done
 if [ -d "$build/man" ]; then
   test -f "$work/default/share/man/man1/mpu.1"
   test -f "$work/default/share/man/man1/mpu-plan.1"

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mpu/version.h"
 
@@ -43,25 +44,23 @@ static const mpu__module *lookup(int i) {
 }
 
 /* dlopen the module: by its name through the loader's path (LD_LIBRARY_PATH,
- * the program's run path, the system), then from the folder libmpu is in. */
+ * the program's run path, the system), then from the folder libmpu is in.
+ * *why gets the failure of the attempt that found the file, if any did. */
 static void *load(const char *soname, char *why, size_t len) {
   void *h = dlopen(soname, RTLD_NOW | RTLD_GLOBAL);
   if (h) return h;
   snprintf(why, len, "%s", dlerror());
+  int found = strncmp(why, soname, strlen(soname)) != 0; /* it failed on a dependency */
   Dl_info info;
-  if (!dladdr((void *)&mpu__module_get, &info) || !info.dli_fname) return NULL;
+  if (found || !dladdr((void *)&mpu__module_get, &info) || !info.dli_fname) return NULL;
   const char *slash = strrchr(info.dli_fname, '/');
   if (!slash) return NULL;
   char path[4096];
   int n = snprintf(path, sizeof path, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname,
                    soname);
-  if (n < 0 || (size_t)n >= sizeof path) return NULL;
+  if (n < 0 || (size_t)n >= sizeof path || access(path, F_OK)) return NULL;
   h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-  if (!h) {
-    const char *e = dlerror();
-    /* the interesting failure is the one that found the file */
-    if (e && !strstr(e, "No such file")) snprintf(why, len, "%s", e);
-  }
+  if (!h) snprintf(why, len, "%s", dlerror());
   return h;
 }
 
