@@ -1,17 +1,18 @@
 /*
  * demo_train.c - `mpu demo train`: a small model trained with tensor,
- * pipeline and data parallelism on thread ranks, checked against the same
- * model trained on one rank.
+ * pipeline and data parallelism on the library's training blocks, checked
+ * against the same model trained on one rank.
  *
  * Model: vocab-parallel embedding -> L blocks (column-parallel H->4H, GeLU,
  * row-parallel 4H->H, residual) -> column-parallel H->V -> vocab-parallel
- * cross entropy. The blocks are spread over the pipeline stages; activations
- * and their gradients cross stages with send/recv to the next/previous rank,
- * one micro-batch at a time (forward then backward: no pipelining overlap,
- * which keeps each layer's saved activation single). Each data-parallel
- * replica trains on its own micro-batches, gradients are averaged over the
- * data-parallel group, and SGD updates every rank's slices. tp rank 0 makes
- * each micro-batch and broadcast_data sends it to its tensor-parallel group.
+ * cross entropy. Each rank's parameters live in one mpu_param_buffer (the
+ * layers are views into it); mpu_pipeline runs Megatron's 1F1B schedule
+ * over the pipeline group, the stages exchanging activations and their
+ * gradients; mpu_optimizer averages the gradients over the data-parallel
+ * group and applies AdamW (ZeRO-1 with --zero). A layer keeps only its last
+ * forward's input, so backward recomputes the micro-batch's stage forward
+ * from its saved input first. tp rank 0 makes each micro-batch and
+ * broadcast_data sends it to its tensor-parallel group.
  */
 #include <getopt.h>
 #include <math.h>
@@ -27,6 +28,7 @@ typedef struct train_opts {
   long tp, pp, dp, steps, micro, tokens, hidden, vocab, layers;
   double lr;
   long seed;
+  int zero;
   cli_format format;
   tool_backend backend;
 } train_opts;
@@ -43,6 +45,23 @@ typedef struct block {
   float *h, *g, *dg, *dh; /* (T, 4H) activations and gradients */
 } block;
 
+/* One rank's part of the model and of the step being run. */
+typedef struct stage {
+  const train_opts *o;
+  mpu_comm *tp;
+  int first, last, nblocks, T, H, Fl, Vl, micro, dp_rank, tp_rank, step;
+  mpu_param_buffer params;
+  mpu_vocab_embedding emb;
+  mpu_column_linear head;
+  mpu_vocab_cross_entropy ce;
+  block *blocks;
+  float *inputs;               /* [micro][T x H]: each micro-batch's stage input */
+  float *x;                    /* (nblocks + 1) x T x H: the blocks' inputs and output */
+  float *dx, *dbuf, *logits, *dlogits, *loss, *dloss;
+  int64_t *ids, *targets;      /* [micro][T] */
+  double loss_sum;             /* this step's, over this replica's micro-batches */
+} stage;
+
 /* The micro-batch for (step, global micro-batch index): ids and targets. */
 static void make_batch(const train_opts *o, int step, int mb, int64_t *ids, int64_t *targets) {
   mpu_rng g;
@@ -53,175 +72,259 @@ static void make_batch(const train_opts *o, int step, int mb, int64_t *ids, int6
   }
 }
 
-#define TRY(call)                         \
-  do {                                    \
+#define TRY(call)                              \
+  do {                                         \
     if ((r = (call)) != MPU_SUCCESS) goto out; \
   } while (0)
 
-static mpu_result_t dp_average(mpu_comm *dp, float *g, size_t n) {
-  return n ? mpu_comm_all_reduce(dp, g, g, n, MPU_FLOAT32, MPU_AVG) : MPU_SUCCESS;
+/* The micro-batch mb of this step: made by tp rank 0, broadcast to the
+ * tensor-parallel group (the stages that read data: the first and the last). */
+static mpu_result_t fetch_batch(stage *st, int mb) {
+  int64_t *ids = st->ids + (size_t)mb * st->T, *targets = st->targets + (size_t)mb * st->T;
+  mpu_tensor data[2];
+  const char *keys[2] = {"tokens", "labels"};
+  if (st->tp_rank == 0) {
+    make_batch(st->o, st->step, st->dp_rank * st->micro + mb, ids, targets);
+    int64_t shape[1] = {st->T};
+    mpu_tensor_init(&data[0], ids, MPU_INT64, 1, shape);
+    mpu_tensor_init(&data[1], targets, MPU_INT64, 1, shape);
+  }
+  mpu_result_t r = mpu_broadcast_data(st->tp, 2, keys, data);
+  if (r) return r;
+  if (st->tp_rank != 0) {
+    memcpy(ids, data[0].data, (size_t)st->T * sizeof(int64_t));
+    memcpy(targets, data[1].data, (size_t)st->T * sizeof(int64_t));
+    mpu_tensor_free(&data[0]);
+    mpu_tensor_free(&data[1]);
+  }
+  return MPU_SUCCESS;
 }
 
-static void sgd(float *w, const float *g, size_t n, float lr) {
-  for (size_t i = 0; i < n; i++) w[i] -= lr * g[i];
+/* This stage's forward of micro-batch mb from its saved input: the blocks'
+ * output in st->x's last slot, and on the last stage the loss (added to the
+ * step's sum when count is set). */
+static mpu_result_t stage_forward(stage *st, int mb, int count) {
+  size_t TH = (size_t)st->T * st->H;
+  mpu_result_t r = MPU_SUCCESS;
+  if (st->first) TRY(mpu_vocab_embedding_forward(&st->emb, st->ids + (size_t)mb * st->T, st->T, st->x));
+  else memcpy(st->x, st->inputs + (size_t)mb * TH, TH * sizeof(float));
+  for (int b = 0; b < st->nblocks; b++) {
+    block *k = &st->blocks[b];
+    float *bi = st->x + (size_t)b * TH, *bo = st->x + (size_t)(b + 1) * TH;
+    TRY(mpu_column_linear_forward(&k->fc1, bi, st->T, k->h));
+    mpu_gelu_forward(k->h, k->g, (size_t)st->T * st->Fl);
+    TRY(mpu_row_linear_forward(&k->fc2, k->g, st->T, bo));
+    for (size_t i = 0; i < TH; i++) bo[i] += bi[i]; /* residual */
+  }
+  if (st->last) {
+    TRY(mpu_column_linear_forward(&st->head, st->x + (size_t)st->nblocks * TH, st->T, st->logits));
+    TRY(mpu_vocab_cross_entropy_forward(&st->ce, st->tp, st->logits,
+                                        st->targets + (size_t)mb * st->T, st->T, st->Vl, 0,
+                                        st->loss));
+    for (int t = 0; count && t < st->T; t++) st->loss_sum += st->loss[t];
+  }
+out:
+  return r;
+}
+
+static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input, float *output) {
+  stage *st = user;
+  (void)chunk;
+  size_t TH = (size_t)st->T * st->H;
+  mpu_result_t r = st->first || st->last ? fetch_batch(st, mb) : MPU_SUCCESS;
+  if (input) memcpy(st->inputs + (size_t)mb * TH, input, TH * sizeof(float));
+  if (!r) r = stage_forward(st, mb, 1);
+  if (r) return r;
+  if (!st->last) memcpy(output, st->x + (size_t)st->nblocks * TH, TH * sizeof(float));
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t on_backward(void *user, int mb, int chunk, const float *grad_output,
+                                float *grad_input) {
+  stage *st = user;
+  (void)chunk;
+  size_t TH = (size_t)st->T * st->H;
+  mpu_result_t r = MPU_SUCCESS;
+  TRY(stage_forward(st, mb, 0)); /* the layers' saved inputs are this micro-batch's again */
+  if (st->last) { /* the step's loss is the mean over tokens and micro-batches */
+    for (int t = 0; t < st->T; t++) st->dloss[t] = 1.0f / (float)(st->T * st->micro);
+    TRY(mpu_vocab_cross_entropy_backward(&st->ce, st->dloss, st->dlogits));
+    TRY(mpu_column_linear_backward(&st->head, st->dlogits, st->dx));
+  } else {
+    memcpy(st->dx, grad_output, TH * sizeof(float));
+  }
+  for (int b = st->nblocks - 1; b >= 0; b--) {
+    block *k = &st->blocks[b];
+    TRY(mpu_row_linear_backward(&k->fc2, st->dx, k->dg));
+    mpu_gelu_backward(k->h, k->dg, k->dh, (size_t)st->T * st->Fl);
+    TRY(mpu_column_linear_backward(&k->fc1, k->dh, st->dbuf));
+    for (size_t i = 0; i < TH; i++) st->dx[i] += st->dbuf[i]; /* residual */
+  }
+  if (st->first) TRY(mpu_vocab_embedding_backward(&st->emb, st->dx));
+  else memcpy(grad_input, st->dx, TH * sizeof(float));
+out:
+  return r;
+}
+
+/* A parameter of the buffer: its index, partitioned along dim (or -1). */
+static mpu_result_t add(stage *st, const char *name, size_t numel, int dim, int decay, int *index) {
+  mpu_param_attrs a = dim < 0 ? MPU_PARAM_DUPLICATE : MPU_PARAM_PARTITIONED(dim, 1);
+  mpu_result_t r = mpu_param_buffer_add(&st->params, name, numel, a, index);
+  if (r) return r;
+  return decay ? MPU_SUCCESS : mpu_param_buffer_no_decay(&st->params, *index);
+}
+
+/* The stage's parameters in one buffer, the layers as views into it; every
+ * weight drawn whole from its own seed, whatever the layout. */
+static mpu_result_t stage_create(stage *st, int tp_size, int b0) {
+  const train_opts *o = st->o;
+  int H = st->H, F = 4 * H, V = (int)o->vocab, tps = tp_size, nb = st->nblocks;
+  uint64_t seed = (uint64_t)o->seed;
+  static float std = 0.1f;
+  int emb = -1, head = -1, *idx = malloc((size_t)(4 * nb + 1) * sizeof(int));
+  mpu_result_t r = MPU_SUCCESS;
+  char name[48];
+  if (!idx) return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "demo train: parameters");
+  mpu_param_buffer_init(&st->params, st->tp_rank);
+  if (st->first) TRY(add(st, "embedding.weight", (size_t)V / tps * H, 0, 1, &emb));
+  for (int b = 0; b < nb; b++) {
+    snprintf(name, sizeof name, "blocks.%d.fc1.weight", b0 + b);
+    TRY(add(st, name, (size_t)F / tps * H, 0, 1, &idx[4 * b]));
+    snprintf(name, sizeof name, "blocks.%d.fc1.bias", b0 + b);
+    TRY(add(st, name, (size_t)F / tps, 0, 0, &idx[4 * b + 1]));
+    snprintf(name, sizeof name, "blocks.%d.fc2.weight", b0 + b);
+    TRY(add(st, name, (size_t)H * (F / tps), 1, 1, &idx[4 * b + 2]));
+    snprintf(name, sizeof name, "blocks.%d.fc2.bias", b0 + b);
+    TRY(add(st, name, (size_t)H, -1, 0, &idx[4 * b + 3]));
+  }
+  if (st->last) TRY(add(st, "head.weight", (size_t)V / tps * H, 0, 1, &head));
+  TRY(mpu_param_buffer_finalize(&st->params, NULL, NULL));
+#define VIEW(opt, w, b)                                                                   \
+  do {                                                                                    \
+    (opt).weight = mpu_param_data(&st->params, w), (opt).weight_grad = mpu_param_grad(&st->params, w); \
+    if ((b) >= 0) (opt).bias_data = mpu_param_data(&st->params, b), (opt).bias_grad = mpu_param_grad(&st->params, b); \
+  } while (0)
+  if (st->first) {
+    mpu_embedding_options eo = MPU_EMBEDDING_OPTIONS_INIT;
+    eo.seed = seed + 1, eo.init_method = mpu_init_normal, eo.init_arg = &std;
+    eo.weight = mpu_param_data(&st->params, emb), eo.weight_grad = mpu_param_grad(&st->params, emb);
+    TRY(mpu_vocab_embedding_create(&st->emb, st->tp, V, H, &eo));
+  }
+  for (int b = 0; b < nb; b++) {
+    mpu_linear_options c1 = MPU_LINEAR_OPTIONS_INIT, c2 = MPU_LINEAR_OPTIONS_INIT;
+    c1.gather_output = 0, c1.seed = seed + 100 + (uint64_t)(b0 + b);
+    c1.init_method = mpu_init_normal, c1.init_arg = &std;
+    VIEW(c1, idx[4 * b], idx[4 * b + 1]);
+    TRY(mpu_column_linear_create(&st->blocks[b].fc1, st->tp, H, F, &c1));
+    c2.input_is_parallel = 1, c2.seed = seed + 200 + (uint64_t)(b0 + b);
+    c2.init_method = mpu_init_normal, c2.init_arg = &std;
+    VIEW(c2, idx[4 * b + 2], idx[4 * b + 3]);
+    TRY(mpu_row_linear_create(&st->blocks[b].fc2, st->tp, F, H, &c2));
+  }
+  if (st->last) {
+    mpu_linear_options ho = MPU_LINEAR_OPTIONS_INIT;
+    ho.bias = 0, ho.gather_output = 0, ho.seed = seed + 3;
+    ho.init_method = mpu_init_normal, ho.init_arg = &std;
+    VIEW(ho, head, -1);
+    TRY(mpu_column_linear_create(&st->head, st->tp, H, V, &ho));
+  }
+#undef VIEW
+out:
+  free(idx);
+  return r;
+}
+
+static void stage_free(stage *st) {
+  mpu_vocab_embedding_free(&st->emb);
+  mpu_column_linear_free(&st->head);
+  mpu_vocab_cross_entropy_free(&st->ce);
+  for (int b = 0; st->blocks && b < st->nblocks; b++) {
+    mpu_column_linear_free(&st->blocks[b].fc1);
+    mpu_row_linear_free(&st->blocks[b].fc2);
+    free(st->blocks[b].h), free(st->blocks[b].g), free(st->blocks[b].dg), free(st->blocks[b].dh);
+  }
+  mpu_param_buffer_free(&st->params);
+  free(st->blocks), free(st->inputs), free(st->x), free(st->dx), free(st->dbuf), free(st->logits);
+  free(st->dlogits), free(st->loss), free(st->dloss), free(st->ids), free(st->targets);
 }
 
 static mpu_result_t train_rank(mpu_state *s, void *arg) {
   train_run *run = arg;
   const train_opts *o = run->o;
   mpu_result_t r = MPU_SUCCESS;
-  mpu_comm *world = mpu_state_world(s), *tp, *dpc;
-  int rank, tp_size, pp_rank, pp_size, dp_rank, next, prev, first, last, tp_rank;
+  mpu_comm *world = mpu_state_world(s), *tp, *pp, *dpc, *mp;
+  int rank, tp_size, pp_rank, pp_size;
+  stage st;
+  memset(&st, 0, sizeof st);
+  mpu_pipeline *pipe = NULL;
+  mpu_optimizer opt;
+  memset(&opt, 0, sizeof opt);
   mpu_comm_rank(world, &rank);
   mpu_state_tp_size(s, &tp_size);
-  mpu_state_tp_rank(s, &tp_rank);
   mpu_state_pp_rank(s, &pp_rank);
   mpu_state_pp_size(s, &pp_size);
-  mpu_state_dp_rank(s, &dp_rank);
-  mpu_state_pp_next_rank(s, &next);
-  mpu_state_pp_prev_rank(s, &prev);
-  mpu_state_is_pp_first_stage(s, 1, &first);
-  mpu_state_is_pp_last_stage(s, 1, &last);
-  if ((r = mpu_state_comm(s, MPU_GROUP_TP, &tp)) || (r = mpu_state_comm(s, MPU_GROUP_DP, &dpc)))
+  if ((r = mpu_state_comm(s, MPU_GROUP_TP, &tp)) || (r = mpu_state_comm(s, MPU_GROUP_PP, &pp)) ||
+      (r = mpu_state_comm(s, MPU_GROUP_DP, &dpc)) || (r = mpu_state_comm(s, MPU_GROUP_MP, &mp)))
     return r;
-  int T = (int)o->tokens, H = (int)o->hidden, F = 4 * H, V = (int)o->vocab;
-  int nblocks = (int)(o->layers / pp_size), b0 = pp_rank * nblocks, Vl = V / tp_size;
-  uint64_t seed = (uint64_t)o->seed;
-  float std = 0.1f;
-
-  mpu_vocab_embedding emb = {0};
-  mpu_column_linear head = {0};
-  mpu_vocab_cross_entropy ce = {0};
-  block *blocks = calloc((size_t)nblocks, sizeof *blocks);
-  float *x = malloc((size_t)(nblocks + 1) * T * H * sizeof(float)); /* stage input + block outputs */
-  float *dx = malloc((size_t)T * H * sizeof(float)), *dbuf = malloc((size_t)T * H * sizeof(float));
-  float *logits = malloc((size_t)T * Vl * sizeof(float)), *dlogits = malloc((size_t)T * Vl * sizeof(float));
-  float *loss = malloc((size_t)T * sizeof(float)), *dloss = malloc((size_t)T * sizeof(float));
-  int64_t *ids = malloc((size_t)T * sizeof(int64_t)), *targets = malloc((size_t)T * sizeof(int64_t));
-  if (!blocks || !x || !dx || !dbuf || !logits || !dlogits || !loss || !dloss || !ids || !targets) {
-    r = MPU_ERR_OUT_OF_MEMORY;
+  st.o = o, st.tp = tp, st.micro = (int)o->micro;
+  mpu_state_tp_rank(s, &st.tp_rank);
+  mpu_state_dp_rank(s, &st.dp_rank);
+  mpu_state_is_pp_first_stage(s, 1, &st.first);
+  mpu_state_is_pp_last_stage(s, 1, &st.last);
+  st.T = (int)o->tokens, st.H = (int)o->hidden, st.Fl = 4 * st.H / tp_size;
+  st.Vl = (int)o->vocab / tp_size, st.nblocks = (int)(o->layers / pp_size);
+  size_t TH = (size_t)st.T * st.H, TF = (size_t)st.T * st.Fl;
+  st.blocks = calloc((size_t)st.nblocks, sizeof *st.blocks);
+  st.inputs = malloc((size_t)st.micro * TH * sizeof(float));
+  st.x = malloc((size_t)(st.nblocks + 1) * TH * sizeof(float));
+  st.dx = malloc(TH * sizeof(float)), st.dbuf = malloc(TH * sizeof(float));
+  st.logits = malloc((size_t)st.T * st.Vl * sizeof(float));
+  st.dlogits = malloc((size_t)st.T * st.Vl * sizeof(float));
+  st.loss = malloc((size_t)st.T * sizeof(float)), st.dloss = malloc((size_t)st.T * sizeof(float));
+  st.ids = malloc((size_t)st.micro * st.T * sizeof(int64_t));
+  st.targets = malloc((size_t)st.micro * st.T * sizeof(int64_t));
+  int failed = !st.blocks || !st.inputs || !st.x || !st.dx || !st.dbuf || !st.logits ||
+               !st.dlogits || !st.loss || !st.dloss || !st.ids || !st.targets;
+  for (int b = 0; !failed && b < st.nblocks; b++) {
+    block *k = &st.blocks[b];
+    k->h = malloc(TF * sizeof(float)), k->g = malloc(TF * sizeof(float));
+    k->dg = malloc(TF * sizeof(float)), k->dh = malloc(TF * sizeof(float));
+    failed = !k->h || !k->g || !k->dg || !k->dh;
+  }
+  if (failed) {
+    r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "demo train: activations");
     goto out;
   }
-  /* parameters: every one drawn from its own seed, whatever the layout */
-  if (first) TRY(mpu_vocab_embedding_init(&emb, tp, V, H, seed + 1, std));
-  for (int b = 0; b < nblocks; b++) {
-    TRY(mpu_column_linear_init(&blocks[b].fc1, tp, H, F, 1, 0, 0, seed + 100 + (uint64_t)(b0 + b), std));
-    TRY(mpu_row_linear_init(&blocks[b].fc2, tp, F, H, 1, 1, 0, seed + 200 + (uint64_t)(b0 + b), std));
-    blocks[b].h = malloc((size_t)T * (F / tp_size) * sizeof(float));
-    blocks[b].g = malloc((size_t)T * (F / tp_size) * sizeof(float));
-    blocks[b].dg = malloc((size_t)T * (F / tp_size) * sizeof(float));
-    blocks[b].dh = malloc((size_t)T * (F / tp_size) * sizeof(float));
-    if (!blocks[b].h || !blocks[b].g || !blocks[b].dg || !blocks[b].dh) {
-      r = MPU_ERR_OUT_OF_MEMORY;
-      goto out;
-    }
-  }
-  if (last) TRY(mpu_column_linear_init(&head, tp, H, V, 0, 0, 0, seed + 3, std));
-
-  int fl = F / tp_size;
-  for (int step = 0; step < o->steps; step++) {
-    double step_loss = 0;
-    if (first) mpu_vocab_embedding_zero_grad(&emb);
-    for (int b = 0; b < nblocks; b++) {
-      mpu_column_linear_zero_grad(&blocks[b].fc1);
-      mpu_row_linear_zero_grad(&blocks[b].fc2);
-    }
-    if (last) mpu_column_linear_zero_grad(&head);
-    for (int m = 0; m < o->micro; m++) {
-      /* the batch: made by tp rank 0, broadcast to the tensor-parallel group */
-      int global_mb = dp_rank * (int)o->micro + m;
-      mpu_tensor data[2];
-      const char *keys[2] = {"tokens", "labels"};
-      if (tp_rank == 0) {
-        make_batch(o, step, global_mb, ids, targets);
-        int64_t shape[1] = {T};
-        mpu_tensor_init(&data[0], ids, MPU_INT64, 1, shape);
-        mpu_tensor_init(&data[1], targets, MPU_INT64, 1, shape);
-      }
-      TRY(mpu_broadcast_data(tp, 2, keys, data));
-      if (tp_rank != 0) {
-        memcpy(ids, data[0].data, (size_t)T * sizeof(int64_t));
-        memcpy(targets, data[1].data, (size_t)T * sizeof(int64_t));
-        mpu_tensor_free(&data[0]);
-        mpu_tensor_free(&data[1]);
-      }
-      /* forward */
-      float *in = x;
-      if (first) TRY(mpu_vocab_embedding_forward(&emb, ids, T, in));
-      else TRY(mpu_comm_recv(world, in, (size_t)T * H, MPU_FLOAT32, prev));
-      for (int b = 0; b < nblocks; b++) {
-        float *bi = x + (size_t)b * T * H, *bo = x + (size_t)(b + 1) * T * H;
-        TRY(mpu_column_linear_forward(&blocks[b].fc1, bi, T, blocks[b].h));
-        mpu_gelu_forward(blocks[b].h, blocks[b].g, (size_t)T * fl);
-        TRY(mpu_row_linear_forward(&blocks[b].fc2, blocks[b].g, T, bo));
-        for (size_t i = 0; i < (size_t)T * H; i++) bo[i] += bi[i]; /* residual */
-      }
-      float *out = x + (size_t)nblocks * T * H;
-      if (!last) {
-        TRY(mpu_comm_send(world, out, (size_t)T * H, MPU_FLOAT32, next));
-        TRY(mpu_comm_recv(world, dx, (size_t)T * H, MPU_FLOAT32, next));
-      } else {
-        TRY(mpu_column_linear_forward(&head, out, T, logits));
-        TRY(mpu_vocab_cross_entropy_forward(&ce, tp, logits, targets, T, Vl, 0, loss));
-        for (int t = 0; t < T; t++) step_loss += loss[t] / (double)(T * o->micro);
-        /* the step's loss is the mean over tokens and micro-batches */
-        for (int t = 0; t < T; t++) dloss[t] = 1.0f / (float)(T * o->micro);
-        TRY(mpu_vocab_cross_entropy_backward(&ce, dloss, dlogits));
-        TRY(mpu_column_linear_backward(&head, dlogits, dx));
-      }
-      /* backward through this stage's blocks */
-      for (int b = nblocks - 1; b >= 0; b--) {
-        TRY(mpu_row_linear_backward(&blocks[b].fc2, dx, blocks[b].dg));
-        mpu_gelu_backward(blocks[b].h, blocks[b].dg, blocks[b].dh, (size_t)T * fl);
-        TRY(mpu_column_linear_backward(&blocks[b].fc1, blocks[b].dh, dbuf));
-        for (size_t i = 0; i < (size_t)T * H; i++) dx[i] += dbuf[i]; /* residual */
-      }
-      if (first) TRY(mpu_vocab_embedding_backward(&emb, dx));
-      else TRY(mpu_comm_send(world, dx, (size_t)T * H, MPU_FLOAT32, prev));
-    }
-    /* data parallel: average the gradients, then SGD on every slice */
-    float lr = (float)o->lr;
-    if (first) {
-      size_t n = (size_t)(emb.vocab_end - emb.vocab_start) * H;
-      TRY(dp_average(dpc, emb.dweight, n));
-      sgd(emb.weight, emb.dweight, n, lr);
-    }
-    for (int b = 0; b < nblocks; b++) {
-      mpu_column_linear *c = &blocks[b].fc1;
-      mpu_row_linear *w = &blocks[b].fc2;
-      TRY(dp_average(dpc, c->dweight, (size_t)c->out_local * c->in));
-      TRY(dp_average(dpc, c->dbias, (size_t)c->out_local));
-      TRY(dp_average(dpc, w->dweight, (size_t)w->out * w->in_local));
-      TRY(dp_average(dpc, w->dbias, (size_t)w->out));
-      sgd(c->weight, c->dweight, (size_t)c->out_local * c->in, lr);
-      sgd(c->bias, c->dbias, (size_t)c->out_local, lr);
-      sgd(w->weight, w->dweight, (size_t)w->out * w->in_local, lr);
-      sgd(w->bias, w->dbias, (size_t)w->out, lr);
-    }
-    if (last) {
-      TRY(dp_average(dpc, head.dweight, (size_t)head.out_local * head.in));
-      sgd(head.weight, head.dweight, (size_t)head.out_local * head.in, lr);
+  TRY(stage_create(&st, tp_size, pp_rank * st.nblocks));
+  mpu_adamw_options ao = MPU_ADAMW_OPTIONS_INIT;
+  ao.lr = (float)o->lr, ao.weight_decay = 0, ao.clip_grad = 0;
+  int zero = o->zero && run->dp > 1;
+  TRY(mpu_optimizer_init(&opt, &st.params, dpc, zero, &ao));
+  TRY(mpu_pipeline_create(pp, TH, &pipe));
+  mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
+  sc.kind = MPU_SCHEDULE_1F1B, sc.pp = pp_size, sc.vp = 1, sc.microbatches = st.micro;
+  mpu_pipeline_callbacks cb = {on_forward, on_backward, &st};
+  for (st.step = 0; st.step < o->steps; st.step++) {
+    mpu_param_buffer_zero_grad(&st.params);
+    st.loss_sum = 0;
+    TRY(mpu_pipeline_run(pipe, &sc, &cb, NULL));
+    TRY(mpu_optimizer_step(&opt, zero ? world : mp, NULL));
+    if (st.last) {
+      double step_loss = st.loss_sum / (double)(st.T * st.micro);
       TRY(mpu_comm_all_reduce(dpc, &step_loss, &step_loss, 1, MPU_FLOAT64, MPU_AVG));
-      if (dp_rank == 0 && tp_rank == 0) {
-        run->loss[step] = step_loss; /* other processes' copies stay 0 (MPI: summed below) */
-        cli_progress_share((double)(step + 1) / o->steps);
-        cli_progress("mpu demo train: step %d of %ld, loss %.6f", step + 1, o->steps, step_loss);
+      if (st.dp_rank == 0 && st.tp_rank == 0) {
+        run->loss[st.step] = step_loss; /* other processes' copies stay 0 (MPI: summed below) */
+        cli_progress_share((double)(st.step + 1) / o->steps);
+        cli_progress("mpu demo train: step %d of %ld, loss %.6f", st.step + 1, o->steps, step_loss);
       }
     }
   }
   if (o->backend == TOOL_MPI) /* the losses live in one process: give them to all */
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
 out:
-  mpu_vocab_embedding_free(&emb);
-  mpu_column_linear_free(&head);
-  mpu_vocab_cross_entropy_free(&ce);
-  for (int b = 0; blocks && b < nblocks; b++) {
-    mpu_column_linear_free(&blocks[b].fc1);
-    mpu_row_linear_free(&blocks[b].fc2);
-    free(blocks[b].h), free(blocks[b].g), free(blocks[b].dg), free(blocks[b].dh);
-  }
-  free(blocks), free(x), free(dx), free(dbuf), free(logits), free(dlogits), free(loss);
-  free(dloss), free(ids), free(targets);
+  mpu_pipeline_free(pipe);
+  mpu_optimizer_free(&opt);
+  stage_free(&st);
   return r;
 }
 
@@ -230,19 +333,21 @@ static void help(void) {
          "\n"
          "Train a small model (vocab-parallel embedding, L blocks of column-parallel -> GeLU ->\n"
          "row-parallel, vocab-parallel output and cross entropy) with tensor, pipeline and data\n"
-         "parallelism on tp x pp x dp thread ranks, and check every step's loss against the same\n"
-         "model trained on one rank with the same global batch (1e-4 relative). Exits 1 if they\n"
-         "differ.\n"
+         "parallelism on tp x pp x dp thread ranks, on the library's parameter buffer, AdamW\n"
+         "optimizer (ZeRO-1 with --zero) and 1F1B pipeline runner, and check every step's loss\n"
+         "against the same model trained on one rank with the same global batch (1e-4\n"
+         "relative). Exits 1 if they differ.\n"
          "\n"
          "options:\n"
          "  --tp T, --pp P, --dp D  parallel sizes (default 2, 2, 2: seed 001's 8 ranks)\n"
-         "  --steps N               SGD steps (default 60)\n"
+         "  --steps N               optimizer steps (default 60)\n"
          "  --micro-batches M       micro-batches per replica per step (default 4)\n"
          "  --tokens K              tokens per micro-batch (default 16)\n"
          "  --hidden H              hidden size (default 32; the blocks use 4H)\n"
          "  --vocab V               vocabulary (default 64)\n"
          "  --layers L              blocks, a multiple of P (default 2)\n"
-         "  --lr LR                 learning rate (default 1.0)\n"
+         "  --lr LR                 AdamW learning rate (default 0.002)\n"
+         "  --zero                  shard the optimizer state over dp (ZeRO-1)\n"
          "  --seed S                seed of parameters and data (default 1234)\n"
          "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
          "                          (mpirun -n TPxPPxDP mpu demo train --backend mpi)\n"
@@ -258,9 +363,10 @@ int cmd_demo_train(int argc, char **argv) {
       {"hidden", required_argument, 0, 'H'}, {"vocab", required_argument, 0, 'V'},
       {"layers", required_argument, 0, 'L'}, {"lr", required_argument, 0, 'l'},
       {"seed", required_argument, 0, 'S'},   {"format", required_argument, 0, 'F'},
-      {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'},
+      {"backend", required_argument, 0, 'B'}, {"zero", no_argument, 0, 'z'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  train_opts o = {2, 2, 2, 60, 4, 16, 32, 64, 2, 1.0, 1234, CLI_TEXT, TOOL_THREADS};
+  train_opts o = {2, 2, 2, 60, 4, 16, 32, 64, 2, 0.002, 1234, 0, CLI_TEXT, TOOL_THREADS};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['s'] = &o.steps;
   fields['m'] = &o.micro, fields['k'] = &o.tokens, fields['H'] = &o.hidden;
@@ -288,6 +394,7 @@ int cmd_demo_train(int argc, char **argv) {
         cli_usage_error("demo train", "--format wants text or json, not '%s'", optarg);
       break;
     case 'B': o.backend = tool_parse_backend("demo train", optarg); break;
+    case 'z': o.zero = 1; break;
     case 'h': help(); return 0;
     case ':': cli_usage_error("demo train", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("demo train", "unknown option '%s'", argv[optind - 1]);
@@ -333,8 +440,8 @@ int cmd_demo_train(int argc, char **argv) {
     printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"ranks\": %ld,\n ", o.tp, o.pp, o.dp, world);
   else
     printf("# %s: tp %ld x pp %ld x dp %ld; %ld blocks, hidden %ld, vocab %ld; "
-           "%ld micro-batch%s of %ld tokens per replica; SGD lr %g\n",
-           tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp, o.pp, o.dp, o.layers, o.hidden, o.vocab, o.micro, o.micro == 1 ? "" : "es", o.tokens, o.lr);
+           "%ld micro-batch%s of %ld tokens per replica; AdamW lr %g%s\n",
+           tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp, o.pp, o.dp, o.layers, o.hidden, o.vocab, o.micro, o.micro == 1 ? "" : "es", o.tokens, o.lr, o.zero ? ", ZeRO-1" : "");
   int pass = cli_loss_check(o.format, "losses", "loss", loss, ref, o.steps, 1e-4);
   free(loss), free(ref);
   int status = tool_share_status(o.backend, pass ? 0 : 1);
