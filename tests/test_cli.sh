@@ -289,13 +289,14 @@ expect_usage_error demo gpt --fsdp --hsdp 2x2
 "$mpu" demo gpt --hsdp 2x4 --pp 1 --steps 3 >"$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp exited non-zero"
 [ "$(grep -c PASS "$tmp/gpt_hsdp")" -eq 2 ] && grep -q "HYBRID_SHARD, replicate 2 x shard 4" "$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp 2x4 checks"
 
-# mpu demo train: the previous main job, and its self-check
+# mpu demo train: the simpler model on the training blocks, and its self-check
 expect_usage_error demo train --tp 3
 expect_usage_error demo train --layers 3 --pp 2
 "$mpu" demo train --steps 8 >"$tmp/train" && ok || bad "demo train exited non-zero"
 grep -q "PASS" "$tmp/train" && ok || bad "demo train did not pass its check"
 "$mpu" demo train --tp 4 --pp 1 --dp 2 --steps 5 --format json | grep -q '"pass": true' && ok || bad "demo train tp 4"
 "$mpu" demo train --tp 1 --pp 4 --dp 1 --layers 4 --steps 5 | grep -q PASS && ok || bad "demo train pp 4"
+"$mpu" demo train --zero --steps 5 >"$tmp/zero" && grep -q "ZeRO-1" "$tmp/zero" && grep -q PASS "$tmp/zero" && ok || bad "demo train --zero"
 # mpu bench --block, tiny
 "$mpu" bench --block --hidden 64 --tokens 64 --iters 1 --format json | grep -q '"tp": 2' && ok || bad "bench --block"
 
