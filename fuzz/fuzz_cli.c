@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     break;
   case 8:
     if (!mpu_op_from_name(text, &op) && (unsigned)op >= MPU_OP_COUNT) abort();
-    if (!mpu_collective_from_name(text, &coll) && (unsigned)coll >= MPU_COLL_COUNT) abort();
+    if (!mpu_collective_from_name(text, &coll) && (unsigned)coll >= MPU_COLL_KINDS) abort();
     break;
   default:
     mpu_flavor_from_name(text, &fl);

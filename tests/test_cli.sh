@@ -31,6 +31,8 @@ expect_usage_error bench -t 0
 expect_usage_error bench -n 0
 expect_usage_error bench -c 2
 expect_usage_error bench -g 2
+expect_usage_error bench --collective barrier
+expect_usage_error bench --collective all_gather_v
 expect_usage_error bench -i 0
 expect_usage_error bench -t 2,x
 expect_usage_error bench --workers 0

@@ -187,6 +187,9 @@ static void parse(int argc, char **argv, bench_opts *o) {
         int seen = 0;
         if (mpu_collective_from_name(t, &k))
           cli_usage_error("bench", "unknown collective '%s' in --collective", t);
+        if ((unsigned)k >= MPU_COLL_COUNT) /* barrier and the uneven ones: no nccl-tests size */
+          cli_usage_error("bench", "--collective: mpu bench measures all_reduce, all_gather, "
+                          "reduce_scatter, broadcast, reduce and all_to_all, not '%s'", t);
         for (int i = 0; i < o->ncolls; i++) seen |= o->colls[i] == (int)k;
         if (seen) cli_usage_error("bench", "collective '%s' named twice in --collective", t);
         o->colls[o->ncolls++] = k;
