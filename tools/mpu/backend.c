@@ -9,6 +9,8 @@
 #include "cli.h"
 
 static mpu_comm *mpi_world, *mpi_unchecked;
+/* this process is not MPI rank 0 and the job has the wrong size: rank 0 says so */
+static int size_error_elsewhere;
 
 tool_backend tool_parse_backend(const char *cmd, const char *name) {
   if (!strcmp(name, "threads")) return TOOL_THREADS;
@@ -28,6 +30,8 @@ static mpu_result_t mpi_world_of_size(int nranks, int *printer) {
   if (!r) r = mpu_comm_size(mpi_world, &size);
   *printer = rank == 0;
   if (r) return r;
+  if (rank != 0) cli_progress_mute(); /* one process reports */
+  size_error_elsewhere = size != nranks && rank != 0;
   if (size != nranks)
     return mpu_fail(MPU_ERR_INVALID_ARGUMENT,
                     "the MPI job has %d process%s, the command wants %d (mpirun -n %d)", size,
@@ -42,6 +46,16 @@ mpu_result_t tool_launch(tool_backend b, int nranks, mpu_rank_fn fn, void *arg, 
   }
   mpu_result_t r = mpi_world_of_size(nranks, printer);
   return r ? r : fn(mpi_world, arg);
+}
+
+mpu_result_t tool_check_size(tool_backend b, int nranks) {
+  int printer;
+  return b == TOOL_MPI ? mpi_world_of_size(nranks, &printer) : MPU_SUCCESS;
+}
+
+void tool_report(const char *cmd, mpu_result_t r) {
+  if (r && !size_error_elsewhere)
+    fprintf(stderr, "mpu %s: %s: %s\n", cmd, mpu_result_name(r), mpu_last_error());
 }
 
 const char *tool_ranks_phrase(tool_backend b, long n, char *buf, size_t len) {

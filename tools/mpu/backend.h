@@ -33,6 +33,15 @@ mpu_result_t tool_run(tool_backend b, int nranks, const mpu_layout_config *cfg, 
  */
 mpu_result_t tool_launch(tool_backend b, int nranks, mpu_rank_fn fn, void *arg, int *printer);
 
+/* MPI: whether the job has nranks processes (as tool_run checks it, so a
+ * command can say so before its single-rank work); MPU_SUCCESS for threads.
+ * Under MPI the progress line stays on rank 0 from here on. */
+mpu_result_t tool_check_size(tool_backend b, int nranks);
+
+/* "mpu CMD: NAME: message" on stderr for a failed run, once per job: a size
+ * error is the same on every process, and only rank 0 says it. */
+void tool_report(const char *cmd, mpu_result_t r);
+
 /* "8 thread ranks", "1 MPI process": how many ranks and what they are. */
 const char *tool_ranks_phrase(tool_backend b, long n, char *buf, size_t len);
 

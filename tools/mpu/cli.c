@@ -158,7 +158,9 @@ int cli_loss_check(cli_format format, const char *what, const char *loss_key, co
  * never reset, so a command that runs several configs shows the time since
  * it began; share (0..1) of the known work done gives the time left. */
 static double started = -1, last_shown, share = -1;
-static int shown;
+static int shown, muted;
+
+void cli_progress_mute(void) { muted = 1; }
 
 double cli_now(void) {
   struct timespec ts;
@@ -167,6 +169,7 @@ double cli_now(void) {
 }
 
 void cli_progress(const char *fmt, ...) {
+  if (muted) return;
   double t = cli_now();
   if (started < 0) started = last_shown = t;
   if (t - started < 2.0 || t - last_shown < 2.0) return;

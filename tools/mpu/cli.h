@@ -67,5 +67,7 @@ double cli_now(void);
 void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_progress_share(double done);
 void cli_progress_done(void);
+/* No progress lines from this process (an MPI job's ranks other than 0). */
+void cli_progress_mute(void);
 
 #endif

@@ -297,7 +297,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   TRY(mpu_comm_barrier(world));
   if (rank == 0) run->seconds = cli_now() - t0;
   if (run->comm) mpu_comm_clock(&run->comm[rank], NULL);
-  if (o->backend == TOOL_MPI && run->dp > 1) /* the losses live in one process: give them to all */
+  if (o->backend == TOOL_MPI) /* the losses live in one process (the last stage's): give them to all */
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
   if (run->keep) { /* the reference keeps its parameters */
     const gpt_chunk *ch = &m.chunks[0];
@@ -588,6 +588,12 @@ int cmd_demo_gpt(int argc, char **argv) {
   int n, w;
   if (mpu_schedule_count(&sc, 0, &n, &w))
     cli_usage_error("demo gpt", "%s", mpu_last_error());
+  mpu_result_t r = tool_check_size(o.backend, (int)world); /* before the single-rank work */
+  if (r) {
+    tool_report("demo gpt", r);
+    tool_backend_done(o.backend);
+    return 1;
+  }
   corpus text;
   if (load_text(&o, &text)) return 2;
   double *loss = calloc((size_t)o.steps, sizeof(double)), *ref = calloc((size_t)o.steps, sizeof(double));
@@ -605,7 +611,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
   gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0};
   one.micro = o.micro * o.dp;
-  mpu_result_t r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
+  r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
@@ -617,7 +623,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   for (int i = 0; i < run1.nkeep; i++) free(kept[i].data);
   free(kept), free(text.ids);
   if (r || !printer) {
-    if (r) fprintf(stderr, "mpu demo gpt: %s: %s\n", mpu_result_name(r), mpu_last_error());
+    tool_report("demo gpt", r);
     free(loss), free(ref);
     int status = tool_share_status(o.backend, r ? 1 : 0);
     tool_backend_done(o.backend);

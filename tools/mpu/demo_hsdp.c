@@ -220,7 +220,7 @@ int cmd_demo_hsdp(int argc, char **argv) {
   mpu_result_t r = tool_launch(o.backend, nranks, hsdp_rank, &run, &printer);
   cli_progress_done();
   if (r || !printer) { /* under MPI the other processes only wait for rank 0's verdict */
-    if (r) fprintf(stderr, "mpu demo hsdp: %s: %s\n", mpu_result_name(r), mpu_last_error());
+    tool_report("demo hsdp", r);
     status = r ? 1 : 0;
     goto out;
   }

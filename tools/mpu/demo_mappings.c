@@ -310,7 +310,7 @@ int cmd_demo_mappings(int argc, char **argv) {
   int printer = 0;
   mpu_result_t r = tool_run(run.backend, run.world, &cfg, 42, mappings_rank, &run, &printer);
   if (r || !printer) {
-    if (r) fprintf(stderr, "mpu demo mappings: %s: %s\n", mpu_result_name(r), mpu_last_error());
+    tool_report("demo mappings", r);
     free(run.json);
     free(run.text);
     tool_backend_done(run.backend);

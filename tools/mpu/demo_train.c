@@ -429,7 +429,7 @@ int cmd_demo_train(int argc, char **argv) {
   if (!r && printer) r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, train_rank, &run1, NULL, NULL);
   cli_progress_done();
   if (r || !printer) {
-    if (r) fprintf(stderr, "mpu demo train: %s: %s\n", mpu_result_name(r), mpu_last_error());
+    tool_report("demo train", r);
     free(loss), free(ref);
     int status = tool_share_status(o.backend, r ? 1 : 0);
     tool_backend_done(o.backend);
