@@ -43,7 +43,7 @@ expect_usage_error bench --collective all_reduce,all_reduce
 expect_usage_error bench -d float8
 expect_usage_error bench --format xml
 expect_usage_error bench --backend gloo
-# issue 12: empty list elements, overflowing sizes, wrong limits in messages
+# empty list elements, overflowing sizes, wrong limits in messages
 expect_usage_error bench -t 2,,4
 expect_usage_error bench -t 2,
 expect_usage_error bench -t ,2
@@ -231,7 +231,7 @@ for grp in c["groups"].values():
 ' "$mpu" && ok || bad "plan json"
 fi
 
-# mpu demo mappings: seed 001's values (tp 2, pp 2, 8 ranks)
+# mpu demo mappings: the mpu/mappings.py walkthrough's values (tp 2, pp 2, 8 ranks)
 expect_usage_error demo mappings --tp 3
 expect_usage_error demo mappings --world-size 6 --tp 4
 "$mpu" demo mappings >"$tmp/map" && ok || bad "demo mappings failed"

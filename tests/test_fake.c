@@ -145,7 +145,7 @@ static void test_huge_world(void **state) {
   assert_int_equal(mpu_comm_destroy(c), MPU_SUCCESS);
 }
 
-/* Benchmark sizes that overflow are refused, never allocated short (issue 12). */
+/* Benchmark sizes that overflow are refused, never allocated short. */
 static void test_bench_sizes(void **state) {
   (void)state;
   mpu_comm *c = NULL;

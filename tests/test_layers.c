@@ -299,7 +299,7 @@ static void test_bad_input(void **state) {
   mpu_comm_destroy(c);
 }
 
-/* ---- the seed's full signatures: stride, skip_bias_add, init_method, master, views ---- */
+/* ---- mpu/layers.py's full signatures: stride, skip_bias_add, init_method, master, views ---- */
 
 #define H3 12 /* the strided layers' hidden size: tp 2 x stride 3 x 2 */
 
@@ -375,7 +375,7 @@ static void test_options(void **state) {
   for (int i = 0; i < 96 * 64; i++) sq += (double)big.weight[i] * big.weight[i];
   double std = sqrt(sq / (96 * 64)), want = sqrt(2.0 / (96 + 64));
   assert_true(fabs(std - want) < 0.05 * want);
-  assert_true(big.gather_output && big.has_bias && big.stride == 1); /* the seed's defaults */
+  assert_true(big.gather_output && big.has_bias && big.stride == 1); /* mpu/layers.py's defaults */
   mpu_column_linear_free(&big);
   /* a caller's init_method */
   float base = 0.5f;

@@ -1,6 +1,6 @@
 /*
  * test_layout.c - Megatron's groups and getters, against:
- *   - the seeds' worked examples and values derived by hand;
+ *   - the worked examples of Megatron-DeepSpeed's sources and values derived by hand;
  *   - a brute force that follows the original Python line by line (the loops
  *     of Megatron-DeepSpeed's initialize_model_parallel, and core_v0.8.0's
  *     RankGenerator with generate_masked_orthogonal_rank_groups), building
@@ -79,7 +79,7 @@ static void embeddings(brute *b, const int *ranks, int n, int split) {
   add(&b->k[MPU_GROUP_POSITION_EMBEDDING], p, np);
 }
 
-/* Megatron-DeepSpeed (seed 003), loop for loop. */
+/* Megatron-DeepSpeed (parallel_state.py), loop for loop. */
 static void brute_deepspeed(brute *b, int W, int tp, int pp, int sp, int split, int fp8) {
   memset(b, 0, sizeof *b);
   int dp = W / (tp * pp * sp), sdp = sp * dp, r[MAXG], n;
@@ -411,7 +411,7 @@ static void expect_groups(const mpu_layout *l, mpu_group_kind k, const int *want
   }
 }
 
-/* The docstring's 16 GPUs with tp=2, pp=4 (seed 003), and seed 001's 8 with tp=2, pp=2. */
+/* The docstring's 16 GPUs with tp=2, pp=4 (parallel_state.py), and the mpu/mappings.py walkthrough's 8 with tp=2, pp=2. */
 static void test_seed_examples(void **state) {
   (void)state;
   for (int flavor = 0; flavor < 2; flavor++) {
@@ -432,7 +432,7 @@ static void test_seed_examples(void **state) {
   expect_groups(l, MPU_GROUP_TP, tp, 4, 2);
   expect_groups(l, MPU_GROUP_PP, pp, 4, 2);
   expect_groups(l, MPU_GROUP_DP, dp, 4, 2);
-  /* rank 6 in seed 001: tp group [6, 7] (its _reduce of [6] and [7] gives 13), pp rank 1 */
+  /* rank 6 in the mpu/mappings.py walkthrough: tp group [6, 7] (its _reduce of [6] and [7] gives 13), pp rank 1 */
   mpu_rank_info x = MPU_RANK_INFO_INIT;
   assert_int_equal(mpu_layout_rank_info(l, 6, &x), MPU_SUCCESS);
   assert_int_equal(x.tp_rank, 0);

@@ -1,6 +1,6 @@
 /*
  * test_regions.c - every region's forward and backward on 8 thread ranks
- * with tp = 1, 2, 4, 8, against values derived by hand (the seed's for
+ * with tp = 1, 2, 4, 8, against values derived by hand (the mpu/mappings.py walkthrough's for
  * tp = 2: _reduce on ranks 6 and 7 gives 13, copy_to's gradient is 13,
  * reduce_from's loss 170 with gradients 12 and 14, scatter_to's gradient
  * [6, 7]); and the errors: shapes that do not divide, wrong output shapes,
@@ -142,7 +142,7 @@ static void test_regions(void **state) {
     mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
     c.flavor = MPU_FLAVOR_DEEPSPEED;
     c.tp = T;
-    c.pp = T == 2 ? 2 : 1; /* tp 2 runs the seed's layout, tp 2 x pp 2 */
+    c.pp = T == 2 ? 2 : 1; /* tp 2 runs the walkthrough's layout, tp 2 x pp 2 */
     memset(messages, 0, sizeof messages);
     mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
     o.check_calls = 1;

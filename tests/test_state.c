@@ -73,7 +73,7 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
   }
   for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
     if (!mpu_layout_has(l, (mpu_group_kind)k)) continue;
-    /* seed 003: the deepspeed flavour's data-parallel group is the sequence-data one */
+    /* Megatron-DeepSpeed: the deepspeed flavour's data-parallel group is the sequence-data one */
     mpu_group_kind as = ds && k == MPU_GROUP_DP ? MPU_GROUP_SDP : (mpu_group_kind)k;
     RCHECK(!mpu_layout_group(l, as, rank, members, 64, &n), "group");
     mpu_comm *c = NULL;
@@ -122,7 +122,7 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
   for (int i = 0; i < n; i++) want_sum += members[i];
   RCHECK(!mpu_comm_all_reduce(plain, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want_sum,
          "plain dp: sum %lld, want %lld", (long long)sum, (long long)want_sum);
-  if (ds) { /* the communicator, the size and the rank agree, as the seed's getters */
+  if (ds) { /* the communicator, the size and the rank agree, as Megatron-DeepSpeed's getters */
     mpu_comm *dpc;
     int size, r, want_size, want_rank;
     RCHECK(!mpu_state_comm(s, MPU_GROUP_DP, &dpc) && !mpu_comm_size(dpc, &size) &&
@@ -162,7 +162,7 @@ static void run(int n, mpu_layout_config c) {
 
 static void test_communicators(void **state) {
   (void)state;
-  run(8, ds(2, 2, 1, 0, -1, 0));  /* seed 001's layout */
+  run(8, ds(2, 2, 1, 0, -1, 0));  /* the mpu/mappings.py walkthrough's layout */
   run(16, ds(2, 4, 1, 2, 2, 1));
   run(8, ds(1, 1, 4, 0, -1, 1));  /* DeepSpeed-Ulysses */
   run(16, core(2, 2, 2, 2, NULL));
@@ -479,7 +479,7 @@ static void test_core_streams(void **state) {
   if (r) fail_msg("%s / %s / %s", messages[0], messages[1], mpu_last_error());
 }
 
-/* Seed 003's sequence getters and setters, and training/eval mode: the
+/* Megatron-DeepSpeed's sequence getters and setters, and training/eval mode: the
  * override initialize sets keeps the sp size in eval mode; the rank drops
  * to 0 there; clearing the override gives 1. */
 static mpu_result_t sequence(mpu_state *s, void *arg) {

@@ -32,7 +32,7 @@ extern "C" {
 /* ---- initialisation and options -------------------------------------------------------- */
 
 /* Fill a master weight (rows, cols), row-major, from rng (torch's init
- * functions on a CPU tensor). Megatron-DeepSpeed's layers (seed 001) default
+ * functions on a CPU tensor). Megatron-DeepSpeed's layers (mpu/layers.py) default
  * to xavier_normal; Megatron's init_method_normal(sigma) is mpu_init_normal
  * with arg pointing at sigma. */
 typedef void (*mpu_init_method)(float *master, int rows, int cols, mpu_rng *rng, void *arg);
@@ -40,7 +40,7 @@ MPU_API void mpu_init_xavier_normal(float *master, int rows, int cols, mpu_rng *
 MPU_API void mpu_init_normal(float *master, int rows, int cols, mpu_rng *rng, void *arg);
 
 /*
- * The seed's layer arguments by name (ColumnParallelLinear(input_size,
+ * mpu/layers.py's layer arguments by name (ColumnParallelLinear(input_size,
  * output_size, bias, gather_output, init_method, stride,
  * keep_master_weight_for_test, skip_bias_add), RowParallelLinear(...,
  * input_is_parallel, ...)), plus sequence parallelism and the memory:

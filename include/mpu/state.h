@@ -11,7 +11,7 @@
  * MPU_ERR_INVALID_USAGE ("not initialized"), never garbage.
  *
  * Answers are those of the original getters right after initialize_model_parallel,
- * with its quirks (docs/state.md lists them). Where seed 003 is plainly buggy
+ * with its quirks (docs/state.md lists them). Where Megatron-DeepSpeed's parallel_state.py is plainly buggy
  * this library does what a user expects: get_model_parallel_world_size
  * returns the model-parallel group's size (not None) and get_model_parallel_rank
  * the rank in it (not 0).
@@ -112,7 +112,7 @@ MPU_API mpu_result_t mpu_state_info(const mpu_state *s, mpu_rank_info *info);
 MPU_API mpu_result_t mpu_state_comm(const mpu_state *s, mpu_group_kind kind, mpu_comm **out);
 
 /* The deepspeed flavour answers MPU_GROUP_DP with the sequence-data group,
- * as seed 003's get_data_parallel_group() does (the same group when sp is 1),
+ * as Megatron-DeepSpeed's get_data_parallel_group() does (the same group when sp is 1),
  * so the communicator, mpu_state_dp_size and mpu_state_dp_rank agree (the
  * dp src rank stays the plain group's first, as get_data_parallel_src_rank
  * reads _DATA_PARALLEL_GLOBAL_RANKS); this is the plain data-parallel group
@@ -193,7 +193,7 @@ MPU_API mpu_result_t mpu_state_set_pp_size(mpu_state *s, int size);
 MPU_API mpu_result_t mpu_state_set_pp_rank(mpu_state *s, int rank);
 
 /*
- * Seed 003 (Megatron-DeepSpeed): sequence parallelism, training and eval mode.
+ * Megatron-DeepSpeed's parallel_state.py: sequence parallelism, training and eval mode.
  * initialize_model_parallel leaves training mode on and sets the sequence-
  * parallel size override to sp (every rank: the assignment follows the group
  * loop), so:

@@ -141,7 +141,7 @@ mpu_result_t mpu_state_host_comm(const mpu_state *s, mpu_group_kind kind, mpu_co
   return MPU_SUCCESS;
 }
 
-/* Seed 003: get_data_parallel_group() answers with the sequence-data group
+/* Megatron-DeepSpeed: get_data_parallel_group() answers with the sequence-data group
  * (equal to the data-parallel group when sp is 1), as get_data_parallel_
  * world_size and _rank do; the plain group stays reachable through
  * mpu_state_plain_dp_comm. Core has no such alias. */
@@ -213,7 +213,7 @@ GETTER(tp_src_rank, mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPS
 GETTER(pp_rank, pp_rank(st))
 GETTER(pp_size, pp_size(st))
 GETTER(dp_rank, st->base.dp_rank)
-/* seed 003: get_data_parallel_world_size() is get_sequence_data_parallel_
+/* Megatron-DeepSpeed: get_data_parallel_world_size() is get_sequence_data_parallel_
  * world_size(), so an sdp size override moves it too (deepspeed only) */
 GETTER(dp_size, mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED &&
                         st->sdp_size_ov >= 0
@@ -318,7 +318,7 @@ SETTER(set_tp_rank, tp_rank_ov, -1)
 SETTER(set_pp_size, pp_size_ov, -1)
 SETTER(set_pp_rank, pp_rank_ov, -1)
 
-/* ---- seed 003: sequence parallelism, training and eval mode ----------------------------- */
+/* ---- Megatron-DeepSpeed: sequence parallelism, training and eval mode ------------------- */
 
 static mpu_result_t deepspeed_only(const char *fn, const mpu_state *st) {
   if (mpu_layout_config_of(st->layout)->flavor == MPU_FLAVOR_DEEPSPEED) return MPU_SUCCESS;

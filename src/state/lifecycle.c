@@ -212,7 +212,7 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
   mpu__state_live_add(s); /* destroy (on failure below) takes it out again */
   s->world = world;
   s->tp_size_ov = s->tp_rank_ov = s->pp_size_ov = s->pp_rank_ov = -1;
-  /* seed 003's initialize: training mode on, and the sp size override set
+  /* Megatron-DeepSpeed's initialize: training mode on, and the sp size override set
    * (on every rank); the other sequence overrides stay None */
   s->training = 1;
   s->sp_rank_ov = s->sdp_size_ov = s->sdp_rank_ov = -1;

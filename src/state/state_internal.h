@@ -27,8 +27,8 @@ struct mpu_state {
   int *pipe;                             /* this rank's pipeline, global ranks */
   int vp_rank, vp_size, split_rank;      /* -1: None */
   int tp_size_ov, tp_rank_ov, pp_size_ov, pp_rank_ov; /* -1: not overridden */
-  int sp_size_ov, sp_rank_ov, sdp_size_ov, sdp_rank_ov; /* seed 003's; -1: None */
-  int training;                          /* seed 003's _TRAINING_MODE */
+  int sp_size_ov, sp_rank_ov, sdp_size_ov, sdp_rank_ov; /* Megatron-DeepSpeed's; -1: None */
+  int training;                          /* Megatron-DeepSpeed's _TRAINING_MODE */
   mpu_rng default_rng;
   mpu_rng_tracker tracker;
   struct scratch *buffers, *retired;     /* mpu_state_memory_buffer's, by (name, dtype) */

@@ -1,5 +1,5 @@
 /*
- * gpu_regions.c - seed 001's region walkthrough on GPU buffers: tp = the
+ * gpu_regions.c - the mpu/mappings.py walkthrough on GPU buffers: tp = the
  * visible GPUs (one thread rank each), the parallel state's tp group on NCCL,
  * tensors in device memory (mpu_comm_mem_alloc), moved in and out with
  * mpu_comm_copy2d. Checks copy_to, reduce_from, scatter_to and gather_from,

@@ -19,7 +19,7 @@ static const struct {
 } demos[] = {
     {"gpt", cmd_demo_gpt, "the main job: a small GPT with tp (and sp) x pp (interleaved) x dp (ZeRO-1), checked against one rank"},
     {"hsdp", cmd_demo_hsdp, "hybrid sharded data parallel on a 2-d device mesh (the DeviceMesh tutorial)"},
-    {"mappings", cmd_demo_mappings, "seed 001's walkthrough of the tensor-parallel mappings"},
+    {"mappings", cmd_demo_mappings, "the walkthrough of Megatron-DeepSpeed's mpu/mappings.py"},
     {"train", cmd_demo_train, "train with tp x pp x dp on thread ranks, checked against one rank"},
 };
 

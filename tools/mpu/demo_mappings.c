@@ -1,8 +1,9 @@
 /*
- * demo_mappings.c - `mpu demo mappings`: seed 001's walkthrough of Megatron's
+ * demo_mappings.c - `mpu demo mappings`: the walkthrough of Megatron-DeepSpeed's
+ * mpu/mappings.py, Megatron's
  * mappings.py on thread ranks (deepspeed layout, default 8 ranks, tp 2, pp 2):
  * each primitive and each region's forward and backward, with what every
- * rank holds, as the seed's printouts (text) or one JSON object keyed by rank.
+ * rank holds, as the walkthrough's printouts (text) or one JSON object keyed by rank.
  */
 #include <getopt.h>
 #include <math.h>
@@ -243,7 +244,7 @@ static mpu_result_t mappings_rank(mpu_state *s, void *arg) {
 static void help(void) {
   printf("usage: mpu demo mappings [options]\n"
          "\n"
-         "Seed 001's walkthrough of Megatron's tensor-parallel mappings on thread ranks: _reduce,\n"
+         "The walkthrough of Megatron-DeepSpeed's mpu/mappings.py (tensor-parallel mappings) on thread ranks: _reduce,\n"
          "_gather, _split, and the forward and backward of copy_to, reduce_from, scatter_to,\n"
          "gather_from and the sequence-parallel regions, printing what every rank holds.\n"
          "\n"
@@ -252,7 +253,7 @@ static void help(void) {
          "  --tp T, --pp P      tensor and pipeline parallel sizes (default 2, 2)\n"
          "  --backend threads|mpi  thread ranks (default), or the processes of an MPI job\n"
          "                      (mpirun -n W mpu demo mappings --backend mpi)\n"
-         "  --format text|json  text mirrors the seed's printouts; json is an object keyed by\n"
+         "  --format text|json  text mirrors the walkthrough's printouts; json is an object keyed by\n"
          "                      global rank, one object per scenario (default text)\n"
          "  -h, --help          this text\n");
 }
@@ -327,7 +328,7 @@ int cmd_demo_mappings(int argc, char **argv) {
     printf("\n}\n");
   } else {
     char phrase[48];
-    printf("# seed 001's mappings walkthrough: %s, tp %d, pp %d (deepspeed layout)\n",
+    printf("# Megatron-DeepSpeed's mpu/mappings.py walkthrough: %s, tp %d, pp %d (deepspeed layout)\n",
            tool_ranks_phrase(run.backend, run.world, phrase, sizeof phrase), run.tp, run.pp);
     for (int sc = 0; sc < SC_COUNT; sc++) {
       printf("\n------------ > Test %s ------------\n", sc_names[sc]);

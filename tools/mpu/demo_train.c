@@ -339,7 +339,7 @@ static void help(void) {
          "relative). Exits 1 if they differ.\n"
          "\n"
          "options:\n"
-         "  --tp T, --pp P, --dp D  parallel sizes (default 2, 2, 2: seed 001's 8 ranks)\n"
+         "  --tp T, --pp P, --dp D  parallel sizes (default 2, 2, 2: the mpu/mappings.py walkthrough's 8 ranks)\n"
          "  --steps N               optimizer steps (default 60)\n"
          "  --micro-batches M       micro-batches per replica per step (default 4)\n"
          "  --tokens K              tokens per micro-batch (default 16)\n"

@@ -19,7 +19,7 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"bench", cmd_bench, "time collectives (threads, MPI or NCCL; nccl-tests style), or an MLP block"},
-    {"demo", cmd_demo, "run a self-checking demo (hsdp, mappings, train)"},
+    {"demo", cmd_demo, "run a self-checking demo (gpt, hsdp, mappings, train)"},
     {"mesh", cmd_mesh, "show a device mesh's groups, or time its queries (--bench)"},
     {"plan", cmd_plan, "plan a Megatron layout: its rank groups and every getter's answer"},
 };
