@@ -4,7 +4,9 @@
 - the subcommands `mpu --help` lists are the ones README's "The tool" section
   shows, and the demos `mpu demo --help` lists are the ones the docs run;
 - every flag of every `mpu ...` command line in README.md and docs/*.md (code
-  blocks and inline code) is one that subcommand's --help describes.
+  blocks and inline code) is one that subcommand's --help describes;
+- a text block that shows `$ build/bin/mpu ...` and its output shows what the
+  tool prints today (a line `...` stands for any lines).
 Usage: test_docs_cli.py MPU SOURCE_DIR
 """
 import glob
@@ -48,6 +50,24 @@ def documented_commands(src):
     return out
 
 
+def shown_outputs(src):
+    """(file, command, expected lines) for every text block of a command and its output."""
+    out = []
+    for path in [os.path.join(src, "README.md")] + sorted(glob.glob(os.path.join(src, "docs", "*.md"))):
+        for m in re.finditer(r"```text\n\$ (build/bin/mpu [^\n]*)\n(.*?)```", open(path).read(), re.S):
+            out.append((os.path.relpath(path, src), m.group(1), m.group(2).splitlines()))
+    return out
+
+
+def matches(want, got):
+    """want's lines, in order, are got's; `...` takes any number of lines."""
+    if not want:
+        return not got
+    if want[0] == "...":
+        return any(matches(want[1:], got[i:]) for i in range(len(got) + 1))
+    return bool(got) and got[0] == want[0] and matches(want[1:], got[1:])
+
+
 def main():
     mpu, src = sys.argv[1], sys.argv[2]
     failures, checked = [], 0
@@ -82,6 +102,13 @@ def main():
             if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(flag), helps[name]):
                 failures.append("%s: 'mpu %s' uses %s, which 'mpu %s --help' does not describe"
                                 % (where, line, flag, name))
+    for where, command, want in shown_outputs(src):
+        checked += 1
+        done = subprocess.run(command.replace("build/bin/mpu", mpu, 1), shell=True,
+                              capture_output=True, text=True)
+        if not matches(want, done.stdout.splitlines()):
+            failures.append("%s: '%s' prints something else than the docs show:\n%s"
+                            % (where, command, done.stdout))
     for f in failures:
         print("FAIL " + f)
     print("%d passed, %d failed (%d documented command lines, %d flags)"

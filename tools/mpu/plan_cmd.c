@@ -493,9 +493,19 @@ static void picture(const mpu_layout *l, int *buf) {
   int *tpg = malloc((size_t)W * sizeof(int)), *at = malloc((size_t)W * sizeof(int));
   if (!row || !col || !tpg || !at || place_ranks(l, row, col, tpg, buf)) fail("picture");
   for (int r = 0; r < W; r++) at[row[r] * per + col[r]] = r;
+  /* a row's ranks at one place of every [...] are the replicas, and the context (core)
+   * or sequence (deepspeed) ranks among them when those are not 1 */
+  int other = c->flavor == MPU_FLAVOR_DEEPSPEED ? c->sp : c->cp;
+  const char *kind = c->flavor == MPU_FLAVOR_DEEPSPEED ? "sequence" : "context";
   printf("\nrank grid: a row per pipeline stage, [tensor-parallel groups] in it; the ranks at one\n"
-         "place of every [...] in a row form a data-parallel group, those at one place of every\n"
-         "row a pipeline\n");
+         "place of every [...] in a row form ");
+  if (other > 1)
+    printf("a data- and %s-parallel group (%s; the %s and dp groups\n"
+           "above divide it), those at one place of every row a pipeline\n",
+           kind, c->flavor == MPU_FLAVOR_DEEPSPEED ? "sdp" : "dp_cp",
+           c->flavor == MPU_FLAVOR_DEEPSPEED ? "sp" : "cp");
+  else
+    printf("a data-parallel group, those at one place of every\nrow a pipeline\n");
   for (int s = 0; s < c->pp; s++) {
     printf("  stage %-3d", s);
     for (int i = 0; i < per; i++) {
