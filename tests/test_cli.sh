@@ -264,6 +264,16 @@ assert d["core"]["data parallel"] == d["core-0.19"]["data parallel"]
 ' && ok || bad "plan --compare json"
 "$mpu" plan --compare --world-size 8 --tp 2 --pp 2 | grep -q "^  deepspeed  \[0, 2\] \[1, 3\]" && ok || bad "plan --compare text"
 expect_usage_error plan --compare --world-size 8 --tp 3
+"$mpu" plan --compare --world-size 32 --tp 2 --pp 2 --cp 2 --ep 2 >"$tmp/cmp"
+[ "$(grep -c refuses "$tmp/cmp")" -eq 1 ] && ok || bad "plan --compare says a flavour's refusal more than once"
+! grep -q '\.\.\.\|…' "$tmp/cmp" && grep -q "\[30, 31\]" "$tmp/cmp" && ok || bad "plan --compare cuts a kind's groups"
+# the rank grid names its rows' groups: dp_cp where cp is not 1
+"$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 | grep -q "data- and context-parallel group (dp_cp" && ok || bad "plan's rank grid with cp 2"
+! "$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 | grep -q "form a data-parallel group" && ok || bad "plan's rank grid calls dp_cp rows data-parallel"
+# every format refuses a rank outside the mesh
+for f in text json svg html; do expect_usage_error mesh --shape 2,4 --rank 9 --format $f; done
+# the demos, gpt first among them
+"$mpu" --help | grep -q "demo .*(gpt, " && ok || bad "mpu --help does not list the gpt demo"
 
 # mpu demo gpt: the main job, its two checks (losses and parameters) on several layouts
 expect_usage_error demo gpt --tp 3

@@ -102,6 +102,14 @@ static void parse(int argc, char **argv, mesh_opts *o) {
   }
 }
 
+/* --rank must name a rank of the mesh: one line and exit 2 otherwise */
+static void check_rank(mpu_mesh *m, int rank) {
+  if (mpu_mesh_contains(m, rank)) return;
+  long long numel = (long long)mpu_mesh_numel(m);
+  mpu_mesh_free(m);
+  cli_usage_error("mesh", "--rank %d is not in a mesh of %lld ranks", rank, numel);
+}
+
 static double now_ns(void) { return cli_now() * 1e9; }
 
 static void print_list(const int *v, int64_t n) {
@@ -126,10 +134,7 @@ static int bench(const mesh_opts *o) {
   double build_ns = (now_ns() - t0) / reps;
   int64_t numel = mpu_mesh_numel(m);
   int rank = o->rank >= 0 ? (int)o->rank : (int)(numel - 1);
-  if (!mpu_mesh_contains(m, rank)) {
-    mpu_mesh_free(m);
-    cli_usage_error("mesh", "--rank %d is not in a mesh of %lld ranks", rank, (long long)numel);
-  }
+  check_rank(m, rank);
   int64_t coords[MPU_MESH_MAX_DIMS], local, sink = 0;
   t0 = now_ns();
   for (long i = 0; i < o->iters; i++) {
@@ -270,15 +275,12 @@ static int show(const mesh_opts *o) {
     mpu_mesh_free(m);
     cli_usage_error("mesh", "a mesh of %lld ranks is too big to list (use --bench)", (long long)numel);
   }
+  int rank = o->rank >= 0 ? (int)o->rank : 0;
+  check_rank(m, rank); /* every format refuses a rank outside the mesh */
   if (o->format == CLI_SVG || o->format == CLI_HTML) {
     int status = draw(m, o->format);
     mpu_mesh_free(m);
     return status;
-  }
-  int rank = o->rank >= 0 ? (int)o->rank : 0;
-  if (!mpu_mesh_contains(m, rank)) {
-    mpu_mesh_free(m);
-    cli_usage_error("mesh", "--rank %d is not in a mesh of %lld ranks", rank, (long long)numel);
   }
   int *all = malloc((size_t)numel * sizeof(int)), *g = malloc((size_t)numel * sizeof(int));
   int64_t coords[MPU_MESH_MAX_DIMS];

@@ -846,24 +846,30 @@ static int compare(const plan_opts *o) {
     printf("}");
   }
   if (o->format == CLI_JSON) printf("\n}}\n");
+  for (int f = 0; f < 3 && o->format != CLI_JSON; f++) /* a refusal once, not under every kind */
+    if (!l[f]) printf("\n%s refuses: %s\n", mpu_flavor_name(flavors[f]), why[f]);
   for (size_t k = 0; k < sizeof shared_kinds / sizeof shared_kinds[0] && o->format != CLI_JSON; k++) {
     printf("\n%s\n", shared_kinds[k].what);
     for (int f = 0; f < 3; f++) {
       mpu_group_kind kind = shared_kinds[k].kind[f];
+      if (!l[f]) continue;
       printf("  %-10s", mpu_flavor_name(flavors[f]));
-      if (!l[f]) printf(" refuses: %s\n", why[f]);
-      else if (kind == MPU_GROUP_KIND_COUNT) printf(" (no such group)\n");
-      else {
-        int count = 0, n;
+      if (kind == MPU_GROUP_KIND_COUNT) printf(" (no such group)\n");
+      else { /* every group, wrapped under the first */
+        int count = 0, n, col = 12;
         mpu_layout_num_groups(l[f], kind, &count);
-        for (int g = 0; g < count && g < 8; g++) {
+        for (int g = 0; g < count; g++) {
           if (mpu_layout_group_at(l[f], kind, g, buf, (size_t)W + 3, &n)) fail("groups");
           qsort(buf, (size_t)n, sizeof(int), cmp_int);
+          int width = 3;
+          for (int i = 0; i < n; i++) width += snprintf(NULL, 0, "%d", buf[i]) + (i ? 2 : 0);
+          if (g && col + width > 100) printf("\n%12s", ""), col = 12;
           printf(" [");
           print_ranks(buf, n);
           printf("]");
+          col += width;
         }
-        printf("%s\n", count > 8 ? " ..." : "");
+        printf("\n");
       }
     }
   }
