@@ -26,7 +26,7 @@ for i in range(rounds):
         if not r["in_place"]:
             t.setdefault(r["collective"], []).append(r["mean_us"])
     for r in json.load(open(os.path.join(tmp, "mpi.%d.json" % i)))["rows"]:
-        if not r["in_place"] and r["raw_mpi_us"] > 0:
+        if not r["in_place"] and (r["raw_mpi_us"] or 0) > 0:
             m.setdefault(r["collective"], []).append(r["raw_mpi_us"])
 print("# %s per call, 2 ranks, float32 sum, out of place; mean over %d interleaved rounds;"
       " load average %s" % (size, rounds, open("/proc/loadavg").read().split()[0]))

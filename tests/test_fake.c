@@ -165,6 +165,29 @@ static void test_bench_sizes(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* nccl-tests -a (the mean over the ranks: rank 0's, average, min, max) and -z 1
+ * (a barrier before every call) run; anything else is refused. */
+static void test_bench_average_and_barrier(void **state) {
+  (void)state;
+  mpu_comm *c = NULL;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &c), MPU_SUCCESS);
+  mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
+  cfg.bytes = 64, cfg.iters = 3, cfg.warmup = 0;
+  assert_int_equal(cfg.average, MPU_BENCH_SLOWEST);
+  for (int a = MPU_BENCH_SLOWEST; a <= MPU_BENCH_MAX; a++) {
+    mpu_bench_result res = MPU_BENCH_RESULT_INIT;
+    cfg.average = a, cfg.barrier = a & 1;
+    assert_int_equal(mpu_bench_collective(c, &cfg, &res), MPU_SUCCESS);
+    assert_true(res.mean_us > 0 && res.min_us <= res.mean_us * 3 + 1);
+  }
+  mpu_bench_result res = MPU_BENCH_RESULT_INIT;
+  cfg.average = MPU_BENCH_MAX + 1;
+  assert_int_equal(mpu_bench_collective(c, &cfg, &res), MPU_ERR_INVALID_ARGUMENT);
+  cfg.average = MPU_BENCH_SLOWEST - 1;
+  assert_int_equal(mpu_bench_collective(c, &cfg, &res), MPU_ERR_INVALID_ARGUMENT);
+  mpu_comm_destroy(c);
+}
+
 /* Every entry point refuses a destroyed handle without reading it (ASan and
  * valgrind run this): MPU_ERR_INVALID_USAGE, as the docs promise. */
 static void test_destroyed_handle(void **state) {
@@ -327,6 +350,7 @@ int main(void) {
       cmocka_unit_test(test_group_of_one), cmocka_unit_test(test_groups),
       cmocka_unit_test(test_double_destroy), cmocka_unit_test(test_huge_world),
       cmocka_unit_test(test_bench_sizes),
+      cmocka_unit_test(test_bench_average_and_barrier),
       cmocka_unit_test(test_destroyed_handle),
       cmocka_unit_test(test_option_sizes),
       cmocka_unit_test(test_mock_groups_are_the_layouts),

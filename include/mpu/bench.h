@@ -48,10 +48,25 @@ typedef struct mpu_bench_config {
                            on the same buffers, iteration by iteration interleaved */
   int check;            /* 1: after timing, run each variant once on known inputs and count
                            the wrong output elements over all ranks (nccl-tests -c 1) */
+  int average;          /* the mean time (mean_us, native_mean_us) over the ranks:
+                           MPU_BENCH_SLOWEST (the mean of every iteration's slowest rank) or,
+                           as nccl-tests -a, each rank's mean then that of rank 0, the average,
+                           the least or the largest of them */
+  int barrier;          /* 1: a barrier before every timed call, so that all start together
+                           (nccl-tests -z 1; always when several variants are timed) */
 } mpu_bench_config;
 
-#define MPU_BENCH_CONFIG_INIT \
-  {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0, 0, 0}
+enum {
+  MPU_BENCH_SLOWEST = -1, /* mpu's: per iteration, the slowest rank's time */
+  MPU_BENCH_RANK0 = 0,    /* nccl-tests -a 0 */
+  MPU_BENCH_AVG = 1,      /* nccl-tests -a 1 (its default) */
+  MPU_BENCH_MIN = 2,      /* nccl-tests -a 2 */
+  MPU_BENCH_MAX = 3,      /* nccl-tests -a 3 */
+};
+
+#define MPU_BENCH_CONFIG_INIT                                                                    \
+  {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0, 0, 0, \
+   MPU_BENCH_SLOWEST, 0}
 
 typedef struct mpu_bench_result {
   size_t size;       /* sizeof(mpu_bench_result): set it (MPU_BENCH_RESULT_INIT) */

@@ -287,7 +287,8 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   cfg = &full;
   if ((unsigned)cfg->collective >= MPU_COLL_COUNT || !mpu_dtype_size(cfg->dtype) ||
       (unsigned)cfg->op >= MPU_OP_COUNT || cfg->iters < 1 || cfg->iters > 100000 ||
-      cfg->warmup < 0 || cfg->warmup > 100000)
+      cfg->warmup < 0 || cfg->warmup > 100000 || cfg->average < MPU_BENCH_SLOWEST ||
+      cfg->average > MPU_BENCH_MAX)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: collective %d, dtype %d, op %d, %d iterations, %d warm-up", fn,
                       (int)cfg->collective, (int)cfg->dtype, (int)cfg->op, cfg->iters,
@@ -359,13 +360,28 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
       int v = (k + (i < 0 ? 0 : i)) % variants;
       /* start every timed call together: reduce and broadcast let ranks
        * leave at different times, and the next call would pay their lag */
-      if (variants > 1) MPU_CHECK_GOTO(mpu_comm_barrier(comms[0]), r, out);
+      if (variants > 1 || cfg->barrier) MPU_CHECK_GOTO(mpu_comm_barrier(comms[0]), r, out);
       double t0 = now_us();
       if (v == ncomms) MPU_CHECK_GOTO(call_native(comms[0], cfg, send, recv, count, rank, es), r, out);
       else MPU_CHECK_GOTO(call(comms[v], cfg, send, recv, count, rank, es), r, out);
       if (i >= 0) times[(size_t)v * (size_t)cfg->iters + (size_t)i] = now_us() - t0;
     }
   }
+  /* nccl-tests -a: each rank's own mean, then rank 0's, their average, least or largest */
+  double means[MAX_VARIANTS];
+  for (int v = 0; v < variants; v++) {
+    double sum = 0;
+    for (int i = 0; i < cfg->iters; i++) sum += times[(size_t)v * (size_t)cfg->iters + (size_t)i];
+    means[v] = sum / cfg->iters;
+  }
+  if (cfg->average == MPU_BENCH_RANK0)
+    MPU_CHECK_GOTO(mpu_comm_broadcast(comms[0], means, (size_t)variants, MPU_FLOAT64, 0), r, out);
+  else if (cfg->average != MPU_BENCH_SLOWEST)
+    MPU_CHECK_GOTO(mpu_comm_all_reduce(comms[0], means, means, (size_t)variants, MPU_FLOAT64,
+                                       cfg->average == MPU_BENCH_AVG   ? MPU_AVG
+                                       : cfg->average == MPU_BENCH_MIN ? MPU_MIN
+                                                                       : MPU_MAX),
+                   r, out);
   MPU_CHECK_GOTO(mpu_comm_all_reduce(comms[0], times, times,
                                      (size_t)variants * (size_t)cfg->iters, MPU_FLOAT64, MPU_MAX),
                  r, out);
@@ -392,14 +408,15 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   if (native) {
     double *t = times + (size_t)ncomms * (size_t)cfg->iters, sum = 0;
     for (int i = 0; i < cfg->iters; i++) sum += t[i];
-    native_mean = sum / cfg->iters;
+    native_mean = cfg->average == MPU_BENCH_SLOWEST ? sum / cfg->iters : means[ncomms];
     native_us = median_of(t, cfg->iters);
   }
   for (int v = 0; v < ncomms; v++) {
     double *t = times + (size_t)v * (size_t)cfg->iters, sum = 0;
     for (int i = 0; i < cfg->iters; i++) sum += t[i];
     double median = median_of(t, cfg->iters); /* sorts t: t[0] is the minimum */
-    mpu_bench_result res = {sizeof res, bytes, count, median, sum / cfg->iters, t[0], 0, 0, native_us,
+    double mean = cfg->average == MPU_BENCH_SLOWEST ? sum / cfg->iters : means[v];
+    mpu_bench_result res = {sizeof res, bytes, count, median, mean, t[0], 0, 0, native_us,
                             native_mean, wrong[v], native ? wrong[ncomms] : -1};
     res.algbw_gbps = median > 0 ? (double)bytes / (median * 1e3) : 0;
     res.busbw_gbps = res.algbw_gbps * mpu_bench_bus_factor(cfg->collective, n);

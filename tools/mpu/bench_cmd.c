@@ -17,6 +17,9 @@
 
 #define MAX_ROWS 4096
 #define MAX_SIZES 64
+#define MAX_OPS 8
+
+typedef enum bench_columns { COLUMNS_MPU = 0, COLUMNS_NCCL_TESTS = 1 } bench_columns;
 
 typedef struct bench_opts {
   size_t min_bytes, max_bytes, step_bytes;
@@ -24,8 +27,13 @@ typedef struct bench_opts {
   long ranks[16];
   int nranks;
   int colls[MPU_COLL_COUNT], ncolls;
-  mpu_dtype dtype;
-  mpu_op op;
+  mpu_dtype dtypes[MPU_DTYPE_COUNT]; /* -d: one, or all */
+  int ndtypes;
+  mpu_op ops[MAX_OPS];               /* -o: one, or all */
+  int nops;
+  int average;                       /* -a: MPU_BENCH_SLOWEST or nccl-tests' 0..3 */
+  int blocking;                      /* -z */
+  bench_columns columns;
   int check;
   cli_format format;
   const char *csv;
@@ -36,6 +44,8 @@ typedef struct bench_opts {
 typedef struct bench_row {
   int ranks;
   mpu_collective coll;
+  mpu_dtype dtype;
+  mpu_op op;
   mpu_bench_result res[2];     /* [in_place]; MPI: call checking off, raw MPI interleaved */
   mpu_bench_result checked[2]; /* MPI: the same call with call checking on */
   double roof_us;              /* the roofline time of this row (see the top of the file) */
@@ -60,12 +70,14 @@ static void help(void) {
       "--backend) with nccl-tests' flags and columns: size is the whole buffer (all_gather:\n"
       "the output; reduce_scatter, all_to_all: the input), rounded to at least one element\n"
       "per rank; time is the mean over iterations of the slowest rank (the median beside\n"
-      "it); algbw = size / time, busbw = algbw x the collective's bus factor. Out-of-place\n"
-      "and in-place run side by side; after the timing each is run once more on known\n"
-      "inputs and #wrong counts the output elements that differ. roof is the share of the\n"
-      "roofline reached: the least memory traffic the collective must move (every input read\n"
-      "and every output written once) over the copy bandwidth of as many threads copying\n"
-      "buffers of the same size, measured in this run, as a fraction of the time taken.\n"
+      "it; -a gives nccl-tests' per-rank means instead); algbw = size / time, busbw = algbw\n"
+      "x the collective's bus factor. Out-of-place and in-place run side by side; after the\n"
+      "timing each is run once more on known inputs and #wrong counts the output elements\n"
+      "that differ. roof is the share of the roofline reached: the least memory traffic the\n"
+      "collective must move (every input read and every output written once) over the copy\n"
+      "bandwidth of as many threads copying buffers of the same size, measured in this run,\n"
+      "as a fraction of the time taken. --columns nccl-tests prints nccl-tests' table and\n"
+      "nothing else in its rows, for scripts that read its fields by position.\n"
       "\n"
       "options (nccl-tests' letters and meanings):\n"
       "  -b, --minbytes SIZE     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
@@ -75,14 +87,29 @@ static void help(void) {
       "  -n, --iters N           timed iterations per size (default: 500 up to 64 KiB,\n"
       "                          100 up to 1 MiB, 20 above)\n"
       "  -w, --warmup_iters N    untimed iterations per size (default: iters / 5 + 1)\n"
+      "  -m, --agg_iters 1       calls per timed iteration: 1 (mpu has no grouped launch, as\n"
+      "                          nccl-tests' ncclGroupStart/End of N calls)\n"
       "  -c, --check 0|1         check every result (default 1)\n"
-      "  -d, --datatype TYPE     float32, float64, float16, bfloat16, int32, int64, uint8\n"
-      "  -o, --op OP             sum, prod, min, max, avg (default sum)\n"
+      "  -d, --datatype TYPE     float, double, half, bfloat16, int32, int64, uint8 (or mpu's\n"
+      "                          float32, float64, float16), or all (each in turn); mpu has no\n"
+      "                          int8, uint32, uint64 or fp8 elements\n"
+      "  -o, --op OP             sum, prod, max, min, avg, or all (default sum)\n"
+      "  -a, --average 0|1|2|3   time over the ranks from each rank's mean: rank 0's (0),\n"
+      "                          their average (1), least (2) or largest (3); default: the\n"
+      "                          mean of every iteration's slowest rank\n"
+      "  -z, --blocking 0|1|2|3  mpu's calls return when their result is there: 0 and 2 time\n"
+      "                          them back to back, 1 and 3 start every call together after a\n"
+      "                          barrier (default 0)\n"
+      "  -G, --cudagraph 0       CUDA graph launches: 0 (mpu launches no graphs)\n"
       "  -t, --nthreads LIST     ranks as threads of this process, or a comma-separated list of\n"
       "                          counts measured one after the other (default 2)\n"
       "  -g, --ngpus 1           GPUs per rank: 1 (nccl: one GPU per thread rank)\n"
       "\n"
       "mpu's own:\n"
+      "      --columns mpu|nccl-tests\n"
+      "                          mpu's table (default: nccl-tests' columns with the median and\n"
+      "                          roof, and under MPI the raw MPI call and +chk), or exactly\n"
+      "                          nccl-tests' columns, type names and summary lines\n"
       "      --collective LIST   all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
       "                          all_to_all, comma-separated, or all (default all_reduce)\n"
       "      --workers N         ranks that move data at once in large calls (default: CPUs)\n"
@@ -94,11 +121,68 @@ static void help(void) {
       "                          call checking on (the main columns have it off); nccl: -t\n"
       "                          thread ranks, each with one GPU and an NCCL communicator\n"
       "      --csv FILE          also write the rows as CSV\n"
-      "      --format text|json  output format (default text)\n"
+      "      --format text|json  output format (default text; json has null where a value is\n"
+      "                          absent)\n"
       "  -h, --help              this text\n"
       "\n"
       "mpu bench --block [--hidden LIST] [--tokens N] times a tensor-parallel MLP block instead\n"
-      "(see 'mpu bench --block --help').\n");
+      "(see 'mpu bench --block --help').\n"
+      "\n");
+  cli_help_exit_status("a result was wrong (#wrong above 0), or a run failed");
+  printf("\n"
+         "examples:\n"
+         "  mpu bench -b 8 -e 128M -f 2 -t 4\n"
+         "  mpu bench -d all -o all -e 1M --columns nccl-tests\n"
+         "  mpirun -n 4 mpu bench --backend mpi --collective all\n");
+}
+
+/* nccl-tests' type names (src/common.cu's test_typenames) for mpu's dtypes */
+static const char *nccl_type_name(mpu_dtype dt) {
+  static const char *names[MPU_DTYPE_COUNT] = {
+      [MPU_FLOAT32] = "float", [MPU_FLOAT64] = "double", [MPU_FLOAT16] = "half",
+      [MPU_BFLOAT16] = "bfloat16", [MPU_INT32] = "int32", [MPU_INT64] = "int64",
+      [MPU_UINT8] = "uint8"};
+  return (unsigned)dt < MPU_DTYPE_COUNT && names[dt] ? names[dt] : "invalid";
+}
+
+/* -d: a type by nccl-tests' or mpu's name, or all of them */
+static void parse_dtypes(const char *arg, bench_opts *o) {
+  static const char *missing[] = {"int8", "uint32", "uint64", "f8e4m3", "f8e5m2", "char"};
+  o->ndtypes = 0;
+  if (!strcmp(arg, "all")) { /* in nccl-tests' order (test_types) */
+    static const mpu_dtype order[] = {MPU_UINT8, MPU_INT32,   MPU_INT64,   MPU_FLOAT16,
+                                      MPU_FLOAT32, MPU_FLOAT64, MPU_BFLOAT16};
+    _Static_assert(sizeof order / sizeof order[0] == MPU_DTYPE_COUNT, "every dtype in -d all");
+    for (int d = 0; d < MPU_DTYPE_COUNT; d++) o->dtypes[o->ndtypes++] = order[d];
+    return;
+  }
+  for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++)
+    if (!strcmp(arg, missing[i]))
+      cli_usage_error("bench", "--datatype %s: mpu has no %s elements (it has float, double, half, "
+                      "bfloat16, int32, int64, uint8)", arg, arg);
+  for (int d = 0; d < MPU_DTYPE_COUNT; d++)
+    if (!strcmp(arg, nccl_type_name((mpu_dtype)d))) {
+      o->dtypes[o->ndtypes++] = (mpu_dtype)d;
+      return;
+    }
+  if (mpu_dtype_from_name(arg, &o->dtypes[0]))
+    cli_usage_error("bench", "unknown datatype '%s'", arg);
+  o->ndtypes = 1;
+}
+
+/* -o: an op, or all of them in nccl-tests' order (sum, prod, max, min, avg) */
+static void parse_ops(const char *arg, bench_opts *o) {
+  static const mpu_op every[] = {MPU_SUM, MPU_PROD, MPU_MAX, MPU_MIN, MPU_AVG};
+  o->nops = 0;
+  if (!strcmp(arg, "all")) {
+    for (size_t i = 0; i < sizeof every / sizeof every[0]; i++) o->ops[o->nops++] = every[i];
+    return;
+  }
+  if (!strcmp(arg, "mulsum"))
+    cli_usage_error("bench", "--op mulsum is NCCL's pre-multiplied sum (ncclRedOpCreatePreMulSum), "
+                    "which mpu's communicators do not have");
+  if (mpu_op_from_name(arg, &o->ops[0])) cli_usage_error("bench", "unknown op '%s'", arg);
+  o->nops = 1;
 }
 
 static void parse_list(const char *what, const char *arg, long lo, long hi, long *out, int cap,
@@ -106,6 +190,22 @@ static void parse_list(const char *what, const char *arg, long lo, long hi, long
   if (cli_parse_int_list(arg, lo, hi, out, cap, n))
     cli_usage_error("bench", "%s wants up to %d whole numbers %ld..%ld separated by single commas, "
                     "not '%s'", what, cap, lo, hi, arg);
+}
+
+static int plan_sizes(const bench_opts *o, size_t *sizes);
+
+static int rooted(mpu_collective c) { return c == MPU_COLL_BROADCAST || c == MPU_COLL_REDUCE; }
+static int reducing(mpu_collective c) {
+  return c == MPU_COLL_ALL_REDUCE || c == MPU_COLL_REDUCE_SCATTER || c == MPU_COLL_REDUCE;
+}
+
+/* the rows of the whole run: every size of every type, op (reducing collectives only),
+ * collective and rank count */
+static int planned_rows(const bench_opts *o, int nsizes) {
+  int per_sweep = 0;
+  for (int k = 0; k < o->ncolls; k++)
+    per_sweep += o->ndtypes * (reducing((mpu_collective)o->colls[k]) ? o->nops : 1);
+  return nsizes * per_sweep * (o->backend == TOOL_MPI ? 1 : o->nranks);
 }
 
 static void parse(int argc, char **argv, bench_opts *o) {
@@ -119,15 +219,18 @@ static void parse(int argc, char **argv, bench_opts *o) {
       {"backend", required_argument, 0, 'B'},    {"csv", required_argument, 0, 'S'},
       {"format", required_argument, 0, 'F'},     {"workers", required_argument, 0, 'W'},
       {"check-calls", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+      {"average", required_argument, 0, 'a'},    {"blocking", required_argument, 0, 'z'},
+      {"agg_iters", required_argument, 0, 'm'},  {"cudagraph", required_argument, 0, 'G'},
+      {"columns", required_argument, 0, 'L'},    {0, 0, 0, 0}};
   *o = (bench_opts){.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .warmup = -1,
                     .iters = -1, .ranks = {2}, .nranks = 1, .colls = {MPU_COLL_ALL_REDUCE},
-                    .ncolls = 1, .dtype = MPU_FLOAT32, .op = MPU_SUM, .check = 1,
+                    .ncolls = 1, .dtypes = {MPU_FLOAT32}, .ndtypes = 1, .ops = {MPU_SUM},
+                    .nops = 1, .average = MPU_BENCH_SLOWEST, .check = 1,
                     .format = CLI_TEXT, .backend = TOOL_THREADS, .check_calls = MPU_CHECKS_DEFAULT};
   opterr = 0;
   int c;
   long v;
-  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:t:g:h", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:t:g:a:z:m:G:h", longs, NULL)) != -1) {
     switch (c) {
     case 'b':
       if (cli_parse_size(optarg, &o->min_bytes)) cli_usage_error("bench", "bad --minbytes '%s'", optarg);
@@ -197,11 +300,33 @@ static void parse(int argc, char **argv, bench_opts *o) {
       free(list);
       break;
     }
-    case 'd':
-      if (mpu_dtype_from_name(optarg, &o->dtype)) cli_usage_error("bench", "unknown datatype '%s'", optarg);
+    case 'd': parse_dtypes(optarg, o); break;
+    case 'o': parse_ops(optarg, o); break;
+    case 'a':
+      if (cli_parse_int(optarg, 0, 3, &v))
+        cli_usage_error("bench", "--average wants 0 (rank 0), 1 (average), 2 (min) or 3 (max), "
+                        "not '%s'", optarg);
+      o->average = (int)v;
       break;
-    case 'o':
-      if (mpu_op_from_name(optarg, &o->op)) cli_usage_error("bench", "unknown op '%s'", optarg);
+    case 'z':
+      if (cli_parse_int(optarg, 0, 3, &v))
+        cli_usage_error("bench", "--blocking wants 0, 1, 2 or 3, not '%s'", optarg);
+      o->blocking = (int)v;
+      break;
+    case 'm':
+      if (cli_parse_int(optarg, 1, 1, &v))
+        cli_usage_error("bench", "--agg_iters wants 1: mpu has no grouped launch to aggregate "
+                        "calls in (nccl-tests' ncclGroupStart/End), not '%s'", optarg);
+      break;
+    case 'G':
+      if (cli_parse_int(optarg, 0, 0, &v))
+        cli_usage_error("bench", "--cudagraph wants 0: mpu bench launches no CUDA graphs, not "
+                        "'%s'", optarg);
+      break;
+    case 'L':
+      if (!strcmp(optarg, "mpu")) o->columns = COLUMNS_MPU;
+      else if (!strcmp(optarg, "nccl-tests")) o->columns = COLUMNS_NCCL_TESTS;
+      else cli_usage_error("bench", "--columns wants mpu or nccl-tests, not '%s'", optarg);
       break;
     case 'B':
       if (!strcmp(optarg, "nccl")) {
@@ -221,6 +346,8 @@ static void parse(int argc, char **argv, bench_opts *o) {
     }
   }
   if (optind < argc) cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+  if (o->columns == COLUMNS_NCCL_TESTS && o->format == CLI_JSON)
+    cli_usage_error("bench", "--columns is for the text table (json has every field)");
   if (o->min_bytes > o->max_bytes)
     cli_usage_error("bench", "--minbytes is larger than --maxbytes");
   /* refuse what cannot fit before starting, not after an hour of swapping:
@@ -234,6 +361,11 @@ static void parse(int argc, char **argv, bench_opts *o) {
     cli_usage_error("bench", "--maxbytes %.1f GiB needs about %.1f GiB for %ld rank(s), more than "
                     "half of this machine's %.1f GiB", (double)o->max_bytes / gib,
                     2.0 * (double)o->max_bytes * (double)most / gib, most, mem / gib);
+  size_t sizes[MAX_SIZES];
+  int rows = planned_rows(o, plan_sizes(o, sizes));
+  if (rows > MAX_ROWS)
+    cli_usage_error("bench", "%d rows to measure (at most %d): fewer sizes, types, ops, "
+                    "collectives or rank counts", rows, MAX_ROWS);
   if (o->csv) { /* a bad output path fails now, before the work */
     FILE *f = *o->csv ? fopen(o->csv, "a") : NULL;
     if (!f) cli_usage_error("bench", "cannot write --csv '%s'", o->csv);
@@ -289,14 +421,19 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
   double copy_gbps[MAX_SIZES] = {0}; /* per copier, for sizes[i]; 0: not measured yet */
   mpu_comm_rank(world, &rank);
   for (int k = 0; k < o->ncolls; k++)
+    for (int d = 0; d < o->ndtypes; d++)
+      for (int op = 0; op < (reducing((mpu_collective)o->colls[k]) ? o->nops : 1); op++)
     for (int si = 0; si < run->nsizes; si++) {
       size_t bytes = run->sizes[si];
-      bench_row row = {.ranks = run->ranks, .coll = (mpu_collective)o->colls[k]};
+      bench_row row = {.ranks = run->ranks, .coll = (mpu_collective)o->colls[k],
+                       .dtype = o->dtypes[d], .op = o->ops[op]};
       for (int ip = 0; ip < 2; ip++) {
         mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
         cfg.collective = row.coll;
-        cfg.dtype = o->dtype;
-        cfg.op = o->op;
+        cfg.dtype = row.dtype;
+        cfg.op = row.op;
+        cfg.average = o->average;
+        cfg.barrier = o->blocking == 1 || o->blocking == 3;
         cfg.bytes = bytes;
         cfg.iters = iters_for(o, bytes);
         cfg.warmup = o->warmup >= 0 ? (int)o->warmup : cfg.iters / 5 + 1;
@@ -340,15 +477,43 @@ static const char *backend_name(tool_backend b) {
   return b == TOOL_MPI ? "mpi" : b == TOOL_NCCL ? "nccl" : "threads";
 }
 
-static int rooted(mpu_collective c) { return c == MPU_COLL_BROADCAST || c == MPU_COLL_REDUCE; }
-static int reducing(mpu_collective c) {
-  return c == MPU_COLL_ALL_REDUCE || c == MPU_COLL_REDUCE_SCATTER || c == MPU_COLL_REDUCE;
-}
-
 /* algbw from the mean time, as nccl-tests reports it (the library's
  * algbw_gbps is from the median) */
 static double mean_algbw(const mpu_bench_result *x) {
   return x->mean_us > 0 ? (double)x->bytes / (x->mean_us * 1e3) : 0;
+}
+
+/* a value in at most width characters, as nccl-tests' getFloatStr (src/util.cu) */
+static const char *fit(double value, int width, char *str) {
+  if (snprintf(str, (size_t)width + 1, "%*.2f", width, value) <= width) return str;
+  if (snprintf(str, (size_t)width + 1, "%*.1f", width, value) <= width) return str;
+  if (snprintf(str, (size_t)width + 1, "%*.0f", width, value) <= width) return str;
+  snprintf(str, (size_t)width + 1, width >= 7 ? "%*.1e" : "%*.0e", width, value);
+  return str;
+}
+
+static double busbw(const bench_row *r, int ip) {
+  return mean_algbw(&r->res[ip]) * mpu_bench_bus_factor(r->coll, r->ranks);
+}
+
+/* the wrong elements of both variants (and the raw MPI call's), and the average busbw */
+static long long summary(const bench_run *run, double *avg_busbw) {
+  long long wrong = 0;
+  double sum = 0;
+  int counted = 0;
+  for (int i = 0; i < run->nrows; i++)
+    for (int ip = 0; ip < 2; ip++) {
+      const mpu_bench_result *x = &run->rows[i].res[ip];
+      if (x->wrong > 0) wrong += x->wrong;
+      if (x->native_wrong > 0) wrong += x->native_wrong;
+      if (x->mean_us > 0) sum += busbw(&run->rows[i], ip), counted++;
+    }
+  *avg_busbw = counted ? sum / counted : 0;
+  return wrong;
+}
+
+static const char *op_column(const bench_row *r) {
+  return reducing(r->coll) ? mpu_op_name(r->op) : "none";
 }
 
 static void print_block(const bench_row *r, int ip, int mpi) {
@@ -357,7 +522,7 @@ static void print_block(const bench_row *r, int ip, int mpi) {
   if (x->wrong < 0) snprintf(wrong, sizeof wrong, "N/A");
   else snprintf(wrong, sizeof wrong, "%lld", x->wrong);
   printf("  %9.2f %9.2f %7.2f %7.2f %6s %5.0f%%", x->mean_us, x->time_us, mean_algbw(x),
-         mean_algbw(x) * mpu_bench_bus_factor(r->coll, r->ranks), wrong, x->mean_us > 0 ? 100.0 * r->roof_us / x->mean_us : 0);
+         busbw(r, ip), wrong, x->mean_us > 0 ? 100.0 * r->roof_us / x->mean_us : 0);
   if (mpi) {
     if (x->native_mean_us >= 0) printf(" %9.2f", x->native_mean_us);
     else printf(" %9s", "-");
@@ -365,30 +530,81 @@ static void print_block(const bench_row *r, int ip, int mpi) {
   }
 }
 
+/* which ranks a block of rows ran on: "# all_reduce, 4 thread ranks" */
+static int new_block(const bench_run *run, int i) {
+  const bench_row *r = &run->rows[i];
+  if (i && r->coll == run->rows[i - 1].coll && r->ranks == run->rows[i - 1].ranks) return 0;
+  char phrase[48];
+  tool_backend b = run->o->backend == TOOL_NCCL ? TOOL_THREADS : run->o->backend;
+  printf("#\n# %s, %s\n", mpu_collective_name(r->coll),
+         tool_ranks_phrase(b, r->ranks, phrase, sizeof phrase));
+  return 1;
+}
+
+static const char *time_what(const bench_opts *o) {
+  static const char *nccl[] = {"rank 0's mean", "the average of the ranks' means",
+                               "the least of the ranks' means", "the largest of the ranks' means"};
+  return o->average == MPU_BENCH_SLOWEST ? "mean over iterations of the slowest rank"
+                                         : nccl[o->average];
+}
+
+/* nccl-tests' table exactly (src/util.cu: the header, each row's fields and widths, the
+ * summary lines): a script that reads its fields by position reads mpu's */
+static int print_nccl_tests(const bench_run *run) {
+  const bench_opts *o = run->o;
+  double avg;
+  long long wrong = summary(run, &avg);
+  printf("# mpu bench: %s backend, nccl-tests' columns (--columns nccl-tests); time: %s\n",
+         backend_name(o->backend), time_what(o));
+  for (int i = 0; i < run->nrows; i++) {
+    const bench_row *r = &run->rows[i];
+    if (new_block(run, i)) {
+      printf("#\n");
+      printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+             "", "", "", "", "");
+      printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
+             "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+             "busbw", "#wrong", 0, "");
+      printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
+             "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+             0, "");
+    }
+    printf("%12zu  %12zu  %8s  %6s  %6i", r->res[0].bytes, r->res[0].count, nccl_type_name(r->dtype),
+           op_column(r), rooted(r->coll) ? 0 : -1);
+    for (int ip = 0; ip < 2; ip++) {
+      const mpu_bench_result *x = &r->res[ip];
+      char t[16], a[16], b[16];
+      fit(x->mean_us, 7, t), fit(mean_algbw(x), 6, a), fit(busbw(r, ip), 6, b);
+      if (x->wrong >= 0) printf("  %7s  %6s  %6s  %6g", t, a, b, (double)x->wrong);
+      else printf("  %7s  %6s  %6s    N/A", t, a, b);
+    }
+    printf("\n");
+  }
+  printf("# %-20s : %lld %s\n", "Out of bounds values", wrong, wrong ? "FAILED" : "OK");
+  printf("# %-20s : %g %s\n", "Avg bus bandwidth", avg, "");
+  printf("#\n");
+  return wrong ? 1 : 0;
+}
+
 static int print_text(const bench_run *run) {
   const bench_opts *o = run->o;
   int mpi = o->backend == TOOL_MPI;
-  long long wrong = 0;
-  double busbw_sum = 0;
-  int counted = 0;
-  printf("# mpu bench: %s backend, %s, op %s; nccl-tests' columns\n", backend_name(o->backend),
-         mpu_dtype_name(o->dtype), mpu_op_name(o->op));
-  printf("# time: mean over iterations of the slowest rank, median beside it; algbw = size / time;\n"
+  double avg;
+  long long wrong = summary(run, &avg);
+  printf("# mpu bench: %s backend; nccl-tests' columns, type names and summary, and mpu's\n",
+         backend_name(o->backend));
+  printf("# time: %s, median beside it; algbw = size / time;\n"
          "#   busbw = algbw x bus factor (GB/s = 1e9 bytes/s)\n"
          "# #wrong: output elements that differ from the expected ones, all ranks together%s\n"
          "# roof: the collective's least memory traffic at the copy bandwidth of as many threads\n"
          "#   copying buffers of the same size (measured in this run), over the time taken\n",
-         o->check ? "" : " (-c 0: not checked)");
+         time_what(o), o->check ? "" : " (-c 0: not checked)");
   if (mpi)
     printf("# mpi: the raw MPI call (MPI_Allreduce, ...) timed interleaved with mpu on the same\n"
            "#   buffers; +chk: mpu with call checking on (the main columns have it off)\n");
   for (int i = 0; i < run->nrows; i++) {
     const bench_row *r = &run->rows[i];
-    if (i == 0 || r->coll != run->rows[i - 1].coll || r->ranks != run->rows[i - 1].ranks) {
-      char phrase[48];
-      printf("#\n# %s, %s\n", mpu_collective_name(r->coll),
-             tool_ranks_phrase(o->backend == TOOL_NCCL ? TOOL_THREADS : o->backend, r->ranks,
-                               phrase, sizeof phrase));
+    if (new_block(run, i)) {
       printf("# %52s%s %-*s %s\n", "", "out-of-place", mpi ? 54 : 34, "", "in-place");
       printf("# %12s %12s %9s %6s %5s", "size", "count", "type", "redop", "root");
       for (int ip = 0; ip < 2; ip++)
@@ -400,51 +616,63 @@ static int print_text(const bench_run *run) {
                mpi ? "      (us)      (us)" : "");
       printf("\n");
     }
-    printf("  %12zu %12zu %9s %6s %5d", r->res[0].bytes, r->res[0].count,
-           mpu_dtype_name(o->dtype), reducing(r->coll) ? mpu_op_name(o->op) : "none",
-           rooted(r->coll) ? 0 : -1);
-    for (int ip = 0; ip < 2; ip++) {
-      print_block(r, ip, mpi);
-      if (r->res[ip].wrong > 0) wrong += r->res[ip].wrong;
-      if (r->res[ip].native_wrong > 0) wrong += r->res[ip].native_wrong;
-      if (r->res[ip].mean_us > 0) {
-        busbw_sum += mean_algbw(&r->res[ip]) * mpu_bench_bus_factor(r->coll, r->ranks);
-        counted++;
-      }
-    }
+    printf("  %12zu %12zu %9s %6s %5d", r->res[0].bytes, r->res[0].count, nccl_type_name(r->dtype),
+           op_column(r), rooted(r->coll) ? 0 : -1);
+    for (int ip = 0; ip < 2; ip++) print_block(r, ip, mpi);
     printf("\n");
   }
   printf("# Out of bounds values : %lld %s\n", wrong, wrong ? "FAILED" : "OK");
-  printf("# Avg bus bandwidth    : %g\n#\n", counted ? busbw_sum / counted : 0);
+  printf("# Avg bus bandwidth    : %g\n#\n", avg);
   return wrong ? 1 : 0;
+}
+
+/* a number, or null where there is none (a negative time or count says "absent") */
+static void json_number(const char *key, double v, const char *fmt) {
+  printf(", \"%s\": ", key);
+  if (v < 0) printf("null");
+  else printf(fmt, v);
 }
 
 static int print_json(const bench_run *run) {
   const bench_opts *o = run->o;
-  long long wrong = 0;
+  double avg;
+  long long wrong = summary(run, &avg);
   printf("{\"backend\": \"%s\", \"ranks\": [", backend_name(o->backend));
   for (int i = 0; i < o->nranks; i++) printf("%s%ld", i ? ", " : "", o->ranks[i]);
-  printf("], \"dtype\": \"%s\", \"op\": \"%s\", \"checked\": %s,\n \"rows\": [",
-         mpu_dtype_name(o->dtype), mpu_op_name(o->op), o->check ? "true" : "false");
+  printf("]");
+  if (o->ndtypes == 1) printf(", \"dtype\": \"%s\"", mpu_dtype_name(o->dtypes[0]));
+  if (o->nops == 1) printf(", \"op\": \"%s\"", mpu_op_name(o->ops[0]));
+  printf(", \"dtypes\": [");
+  for (int d = 0; d < o->ndtypes; d++) printf("%s\"%s\"", d ? ", " : "", mpu_dtype_name(o->dtypes[d]));
+  printf("], \"ops\": [");
+  for (int k = 0; k < o->nops; k++) printf("%s\"%s\"", k ? ", " : "", mpu_op_name(o->ops[k]));
+  printf("], \"time\": \"%s\", \"checked\": %s,\n \"rows\": [", time_what(o),
+         o->check ? "true" : "false");
   for (int i = 0, first = 1; i < run->nrows; i++)
     for (int ip = 0; ip < 2; ip++, first = 0) {
       const bench_row *row = &run->rows[i];
       const mpu_bench_result *r = &row->res[ip];
-      double algbw = mean_algbw(r);
-      if (r->wrong > 0) wrong += r->wrong;
-      printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"in_place\": %s, \"op\": \"%s\", "
-             "\"root\": %d, \"bytes\": %zu, \"count\": %zu, \"time_us\": %.6g, \"mean_us\": %.6g, "
-             "\"median_us\": %.6g, \"min_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, "
-             "\"wrong\": %lld, \"roofline_us\": %.6g, \"roofline_fraction\": %.6g, "
-             "\"raw_mpi_us\": %.6g, \"checked_us\": %.6g}",
+      printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"in_place\": %s, \"dtype\": \"%s\", "
+             "\"type\": \"%s\", \"op\": \"%s\", \"root\": ",
              first ? "" : ",", mpu_collective_name(row->coll), row->ranks, ip ? "true" : "false",
-             reducing(row->coll) ? mpu_op_name(o->op) : "none", rooted(row->coll) ? 0 : -1,
-             r->bytes, r->count, r->mean_us, r->mean_us, r->time_us, r->min_us, algbw,
-             algbw * mpu_bench_bus_factor(row->coll, row->ranks), r->wrong, row->roof_us,
-             r->mean_us > 0 ? row->roof_us / r->mean_us : 0, r->native_mean_us,
-             o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1.0);
+             mpu_dtype_name(row->dtype), nccl_type_name(row->dtype), op_column(row));
+      if (rooted(row->coll)) printf("0");
+      else printf("null");
+      printf(", \"bytes\": %zu, \"count\": %zu", r->bytes, r->count);
+      json_number("time_us", r->mean_us, "%.6g");
+      json_number("mean_us", r->mean_us, "%.6g");
+      json_number("median_us", r->time_us, "%.6g");
+      json_number("min_us", r->min_us, "%.6g");
+      json_number("algbw_gbps", mean_algbw(r), "%.6g");
+      json_number("busbw_gbps", busbw(row, ip), "%.6g");
+      json_number("wrong", (double)r->wrong, "%.0f");
+      json_number("roofline_us", row->roof_us, "%.6g");
+      json_number("roofline_fraction", r->mean_us > 0 ? row->roof_us / r->mean_us : -1, "%.6g");
+      json_number("raw_mpi_us", r->native_mean_us, "%.6g");
+      json_number("checked_us", o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1, "%.6g");
+      printf("}");
     }
-  printf("\n], \"wrong\": %lld}\n", wrong);
+  printf("\n], \"wrong\": %lld, \"avg_busbw_gbps\": %.6g}\n", wrong, avg);
   return wrong ? 1 : 0;
 }
 
@@ -461,13 +689,13 @@ static int write_csv(const bench_run *run) {
     for (int ip = 0; ip < 2; ip++) {
       const bench_row *row = &run->rows[i];
       const mpu_bench_result *r = &row->res[ip];
-      double algbw = mean_algbw(r);
-      fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%lld,%.6g,%.6g\n",
+      char wrong[24] = "", raw[32] = ""; /* empty where absent */
+      if (r->wrong >= 0) snprintf(wrong, sizeof wrong, "%lld", r->wrong);
+      if (r->native_mean_us >= 0) snprintf(raw, sizeof raw, "%.6g", r->native_mean_us);
+      fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%s,%.6g,%s\n",
               mpu_collective_name(row->coll), backend_name(o->backend), row->ranks,
-              mpu_dtype_name(o->dtype), reducing(row->coll) ? mpu_op_name(o->op) : "none", ip,
-              r->bytes, r->count, r->mean_us, r->time_us, algbw,
-              algbw * mpu_bench_bus_factor(row->coll, row->ranks), r->wrong, row->roof_us,
-              r->native_mean_us);
+              mpu_dtype_name(row->dtype), op_column(row), ip, r->bytes, r->count, r->mean_us,
+              r->time_us, mean_algbw(r), busbw(row, ip), wrong, row->roof_us, raw);
     }
   return fclose(f);
 }
@@ -489,7 +717,7 @@ int cmd_bench(int argc, char **argv) {
   }
   run->o = &o;
   run->nsizes = plan_sizes(&o, run->sizes);
-  run->total_rows = run->nsizes * o.ncolls * (o.backend == TOOL_MPI ? 1 : o.nranks);
+  run->total_rows = planned_rows(&o, run->nsizes);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 1) cpus = 1;
   if (o.workers > 0 && o.workers < cpus) cpus = o.workers;
@@ -526,7 +754,9 @@ int cmd_bench(int argc, char **argv) {
     tool_backend_done(o.backend);
     return 1;
   }
-  int bad = o.format == CLI_JSON ? print_json(run) : print_text(run);
+  int bad = o.format == CLI_JSON             ? print_json(run)
+            : o.columns == COLUMNS_NCCL_TESTS ? print_nccl_tests(run)
+                                              : print_text(run);
   if (o.csv && write_csv(run)) bad = 1;
   free(run);
   tool_backend_done(o.backend);

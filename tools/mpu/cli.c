@@ -24,6 +24,13 @@ void cli_usage_error(const char *cmd, const char *fmt, ...) {
   exit(CLI_USAGE_EXIT);
 }
 
+void cli_help_exit_status(const char *one) {
+  printf("exit status:\n"
+         "  0  success\n"
+         "  1  %s\n"
+         "  2  a bad option or value (one line on stderr says which)\n", one);
+}
+
 int cli_parse_size(const char *s, size_t *out) {
   if (!s || !isdigit((unsigned char)*s)) return -1;
   errno = 0;

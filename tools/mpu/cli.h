@@ -18,6 +18,10 @@ void cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((forma
 
 /* "16M", "1G", "8", "512K" (powers of 1024; also "KiB", "MB" style suffixes).
  * Returns 0 on success, -1 if s is not a size or overflows. */
+/* The "exit status:" section of a --help text: 0 success, 1 `one`, 2 a usage
+ * error (the man pages are generated from these texts). */
+void cli_help_exit_status(const char *one);
+
 int cli_parse_size(const char *s, size_t *out);
 
 /* A whole number in [lo, hi]; returns 0 on success, -1 otherwise. */
