@@ -4,7 +4,7 @@
 # safe to run again.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev python3 libopenmpi-dev openmpi-bin help2man)
+packages=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev python3 libopenmpi-dev openmpi-bin)
 if [ "${1:-}" = "--test" ]; then
   # valgrind for the leak checks, clang for the fuzzer, chromium for the HTML picture's browser test
   packages+=(valgrind clang libclang-rt-14-dev chromium)

@@ -159,6 +159,7 @@ for b in mpi nccl; do
     exit 1
   fi
 done
+# man pages, when the build made them (tools/mpu_man.py)
 if [ -d "$build/man" ]; then
   test -f "$work/default/share/man/man1/mpu.1"
   test -f "$work/default/share/man/man1/mpu-plan.1"

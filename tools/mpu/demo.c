@@ -27,7 +27,18 @@ static void usage(void) {
   printf("usage: mpu demo <name> [options]\n\ndemos:\n");
   for (size_t i = 0; i < sizeof demos / sizeof demos[0]; i++)
     printf("  %-8s %s\n", demos[i].name, demos[i].summary);
-  printf("\n'mpu demo <name> --help' describes a demo's options.\n");
+  printf("\nEach demo checks what it computed (against one rank, or the values Megatron's and\n"
+         "PyTorch's sources print) and says PASS or FAIL. 'mpu demo <name> --help' describes a\n"
+         "demo's options.\n"
+         "\n"
+         "options:\n"
+         "  -h, --help  this text\n"
+         "\n");
+  cli_help_exit_status("the demo's check failed, or a run failed");
+  printf("\n"
+         "examples:\n"
+         "  mpu demo gpt --steps 10\n"
+         "  mpu demo mappings --format json\n");
 }
 
 int cmd_demo(int argc, char **argv) {

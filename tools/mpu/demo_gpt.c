@@ -468,7 +468,15 @@ static void help(void) {
          "                          128 tokens unless given) at tp 1 and tp 2, the share of time\n"
          "                          spent communicating, and the rate against one core's GEMM rate\n"
          "                          measured in the same run\n"
-         "  -h, --help              this text\n");
+         "  -h, --help              this text\n"
+         "\n");
+  cli_help_exit_status("a check failed (losses or parameters differ from one rank's), or a run failed");
+  printf("\n"
+         "examples:\n"
+         "  mpu demo gpt\n"
+         "  mpu demo gpt --tp 1 --pp 4 --vp 2 --dp 1 --layers 8 --micro-batches 8\n"
+         "  mpirun -n 8 mpu demo gpt --backend mpi\n"
+         "  mpu demo gpt --bench\n");
 }
 
 /* how the data-parallel ranks hold the model */

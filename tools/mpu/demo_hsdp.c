@@ -54,7 +54,14 @@ static void help(void) {
          "  --backend threads|mpi  thread ranks (default), or the processes of an MPI job\n"
          "                      (mpirun -n R*S mpu demo hsdp --backend mpi)\n"
          "  --format text|json  output format (default text)\n"
-         "  -h, --help          this text\n");
+         "  -h, --help          this text\n"
+         "\n");
+  cli_help_exit_status("the losses differ from one rank's, or a run failed");
+  printf("\n"
+         "examples:\n"
+         "  mpu demo hsdp\n"
+         "  mpu demo hsdp --mesh 3x2 --batch 24 --format json\n"
+         "  mpirun -n 8 mpu demo hsdp --backend mpi\n");
 }
 
 static void parse(int argc, char **argv, hsdp_opts *o) {

@@ -255,7 +255,14 @@ static void help(void) {
          "                      (mpirun -n W mpu demo mappings --backend mpi)\n"
          "  --format text|json  text mirrors the walkthrough's printouts; json is an object keyed by\n"
          "                      global rank, one object per scenario (default text)\n"
-         "  -h, --help          this text\n");
+         "  -h, --help          this text\n"
+         "\n");
+  cli_help_exit_status("a run failed");
+  printf("\n"
+         "examples:\n"
+         "  mpu demo mappings | grep \"rank 6\"\n"
+         "  mpu demo mappings --format json\n"
+         "  mpirun -n 8 mpu demo mappings --backend mpi\n");
 }
 
 int cmd_demo_mappings(int argc, char **argv) {

@@ -352,7 +352,14 @@ static void help(void) {
          "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
          "                          (mpirun -n TPxPPxDP mpu demo train --backend mpi)\n"
          "  --format text|json      output format (default text)\n"
-         "  -h, --help              this text\n");
+         "  -h, --help              this text\n"
+         "\n");
+  cli_help_exit_status("the losses differ from one rank's, or a run failed");
+  printf("\n"
+         "examples:\n"
+         "  mpu demo train --steps 20\n"
+         "  mpu demo train --tp 1 --pp 4 --dp 1 --layers 4\n"
+         "  mpirun -n 8 mpu demo train --backend mpi\n");
 }
 
 int cmd_demo_train(int argc, char **argv) {

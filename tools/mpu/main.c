@@ -37,7 +37,13 @@ static void usage(FILE *f) {
   fprintf(f, "\noptions:\n"
              "  -h, --help     this text\n"
              "  -V, --version  the tool's and the library's version\n"
-             "\n'mpu <command> --help' describes a command's options.\n");
+             "\n'mpu <command> --help' describes a command's options.\n\n");
+  cli_help_exit_status("the command failed: a demo's check, a wrong benchmark result, a run");
+  fprintf(f, "\n"
+             "examples:\n"
+             "  mpu demo gpt\n"
+             "  mpu plan --world-size 16 --tp 2 --pp 2 --format html >plan.html\n"
+             "  mpu bench -b 8 -e 64M -t 4\n");
 }
 
 int main(int argc, char **argv) {

@@ -38,7 +38,14 @@ static void help(void) {
          "                       across, framed; colour and stripes for the first dims) with\n"
          "                       a small grid per dim; html is that picture in a page where\n"
          "                       hovering or clicking a rank shows its groups and coordinates\n"
-         "  -h, --help           this text\n");
+         "  -h, --help           this text\n"
+         "\n");
+  cli_help_exit_status("the mesh cannot be built here (out of memory)");
+  printf("\n"
+         "examples:\n"
+         "  mpu mesh --shape 2,4 --names replicate,shard --rank 5\n"
+         "  mpu mesh --shape 2,2,4 --names pp,dp,tp --format html >mesh.html\n"
+         "  mpu mesh --bench\n");
 }
 
 static void parse(int argc, char **argv, mesh_opts *o) {

@@ -72,7 +72,15 @@ static void help(void) {
          "  --bench                   time one rank's groups and getters at 4,096 and 1,048,576\n"
          "                            ranks, and initialising the state of 64 thread ranks\n"
          "                            (tp 4, pp 4, dp 4) against every rank creating every group\n"
-         "  -h, --help                this text\n");
+         "  -h, --help                this text\n"
+         "\n");
+  cli_help_exit_status("out of memory");
+  printf("\n"
+         "examples:\n"
+         "  mpu plan --world-size 16 --tp 2 --pp 2 --rank 6\n"
+         "  mpu plan --flavor core-0.19 --world-size 64 --tp 2 --pp 4 --ep 4 --format html >plan.html\n"
+         "  mpu plan --schedule interleaved --pp 4 --vp 2 --micro-batches 8 --format svg >schedule.svg\n"
+         "  mpu plan --compare --world-size 16 --tp 2 --pp 2 --cp 2\n");
 }
 
 static void parse(int argc, char **argv, plan_opts *o) {
