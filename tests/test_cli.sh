@@ -102,8 +102,18 @@ for args in "--flavor deepspeed --world-size 32 --tp 2 --pp 2 --fp8" "--flavor d
     bad "plan $args --format html is not a self-contained page"
 done
 "$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 --ep 2 --format svg >"$tmp/legend.svg"
-grep -q "frame = tensor-parallel group (tp)" "$tmp/legend.svg" && grep -q "bottom stripe = context-parallel group (cp)" "$tmp/legend.svg" &&
-  grep -q "top stripe = expert-parallel group (ep)" "$tmp/legend.svg" && ok || bad "svg has no legend"
+grep -q "frame = tensor-parallel group (tp)" "$tmp/legend.svg" &&
+  grep -q "colour and the small number in a cell = data-parallel group (dp), 8 groups" "$tmp/legend.svg" && ok || bad "svg has no legend"
+# every kind captioned by what it is (core-0.19's too), no caption a bare "group"
+"$mpu" plan --flavor core-0.19 --world-size 32 --tp 2 --pp 2 --cp 2 --ep 4 --etp 1 --hcp 2 --dist-opt-instances 2 --format svg >"$tmp/c019.svg"
+! grep -q '<text x="[0-9]*" y="[0-9]*" fill="#444">group</text>' "$tmp/c019.svg" && grep -q "expert tensor-parallel group" "$tmp/c019.svg" &&
+  grep -q "hierarchical context-parallel group, level 0" "$tmp/c019.svg" && ok || bad "core-0.19 kinds captioned 'group'"
+# the schedule: every block labelled F m.c / B m.c or with a tooltip, coloured by chunk, a time axis
+"$mpu" plan --schedule interleaved --pp 4 --vp 2 --micro-batches 8 --format svg >"$tmp/sched.svg"
+[ "$(grep -c '<g class="block"><title>' "$tmp/sched.svg")" -eq 128 ] && grep -q '>F 0.0</text>' "$tmp/sched.svg" &&
+  grep -q '>B 7.1</text>' "$tmp/sched.svg" && grep -q "time, in forwards of one model chunk" "$tmp/sched.svg" &&
+  grep -q 'fill="url(#idle)"' "$tmp/sched.svg" && [ "$(grep -o 'fill="#[0-9a-f]*" stroke="#fff"/><text' "$tmp/sched.svg" | sort -u | wc -l)" -eq 4 ] &&
+  ok || bad "schedule svg: labels, chunk colours, axis, bubble"
 "$mpu" mesh --shape 2,2,4 --names pp,dp,tp --format svg >"$tmp/mesh.svg"
 [ "$(grep -c '<g class="kind"' "$tmp/mesh.svg")" = 3 ] && ok || bad "mesh svg"
 "$mpu" mesh --shape 2,4 --format html >"$tmp/mesh.html"

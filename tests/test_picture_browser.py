@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""The HTML pictures in a real headless browser (Debian's chromium).
+"""The HTML pictures in a real headless browser (Debian's chromium), in a
+1400 x 1000 window.
 
-For each page (`mpu plan --format html` of the three layouts' flavours that
-exist, `mpu mesh --format html`): load it, click a rank with a real mouse event
-(Chrome DevTools Protocol, Input.dispatchMouseEvent), and check that each kind's
-small grid highlights exactly that rank's group as `--format json` lists it, that
-the side panel lists the rank's getters as `--per-rank` gives them, that hovering
-another rank shows it and leaving returns to the pinned one; then take a
-screenshot. Usage: test_picture_browser.py MPU OUT_DIR. Exits 77 (skipped) when
-no chromium is installed.
+For each page (`mpu plan --format html` of the flavours' layouts, at 8, 64 and
+512 ranks too, and `mpu mesh --format html`): load it, click a rank with a real
+mouse event (Chrome DevTools Protocol, Input.dispatchMouseEvent), and check that
+each kind's small grid highlights exactly that rank's group as `--format json`
+lists it, that the side panel's table lists the rank's getters as `--per-rank`
+gives them (by Megatron's getter names) or a mesh rank's coordinates, that
+hovering another rank shows it and leaving returns to the pinned one, that the
+kind selector recolours the grid, that no text is smaller than 9 pixels on the
+screen and that no rank's cell is clipped (every cell and its number inside the
+picture's visible width, no sideways scrolling); then take a screenshot. The
+schedule SVG (`mpu plan --schedule ... --format svg`) gets the text-size check
+and a screenshot too. Usage: test_picture_browser.py MPU OUT_DIR. Exits 77
+(skipped) when no chromium is installed.
 """
 import base64
 import json
@@ -79,7 +85,7 @@ class Browser:
     def __init__(self, chromium, url, profile):
         self.proc = subprocess.Popen(
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--remote-debugging-port=0", "--user-data-dir=" + profile, "--window-size=1600,1200",
+             "--remote-debugging-port=0", "--user-data-dir=" + profile, "--window-size=1400,1000",
              url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         port_file, deadline = os.path.join(profile, "DevToolsActivePort"), time.time() + 60
         while not os.path.exists(port_file) or not open(port_file).read().strip():
@@ -126,6 +132,29 @@ def centre(browser, rank):
     return rect[0], rect[1]
 
 
+# every text element's size on the screen (font size times the SVG's scale), the smallest
+SMALLEST_TEXT = ("(() => { let least = 1e9, what = ''; document.querySelectorAll('text, th, td, h3, h4, "
+                 "label, select').forEach(e => { if (!e.textContent.trim()) return; const svg = e.ownerSVGElement;"
+                 " const scale = svg ? svg.getScreenCTM().a : 1;"
+                 " const px = parseFloat(getComputedStyle(e).fontSize) * scale;"
+                 " if (px < least) { least = px; what = e.textContent.slice(0, 40); } });"
+                 " return [least, what]; })()")
+# ranks whose cell (or its number) lies outside the picture's visible width
+CLIPPED = ("(() => { const pic = document.getElementById('pic'); pic.scrollLeft = 0;"
+           " const box = pic.getBoundingClientRect(), right = box.left + pic.clientWidth;"
+           " const out = []; document.querySelectorAll('#main .cell').forEach(c => {"
+           " const r = c.querySelector('rect').getBoundingClientRect();"
+           " const t = c.querySelector('text').getBoundingClientRect();"
+           " if (r.right > right || r.left < box.left || t.left < r.left || t.right > r.right)"
+           " out.push(+c.dataset.rank); });"
+           " return [out, pic.scrollWidth > pic.clientWidth]; })()")
+
+
+def check_text(browser, name):
+    least, what = browser.eval(SMALLEST_TEXT)
+    return [] if least >= 9 else ["%s: text of %.1f px on the screen ('%s'), want 9 or more" % (name, least, what)]
+
+
 def check_page(chromium, tmp, name, page_args, groups_of, getters, rank, other, shot):
     """groups_of(rank) -> {kind: sorted members or None}; getters(rank) -> dict or None."""
     failures = []
@@ -157,9 +186,36 @@ def check_page(chromium, tmp, name, page_args, groups_of, getters, rank, other, 
             failures.append("%s: kinds drawn %s, want %s" % (name, sorted(lit), sorted(want)))
         if browser.eval("document.getElementById('sel').textContent") != "rank %d (pinned)" % rank:
             failures.append("%s: the side panel does not name rank %d" % (name, rank))
-        shown = json.loads(browser.eval("document.getElementById('getters').textContent"))
-        if getters(rank) is not None and shown != getters(rank):
-            failures.append("%s: the getters shown for rank %d differ from --per-rank" % (name, rank))
+        table = browser.eval("[...document.querySelectorAll('#getters tr')].map(tr =>"
+                             " [tr.dataset.key, tr.querySelector('th').textContent,"
+                             " JSON.parse(tr.querySelector('td').textContent)])")
+        want_info = getters(rank)
+        if {k: v for k, _, v in table} != want_info:
+            failures.append("%s: the table shown for rank %d differs from %s" % (name, rank, want_info))
+        heading = browser.eval("document.querySelector('#side h4').textContent")
+        if name.startswith("plan"):
+            if not heading.startswith("getters") or not any(t.startswith("get_tensor_model_parallel_rank")
+                                                            for _, t, _ in table):
+                failures.append("%s: the getters are not by Megatron's names: %s" % (name, table[:3]))
+        elif heading != "coordinates":
+            failures.append("%s: a mesh's panel is headed %r, want coordinates" % (name, heading))
+        failures += check_text(browser, name)
+        clipped, scrolls = browser.eval(CLIPPED)
+        if clipped or scrolls:
+            failures.append("%s: ranks clipped at 1400 px: %s%s" % (name, clipped[:10],
+                                                                   " (the picture scrolls sideways)" if scrolls else ""))
+        # the selector colours the grid by another kind: the cells' numbers become its groups
+        kinds = browser.eval("D.kinds.map(k => k.name)")
+        last = len(kinds) - 1
+        got = browser.eval("(() => { const s = document.getElementById('colour-by'); s.value = %d;"
+                           " s.dispatchEvent(new Event('change')); return [...document.querySelectorAll("
+                           "'#main .cell')].map(c => [+c.dataset.rank, c.querySelector('.gn').textContent]); })()"
+                           % last)
+        want_numbers = browser.eval("D.kinds[%d].g" % last)
+        if any(t != (str(want_numbers[r]) if want_numbers[r] >= 0 else "") for r, t in got):
+            failures.append("%s: colouring by %s does not number the cells by its groups" % (name, kinds[last]))
+        browser.eval("(() => { const s = document.getElementById('colour-by'); s.value = D.fill;"
+                     " s.dispatchEvent(new Event('change')); })()")
         shot_png = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
         open(shot, "wb").write(shot_png)
         if not shot_png.startswith(b"\x89PNG") or len(shot_png) < 5000:
@@ -172,6 +228,34 @@ def check_page(chromium, tmp, name, page_args, groups_of, getters, rank, other, 
         browser.mouse("mouseMoved", 5, 5)
         if browser.eval("document.getElementById('sel').textContent") != "rank %d (pinned)" % rank:
             failures.append("%s: leaving rank %d does not return to the pinned rank" % (name, other))
+    finally:
+        browser.close()
+    return failures
+
+
+def check_svg(chromium, tmp, name, args, shot):
+    """An SVG alone (the schedule): text sizes, and a screenshot."""
+    path = os.path.join(tmp, name + ".svg")
+    with open(path, "w") as f:
+        subprocess.run(args, stdout=f, check=True)
+    profile = tempfile.mkdtemp(dir=tmp)
+    browser = Browser(chromium, "file://" + path, profile)
+    failures = []
+    try:
+        deadline = time.time() + 30
+        while not browser.eval("document.readyState == 'complete' && !!document.querySelector('text')"):
+            if time.time() > deadline:
+                raise RuntimeError("svg did not load")
+            time.sleep(0.1)
+        failures += check_text(browser, name)
+        labels = browser.eval("[...document.querySelectorAll('g.block')].map(g => [g.querySelector('title')"
+                              ".textContent, g.querySelector('text') ? g.querySelector('text').textContent : null])")
+        if not labels or any(not t for t, _ in labels):
+            failures.append("%s: a block without a tooltip" % name)
+        if not any(l and l.startswith("F ") for _, l in labels) or not any(l and l.startswith("B ") for _, l in labels):
+            failures.append("%s: forward and backward blocks are not labelled" % name)
+        shot_png = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
+        open(shot, "wb").write(shot_png)
     finally:
         browser.close()
     return failures
@@ -192,6 +276,12 @@ def main():
             "deepspeed_sp": ["--flavor", "deepspeed", "--world-size", "16", "--sp", "4"],
             "core": ["--world-size", "32", "--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--vp", "2"],
             "core_order": ["--world-size", "24", "--tp", "2", "--pp", "3", "--order", "tp-dp-pp"],
+            "core019": ["--flavor", "core-0.19", "--world-size", "32", "--tp", "2", "--pp", "2", "--cp", "2",
+                        "--ep", "4", "--etp", "1", "--hcp", "2", "--dist-opt-instances", "2"],
+            # the sizes a reader meets: 8, 64 and 512 ranks
+            "8": ["--world-size", "8", "--tp", "2", "--pp", "2"],
+            "64": ["--world-size", "64", "--tp", "2", "--pp", "4", "--cp", "2", "--ep", "2", "--vp", "2"],
+            "512": ["--world-size", "512", "--tp", "4", "--pp", "4", "--cp", "2", "--ep", "4"],
         }
         for name, args in layouts.items():
             plan = json.loads(subprocess.run([mpu, "plan", "--format", "json", "--per-rank"] + args,
@@ -217,9 +307,17 @@ def main():
         def mesh_groups(r):
             return {d["name"]: next(sorted(g) for g in d["groups"] if r in g) for d in mesh["dims"]}
 
+        def mesh_coords(r):
+            return {"rank": r, "coords": [r // 8, r // 4 % 2, r % 4]}
+
         f = check_page(chromium, tmp, "mesh", [mpu, "mesh", "--shape", "2,2,4", "--names", "pp,dp,tp",
-                                               "--format", "html"], mesh_groups, lambda r: None, 6, 9,
+                                               "--format", "html"], mesh_groups, mesh_coords, 6, 9,
                        os.path.join(out, "mesh.png"))
+        failures += f
+        passes += not f
+        f = check_svg(chromium, tmp, "schedule", [mpu, "plan", "--schedule", "interleaved", "--pp", "4",
+                                                  "--vp", "2", "--micro-batches", "8", "--format", "svg"],
+                      os.path.join(out, "schedule.png"))
         failures += f
         passes += not f
     finally:

@@ -35,9 +35,10 @@ static void help(void) {
          "  --iters N            timed repetitions of each query with --bench (default 100000)\n"
          "  --format FORMAT      text, json, svg or html (default text); svg draws the mesh as a\n"
          "                       grid (a row per index of the leading dims, the last dim\n"
-         "                       across, framed; colour and stripes for the first dims) with\n"
-         "                       a small grid per dim; html is that picture in a page where\n"
-         "                       hovering or clicking a rank shows its groups and coordinates\n"
+         "                       across, framed; the first dim's groups as colour and number)\n"
+         "                       with a small grid per dim; html is that picture in a page\n"
+         "                       where a selector colours by any dim and hovering or clicking\n"
+         "                       a rank shows its groups and coordinates\n"
          "  -h, --help           this text\n"
          "\n");
   cli_help_exit_status("the mesh cannot be built here (out of memory)");
@@ -205,8 +206,8 @@ static int bench(const mesh_opts *o) {
 }
 
 /* The mesh as a picture (picture.h): rows are the indices of the leading
- * dims, the last dim runs across and is framed; the first dims colour and
- * stripe the cells; every dim gets its small grid. */
+ * dims, the last dim runs across and is framed; the first dim colours the
+ * cells (the page's selector any dim); every dim gets its small grid. */
 static int draw(const mpu_mesh *m, cli_format format) {
   int nd = mpu_mesh_ndim(m), numel = (int)mpu_mesh_numel(m), *all = NULL;
   int64_t last, size, coords[MPU_MESH_MAX_DIMS], ng, gs;
@@ -243,8 +244,7 @@ static int draw(const mpu_mesh *m, cli_format format) {
   }
   p.channel[PIC_FRAME] = nd - 1;
   if (nd >= 2) p.channel[PIC_FILL] = 0;
-  if (nd >= 3) p.channel[PIC_STRIPE_LOW] = 1;
-  if (nd >= 4) p.channel[PIC_STRIPE_HIGH] = 2;
+  p.info_caption = "coordinates";
   for (int r = 0; r < numel; r++) {
     mpu_mesh_coords(m, r, coords);
     p.row[r] = r / (int)last, p.col[r] = r % (int)last;

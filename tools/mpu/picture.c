@@ -8,20 +8,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the main grid */
-#define CELL_W 48
-#define CELL_H 34
-#define GAP 6
-#define PER_LINE 32 /* cells per drawn line: a long row wraps */
-#define LINE_GAP 8
-#define ROW_GAP 18
-#define LEFT 190
-#define STRIPE 6
-/* the small grids, one per kind */
-#define MINI 9
-#define MINI_PITCH 10
-#define MINI_PER_LINE 64
-#define PANEL_MIN_W 340
+/* the main grid: 16 cells a line fit beside the HTML side panel in a 1400-pixel window */
+#define CELL_W 40
+#define CELL_H 32
+#define GAP 4
+#define PER_LINE 16 /* cells per drawn line: a long row wraps */
+#define LINE_GAP 6
+#define ROW_GAP 16
+#define LEFT 170
+#define MIN_WIDTH 880
+/* the small grids, one per kind: a group number (9 px text) in every cell */
+#define MINI_W 22
+#define MINI_H 15
+#define MINI_PER_LINE 16
+#define MINI_ROW_GAP 4
+#define PANEL_W (MINI_PER_LINE * MINI_W + 60)
+#define TITLE_CHARS 92 /* a title line at 15 px */
+#define CAPTION_CHARS 54 /* a small grid's caption line at 12 px: two lines at most */
 
 int pic_init(pic *p, int nranks, int nrows, int ncols) {
   memset(p, 0, sizeof *p);
@@ -67,13 +70,13 @@ void pic_set_info(pic *p, int r, char *json) {
 
 /* ---- colours and text -------------------------------------------------------------- */
 
-/* Group i's colour: hues a golden angle apart, so that neighbouring groups
- * (the ones a reader compares) are never close, and two lightnesses. */
-static void colour(char *buf, size_t len, int i, int dark) {
-  double hue = fmod(i * 137.508, 360.0);
-  if (dark) snprintf(buf, len, "hsl(%.0f,70%%,%d%%)", hue, i % 2 ? 38 : 48);
-  else snprintf(buf, len, "hsl(%.0f,65%%,%d%%)", hue, i % 2 ? 70 : 82);
-}
+/* Ten light colours that dark text reads on and that a reader tells apart;
+ * group g gets colour g mod 10, its number says which group it is. */
+static const char *const palette[10] = {"#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
+                                        "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5", "#fdd0a2"};
+#define NONE_FILL "#eeeeee" /* a rank in no group of the kind */
+
+static const char *colour(int g) { return g >= 0 ? palette[g % 10] : NONE_FILL; }
 
 static void xml_text(FILE *f, const char *s) {
   for (; *s; s++) switch (*s) {
@@ -98,20 +101,21 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* Every group of the kind holds one rank: nothing to tell apart, no colours. */
+static int singletons(const pic *p, const pic_kind *k) {
+  int members = 0;
+  for (int r = 0; r < p->nranks; r++) members += k->group_of[r] >= 0;
+  return k->ngroups > 1 && members == k->ngroups;
+}
+
 /* ---- geometry ------------------------------------------------------------------------ */
 
 typedef struct geometry {
-  int width, height, legend_y, grid_y, minis_y;
+  int width, height, title_lines, legend_y, grid_y, minis_y;
   int lines;       /* drawn lines per row of the main grid */
   int mini_lines;  /* per row of a small grid */
-  int panel_w, panel_h, panels_per_line;
+  int panel_h, panels_per_line;
 } geometry;
-
-static int legend_entries(const pic *p) {
-  int n = 2; /* rows, and the small grids */
-  for (int c = 0; c < PIC_CHANNELS; c++) n += p->channel[c] >= 0;
-  return n;
-}
 
 static geometry measure(const pic *p) {
   geometry g;
@@ -119,18 +123,18 @@ static geometry measure(const pic *p) {
   g.lines = p->ncols ? (p->ncols + PER_LINE - 1) / PER_LINE : 1;
   g.mini_lines = p->ncols ? (p->ncols + MINI_PER_LINE - 1) / MINI_PER_LINE : 1;
   g.width = LEFT + shown * (CELL_W + GAP) + 20;
-  if (g.width < 1000) g.width = 1000;
-  g.legend_y = 48;
-  g.grid_y = g.legend_y + 20 * legend_entries(p) + 16;
+  if (g.width < MIN_WIDTH) g.width = MIN_WIDTH;
+  g.title_lines = ((int)strlen(p->title) + TITLE_CHARS - 1) / TITLE_CHARS;
+  if (g.title_lines < 1) g.title_lines = 1;
+  g.legend_y = 26 + 20 * g.title_lines;
+  g.grid_y = g.legend_y + 22 * 4 + 10;
   int row_h = g.lines * (CELL_H + LINE_GAP) - LINE_GAP + ROW_GAP;
   g.minis_y = g.grid_y + p->nrows * row_h + 24;
-  int mini_w = (p->ncols < MINI_PER_LINE ? p->ncols : MINI_PER_LINE) * MINI_PITCH;
-  g.panel_w = (mini_w > PANEL_MIN_W ? mini_w : PANEL_MIN_W) + 24;
-  g.panel_h = 40 + p->nrows * (g.mini_lines * MINI_PITCH + 4) + 16;
-  g.panels_per_line = (g.width - 20) / g.panel_w;
+  g.panel_h = 60 + p->nrows * (g.mini_lines * MINI_H + MINI_ROW_GAP) + 18;
+  g.panels_per_line = (g.width - 20) / PANEL_W;
   if (g.panels_per_line < 1) g.panels_per_line = 1;
   int panel_lines = (p->nkinds + g.panels_per_line - 1) / g.panels_per_line;
-  g.height = g.minis_y + 24 + panel_lines * g.panel_h + 10;
+  g.height = g.minis_y + 30 + panel_lines * g.panel_h + 10;
   return g;
 }
 
@@ -143,75 +147,92 @@ static void cell_xy(const pic *p, const geometry *g, int r, int *x, int *y) {
 
 /* ---- SVG ----------------------------------------------------------------------------- */
 
-static void legend(const pic *p, const geometry *g, FILE *f) {
-  static const char *what[PIC_CHANNELS] = {"frame", "colour", "bottom stripe", "top stripe"};
-  int y = g->legend_y;
-  char c[48];
-  for (int ch = 0; ch < PIC_CHANNELS; ch++) {
-    int k = p->channel[ch];
-    if (k < 0) continue;
-    const pic_kind *kind = &p->kinds[k];
-    switch (ch) {
-    case PIC_FRAME:
-      fprintf(f, "<rect x=\"12\" y=\"%d\" width=\"40\" height=\"13\" fill=\"none\" stroke=\"#000\" "
-                 "stroke-width=\"2\"/>\n", y - 11);
-      break;
-    case PIC_FILL:
-      for (int i = 0; i < 3; i++) {
-        colour(c, sizeof c, i, 0);
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"13\" fill=\"%s\"/>\n", 12 + 14 * i,
-                y - 11, c);
-      }
-      break;
-    default:
-      for (int i = 0; i < 3; i++) {
-        colour(c, sizeof c, i, 1);
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"%d\" fill=\"%s\"/>\n", 12 + 14 * i,
-                ch == PIC_STRIPE_LOW ? y - 11 + 13 - STRIPE : y - 11, STRIPE, c);
-      }
+/* text wrapped at a space before `chars` a line (at most `lines` lines), so that no line runs
+ * off the picture or into its neighbour */
+static void wrapped(FILE *f, const char *s, int x, int y, int dy, size_t chars, int lines,
+                    const char *attrs) {
+  for (int line = 0; *s && line < lines; line++) {
+    size_t n = strlen(s);
+    if (n > chars) {
+      n = chars;
+      while (n > chars / 2 && s[n] != ' ') n--;
     }
-    fprintf(f, "<text x=\"64\" y=\"%d\">%s = ", y, what[ch]);
-    xml_text(f, kind->caption);
-    fprintf(f, " (");
-    xml_text(f, kind->name);
-    fprintf(f, "), %d group%s%s</text>\n", kind->ngroups, kind->ngroups == 1 ? "" : "s",
-            ch == PIC_FILL || ch >= PIC_STRIPE_LOW ? ", one colour each" : "");
-    y += 20;
+    char buf[128];
+    if (n >= sizeof buf) n = sizeof buf - 1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    fprintf(f, "<text x=\"%d\" y=\"%d\" %s>", x, y + dy * line, attrs);
+    xml_text(f, buf);
+    fprintf(f, "</text>\n");
+    s += n;
+    while (*s == ' ') s++;
   }
+}
+
+static void title(const pic *p, const geometry *g, FILE *f) {
+  wrapped(f, p->title, 10, 24, 20, TITLE_CHARS, g->title_lines + 1,
+          "font-size=\"15\" font-weight=\"bold\"");
+}
+
+static void legend(const pic *p, const geometry *g, FILE *f) {
+  int y = g->legend_y, k = p->channel[PIC_FRAME];
+  /* the frame: two cells in one frame */
+  if (k >= 0) {
+    fprintf(f, "<rect x=\"14\" y=\"%d\" width=\"17\" height=\"14\" fill=\"%s\"/><rect x=\"33\" "
+               "y=\"%d\" width=\"17\" height=\"14\" fill=\"%s\"/><rect x=\"11\" y=\"%d\" width=\"42\" "
+               "height=\"20\" fill=\"none\" stroke=\"#000\" stroke-width=\"2\"/>\n",
+            y - 12, NONE_FILL, y - 12, NONE_FILL, y - 15);
+    fprintf(f, "<text x=\"64\" y=\"%d\">frame = ", y);
+    xml_text(f, p->kinds[k].caption);
+    fprintf(f, " (");
+    xml_text(f, p->kinds[k].name);
+    fprintf(f, "), %d group%s</text>\n", p->kinds[k].ngroups, p->kinds[k].ngroups == 1 ? "" : "s");
+    y += 22;
+  }
+  /* the colour: three cells of groups 0, 1, 2 with their numbers */
+  k = p->channel[PIC_FILL];
+  for (int i = 0; i < 3; i++)
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"13\" height=\"16\" fill=\"%s\"/><text x=\"%d\" "
+               "y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%d</text>\n",
+            12 + 14 * i, y - 13, palette[i], 18 + 14 * i, y - 1, i);
+  fprintf(f, "<text x=\"64\" y=\"%d\" id=\"colour-legend\">colour and the small number in a cell = ", y);
+  if (k >= 0) {
+    xml_text(f, p->kinds[k].caption);
+    fprintf(f, " (");
+    xml_text(f, p->kinds[k].name);
+    fprintf(f, "), %d groups", p->kinds[k].ngroups);
+  } else {
+    fprintf(f, "none");
+  }
+  fprintf(f, "</text>\n");
+  y += 22;
   fprintf(f, "<text x=\"64\" y=\"%d\">", y);
   xml_text(f, p->row_caption);
-  fprintf(f, "</text>\n");
-  y += 20;
-  fprintf(f, "<text x=\"64\" y=\"%d\">small grids below: every kind of group, one colour per "
-             "group (ranks in none are grey)</text>\n", y);
+  fprintf(f, "; the large number is the rank</text>\n");
+  y += 22;
+  fprintf(f, "<text x=\"64\" y=\"%d\">small grids below: every kind, its group number in each "
+             "cell (grey: in none)</text>\n", y);
 }
 
 static void main_grid(const pic *p, const geometry *g, FILE *f, const int *at) {
-  char c[48];
+  int fk = p->channel[PIC_FILL];
   fprintf(f, "<g id=\"main\">\n");
   int row_h = g->lines * (CELL_H + LINE_GAP) - LINE_GAP + ROW_GAP;
   for (int row = 0; row < p->nrows; row++) {
-    fprintf(f, "<text x=\"10\" y=\"%d\">", g->grid_y + row * row_h + 21);
+    fprintf(f, "<text x=\"10\" y=\"%d\">", g->grid_y + row * row_h + 20);
     xml_text(f, p->row_label[row]);
     fprintf(f, "</text>\n");
   }
   for (int r = 0; r < p->nranks; r++) {
-    int x, y;
+    int x, y, gi = fk >= 0 ? p->kinds[fk].group_of[r] : -1;
     cell_xy(p, g, r, &x, &y);
-    int fill = p->channel[PIC_FILL] >= 0 ? p->kinds[p->channel[PIC_FILL]].group_of[r] : -1;
-    if (fill >= 0) colour(c, sizeof c, fill, 0);
-    else snprintf(c, sizeof c, "#f2f2f2");
     fprintf(f, "<g class=\"cell\" data-rank=\"%d\"><rect class=\"bg\" x=\"%d\" y=\"%d\" width=\"%d\" "
-               "height=\"%d\" fill=\"%s\"/>", r, x, y, CELL_W, CELL_H, c);
-    for (int ch = PIC_STRIPE_LOW; ch <= PIC_STRIPE_HIGH; ch++) {
-      int k = p->channel[ch], gi = k >= 0 ? p->kinds[k].group_of[r] : -1;
-      if (gi < 0) continue;
-      colour(c, sizeof c, gi, 1);
-      fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>", x,
-              ch == PIC_STRIPE_LOW ? y + CELL_H - STRIPE : y, CELL_W, STRIPE, c);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text></g>\n", x + CELL_W / 2,
-            y + 22, r);
+               "height=\"%d\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" text-anchor=\"middle\" "
+               "font-size=\"13\" font-weight=\"bold\">%d</text><text class=\"gn\" x=\"%d\" y=\"%d\" "
+               "text-anchor=\"middle\" font-size=\"10\" fill=\"#333\">",
+            r, x, y, CELL_W, CELL_H, colour(gi), x + CELL_W / 2, y + 14, r, x + CELL_W / 2, y + 27);
+    if (gi >= 0) fprintf(f, "%d", gi);
+    fprintf(f, "</text></g>\n");
   }
   /* frames: around each run of neighbouring cells of one group, line by line */
   int k = p->channel[PIC_FRAME];
@@ -226,7 +247,7 @@ static void main_grid(const pic *p, const geometry *g, FILE *f, const int *at) {
         cell_xy(p, g, r, &x, &y);
         fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
                    "stroke=\"#000\" stroke-width=\"2\"/>\n",
-                x - 3, y - 3, (end - col) * (CELL_W + GAP) - GAP + 6, CELL_H + 6);
+                x - 2, y - 2, (end - col) * (CELL_W + GAP) - GAP + 4, CELL_H + 4);
       }
       col = end;
     }
@@ -234,29 +255,32 @@ static void main_grid(const pic *p, const geometry *g, FILE *f, const int *at) {
 }
 
 static void small_grids(const pic *p, const geometry *g, FILE *f) {
-  char c[48];
-  fprintf(f, "<text x=\"10\" y=\"%d\" font-weight=\"bold\">every kind of group</text>\n",
-          g->minis_y);
+  fprintf(f, "<text x=\"10\" y=\"%d\" font-weight=\"bold\">every kind of group (the number: the "
+             "rank's group)</text>\n", g->minis_y);
   for (int k = 0; k < p->nkinds; k++) {
     const pic_kind *kind = &p->kinds[k];
-    int px = 10 + (k % g->panels_per_line) * g->panel_w;
-    int py = g->minis_y + 24 + (k / g->panels_per_line) * g->panel_h;
+    int alone = singletons(p, kind);
+    int px = 10 + (k % g->panels_per_line) * PANEL_W;
+    int py = g->minis_y + 22 + (k / g->panels_per_line) * g->panel_h;
     fprintf(f, "<g class=\"kind\" data-kind=\"");
     xml_text(f, kind->name);
-    fprintf(f, "\"><text x=\"%d\" y=\"%d\">", px, py + 12);
+    fprintf(f, "\"><text x=\"%d\" y=\"%d\" font-weight=\"bold\">", px, py + 12);
     xml_text(f, kind->name);
-    fprintf(f, ": %d group%s</text><text x=\"%d\" y=\"%d\" fill=\"#555\">", kind->ngroups,
-            kind->ngroups == 1 ? "" : "s", px, py + 26);
-    xml_text(f, kind->caption);
-    fprintf(f, "</text>\n");
+    fprintf(f, "</text><text x=\"%d\" y=\"%d\">%d group%s%s</text>\n",
+            px + 10 + 8 * (int)strlen(kind->name), py + 12, kind->ngroups,
+            kind->ngroups == 1 ? "" : "s", alone ? ", each rank alone" : "");
+    wrapped(f, kind->caption, px, py + 28, 14, CAPTION_CHARS, 2, "fill=\"#444\"");
     for (int r = 0; r < p->nranks; r++) {
-      int line = p->col[r] / MINI_PER_LINE;
-      int x = px + (p->col[r] % MINI_PER_LINE) * MINI_PITCH;
-      int y = py + 36 + p->row[r] * (g->mini_lines * MINI_PITCH + 4) + line * MINI_PITCH;
-      if (kind->group_of[r] >= 0) colour(c, sizeof c, kind->group_of[r], 0);
-      else snprintf(c, sizeof c, "#e4e4e4");
-      fprintf(f, "<rect class=\"m\" data-rank=\"%d\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
-                 "fill=\"%s\"/>\n", r, x, y, MINI, MINI, c);
+      int line = p->col[r] / MINI_PER_LINE, gi = kind->group_of[r];
+      int x = px + (p->col[r] % MINI_PER_LINE) * MINI_W;
+      int y = py + 52 + p->row[r] * (g->mini_lines * MINI_H + MINI_ROW_GAP) + line * MINI_H;
+      fprintf(f, "<g class=\"m\" data-rank=\"%d\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
+                 "fill=\"%s\" stroke=\"#fff\"/>", r, x, y, MINI_W, MINI_H,
+              alone && gi >= 0 ? palette[0] : colour(gi));
+      if (gi >= 0 && !alone)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"9\" text-anchor=\"middle\">%d</text>",
+                x + MINI_W / 2, y + 11, gi);
+      fprintf(f, "</g>\n");
     }
     fprintf(f, "</g>\n");
   }
@@ -273,10 +297,9 @@ void pic_svg(const pic *p, FILE *f) {
   for (int r = 0; r < p->nranks; r++) at[(size_t)p->row[r] * p->ncols + p->col[r]] = r;
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
              "font-family=\"monospace\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" "
-             "fill=\"#fff\"/>\n<text x=\"10\" y=\"24\" font-size=\"15\" font-weight=\"bold\">",
+             "fill=\"#fff\"/>\n",
           g.width, g.height);
-  xml_text(f, p->title);
-  fprintf(f, "</text>\n");
+  title(p, &g, f);
   legend(p, &g, f);
   main_grid(p, &g, f, at);
   small_grids(p, &g, f);
@@ -289,19 +312,37 @@ void pic_svg(const pic *p, FILE *f) {
 static const char page_style[] =
     "body{margin:0;display:flex;font-family:monospace;font-size:13px}"
     "#pic{flex:1;overflow:auto;height:100vh}"
-    "#side{width:420px;height:100vh;overflow:auto;border-left:1px solid #ccc;padding:0 12px}"
-    "#side th{text-align:left;padding-right:8px;vertical-align:top}"
+    "#side{width:400px;flex:none;height:100vh;overflow:auto;border-left:1px solid #ccc;"
+    "padding:0 10px;box-sizing:border-box}"
+    "#side table{border-collapse:collapse;width:100%}#side select{max-width:100%}"
+    "#side th,#side td{text-align:left;padding:1px 6px 1px 0;vertical-align:top}"
+    "#side th,#side td{overflow-wrap:anywhere}"
+    "#getters th{font-weight:normal;color:#333}#getters td{white-space:nowrap}"
     "[data-rank]{cursor:pointer}"
     ".cell.sel rect.bg{stroke:#d00;stroke-width:4}"
-    ".active .m{opacity:.25}.active .m.hl{opacity:1;stroke:#000;stroke-width:1.5}";
+    ".active .m{opacity:.3}.active .m.hl{opacity:1}.active .m.hl rect{stroke:#000;stroke-width:1.5}";
 
 /* Hover shows a rank, a click pins it; each kind's small grid outlines the
- * rank's group, and the side panel lists the groups and the getters. */
+ * rank's group, and the side panel lists the groups and the getters. The
+ * selector colours the main grid by any kind. */
 static const char page_script[] =
     "const members = D.kinds.map(k => { const m = new Map();\n"
     "  k.g.forEach((g, r) => { if (g >= 0) { if (!m.has(g)) m.set(g, []); m.get(g).push(r); } });\n"
     "  return m; });\n"
     "const esc = s => String(s).replace(/[&<>]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;'})[c]);\n"
+    "const sel = document.getElementById('colour-by');\n"
+    "D.kinds.forEach((k, i) => { const o = document.createElement('option'); o.value = i;\n"
+    "  o.textContent = k.name + ': ' + k.caption; sel.appendChild(o); });\n"
+    "sel.value = D.fill;\n"
+    "function colourBy(i) {\n"
+    "  const k = D.kinds[i];\n"
+    "  document.querySelectorAll('#main .cell').forEach(c => { const g = k.g[+c.dataset.rank];\n"
+    "    c.querySelector('rect.bg').setAttribute('fill', g >= 0 ? D.palette[g % 10] : D.none);\n"
+    "    c.querySelector('.gn').textContent = g >= 0 ? g : ''; });\n"
+    "  document.getElementById('colour-legend').textContent = 'colour and the small number in a cell = '\n"
+    "    + k.caption + ' (' + k.name + '), ' + k.n + ' groups';\n"
+    "}\n"
+    "sel.addEventListener('change', () => colourBy(+sel.value));\n"
     "let pinned = null;\n"
     "function show(r) {\n"
     "  document.body.classList.add('active');\n"
@@ -317,7 +358,10 @@ static const char page_script[] =
     "  });\n"
     "  document.getElementById('sel').textContent = 'rank ' + r + (pinned === r ? ' (pinned)' : '');\n"
     "  document.getElementById('groups').innerHTML = rows.join('');\n"
-    "  document.getElementById('getters').textContent = D.info ? JSON.stringify(D.info[r], null, 1) : '';\n"
+    "  const info = D.info ? D.info[r] : null, names = D.names || {};\n"
+    "  document.getElementById('getters').innerHTML = info ? Object.keys(info).map(key =>\n"
+    "    '<tr data-key=\"' + esc(key) + '\"><th>' + esc(names[key] || key) + '</th><td>' +\n"
+    "    esc(JSON.stringify(info[key])) + '</td></tr>').join('') : '';\n"
     "}\n"
     "document.querySelectorAll('[data-rank]').forEach(e => {\n"
     "  const r = +e.dataset.rank;\n"
@@ -336,19 +380,32 @@ void pic_html(const pic *p, FILE *f) {
   page_head(f, p->title);
   fprintf(f, "<div id=\"pic\">\n");
   pic_svg(p, f);
-  fprintf(f, "</div>\n<div id=\"side\"><h3 id=\"sel\">hover or click a rank</h3>"
-             "<table id=\"groups\"></table><h4>getters</h4><pre id=\"getters\"></pre></div>\n"
-             "<script>\nconst D = {\"kinds\": [");
+  fprintf(f, "</div>\n<div id=\"side\"><p><label>colour by <select id=\"colour-by\"></select>"
+             "</label></p><h3 id=\"sel\">hover or click a rank</h3><table id=\"groups\"></table>"
+             "<h4>");
+  xml_text(f, p->info_caption ? p->info_caption : "getters");
+  fprintf(f, "</h4><table id=\"getters\"></table></div>\n<script>\nconst D = {\"fill\": %d, "
+             "\"none\": \"%s\", \"palette\": [",
+          p->channel[PIC_FILL] >= 0 ? p->channel[PIC_FILL] : 0, NONE_FILL);
+  for (int i = 0; i < 10; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", palette[i]);
+  fprintf(f, "],\n \"kinds\": [");
   for (int k = 0; k < p->nkinds; k++) {
     fprintf(f, "%s\n {\"name\": ", k ? "," : "");
     json_string(f, p->kinds[k].name);
     fprintf(f, ", \"caption\": ");
     json_string(f, p->kinds[k].caption);
-    fprintf(f, ", \"g\": [");
+    fprintf(f, ", \"n\": %d, \"g\": [", p->kinds[k].ngroups);
     for (int r = 0; r < p->nranks; r++) fprintf(f, "%s%d", r ? "," : "", p->kinds[k].group_of[r]);
     fprintf(f, "]}");
   }
-  fprintf(f, "],\n \"info\": [");
+  fprintf(f, "],\n \"names\": {");
+  for (const pic_name *n = p->info_names; n && n->key; n++) {
+    fprintf(f, "%s", n == p->info_names ? "" : ", ");
+    json_string(f, n->key);
+    fprintf(f, ": ");
+    json_string(f, n->shown);
+  }
+  fprintf(f, "},\n \"info\": [");
   for (int r = 0; r < p->nranks; r++)
     fprintf(f, "%s%s", r ? ",\n  " : "", p->info[r] ? p->info[r] : "null");
   fprintf(f, "]};\n%s</script>\n</body></html>\n", page_script);

@@ -6,10 +6,13 @@
  *
  * The caller places every rank on a grid (rows are labelled: pipeline stages,
  * mesh coordinates) and describes each kind of group by the group index of
- * every rank. Up to four kinds get a visual channel of their own in the main
- * grid (a frame, the fill colour, a stripe at the bottom and one at the top of
- * each cell, with a legend); every kind, those included, also gets a small
- * copy of the grid coloured by its groups, so that no kind goes undrawn.
+ * every rank. The main grid frames one kind's groups (tp) and colours the
+ * cells by one kind at a time, the cell carrying its rank and that kind's
+ * group number (the HTML page has a selector of the kind to colour by); every
+ * kind also gets a small grid of its own with the group number in every
+ * cell, so that no kind goes undrawn and none depends on telling colours
+ * apart. The geometry fits a 1400-pixel window beside the HTML side panel,
+ * and no text is smaller than 9 pixels.
  */
 #ifndef MPU_TOOLS_PICTURE_H
 #define MPU_TOOLS_PICTURE_H
@@ -25,7 +28,13 @@ typedef struct pic_kind {
   int *group_of;     /* [nranks]: the rank's group index, -1 where it is in none */
 } pic_kind;
 
-enum pic_channel { PIC_FRAME, PIC_FILL, PIC_STRIPE_LOW, PIC_STRIPE_HIGH, PIC_CHANNELS };
+enum pic_channel { PIC_FRAME, PIC_FILL, PIC_CHANNELS };
+
+/* One line of the HTML side panel's table: a key of the per-rank JSON
+ * (pic.info) and how the user knows it (Megatron's getter name). */
+typedef struct pic_name {
+  const char *key, *shown;
+} pic_name;
 
 typedef struct pic {
   char title[512];
@@ -37,6 +46,8 @@ typedef struct pic {
   int nkinds;
   int channel[PIC_CHANNELS]; /* the kind each channel draws, -1 for none */
   char **info;          /* [nranks]: a JSON object of the rank's getters (HTML), or NULL */
+  const char *info_caption;  /* the side panel's heading for info: "getters", "coordinates" */
+  const pic_name *info_names; /* {key, shown} pairs ending with {NULL, NULL}; NULL: the keys */
 } pic;
 
 /* Allocate a picture of nranks ranks on an nrows x ncols grid; -1 if out of memory. */
