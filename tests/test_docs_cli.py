@@ -15,6 +15,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import mpu_man  # noqa: E402  (tools/mpu_man.py: how a help text's lists are read)
+
 SUBCOMMANDS = ("bench", "demo", "mesh", "plan")
 
 
@@ -26,16 +29,8 @@ def help_text(mpu, args):
 
 
 def listed(text, heading):
-    """The names in the indented list under `heading:` of a help text."""
-    names, inside = [], False
-    for line in text.splitlines():
-        if line.strip() == heading + ":":
-            inside = True
-        elif inside and line.startswith("  ") and line.strip():
-            names.append(line.split()[0])
-        elif inside and not line.strip() and names:
-            break
-    return names
+    """The names in the indented list under `heading:` of a help text (as the man pages read it)."""
+    return [name for name, _ in mpu_man.listed(text, heading)]
 
 
 def documented_commands(src):
