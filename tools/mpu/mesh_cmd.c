@@ -244,7 +244,12 @@ static int draw(const mpu_mesh *m, cli_format format) {
   }
   p.channel[PIC_FRAME] = nd - 1;
   if (nd >= 2) p.channel[PIC_FILL] = 0;
+  /* the rank's place as PyTorch's DeviceMesh answers it */
+  static const pic_name names[] = {{"rank", "torch.distributed.get_rank()"},
+                                   {"coords", "mesh.get_coordinate()"},
+                                   {NULL, NULL}};
   p.info_caption = "coordinates";
+  p.info_names = names;
   for (int r = 0; r < numel; r++) {
     mpu_mesh_coords(m, r, coords);
     p.row[r] = r / (int)last, p.col[r] = r % (int)last;
