@@ -11,56 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cli.h"
-#include "mpu.h"
-
-#define MAX_ROWS 4096
-#define MAX_SIZES 64
-#define MAX_OPS 8
-
-typedef enum bench_columns { COLUMNS_MPU = 0, COLUMNS_NCCL_TESTS = 1 } bench_columns;
-
-typedef struct bench_opts {
-  size_t min_bytes, max_bytes, step_bytes;
-  long factor, warmup, iters, workers;
-  long ranks[16];
-  int nranks;
-  int colls[MPU_COLL_COUNT], ncolls;
-  mpu_dtype dtypes[MPU_DTYPE_COUNT]; /* -d: one, or all */
-  int ndtypes;
-  mpu_op ops[MAX_OPS];               /* -o: one, or all */
-  int nops;
-  int average;                       /* -a: MPU_BENCH_SLOWEST or nccl-tests' 0..3 */
-  int blocking;                      /* -z */
-  bench_columns columns;
-  int check;
-  cli_format format;
-  const char *csv;
-  tool_backend backend;
-  int check_calls; /* threads: MPU_CHECKS_DEFAULT, _ON or _OFF */
-} bench_opts;
-
-typedef struct bench_row {
-  int ranks;
-  mpu_collective coll;
-  mpu_dtype dtype;
-  mpu_op op;
-  mpu_bench_result res[2];     /* [in_place]; MPI: call checking off, raw MPI interleaved */
-  mpu_bench_result checked[2]; /* MPI: the same call with call checking on */
-  double roof_us;              /* the roofline time of this row (see the top of the file) */
-} bench_row;
-
-typedef struct bench_run {
-  const bench_opts *o;
-  int ranks;         /* of the launch in progress */
-  int copiers;       /* threads of the roofline copies: the ranks that work at once */
-  mpu_comm *checked; /* MPI: the world with call checking on (bench_rank gets the unchecked one) */
-  size_t sizes[MAX_SIZES];
-  int nsizes;
-  bench_row rows[MAX_ROWS];
-  int nrows, total_rows; /* done and planned (the progress line's time left) */
-} bench_run;
+#include "bench_cmd.h"
 
 static void help(void) {
   printf(
@@ -137,15 +88,6 @@ static void help(void) {
          "  mpirun -n 4 mpu bench --backend mpi --collective all\n");
 }
 
-/* nccl-tests' type names (src/common.cu's test_typenames) for mpu's dtypes */
-static const char *nccl_type_name(mpu_dtype dt) {
-  static const char *names[MPU_DTYPE_COUNT] = {
-      [MPU_FLOAT32] = "float", [MPU_FLOAT64] = "double", [MPU_FLOAT16] = "half",
-      [MPU_BFLOAT16] = "bfloat16", [MPU_INT32] = "int32", [MPU_INT64] = "int64",
-      [MPU_UINT8] = "uint8"};
-  return (unsigned)dt < MPU_DTYPE_COUNT && names[dt] ? names[dt] : "invalid";
-}
-
 /* -d: a type by nccl-tests' or mpu's name, or all of them */
 static void parse_dtypes(const char *arg, bench_opts *o) {
   static const char *missing[] = {"int8", "uint32", "uint64", "f8e4m3", "f8e5m2", "char"};
@@ -162,7 +104,7 @@ static void parse_dtypes(const char *arg, bench_opts *o) {
       cli_usage_error("bench", "--datatype %s: mpu has no %s elements (it has float, double, half, "
                       "bfloat16, int32, int64, uint8)", arg, arg);
   for (int d = 0; d < MPU_DTYPE_COUNT; d++)
-    if (!strcmp(arg, nccl_type_name((mpu_dtype)d))) {
+    if (!strcmp(arg, bench_type_name((mpu_dtype)d))) {
       o->dtypes[o->ndtypes++] = (mpu_dtype)d;
       return;
     }
@@ -195,17 +137,12 @@ static void parse_list(const char *what, const char *arg, long lo, long hi, long
 
 static int plan_sizes(const bench_opts *o, size_t *sizes);
 
-static int rooted(mpu_collective c) { return c == MPU_COLL_BROADCAST || c == MPU_COLL_REDUCE; }
-static int reducing(mpu_collective c) {
-  return c == MPU_COLL_ALL_REDUCE || c == MPU_COLL_REDUCE_SCATTER || c == MPU_COLL_REDUCE;
-}
-
 /* the rows of the whole run: every size of every type, op (reducing collectives only),
  * collective and rank count */
 static int planned_rows(const bench_opts *o, int nsizes) {
   int per_sweep = 0;
   for (int k = 0; k < o->ncolls; k++)
-    per_sweep += o->ndtypes * (reducing((mpu_collective)o->colls[k]) ? o->nops : 1);
+    per_sweep += o->ndtypes * (bench_reducing((mpu_collective)o->colls[k]) ? o->nops : 1);
   return nsizes * per_sweep * (o->backend == TOOL_MPI ? 1 : o->nranks);
 }
 
@@ -423,7 +360,7 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
   mpu_comm_rank(world, &rank);
   for (int k = 0; k < o->ncolls; k++)
     for (int d = 0; d < o->ndtypes; d++)
-      for (int op = 0; op < (reducing((mpu_collective)o->colls[k]) ? o->nops : 1); op++)
+      for (int op = 0; op < (bench_reducing((mpu_collective)o->colls[k]) ? o->nops : 1); op++)
     for (int si = 0; si < run->nsizes; si++) {
       size_t bytes = run->sizes[si];
       bench_row row = {.ranks = run->ranks, .coll = (mpu_collective)o->colls[k],
@@ -472,233 +409,6 @@ static mpu_result_t bench_rank_nccl(mpu_comm *world, void *arg) {
   r = bench_rank(nc, arg);
   mpu_result_t d = mpu_comm_destroy(nc);
   return r ? r : d;
-}
-
-static const char *backend_name(tool_backend b) {
-  return b == TOOL_MPI ? "mpi" : b == TOOL_NCCL ? "nccl" : "threads";
-}
-
-/* algbw from the mean time, as nccl-tests reports it (the library's
- * algbw_gbps is from the median) */
-static double mean_algbw(const mpu_bench_result *x) {
-  return x->mean_us > 0 ? (double)x->bytes / (x->mean_us * 1e3) : 0;
-}
-
-/* a value in at most width characters, as nccl-tests' getFloatStr (src/util.cu) */
-static const char *fit(double value, int width, char *str) {
-  if (snprintf(str, (size_t)width + 1, "%*.2f", width, value) <= width) return str;
-  if (snprintf(str, (size_t)width + 1, "%*.1f", width, value) <= width) return str;
-  if (snprintf(str, (size_t)width + 1, "%*.0f", width, value) <= width) return str;
-  snprintf(str, (size_t)width + 1, width >= 7 ? "%*.1e" : "%*.0e", width, value);
-  return str;
-}
-
-static double busbw(const bench_row *r, int ip) {
-  return mean_algbw(&r->res[ip]) * mpu_bench_bus_factor(r->coll, r->ranks);
-}
-
-/* the wrong elements of both variants (and the raw MPI call's), and the average busbw */
-static long long summary(const bench_run *run, double *avg_busbw) {
-  long long wrong = 0;
-  double sum = 0;
-  int counted = 0;
-  for (int i = 0; i < run->nrows; i++)
-    for (int ip = 0; ip < 2; ip++) {
-      const mpu_bench_result *x = &run->rows[i].res[ip];
-      if (x->wrong > 0) wrong += x->wrong;
-      if (x->native_wrong > 0) wrong += x->native_wrong;
-      if (x->mean_us > 0) sum += busbw(&run->rows[i], ip), counted++;
-    }
-  *avg_busbw = counted ? sum / counted : 0;
-  return wrong;
-}
-
-static const char *op_column(const bench_row *r) {
-  return reducing(r->coll) ? mpu_op_name(r->op) : "none";
-}
-
-static void print_block(const bench_row *r, int ip, int mpi) {
-  const mpu_bench_result *x = &r->res[ip];
-  char wrong[24];
-  if (x->wrong < 0) snprintf(wrong, sizeof wrong, "N/A");
-  else snprintf(wrong, sizeof wrong, "%lld", x->wrong);
-  printf("  %9.2f %9.2f %7.2f %7.2f %6s %5.0f%%", x->mean_us, x->time_us, mean_algbw(x),
-         busbw(r, ip), wrong, x->mean_us > 0 ? 100.0 * r->roof_us / x->mean_us : 0);
-  if (mpi) {
-    if (x->native_mean_us >= 0) printf(" %9.2f", x->native_mean_us);
-    else printf(" %9s", "-");
-    printf(" %9.2f", r->checked[ip].mean_us);
-  }
-}
-
-/* which ranks a block of rows ran on: "# all_reduce, 4 thread ranks" */
-static int new_block(const bench_run *run, int i) {
-  const bench_row *r = &run->rows[i];
-  if (i && r->coll == run->rows[i - 1].coll && r->ranks == run->rows[i - 1].ranks) return 0;
-  char phrase[48];
-  tool_backend b = run->o->backend == TOOL_NCCL ? TOOL_THREADS : run->o->backend;
-  printf("#\n# %s, %s\n", mpu_collective_name(r->coll),
-         tool_ranks_phrase(b, r->ranks, phrase, sizeof phrase));
-  return 1;
-}
-
-static const char *time_what(const bench_opts *o) {
-  static const char *nccl[] = {"rank 0's mean", "the average of the ranks' means",
-                               "the least of the ranks' means", "the largest of the ranks' means"};
-  return o->average == MPU_BENCH_SLOWEST ? "mean over iterations of the slowest rank"
-                                         : nccl[o->average];
-}
-
-/* nccl-tests' table exactly (src/util.cu: the header, each row's fields and widths, the
- * summary lines): a script that reads its fields by position reads mpu's */
-static int print_nccl_tests(const bench_run *run) {
-  const bench_opts *o = run->o;
-  double avg;
-  long long wrong = summary(run, &avg);
-  printf("# mpu bench: %s backend, nccl-tests' columns (--columns nccl-tests); time: %s\n",
-         backend_name(o->backend), time_what(o));
-  for (int i = 0; i < run->nrows; i++) {
-    const bench_row *r = &run->rows[i];
-    if (new_block(run, i)) {
-      printf("#\n");
-      printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-             "", "", "", "", "");
-      printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
-             "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-             "busbw", "#wrong", 0, "");
-      printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
-             "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
-             0, "");
-    }
-    printf("%12zu  %12zu  %8s  %6s  %6i", r->res[0].bytes, r->res[0].count, nccl_type_name(r->dtype),
-           op_column(r), rooted(r->coll) ? 0 : -1);
-    for (int ip = 0; ip < 2; ip++) {
-      const mpu_bench_result *x = &r->res[ip];
-      char t[16], a[16], b[16];
-      fit(x->mean_us, 7, t), fit(mean_algbw(x), 6, a), fit(busbw(r, ip), 6, b);
-      if (x->wrong >= 0) printf("  %7s  %6s  %6s  %6g", t, a, b, (double)x->wrong);
-      else printf("  %7s  %6s  %6s    N/A", t, a, b);
-    }
-    printf("\n");
-  }
-  printf("# %-20s : %lld %s\n", "Out of bounds values", wrong, wrong ? "FAILED" : "OK");
-  printf("# %-20s : %g %s\n", "Avg bus bandwidth", avg, "");
-  printf("#\n");
-  return wrong ? 1 : 0;
-}
-
-static int print_text(const bench_run *run) {
-  const bench_opts *o = run->o;
-  int mpi = o->backend == TOOL_MPI;
-  double avg;
-  long long wrong = summary(run, &avg);
-  printf("# mpu bench: %s backend; nccl-tests' columns, type names and summary, and mpu's\n",
-         backend_name(o->backend));
-  printf("# time: %s, median beside it; algbw = size / time;\n"
-         "#   busbw = algbw x bus factor (GB/s = 1e9 bytes/s)\n"
-         "# #wrong: output elements that differ from the expected ones, all ranks together%s\n"
-         "# roof: the collective's least memory traffic at the copy bandwidth of as many threads\n"
-         "#   copying buffers of the same size (measured in this run), over the time taken\n",
-         time_what(o), o->check ? "" : " (-c 0: not checked)");
-  if (mpi)
-    printf("# mpi: the raw MPI call (MPI_Allreduce, ...) timed interleaved with mpu on the same\n"
-           "#   buffers; +chk: mpu with call checking on (the main columns have it off)\n");
-  for (int i = 0; i < run->nrows; i++) {
-    const bench_row *r = &run->rows[i];
-    if (new_block(run, i)) {
-      printf("# %52s%s %-*s %s\n", "", "out-of-place", mpi ? 54 : 34, "", "in-place");
-      printf("# %12s %12s %9s %6s %5s", "size", "count", "type", "redop", "root");
-      for (int ip = 0; ip < 2; ip++)
-        printf("  %9s %9s %7s %7s %6s %6s%s", "time", "median", "algbw", "busbw", "#wrong",
-               "roof", mpi ? "       mpi      +chk" : "");
-      printf("\n# %12s %12s %9s %6s %5s", "(B)", "(elements)", "", "", "");
-      for (int ip = 0; ip < 2; ip++)
-        printf("  %9s %9s %7s %7s %6s %6s%s", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "",
-               mpi ? "      (us)      (us)" : "");
-      printf("\n");
-    }
-    printf("  %12zu %12zu %9s %6s %5d", r->res[0].bytes, r->res[0].count, nccl_type_name(r->dtype),
-           op_column(r), rooted(r->coll) ? 0 : -1);
-    for (int ip = 0; ip < 2; ip++) print_block(r, ip, mpi);
-    printf("\n");
-  }
-  printf("# Out of bounds values : %lld %s\n", wrong, wrong ? "FAILED" : "OK");
-  printf("# Avg bus bandwidth    : %g\n#\n", avg);
-  return wrong ? 1 : 0;
-}
-
-/* a number, or null where there is none (a negative time or count says "absent") */
-static void json_number(const char *key, double v, const char *fmt) {
-  printf(", \"%s\": ", key);
-  if (v < 0) printf("null");
-  else printf(fmt, v);
-}
-
-static int print_json(const bench_run *run) {
-  const bench_opts *o = run->o;
-  double avg;
-  long long wrong = summary(run, &avg);
-  printf("{\"backend\": \"%s\", \"ranks\": [", backend_name(o->backend));
-  for (int i = 0; i < o->nranks; i++) printf("%s%ld", i ? ", " : "", o->ranks[i]);
-  printf("]");
-  if (o->ndtypes == 1) printf(", \"dtype\": \"%s\"", mpu_dtype_name(o->dtypes[0]));
-  if (o->nops == 1) printf(", \"op\": \"%s\"", mpu_op_name(o->ops[0]));
-  printf(", \"dtypes\": [");
-  for (int d = 0; d < o->ndtypes; d++) printf("%s\"%s\"", d ? ", " : "", mpu_dtype_name(o->dtypes[d]));
-  printf("], \"ops\": [");
-  for (int k = 0; k < o->nops; k++) printf("%s\"%s\"", k ? ", " : "", mpu_op_name(o->ops[k]));
-  printf("], \"time\": \"%s\", \"checked\": %s,\n \"rows\": [", time_what(o),
-         o->check ? "true" : "false");
-  for (int i = 0, first = 1; i < run->nrows; i++)
-    for (int ip = 0; ip < 2; ip++, first = 0) {
-      const bench_row *row = &run->rows[i];
-      const mpu_bench_result *r = &row->res[ip];
-      printf("%s\n  {\"collective\": \"%s\", \"ranks\": %d, \"in_place\": %s, \"dtype\": \"%s\", "
-             "\"type\": \"%s\", \"op\": \"%s\", \"root\": ",
-             first ? "" : ",", mpu_collective_name(row->coll), row->ranks, ip ? "true" : "false",
-             mpu_dtype_name(row->dtype), nccl_type_name(row->dtype), op_column(row));
-      if (rooted(row->coll)) printf("0");
-      else printf("null");
-      printf(", \"bytes\": %zu, \"count\": %zu", r->bytes, r->count);
-      json_number("time_us", r->mean_us, "%.6g");
-      json_number("mean_us", r->mean_us, "%.6g");
-      json_number("median_us", r->time_us, "%.6g");
-      json_number("min_us", r->min_us, "%.6g");
-      json_number("algbw_gbps", mean_algbw(r), "%.6g");
-      json_number("busbw_gbps", busbw(row, ip), "%.6g");
-      json_number("wrong", (double)r->wrong, "%.0f");
-      json_number("roofline_us", row->roof_us, "%.6g");
-      json_number("roofline_fraction", r->mean_us > 0 ? row->roof_us / r->mean_us : -1, "%.6g");
-      json_number("raw_mpi_us", r->native_mean_us, "%.6g");
-      json_number("checked_us", o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1, "%.6g");
-      printf("}");
-    }
-  printf("\n], \"wrong\": %lld, \"avg_busbw_gbps\": %.6g}\n", wrong, avg);
-  return wrong ? 1 : 0;
-}
-
-static int write_csv(const bench_run *run) {
-  const bench_opts *o = run->o;
-  FILE *f = fopen(o->csv, "w");
-  if (!f) {
-    perror(o->csv);
-    return -1;
-  }
-  fprintf(f, "collective,backend,ranks,dtype,op,in_place,bytes,count,mean_us,median_us,"
-             "algbw_gbps,busbw_gbps,wrong,roofline_us,raw_mpi_us\n");
-  for (int i = 0; i < run->nrows; i++)
-    for (int ip = 0; ip < 2; ip++) {
-      const bench_row *row = &run->rows[i];
-      const mpu_bench_result *r = &row->res[ip];
-      char wrong[24] = "", raw[32] = ""; /* empty where absent */
-      if (r->wrong >= 0) snprintf(wrong, sizeof wrong, "%lld", r->wrong);
-      if (r->native_mean_us >= 0) snprintf(raw, sizeof raw, "%.6g", r->native_mean_us);
-      fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%s,%.6g,%s\n",
-              mpu_collective_name(row->coll), backend_name(o->backend), row->ranks,
-              mpu_dtype_name(row->dtype), op_column(row), ip, r->bytes, r->count, r->mean_us,
-              r->time_us, mean_algbw(r), busbw(row, ip), wrong, row->roof_us, raw);
-    }
-  return fclose(f);
 }
 
 int cmd_bench_block(int argc, char **argv);
@@ -755,10 +465,10 @@ int cmd_bench(int argc, char **argv) {
     tool_backend_done(o.backend);
     return 1;
   }
-  int bad = o.format == CLI_JSON             ? print_json(run)
-            : o.columns == COLUMNS_NCCL_TESTS ? print_nccl_tests(run)
-                                              : print_text(run);
-  if (o.csv && write_csv(run)) bad = 1;
+  int bad = o.format == CLI_JSON             ? bench_print_json(run)
+            : o.columns == COLUMNS_NCCL_TESTS ? bench_print_nccl_tests(run)
+                                              : bench_print_text(run);
+  if (o.csv && bench_write_csv(run)) bad = 1;
   free(run);
   tool_backend_done(o.backend);
   return bad;
