@@ -54,6 +54,9 @@ same 4 gpt --tp 1 --pp 4 --dp 1 --vp 1 --steps 3
 same 4 gpt --tp 1 --pp 4 --vp 2 --dp 1 --layers 8 --micro-batches 8 --steps 2
 same 8 gpt --tp 4 --pp 1 --dp 2 --no-sp --steps 3
 same 8 gpt --tp 2 --pp 2 --vp 1 --dp 2 --no-zero --dropout 0 --steps 2
+# sharded data parallelism: FULL_SHARD over dp 2, HYBRID_SHARD 2x4 with tp 2 (16 ranks)
+same 8 gpt --fsdp --steps 3
+same 16 gpt --hsdp 2x4 --pp 1 --steps 2
 
 # hsdp: the default 2x4 mesh, 1x1, 3x2
 same 8 hsdp --steps 5
