@@ -290,6 +290,18 @@ expect_usage_error demo gpt --fsdp --hsdp 2x2
 [ "$(grep -c PASS "$tmp/gpt_fsdp")" -eq 2 ] && grep -q "dp 2 (FULL_SHARD)" "$tmp/gpt_fsdp" && ok || bad "demo gpt --fsdp checks"
 "$mpu" demo gpt --hsdp 2x4 --pp 1 --steps 3 >"$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp exited non-zero"
 [ "$(grep -c PASS "$tmp/gpt_hsdp")" -eq 2 ] && grep -q "HYBRID_SHARD, replicate 2 x shard 4" "$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp 2x4 checks"
+# activation recompute: each mode checked against one rank with full recompute
+expect_usage_error demo gpt --recompute some
+expect_usage_error demo gpt --recompute none --recompute-layers 1
+"$mpu" demo gpt --recompute none --steps 3 --format json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+a = d["activation_bytes_per_micro_batch"]
+assert d["pass"] and d["params_pass"] and d["recompute"] == "none"
+assert a["none"] > a["selective"] > a["full"] > 0
+' && ok || bad "demo gpt --recompute none"
+"$mpu" demo gpt --recompute selective --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt --recompute selective"
+"$mpu" demo gpt --recompute full --recompute-layers 1 --layers 4 --vp 1 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt --recompute-layers"
 
 # mpu demo train: the simpler model on the training blocks, and its self-check
 expect_usage_error demo train --tp 3

@@ -40,6 +40,8 @@ typedef struct gpt_opts {
   tool_backend backend;
   int shard;              /* --fsdp / --hsdp: parameters sharded over dp (mpu/fsdp.h) */
   long replicas;          /* --hsdp RxS: R (1 for --fsdp) */
+  long recompute_layers; /* --recompute-layers (0: every block) */
+  int recompute;         /* --recompute: GPT_RECOMPUTE_* */
 } gpt_opts;
 
 /* the text as token ids, and its vocabulary */
@@ -71,6 +73,7 @@ typedef struct gpt_run {
   double param_diff, param_scale; /* the largest difference found, and the largest value */
   double *comm;           /* [ranks]: each rank's seconds in communication (may be NULL) */
   int quiet;              /* no progress line (the benchmark's runs) */
+  double saved[3];        /* bytes a micro-batch keeps per rank (most over ranks), by GPT_RECOMPUTE_* */
 } gpt_run;
 
 static mpu_result_t read_corpus(const char *path, corpus *c) {
@@ -159,6 +162,7 @@ static mpu_result_t run_chunk(void *user) {
 
 static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input, float *output) {
   rank_model *m = user;
+  gpt_chunk_use_frame(&m->chunks[chunk], mb); /* (no frames: the chunk is recomputed) */
   /* the data (this replica's share of the global batch): the first stage reads the
    * tokens, the last the targets */
   if (m->chunks[chunk].first || m->chunks[chunk].last)
@@ -167,6 +171,7 @@ static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input
   if (input) memcpy(m->inputs + ((size_t)chunk * m->micro + mb) * act_size(m), input,
                     act_size(m) * sizeof(float));
   m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = output, m->counting = 1;
+  if (!gpt_chunk_whole_recompute(&m->ctx, &m->chunks[chunk])) return run_chunk(m);
   return mpu_checkpoint_forward(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
 }
 
@@ -174,7 +179,10 @@ static mpu_result_t on_backward(void *user, int mb, int chunk, const float *grad
                                 float *grad_input) {
   rank_model *m = user;
   m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = m->chunks[chunk].tmp, m->counting = 0;
-  mpu_result_t r = mpu_checkpoint_recompute(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
+  gpt_chunk_use_frame(&m->chunks[chunk], mb);
+  mpu_result_t r = MPU_SUCCESS;
+  if (gpt_chunk_whole_recompute(&m->ctx, &m->chunks[chunk]))
+    r = mpu_checkpoint_recompute(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
   float scale = 1.0f / (float)(m->o->seq * m->micro); /* the replica's mean over its tokens */
   return r ? r : gpt_chunk_backward(&m->ctx, &m->chunks[chunk], grad_output, grad_input, scale);
 }
@@ -235,7 +243,8 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   m.vp = run->kind == MPU_SCHEDULE_INTERLEAVED ? (int)o->vp : 1;
   m.micro = (int)o->micro; /* the reference: every replica's (one.micro = micro x dp) */
   gpt_config cfg = {run->text->vocab_padded, (int)o->hidden, (int)o->heads, (int)o->layers,
-                    (int)o->seq, (float)o->dropout, (uint64_t)o->seed};
+                    (int)o->seq, (float)o->dropout, (uint64_t)o->seed, o->recompute,
+                    (int)o->recompute_layers};
   mpu_pipeline *pipe = NULL;
   mpu_optimizer *opts = NULL, **optp = NULL;
   gpt_sharding sharding = {0, NULL, NULL};
@@ -256,11 +265,13 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   ao.beta2 = 0.95f;
   for (int c = 0; c < m.vp; c++) {
     TRY(gpt_chunk_create(&m.ctx, &m.chunks[c], c * pp_size + pp_rank, pp_size * m.vp));
+    TRY(gpt_chunk_frames(&m.ctx, &m.chunks[c], m.micro));
     if (!o->shard)
       TRY(mpu_optimizer_init(&opts[c], &m.chunks[c].params, dpc, o->zero && run->dp > 1, &ao));
     optp[c] = &opts[c];
   }
   if (o->shard) TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas, &ao));
+  TRY(gpt_recompute_report(&m.ctx, m.chunks, m.vp, world, run->saved));
   TRY(mpu_pipeline_create(pp, act_size(&m), &pipe));
   mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
   sc.kind = run->kind, sc.pp = pp_size, sc.vp = m.vp, sc.microbatches = m.micro;
@@ -379,7 +390,7 @@ static int bench(const gpt_opts *base, const corpus *text) {
       double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
       mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
       cfg.tp = (int)o.tp;
-      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1};
+      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}};
       mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
                             : MPU_ERR_OUT_OF_MEMORY;
       free(loss);
@@ -438,9 +449,10 @@ static void help(void) {
          "of causal self-attention with column-parallel QKV (stride 3) and row-parallel output and\n"
          "an MLP, vocab-parallel cross entropy, dropout) on the text that ships with mpu, with\n"
          "tensor and sequence parallelism, interleaved 1F1B pipelining over virtual stages, data\n"
-         "parallelism with ZeRO-1 AdamW, and full activation recompute; then check every step's\n"
-         "loss (1e-4 relative) and every parameter at the end against the same model trained on\n"
-         "one rank. Prints tokens/s and the pipeline bubble. Exits 1 if the check fails.\n"
+         "parallelism with ZeRO-1 AdamW, and activation recompute (full, selective or none); then\n"
+         "check every step's loss (1e-4 relative) and every parameter at the end against the same\n"
+         "model trained on one rank with full recompute. Prints tokens/s, the pipeline bubble and\n"
+         "the activation memory each recompute mode keeps. Exits 1 if the check fails.\n"
          "\n"
          "options:\n"
          "  --tp T, --pp P, --dp D  parallel sizes (default 2, 2, 2)\n"
@@ -468,6 +480,10 @@ static void help(void) {
          "                          128 tokens unless given) at tp 1 and tp 2, the share of time\n"
          "                          spent communicating, and the rate against one core's GEMM rate\n"
          "                          measured in the same run\n"
+         "  --recompute MODE        activation recompute, as Megatron's granularity: full (default:\n"
+         "                          each model chunk keeps its input and runs its forward again),\n"
+         "                          selective (the attention core only) or none\n"
+         "  --recompute-layers N    with full: only the first N blocks of each model chunk\n"
          "  -h, --help              this text\n");
 }
 
@@ -495,15 +511,18 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"no-zero", no_argument, 0, 'z'},        {"text", required_argument, 0, 'T'},
       {"format", required_argument, 0, 'F'},   {"backend", required_argument, 0, 'B'},
       {"bench", no_argument, 0, 'b'},        {"fsdp", no_argument, 0, 'f'},
-      {"hsdp", required_argument, 0, 'Y'},
+      {"hsdp", required_argument, 0, 'Y'},     {"recompute", required_argument, 0, 'R'},
+      {"recompute-layers", required_argument, 0, 'N'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   int bench_mode = 0, given[128] = {0};
   long hsdp_shard = 1;
-  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, CLI_TEXT, TOOL_THREADS, 0, 1};
+  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, CLI_TEXT, TOOL_THREADS, 0, 1,
+                0, GPT_RECOMPUTE_FULL};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['v'] = &o.vp;
   fields['s'] = &o.steps, fields['m'] = &o.micro, fields['q'] = &o.seq, fields['H'] = &o.hidden;
   fields['A'] = &o.heads, fields['L'] = &o.layers, fields['S'] = &o.seed;
+  fields['N'] = &o.recompute_layers;
   int c;
   opterr = 0;
   optind = 1;
@@ -529,6 +548,10 @@ int cmd_demo_gpt(int argc, char **argv) {
       if (!strcmp(optarg, "0")) o.dropout = 0;
       break;
     case 'b': bench_mode = 1; break;
+    case 'R':
+      if ((o.recompute = gpt_recompute_parse(optarg)) < 0)
+        cli_usage_error("demo gpt", "--recompute wants none, selective or full, not '%s'", optarg);
+      break;
     case 'n': o.sp = 0; break;
     case 'z': o.zero = 0; break;
     case 'f': o.shard = 1, o.replicas = 1; break;
@@ -563,6 +586,7 @@ int cmd_demo_gpt(int argc, char **argv) {
     if (!given['L']) o.layers = 2;
     if (!given['q']) o.seq = 128;
     if (!given['s']) o.steps = 4;
+    if (!given['R']) o.recompute = GPT_RECOMPUTE_NONE; /* the cheapest; it fits */
     if (o.heads % 2 || o.hidden % o.heads || o.seq % 2)
       cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
     corpus text;
@@ -574,6 +598,8 @@ int cmd_demo_gpt(int argc, char **argv) {
   long world = o.tp * o.pp * o.dp;
   if (world > 64) cli_usage_error("demo gpt", "tp x pp x dp = %ld ranks (at most 64)", world);
   if (o.layers > 256) cli_usage_error("demo gpt", "--layers %ld (at most 256)", o.layers);
+  if (given['N'] && o.recompute != GPT_RECOMPUTE_FULL)
+    cli_usage_error("demo gpt", "--recompute-layers goes with --recompute full");
   if (o.pp == 1) o.vp = 1;
   if (o.layers % (o.pp * o.vp))
     cli_usage_error("demo gpt", "--layers %ld is not a multiple of pp x vp = %ld", o.layers, o.pp * o.vp);
@@ -602,15 +628,16 @@ int cmd_demo_gpt(int argc, char **argv) {
   one.tp = one.pp = one.dp = one.vp = 1;
   one.backend = TOOL_THREADS;
   one.shard = 0;
+  one.recompute = GPT_RECOMPUTE_FULL, one.recompute_layers = 0; /* what the others are checked against */
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
-  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0};
+  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}};
   one.micro = o.micro * o.dp;
   mpu_result_t r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
   if (o.vp > 1) cfg.vp = (int)o.vp;
-  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0};
+  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}};
   int printer = 0;
   if (!r) r = tool_run(o.backend, (int)world, &cfg, (uint64_t)o.seed, gpt_rank, &run, &printer);
   cli_progress_done();
@@ -628,25 +655,29 @@ int cmd_demo_gpt(int argc, char **argv) {
   double tokens = (double)o.steps * o.dp * o.micro * o.seq, tps = tokens / run.seconds;
   double ptol = 1e-3 * fmax(run.param_scale, 1.0);
   int params_ok = run.param_diff <= ptol;
-  char phrase[48];
+  char phrase[48], phrase2[64];
   if (o.format == CLI_JSON) {
     printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"vp\": %ld, \"ranks\": %ld, "
            "\"sequence_parallel\": %s, \"zero1\": %s, \"data_parallel\": \"%s\", \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
            "\"bubble\": %.6g, \"analytic_bubble\": %.6g, \"param_max_difference\": %.6g, "
-           "\"param_tolerance\": %.6g, \"params_pass\": %s,\n ",
+           "\"param_tolerance\": %.6g, \"params_pass\": %s, \"recompute\": \"%s\", "
+           "\"recompute_layers\": %ld, \"activation_bytes_per_micro_batch\": {\"full\": %.0f, "
+           "\"selective\": %.0f, \"none\": %.0f},\n ",
            o.tp, o.pp, o.dp, o.vp, world, o.sp && o.tp > 1 ? "true" : "false",
            o.zero && o.dp > 1 && !o.shard ? "true" : "false", data_parallel_name(&o),
            mpu_schedule_name(kind), tps, bubble, analytic,
-           run.param_diff, ptol, params_ok ? "true" : "false");
+           run.param_diff, ptol, params_ok ? "true" : "false", gpt_recompute_name(o.recompute),
+           o.recompute_layers, run.saved[0], run.saved[1], run.saved[2]);
   } else {
     printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
            "%ld heads, %ld tokens per micro-batch, %ld micro-batch%s per replica, vocabulary %d "
-           "(padded %d), dropout %g, AdamW lr %g, full recompute\n",
+           "(padded %d), dropout %g, AdamW lr %g, %s\n",
            tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp,
            o.sp && o.tp > 1 ? " with sequence parallelism" : "", o.pp, o.vp,
            mpu_schedule_name(kind), o.dp, data_parallel_name(&o), o.layers,
            o.hidden, o.heads, o.seq, o.micro, o.micro == 1 ? "" : "es", text.vocab,
-           text.vocab_padded, o.dropout, o.lr);
+           text.vocab_padded, o.dropout, o.lr, gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase2, sizeof phrase2));
+    gpt_recompute_print(run.saved, o.recompute);
     printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
            "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",
            tps, o.steps, (long)(o.dp * o.micro * o.seq), run.seconds, bubble, analytic);
