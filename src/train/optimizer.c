@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/simd.h"
 #include "core/options.h"
 #include "core/chunk.h"
 #include "mpu/train.h"
@@ -187,9 +188,11 @@ static size_t held_range(const mpu_optimizer *opt, size_t start, size_t end, siz
   return shard;
 }
 
-/* Run f(opt, element, index into the rank's moments) over every element
- * this rank updates, with its parameter's decay. */
-typedef void (*element_fn)(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg);
+/* Run f(opt, first element, index of it into the rank's moments, count) over
+ * every run of elements this rank updates, with its parameter's decay: one
+ * call per run, so the element loop inside f is vectorised. */
+typedef void (*element_fn)(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay,
+                           void *arg);
 
 static void for_owned(mpu_optimizer *opt, element_fn f, void *arg) {
   const mpu_param_buffer *b = opt->b;
@@ -203,7 +206,7 @@ static void for_owned(mpu_optimizer *opt, element_fn f, void *arg) {
       const mpu_param *p = &b->params[i];
       size_t a = p->offset > lo ? p->offset : lo;
       size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-      for (size_t e = a; e < z; e++) f(opt, e, j + (e - lo), (float)p->decay, arg);
+      if (a < z) f(opt, a, j + (a - lo), z - a, (float)p->decay, arg);
     }
     j += hi - lo;
   }
@@ -262,20 +265,32 @@ void mpu_optimizer_free(mpu_optimizer *opt) {
 }
 
 /* the float32 main weights: copied from the parameters at the first step */
-static void take_main(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg) {
+static void take_main(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay,
+                      void *arg) {
   (void)decay, (void)arg;
-  opt->main[j] = opt->b->data[e];
+  memcpy(opt->main + j, opt->b->data + e, count * sizeof(float));
 }
 
 typedef struct step_args {
   float clip, bc1, bc2;
 } step_args;
 
-static void update(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg) {
-  const step_args *a = arg;
-  float g = opt->b->grad[e] * a->clip;
-  mpu__adamw_element(&opt->main[j], g, &opt->m[j], &opt->v[j], decay, &opt->o, a->bc1, a->bc2);
-  opt->b->data[e] = opt->main[j];
+/* one run of elements, fused: clip, AdamW, and the parameter written back */
+MPU_SIMD_CLONES static void update_run(float *restrict main, float *restrict m, float *restrict v,
+                                       float *restrict data, const float *restrict grad,
+                                       size_t count, float decay, const mpu_adamw_options *o,
+                                       const step_args *a) {
+  mpu_adamw_options oc = *o; /* locals: no aliasing with the arrays */
+  float clip = a->clip, bc1 = a->bc1, bc2 = a->bc2;
+  for (size_t i = 0; i < count; i++) {
+    mpu__adamw_element(&main[i], grad[i] * clip, &m[i], &v[i], decay, &oc, bc1, bc2);
+    data[i] = main[i];
+  }
+}
+
+static void update(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay, void *arg) {
+  update_run(opt->main + j, opt->m + j, opt->v + j, opt->b->data + e, opt->b->grad + e, count,
+             decay, &opt->o, arg);
 }
 
 /* counts[k]: how many elements of bucket [start, end) rank k holds (shards

@@ -378,9 +378,11 @@ static int bench(const gpt_opts *base, const corpus *text) {
   enum { REPS = 3 };
   gpt_opts o = *base;
   o.pp = o.dp = o.vp = 1, o.dropout = 0, o.backend = TOOL_THREADS;
-  /* forward, recompute and backward: 4 forwards' worth of matrix products per token */
+  /* the model's work: forward and backward, 3 forwards' worth of matrix products per token
+   * (causal attention counted at half the square); a recompute's extra forward not counted */
   double H = (double)o.hidden, T = (double)o.seq, V = (double)text->vocab_padded;
-  double flops_token = 4.0 * ((double)o.layers * (24 * H * H + 2 * T * H) + 2 * H * V);
+  double flops_token = 3.0 * ((double)o.layers * (24 * H * H + 2 * T * H) + 2 * H * V);
+  char phrase[64];
   double tokens = (double)o.steps * o.micro * o.seq;
   double gemm[REPS], tps[2][REPS], share[2][REPS];
   for (int rep = 0; rep < REPS; rep++) { /* interleaved: GEMM, tp 1, tp 2, again */
@@ -413,8 +415,9 @@ static int bench(const gpt_opts *base, const corpus *text) {
   double peak = gemm[REPS / 2];
   if (o.format == CLI_JSON) {
     printf("{\"hidden\": %ld, \"heads\": %ld, \"layers\": %ld, \"seq\": %ld, \"micro_batches\": %ld, "
-           "\"gemm_gflops_one_core\": %.4g, \"flops_per_token\": %.6g, \"runs\": [",
-           o.hidden, o.heads, o.layers, o.seq, o.micro, peak, flops_token);
+           "\"recompute\": \"%s\", \"gemm_gflops_one_core\": %.4g, \"flops_per_token\": %.6g, "
+           "\"runs\": [", o.hidden, o.heads, o.layers, o.seq, o.micro,
+           gpt_recompute_name(o.recompute), peak, flops_token);
     for (int k = 0; k < 2; k++) {
       double per_rank = tps[k][REPS / 2] * flops_token / (k + 1) * 1e-9;
       printf("%s\n  {\"tp\": %d, \"tokens_per_s\": %.6g, \"comm_share\": %.4g, "
@@ -425,11 +428,13 @@ static int bench(const gpt_opts *base, const corpus *text) {
     return 0;
   }
   printf("# mpu demo gpt --bench: the GPT (hidden %ld, %ld heads, %ld blocks, %ld micro-batches of "
-         "%ld tokens per step, %ld steps), forward + recompute + backward + AdamW, tp 1 vs tp 2 on "
+         "%ld tokens per step, %ld steps, %s), forward + backward + AdamW, tp 1 vs tp 2 on "
          "thread ranks with one BLAS thread each; median of %d runs, interleaved with the GEMM "
-         "measurement\n", o.hidden, o.heads, o.layers, o.micro, o.seq, o.steps, REPS);
+         "measurement\n", o.hidden, o.heads, o.layers, o.micro, o.seq, o.steps,
+         gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase, sizeof phrase), REPS);
   printf("# one core's GEMM rate here (cblas_sgemm 256^3, 1 thread): %.1f GFLOP/s; model work "
-         "%.3g FLOP per token (4 forwards' worth of products)\n", peak, flops_token);
+         "%.3g FLOP per token (3 forwards' worth of products; recompute not counted)\n", peak,
+         flops_token);
   printf("%4s %6s %11s %11s %16s %13s\n", "tp", "ranks", "tokens/s", "comm share",
          "GFLOP/s per rank", "of GEMM rate");
   for (int k = 0; k < 2; k++) {
@@ -477,7 +482,7 @@ static void help(void) {
          "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi)\n"
          "  --format text|json      output format (default text)\n"
          "  --bench                 instead: tokens/s of the model (hidden 256, 8 heads, 2 blocks,\n"
-         "                          128 tokens unless given) at tp 1 and tp 2, the share of time\n"
+         "                          128 tokens, recompute none unless given) at tp 1 and tp 2, the share of time\n"
          "                          spent communicating, and the rate against one core's GEMM rate\n"
          "                          measured in the same run\n"
          "  --recompute MODE        activation recompute, as Megatron's granularity: full (default:\n"
