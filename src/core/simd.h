@@ -16,8 +16,10 @@
 #ifndef MPU_CORE_SIMD_H
 #define MPU_CORE_SIMD_H
 
+/* ThreadSanitizer instruments the ifunc resolver, which the dynamic linker
+ * runs before TSan's runtime is up: a TSan build gets the baseline only. */
 #if defined(__x86_64__) && defined(__ELF__) && defined(__GNUC__) && !defined(__clang__) && \
-    __GNUC__ >= 11 && !defined(MPU_NO_SIMD_CLONES)
+    __GNUC__ >= 11 && !defined(MPU_NO_SIMD_CLONES) && !defined(__SANITIZE_THREAD__)
 #define MPU_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MPU_SIMD_CLONES
