@@ -7,7 +7,7 @@
 # `<!-- perf-report NAME -->` and `<!-- /perf-report NAME -->` lines: --write
 # puts the new tables there, otherwise they go to stdout only.
 #
-# Usage: scripts/perf-report.sh [--write] [--quick] [--compare-torch] [--only NAME]...
+# Usage: [ROUNDS=3] scripts/perf-report.sh [--write] [--quick] [--compare-torch] [--only NAME]...
 #   --quick          fewer iterations and rounds (a smoke run: its figures are not for the docs)
 #   --compare-torch  also time the same GPT in PyTorch (scripts/gpt_torch.py), interleaved with
 #                    `mpu demo gpt --bench`, on 1 and 2 threads; PYTHON (default python3) must
@@ -34,7 +34,7 @@ PYTHON=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 out=$tmp/report.md
-rounds=3 iters=
+rounds=${ROUNDS:-3} iters=
 [ $quick = 1 ] && rounds=1 iters="-n 5 -w 1"
 
 machine() {
