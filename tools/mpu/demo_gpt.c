@@ -271,7 +271,9 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     optp[c] = &opts[c];
   }
   if (o->shard) TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas, &ao));
-  TRY(gpt_recompute_report(&m.ctx, m.chunks, m.vp, world, run->saved));
+  double saved[3]; /* the same on every rank after the report's reduction */
+  TRY(gpt_recompute_report(&m.ctx, m.chunks, m.vp, world, saved));
+  if (rank == 0 || o->backend == TOOL_MPI) memcpy(run->saved, saved, sizeof saved);
   TRY(mpu_pipeline_create(pp, act_size(&m), &pipe));
   mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
   sc.kind = run->kind, sc.pp = pp_size, sc.vp = m.vp, sc.microbatches = m.micro;
