@@ -115,9 +115,10 @@ typedef struct pending_send {
  * rank (the same size on every rank whatever it called, so even mismatched
  * calls are one valid MPI_Allgather): the call's signature, and a small
  * call's whole input with it, so that call is complete after this one
- * exchange (no extra round trip). Measured at 8 B: 64 bytes of payload cost
- * the same as 32 on 2 and 8 processes. */
-#define CARRIED_BYTES 64
+ * exchange (no extra round trip). The block is kept small: on Open MPI 4.1's
+ * shared memory a 40-byte block (signature + 8) made an 8-byte all_reduce
+ * 1.13x the raw MPI_Allreduce on 2 processes, 48 or 64 bytes 1.25x, 96 1.3x. */
+#define CARRIED_BYTES 8
 typedef struct carrier {
   mpu__sig sig;
   unsigned char data[CARRIED_BYTES];
@@ -262,8 +263,12 @@ static mpu_result_t enter(mpu_comm *c, const mpu__call *k, const char *fn, int *
                     fn));
     MPU_CHECK(wait_for(c, &req, fn, "waiting for every rank to enter the call"));
   }
-  MPU_CHECK(mpu__sig_compare(fn, &m->blk[1], sizeof *mine, c->size, c->world_ranks,
-                             MPU__CHECK_ALL));
+  for (int p = 0; p < c->size; p++) /* the common case: every block says the same */
+    if (memcmp(&m->blk[1 + p].sig, &mine->sig, sizeof mine->sig)) {
+      MPU_CHECK(mpu__sig_compare(fn, &m->blk[1], sizeof *mine, c->size, c->world_ranks,
+                                 MPU__CHECK_ALL));
+      break;
+    }
   *done = carried != SIZE_MAX;
   return MPU_SUCCESS;
 }

@@ -437,13 +437,15 @@ static int print_json(const bench_run *run) {
              "\"root\": %d, \"bytes\": %zu, \"count\": %zu, \"time_us\": %.6g, \"mean_us\": %.6g, "
              "\"median_us\": %.6g, \"min_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, "
              "\"wrong\": %lld, \"roofline_us\": %.6g, \"roofline_fraction\": %.6g, "
-             "\"raw_mpi_us\": %.6g, \"checked_us\": %.6g}",
+             "\"raw_mpi_us\": %.6g, \"checked_us\": %.6g, \"raw_mpi_median_us\": %.6g, "
+             "\"checked_median_us\": %.6g}",
              first ? "" : ",", mpu_collective_name(row->coll), row->ranks, ip ? "true" : "false",
              reducing(row->coll) ? mpu_op_name(o->op) : "none", rooted(row->coll) ? 0 : -1,
              r->bytes, r->count, r->mean_us, r->mean_us, r->time_us, r->min_us, algbw,
              algbw * mpu_bench_bus_factor(row->coll, row->ranks), r->wrong, row->roof_us,
              r->mean_us > 0 ? row->roof_us / r->mean_us : 0, r->native_mean_us,
-             o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1.0);
+             o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1.0, r->native_us,
+             o->backend == TOOL_MPI ? row->checked[ip].time_us : -1.0);
     }
   printf("\n], \"wrong\": %lld}\n", wrong);
   return wrong ? 1 : 0;
