@@ -48,21 +48,23 @@ static void sync_all(void) { mpu_comm_barrier(ctl); }
 
 /* ---- mismatched collectives ------------------------------------------------ */
 
-typedef enum { COUNT, DTYPE, OP, ROOT, KIND, BARRIER, LARGE, LARGE_KIND } mismatch;
-static const char *const names[] = {"count",   "dtype",   "op",    "root",
-                                    "kind",    "barrier", "large", "large kind"};
+typedef enum { COUNT, DTYPE, OP, ROOT, KIND, BARRIER, TINY_OP, TINY_ROOT, LARGE, LARGE_KIND } mismatch;
+static const char *const names[] = {"count",   "dtype",     "op",      "root",  "kind",
+                                    "barrier", "tiny op",   "tiny root", "large", "large kind"};
 
-/* Rank 1 makes a call that differs from everyone else's in one way. Small
- * calls carry their input with the signature when there is no timeout; LARGE
- * sets one that does against one that does not. */
+/* Rank 1 makes a call that differs from everyone else's in one way. Calls of
+ * 8 bytes carry their input with the signature when there is no timeout: the
+ * TINY cases have both sides carry it, LARGE ones one side only. */
 static mpu_result_t mismatched_call(mpu_comm *c, mismatch m) {
   static float buf[4096], out[4096];
   int odd = rank == 1;
   switch (m) {
-  case LARGE: return mpu_comm_all_reduce(c, buf, out, odd ? 4096 : 16, MPU_FLOAT32, MPU_SUM);
+  case TINY_OP: return mpu_comm_all_reduce(c, buf, out, 2, MPU_FLOAT32, odd ? MPU_MAX : MPU_SUM);
+  case TINY_ROOT: return mpu_comm_broadcast(c, buf, 2, MPU_FLOAT32, odd ? 2 : 0);
+  case LARGE: return mpu_comm_all_reduce(c, buf, out, odd ? 4096 : 2, MPU_FLOAT32, MPU_SUM);
   case LARGE_KIND:
     return odd ? mpu_comm_all_gather(c, buf, out, 4096 / (size_t)size, MPU_FLOAT32)
-               : mpu_comm_reduce_scatter(c, buf, out, 1, MPU_FLOAT32, MPU_SUM);
+               : mpu_comm_broadcast(c, buf, 2, MPU_FLOAT32, 0);
   case COUNT: return mpu_comm_all_reduce(c, buf, out, odd ? 8 : 16, MPU_FLOAT32, MPU_SUM);
   case DTYPE: return mpu_comm_all_reduce(c, buf, out, 16, odd ? MPU_INT32 : MPU_FLOAT32, MPU_SUM);
   case OP: return mpu_comm_all_reduce(c, buf, out, 16, MPU_FLOAT32, odd ? MPU_MAX : MPU_SUM);
