@@ -16,11 +16,15 @@
  * or a float16 travels untouched.
  *
  * Safety (call checking, on by default): each collective first all_gathers
- * its signature with a non-blocking MPI_Iallgather polled against the
- * timeout, so mismatched calls fail on every rank with MPU_ERR_MISMATCH and a
- * rank that never comes ends the wait with MPU_ERR_TIMEOUT. The data phase
+ * its signature in a small fixed-size block, so mismatched calls fail on
+ * every rank with MPU_ERR_MISMATCH. Without a timeout (the default: MPI has
+ * none) the exchange is a blocking MPI_Allgather and an 8-byte call's input
+ * rides in the same block, so such a call costs one MPI call, as unchecked.
+ * With a timeout the exchange is an MPI_Iallgather polled against it, so a
+ * rank that never comes ends the wait with MPU_ERR_TIMEOUT; the data phase
  * then also runs non-blocking under the timeout (a rank that arrives after
- * its peers gave up must not hang either). A timed-out communicator is
+ * its peers gave up must not hang either), which is why the data never rides
+ * with the signature there. A timed-out communicator is
  * broken: every later call fails at once. MPI cannot cancel a collective, so
  * the buffers of the timed-out request stay with MPI: the library's are
  * handed to the orphan list (freed when the request completes or at
