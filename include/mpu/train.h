@@ -64,7 +64,8 @@ typedef struct mpu_param_buffer {
 
 /* Start an empty buffer for this rank (tp_rank: its tensor-parallel rank). */
 MPU_API void mpu_param_buffer_init(mpu_param_buffer *b, int tp_rank);
-/* Add a parameter of numel elements (before finalize); *index is its number. */
+/* Add a parameter of numel elements (before finalize); *index is its number.
+ * The name has 1..47 characters (a longer one is refused, never cut). */
 MPU_API mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t numel,
                                           mpu_param_attrs attrs, int *index);
 /* Lay the parameters out: data and grad are the caller's (b->numel floats
@@ -132,6 +133,11 @@ typedef struct mpu_optimizer {
   int64_t step;
 } mpu_optimizer;
 
+/* Collective over dp: every float option must be finite and in range (lr,
+ * weight_decay, clip_grad >= 0, betas in [0, 1), eps > 0), and every rank of
+ * dp must pass the same options, distributed flag and buffer shape (one
+ * all_gather of a small record compares them; a difference is
+ * MPU_ERR_MISMATCH on every rank, naming the rank and the option). */
 MPU_API mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_comm *dp,
                                         int distributed, const mpu_adamw_options *options);
 /*
@@ -162,7 +168,8 @@ MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
  * again (the caller keeps its activations this time and runs the block's
  * backward after), then puts back the streams it found, so randomness after
  * the backward is as without recompute (CheckpointFunction's fwd/bwd RNG
- * states).
+ * states). A refused recompute (a checkpoint that was never filled, or whose
+ * streams are not valid) changes no stream.
  */
 typedef mpu_result_t (*mpu_block_fn)(void *user);
 

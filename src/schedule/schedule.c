@@ -47,11 +47,17 @@ static mpu_result_t take(const char *fn, const mpu_schedule_config *given, mpu_s
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: pp (%d), vp (%d) and microbatches (%d) must be at least 1", fn, c->pp,
                       c->vp, c->microbatches);
-  int64_t total = (int64_t)c->microbatches * c->vp, cells = total * c->pp;
-  if (total > INT_MAX / 2 || cells > INT_MAX / 2)
+  /* each factor below 2^31, so the first product fits; the second only once
+   * the first is bounded */
+  int64_t total = (int64_t)c->microbatches * c->vp;
+  if (total > MPU_SCHEDULE_MAX_STEPS / 2 || 2 * total * c->pp > MPU_SCHEDULE_MAX_STEPS)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: %d micro-batches x %d chunks x %d stages is too many steps", fn,
-                      c->microbatches, c->vp, c->pp);
+                      "%s: %d micro-batches x %d chunks x %d stages make %.0f steps; a schedule "
+                      "has at most %d (2^20, an %d MiB timeline): fewer micro-batches show the "
+                      "same pattern",
+                      fn, c->microbatches, c->vp, c->pp, 2.0 * (double)total * c->pp,
+                      MPU_SCHEDULE_MAX_STEPS,
+                      (int)(MPU_SCHEDULE_MAX_STEPS * sizeof(double) >> 20));
   if (!(c->backward_cost > 0) || c->backward_cost > 1e6)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: backward_cost %g (want > 0)", fn,
                       c->backward_cost);

@@ -9,6 +9,7 @@
  * parameters travel.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,11 @@ mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t 
                                    mpu_param_attrs attrs, int *index) {
   static const char fn[] = "mpu_param_buffer_add";
   if (!b || !name) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  size_t len = strlen(name);
+  if (!len || len >= sizeof b->params[0].name) /* a cut name could name another parameter */
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: a parameter name of %zu characters (want 1..%zu): '%.60s%s'", fn, len,
+                      sizeof b->params[0].name - 1, name, len > 60 ? "..." : "");
   if (b->finalized)
     return mpu__error(MPU_ERR_INVALID_USAGE, "%s: '%s' after the buffer was finalized", fn, name);
   if (!numel || numel > ((size_t)1 << 40))
@@ -52,7 +58,7 @@ mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t 
   }
   mpu_param *p = &b->params[b->nparams];
   memset(p, 0, sizeof *p);
-  strncpy(p->name, name, sizeof p->name - 1);
+  memcpy(p->name, name, len + 1);
   p->offset = offset, p->numel = numel, p->attrs = attrs, p->decay = 1;
   b->numel = offset + numel;
   if (index) *index = b->nparams;
@@ -212,13 +218,79 @@ static void for_owned(mpu_optimizer *opt, element_fn f, void *arg) {
   }
 }
 
+/* Every float option finite and in its range: an infinite lr, decay or eps
+ * would turn the parameters into infinities or NaN at the first step. */
 mpu_result_t mpu__adamw_check(const char *fn, const mpu_adamw_options *o) {
-  if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
-      !(o->eps > 0) || !(o->weight_decay >= 0) || !(o->clip_grad >= 0))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: lr %g, betas (%g, %g), eps %g, weight decay %g, clip %g out of range",
-                      fn, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad);
+  static const char *const names[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"};
+  const float v[] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad};
+  static const char *const want[] = {"finite, >= 0", "in [0, 1)", "in [0, 1)", "finite, > 0",
+                                     "finite, >= 0", "finite, >= 0 (0: no clipping)"};
+  for (int i = 0; i < 6; i++) {
+    int ok = isfinite(v[i]) && v[i] >= 0;
+    if (i == 1 || i == 2) ok = ok && v[i] < 1;
+    if (i == 3) ok = ok && v[i] > 0;
+    if (!ok)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s %g out of range (want %s)", fn,
+                        names[i], (double)v[i], want[i]);
+  }
   return MPU_SUCCESS;
+}
+
+/* The options and the buffer's shape as one record every rank of a group
+ * must share: ranks that step with different lr, averaging rules or buckets
+ * diverge without a word, so the optimizers' inits compare them as
+ * mpu_state_init compares the layout config. */
+enum { AGREE_FIELDS = 11 };
+
+static void agree_value(char *out, size_t cap, int field, uint64_t x) {
+  if (field < 6) {
+    uint32_t bits = (uint32_t)x;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    snprintf(out, cap, "%.9g", (double)v);
+  } else {
+    snprintf(out, cap, "%llu", (unsigned long long)x);
+  }
+}
+
+mpu_result_t mpu__adamw_agree(const char *fn, mpu_comm *group, const mpu_adamw_options *o,
+                              int sum, size_t bucket_bytes, const char *strategy_name,
+                              int strategy, const mpu_param_buffer *b) {
+  const char *const names[AGREE_FIELDS] = {"lr", "beta1", "beta2", "eps", "weight_decay",
+                                           "clip_grad", "bucket_bytes", "sum", strategy_name,
+                                           "parameters", "elements"};
+  int n, rank;
+  MPU_CHECK(mpu_comm_size(group, &n));
+  MPU_CHECK(mpu_comm_rank(group, &rank));
+  /* a fake rank cannot see the others' records (as mpu_state_init trusts it) */
+  if (n == 1 || !strcmp(mpu_comm_backend(group), "fake")) return MPU_SUCCESS;
+  uint64_t *all = calloc((size_t)n * AGREE_FIELDS, sizeof *all);
+  if (!all) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d option records", fn, n);
+  uint64_t *mine = all + (size_t)rank * AGREE_FIELDS;
+  const float v[] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad};
+  for (int i = 0; i < 6; i++) {
+    uint32_t bits;
+    memcpy(&bits, &v[i], sizeof bits); /* the bits: two ranks agree only on the same float */
+    mine[i] = bits;
+  }
+  mine[6] = bucket_bytes, mine[7] = sum != 0, mine[8] = (uint64_t)(int64_t)strategy;
+  mine[9] = (uint64_t)b->nparams, mine[10] = b->numel;
+  mpu_result_t r =
+      mpu_comm_all_gather(group, mine, all, AGREE_FIELDS * sizeof *all, MPU_UINT8);
+  for (size_t k = 1; !r && k < (size_t)n; k++)
+    for (int f = 0; f < AGREE_FIELDS; f++)
+      if (all[k * AGREE_FIELDS + f] != all[f]) {
+        char a[32], z[32];
+        agree_value(a, sizeof a, f, all[k * AGREE_FIELDS + f]);
+        agree_value(z, sizeof z, f, all[f]);
+        r = mpu__error(MPU_ERR_MISMATCH,
+                       "%s: the ranks were given different optimizers: rank %zu's %s is %s, "
+                       "rank 0's %s",
+                       fn, k, names[f], a, z);
+        break;
+      }
+  free(all);
+  return r;
 }
 
 mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_comm *dp,
@@ -237,6 +309,8 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
   MPU_CHECK(mpu__adamw_check(fn, &opt->o));
   MPU_CHECK(ready(fn, b, dp, &opt->dp_size, &opt->dp_rank));
   opt->b = b, opt->dp = dp, opt->distributed = distributed != 0;
+  MPU_CHECK(mpu__adamw_agree(fn, dp, &opt->o, opt->o.sync.sum, opt->o.sync.bucket_bytes,
+                             "distributed", opt->distributed, b));
   size_t n = (size_t)opt->dp_size, bucket = sync.bucket_bytes / sizeof(float);
   opt->bucket = (bucket + n - 1) / n * n; /* every bucket's shards equal */
   if (opt->bucket > b->numel) opt->bucket = (b->numel + n - 1) / n * n;

@@ -26,6 +26,7 @@
 #include "cli.h"
 #include "gpt.h"
 #include "gpt_fsdp.h"
+#include "read_text.h"
 #include "mpu.h"
 
 extern const unsigned char gpt_corpus[];
@@ -81,11 +82,8 @@ static mpu_result_t read_corpus(const char *path, corpus *c) {
   unsigned char *text = NULL;
   size_t n = 0;
   if (path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "cannot open --text %s", path);
-    text = malloc(1 << 20);
-    n = text ? fread(text, 1, 1 << 20, f) : 0;
-    fclose(f);
+    mpu_result_t r = cli_read_text("--text", path, 1 << 20, &text, &n);
+    if (r) return r;
   } else {
     text = malloc(gpt_corpus_len);
     if (text) memcpy(text, gpt_corpus, n = gpt_corpus_len);

@@ -3,6 +3,7 @@
  * per stage and its timeline (text, JSON, SVG), with the bubble next to the
  * analytic (pp - 1) / (vp x micro-batches).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -10,9 +11,42 @@
 #include "mpu.h"
 #include "schedule_cmd.h"
 
+/* What a reader can take in: beyond these many steps (all stages together)
+ * the picture draws each stage's three phases instead of its steps, and the
+ * text and JSON give each stage's counts and phase times instead of listing
+ * the steps (as the layout picture summarises more than 4096 ranks). */
+#define SVG_MAX_STEPS 8192
+#define LIST_MAX_STEPS 65536
+
 static void fail(const char *what) {
   fprintf(stderr, "mpu plan: %s: %s\n", what, mpu_last_error());
   exit(1);
+}
+
+/* A stage's order in its three phases: the warm-up forwards, the steady
+ * one-forward-one-backward steps and the cool-down backwards, each with its
+ * step count and the time from its first start to its last end. */
+typedef struct phase_span {
+  int steps;
+  double from, to;
+} phase_span;
+
+static const char *const phase_names[3] = {"warm-up", "steady", "cool-down"};
+
+static void phases(const mpu_schedule_config *c, const mpu_schedule_step *order,
+                   const double *start, int n, int stage, phase_span ph[3]) {
+  int n0, warmup;
+  mpu_schedule_count(c, stage, &n0, &warmup);
+  int cool = c->forward_only ? 0 : warmup, bounds[4] = {0, warmup, n - cool, n};
+  for (int k = 0; k < 3; k++) {
+    int a = bounds[k], z = bounds[k + 1];
+    ph[k].steps = z - a;
+    ph[k].from = ph[k].to = 0;
+    if (z <= a) continue;
+    const mpu_schedule_step *last = &order[z - 1];
+    ph[k].from = start[a];
+    ph[k].to = start[z - 1] + (last->phase == 'F' ? 1.0 : c->backward_cost) / c->vp;
+  }
 }
 
 static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double **start, int n,
@@ -31,11 +65,29 @@ static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double 
   printf("<rect x=\"10\" y=\"48\" width=\"14\" height=\"10\" fill=\"#8fb8ea\"/><text x=\"28\" "
          "y=\"57\">forward (micro-batch.chunk)</text><rect x=\"210\" y=\"48\" width=\"14\" "
          "height=\"10\" fill=\"#f2b27a\"/><text x=\"228\" y=\"57\">backward</text>\n");
+  int whole = (int64_t)n * c->pp <= SVG_MAX_STEPS;
+  if (!whole)
+    printf("<text x=\"10\" y=\"%.1f\">%lld steps are too many to draw one by one (at most %d): "
+           "each stage's warm-up forwards, steady 1F1B and cool-down backwards are drawn; "
+           "--format json gives the phase times</text>\n", 80 + row * c->pp + 20,
+           (long long)n * c->pp, SVG_MAX_STEPS);
   for (int p = 0; p < c->pp; p++) {
     double y = 70 + row * p;
     printf("<text x=\"10\" y=\"%.1f\">stage %d</text>\n", y + row / 2 + 4, p);
     printf("<rect x=\"80\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#ddd\"/>\n", y,
            makespan * scale, row - 6);
+    if (!whole) {
+      phase_span ph[3];
+      phases(c, order[p], start[p], n, p, ph);
+      static const char *const fill[3] = {"#8fb8ea", "#c3b4e0", "#f2b27a"};
+      for (int k = 0; k < 3; k++)
+        if (ph[k].steps)
+          printf("<g><title>stage %d: %s, %d steps, %.3f to %.3f</title><rect x=\"%.2f\" "
+                 "y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"/></g>\n",
+                 p, phase_names[k], ph[k].steps, ph[k].from, ph[k].to, 80 + ph[k].from * scale, y,
+                 (ph[k].to - ph[k].from) * scale, row - 6, fill[k]);
+      continue;
+    }
     for (int i = 0; i < n; i++) {
       const mpu_schedule_step *s = &order[p][i];
       double w = (s->phase == 'F' ? 1.0 : c->backward_cost) / c->vp * scale;
@@ -68,33 +120,58 @@ int plan_schedule(const mpu_schedule_config *c, cli_format format) {
   }
   if (mpu_schedule_timeline(c, start, &makespan, &bubble)) fail("timeline");
   double analytic = (double)(c->pp - 1) / ((double)c->vp * c->microbatches);
+  int listed = (int64_t)n * c->pp <= LIST_MAX_STEPS;
   if (format == CLI_SVG) {
     svg(c, order, start, n, makespan, bubble, analytic);
   } else if (format == CLI_JSON) {
     printf("{\"schedule\": \"%s\", \"pp\": %d, \"vp\": %d, \"microbatches\": %d, "
            "\"group_size\": %d, \"forward_only\": %s, \"makespan\": %.6g, \"bubble\": %.6g, "
-           "\"analytic_bubble\": %.6g,\n \"stages\": [", mpu_schedule_name(c->kind), c->pp, c->vp,
+           "\"analytic_bubble\": %.6g,\n \"steps_listed\": %s, \"list_max_steps\": %d,\n \"stages\": [",
+           mpu_schedule_name(c->kind), c->pp, c->vp,
            c->microbatches, c->kind == MPU_SCHEDULE_INTERLEAVED ? (c->group_size ? c->group_size : c->pp) : 0,
-           c->forward_only ? "true" : "false", makespan, bubble, analytic);
+           c->forward_only ? "true" : "false", makespan, bubble, analytic,
+           listed ? "true" : "false", LIST_MAX_STEPS);
     for (int p = 0; p < c->pp; p++) {
       int w;
       mpu_schedule_count(c, p, &n, &w);
-      printf("%s\n  {\"stage\": %d, \"warmup\": %d, \"steps\": [", p ? "," : "", p, w);
-      for (int i = 0; i < n; i++)
-        printf("%s[\"%c\", %d, %d, %.6g]", i ? ", " : "", order[p][i].phase,
-               order[p][i].microbatch, order[p][i].chunk, start[p][i]);
-      printf("]}");
+      phase_span ph[3];
+      phases(c, order[p], start[p], n, p, ph);
+      printf("%s\n  {\"stage\": %d, \"warmup\": %d, \"count\": %d, \"phases\": [", p ? "," : "",
+             p, w, n);
+      for (int k = 0; k < 3; k++)
+        printf("%s{\"phase\": \"%s\", \"steps\": %d, \"from\": %.6g, \"to\": %.6g}", k ? ", " : "",
+               phase_names[k], ph[k].steps, ph[k].from, ph[k].to);
+      printf("]");
+      if (listed) {
+        printf(", \"steps\": [");
+        for (int i = 0; i < n; i++)
+          printf("%s[\"%c\", %d, %d, %.6g]", i ? ", " : "", order[p][i].phase,
+                 order[p][i].microbatch, order[p][i].chunk, start[p][i]);
+        printf("]");
+      }
+      printf("}");
     }
     printf("\n ]}\n");
   } else {
     printf("%s schedule: pp %d, vp %d, %d micro-batches; steps as phase micro-batch.chunk\n",
            mpu_schedule_name(c->kind), c->pp, c->vp, c->microbatches);
+    if (!listed)
+      printf("  (%lld steps are too many to list, at most %d: each stage's phases instead)\n",
+             (long long)n * c->pp, LIST_MAX_STEPS);
     for (int p = 0; p < c->pp; p++) {
       int w;
       mpu_schedule_count(c, p, &n, &w);
       printf("  stage %-3d (%d warm-up)", p, w);
-      for (int i = 0; i < n; i++)
-        printf(" %c%d.%d", order[p][i].phase, order[p][i].microbatch, order[p][i].chunk);
+      if (listed)
+        for (int i = 0; i < n; i++)
+          printf(" %c%d.%d", order[p][i].phase, order[p][i].microbatch, order[p][i].chunk);
+      else {
+        phase_span ph[3];
+        phases(c, order[p], start[p], n, p, ph);
+        for (int k = 0; k < 3; k++)
+          printf("%s %s %d steps %.4g..%.4g", k ? "," : "", phase_names[k], ph[k].steps,
+                 ph[k].from, ph[k].to);
+      }
       printf("\n");
     }
     printf("timeline (forward 1, backward %g per model): %.4g time units; bubble %.4f of the "
