@@ -88,6 +88,10 @@ static void test_param_names(void **state) {
   int i;
   assert_int_equal(mpu_param_buffer_add(&b, name, 4, MPU_PARAM_DUPLICATE, &i), 0);
   assert_string_equal(b.params[i].name, name);
+  assert_int_equal(mpu_param_buffer_add(&b, name, 4, MPU_PARAM_DUPLICATE, NULL),
+                   MPU_ERR_INVALID_ARGUMENT); /* one name, one parameter */
+  assert_non_null(strstr(mpu_last_error(), "already"));
+  assert_int_equal(b.nparams, 1);
   mpu_param_buffer_free(&b);
 }
 

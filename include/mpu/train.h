@@ -65,7 +65,8 @@ typedef struct mpu_param_buffer {
 /* Start an empty buffer for this rank (tp_rank: its tensor-parallel rank). */
 MPU_API void mpu_param_buffer_init(mpu_param_buffer *b, int tp_rank);
 /* Add a parameter of numel elements (before finalize); *index is its number.
- * The name has 1..47 characters (a longer one is refused, never cut). */
+ * The name has 1..47 characters (a longer one is refused, never cut) and
+ * is not in the buffer already. */
 MPU_API mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t numel,
                                           mpu_param_attrs attrs, int *index);
 /* Lay the parameters out: data and grad are the caller's (b->numel floats

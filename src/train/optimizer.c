@@ -41,6 +41,9 @@ mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t 
                       sizeof b->params[0].name - 1, name, len > 60 ? "..." : "");
   if (b->finalized)
     return mpu__error(MPU_ERR_INVALID_USAGE, "%s: '%s' after the buffer was finalized", fn, name);
+  for (int i = 0; i < b->nparams; i++) /* names are keys: of checkpoints, of messages */
+    if (!strcmp(b->params[i].name, name))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' is parameter %d already", fn, name, i);
   if (!numel || numel > ((size_t)1 << 40))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' has %zu elements", fn, name, numel);
   if (attrs.stride < 1 || (attrs.tensor_parallel && attrs.partition_dim < 0))

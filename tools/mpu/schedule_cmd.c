@@ -17,6 +17,17 @@
  * the steps (as the layout picture summarises more than 4096 ranks). */
 #define SVG_MAX_STEPS 8192
 #define LIST_MAX_STEPS 65536
+/* and past these many stages the first and the last half of them are
+ * given, with a line for the ones between */
+#define SVG_MAX_STAGES 64
+#define LIST_MAX_STAGES 4096
+
+/* Stage p's place among the stages shown (max of pp), or -1 when it is not
+ * shown; the row after the first half is the line for the ones left out. */
+static int shown(int p, int pp, int max) {
+  if (pp <= max || p < max / 2) return p;
+  return p >= pp - max / 2 ? p - (pp - max) + 1 : -1;
+}
 
 static void fail(const char *what) {
   fprintf(stderr, "mpu plan: %s: %s\n", what, mpu_last_error());
@@ -52,7 +63,8 @@ static void phases(const mpu_schedule_config *c, const mpu_schedule_step *order,
 static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double **start, int n,
                 double makespan, double bubble, double analytic) {
   double scale = 900.0 / makespan, row = 34;
-  int W = 1000, H = (int)(80 + row * c->pp + 40);
+  int rows = c->pp <= SVG_MAX_STAGES ? c->pp : SVG_MAX_STAGES + 1;
+  int W = 1000, H = (int)(80 + row * rows + 40);
   printf("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
          "font-family=\"monospace\" font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" "
          "fill=\"#fff\"/>\n", W, H);
@@ -69,10 +81,16 @@ static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double 
   if (!whole)
     printf("<text x=\"10\" y=\"%.1f\">%lld steps are too many to draw one by one (at most %d): "
            "each stage's warm-up forwards, steady 1F1B and cool-down backwards are drawn; "
-           "--format json gives the phase times</text>\n", 80 + row * c->pp + 20,
+           "--format json gives the phase times</text>\n", 80 + row * rows + 20,
            (long long)n * c->pp, SVG_MAX_STEPS);
   for (int p = 0; p < c->pp; p++) {
-    double y = 70 + row * p;
+    int at = shown(p, c->pp, SVG_MAX_STAGES);
+    if (at < 0) continue;
+    if (c->pp > SVG_MAX_STAGES && p == c->pp - SVG_MAX_STAGES / 2)
+      printf("<text x=\"10\" y=\"%.1f\">... stages %d to %d are not drawn (at most %d stages are: "
+             "the first and the last half)</text>\n", 70 + row * (at - 1) + row / 2 + 4,
+             SVG_MAX_STAGES / 2, p - 1, SVG_MAX_STAGES);
+    double y = 70 + row * at;
     printf("<text x=\"10\" y=\"%.1f\">stage %d</text>\n", y + row / 2 + 4, p);
     printf("<rect x=\"80\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#ddd\"/>\n", y,
            makespan * scale, row - 6);
@@ -126,12 +144,15 @@ int plan_schedule(const mpu_schedule_config *c, cli_format format) {
   } else if (format == CLI_JSON) {
     printf("{\"schedule\": \"%s\", \"pp\": %d, \"vp\": %d, \"microbatches\": %d, "
            "\"group_size\": %d, \"forward_only\": %s, \"makespan\": %.6g, \"bubble\": %.6g, "
-           "\"analytic_bubble\": %.6g,\n \"steps_listed\": %s, \"list_max_steps\": %d,\n \"stages\": [",
+           "\"analytic_bubble\": %.6g,\n \"steps_listed\": %s, \"list_max_steps\": %d, "
+           "\"stages_listed\": %d, \"list_max_stages\": %d,\n \"stages\": [",
            mpu_schedule_name(c->kind), c->pp, c->vp,
            c->microbatches, c->kind == MPU_SCHEDULE_INTERLEAVED ? (c->group_size ? c->group_size : c->pp) : 0,
            c->forward_only ? "true" : "false", makespan, bubble, analytic,
-           listed ? "true" : "false", LIST_MAX_STEPS);
+           listed ? "true" : "false", LIST_MAX_STEPS,
+           c->pp <= LIST_MAX_STAGES ? c->pp : LIST_MAX_STAGES, LIST_MAX_STAGES);
     for (int p = 0; p < c->pp; p++) {
+      if (shown(p, c->pp, LIST_MAX_STAGES) < 0) continue;
       int w;
       mpu_schedule_count(c, p, &n, &w);
       phase_span ph[3];
@@ -159,6 +180,10 @@ int plan_schedule(const mpu_schedule_config *c, cli_format format) {
       printf("  (%lld steps are too many to list, at most %d: each stage's phases instead)\n",
              (long long)n * c->pp, LIST_MAX_STEPS);
     for (int p = 0; p < c->pp; p++) {
+      if (shown(p, c->pp, LIST_MAX_STAGES) < 0) continue;
+      if (c->pp > LIST_MAX_STAGES && p == c->pp - LIST_MAX_STAGES / 2)
+        printf("  ... stages %d to %d are not listed (at most %d stages are: the first and the "
+               "last half)\n", LIST_MAX_STAGES / 2, p - 1, LIST_MAX_STAGES);
       int w;
       mpu_schedule_count(c, p, &n, &w);
       printf("  stage %-3d (%d warm-up)", p, w);
