@@ -6,7 +6,8 @@
  *
  * Every rank runs ITERATIONS all_reduce calls of COUNT floats over the
  * world, each result checked exactly (every input is a small whole number,
- * so any order of sums is exact); after the first call it creates DIR/ready.R.
+ * so any order of sums is exact); after the first call it writes the wall
+ * clock to DIR/ready.R (and the killed rank to DIR/killed.R before it dies).
  * Each rank ends by writing one line to DIR/rank.R:
  *
  *   RANK HOST RESULT ITERATIONS_DONE WALL_CLOCK_AT_END CALL_SECONDS MESSAGE
@@ -32,11 +33,12 @@ static double clock_of(clockid_t id) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void touch(const char *dir, const char *what, int rank) {
+/* DIR/WHAT.RANK holding the wall clock now */
+static void mark(const char *dir, const char *what, int rank) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.%d", dir, what, rank);
   FILE *f = fopen(path, "w");
-  if (f) fclose(f);
+  if (f) fprintf(f, "%.3f\n", clock_of(CLOCK_REALTIME)), fclose(f);
 }
 
 int main(int argc, char **argv) {
@@ -68,7 +70,10 @@ int main(int argc, char **argv) {
   long done = 0;
   double call = 0;
   for (; done < iterations; done++) {
-    if (done == kill_at && rank == size - 1) raise(SIGKILL);
+    if (done == kill_at && rank == size - 1) {
+      mark(dir, "killed", rank);
+      raise(SIGKILL);
+    }
     for (long i = 0; i < count; i++) in[i] = (float)((rank + 1) * ((i + done) % 13 + 1));
     double t0 = clock_of(CLOCK_MONOTONIC);
     r = mpu_comm_all_reduce(world, in, out, (size_t)count, MPU_FLOAT32, MPU_SUM);
@@ -83,7 +88,7 @@ int main(int argc, char **argv) {
       result = "WRONG";
       break;
     }
-    if (done == 0) touch(dir, "ready", rank);
+    if (done == 0) mark(dir, "ready", rank);
   }
   char path[4096];
   snprintf(path, sizeof path, "%s/rank.%d", dir, rank);
