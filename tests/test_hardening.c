@@ -4,7 +4,8 @@
  *
  *   optimizer     every float option finite and in range; a parameter name
  *                 past the limit refused, not cut; ranks of one dp group
- *                 given different options fail at init, every one of them
+ *                 given different options fail at init (ZeRO-1 and the
+ *                 sharded optimizer), every one of them
  *   recompute     a checkpoint with invalid streams leaves every stream,
  *                 the default one too, as it was
  *   schedule      sizes near INT_MAX refused before any product overflows;
@@ -99,7 +100,7 @@ static void test_param_names(void **state) {
 
 typedef struct agree_case {
   int odd_rank;              /* the rank given other options (-1: none) */
-  int field;                 /* 0 lr, 1 sum, 2 distributed, 3 shape */
+  int field;                 /* 0 lr, 1 sum, 2 distributed, 3 shape, 4 lr of mpu_fsdp */
   mpu_result_t results[4];
   char messages[4][256];
 } agree_case;
@@ -122,7 +123,16 @@ static mpu_result_t agree_rank(mpu_comm *world, void *arg) {
   }
   mpu_optimizer opt;
   memset(&opt, 0, sizeof opt);
-  if (!r) r = mpu_optimizer_init(&opt, &b, world, distributed, &o);
+  if (c->field == 4) { /* the sharded optimizer (ZeRO-3), one rank with another lr */
+    mpu_fsdp_options fo = MPU_FSDP_OPTIONS_INIT;
+    fo.adamw = o;
+    if (rank == c->odd_rank) fo.adamw.lr = 2e-3f;
+    mpu_fsdp *f = NULL;
+    if (!r) r = mpu_fsdp_create(&b, world, NULL, &fo, &f);
+    mpu_fsdp_free(f);
+  } else if (!r) {
+    r = mpu_optimizer_init(&opt, &b, world, distributed, &o);
+  }
   c->results[rank] = r;
   snprintf(c->messages[rank], sizeof c->messages[rank], "%s", r ? mpu_last_error() : "");
   mpu_optimizer_free(&opt);
@@ -132,11 +142,13 @@ static mpu_result_t agree_rank(mpu_comm *world, void *arg) {
 
 static void test_optimizer_options_agree(void **state) {
   (void)state;
-  static const char *const field[] = {"lr", "sum", "distributed", "elements"};
-  agree_case same = {.odd_rank = -1};
-  assert_int_equal(mpu_launch(4, agree_rank, &same, NULL, NULL), 0);
-  for (int r = 0; r < 4; r++) assert_int_equal(same.results[r], MPU_SUCCESS);
-  for (int f = 0; f < 4; f++) {
+  static const char *const field[] = {"lr", "sum", "distributed", "elements", "lr"};
+  for (int f = 0; f < 5; f += 4) {
+    agree_case same = {.odd_rank = -1, .field = f};
+    assert_int_equal(mpu_launch(4, agree_rank, &same, NULL, NULL), 0);
+    for (int r = 0; r < 4; r++) assert_int_equal(same.results[r], MPU_SUCCESS);
+  }
+  for (int f = 0; f < 5; f++) {
     agree_case c = {.odd_rank = 2, .field = f};
     assert_int_equal(mpu_launch(4, agree_rank, &c, NULL, NULL), 0);
     for (int r = 0; r < 4; r++) { /* every rank refuses, naming rank 2 and the option */
