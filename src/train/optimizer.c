@@ -265,8 +265,13 @@ mpu_result_t mpu__adamw_agree(const char *fn, mpu_comm *group, const mpu_adamw_o
   int n, rank;
   MPU_CHECK(mpu_comm_size(group, &n));
   MPU_CHECK(mpu_comm_rank(group, &rank));
-  /* a fake rank cannot see the others' records (as mpu_state_init trusts it) */
-  if (n == 1 || !strcmp(mpu_comm_backend(group), "fake")) return MPU_SUCCESS;
+  /* a rank whose collectives move no data (the fake backend) cannot see the
+   * others' records, and is trusted as mpu_state_init trusts it */
+  mpu_comm_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.size = sizeof caps;
+  MPU_CHECK(mpu_comm_capabilities(group, &caps));
+  if (n == 1 || !caps.moves_data) return MPU_SUCCESS;
   uint64_t *all = calloc((size_t)n * AGREE_FIELDS, sizeof *all);
   if (!all) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d option records", fn, n);
   uint64_t *mine = all + (size_t)rank * AGREE_FIELDS;
