@@ -120,7 +120,10 @@ typedef struct mpu_adamw_options {
  *                updates its shard (float32 main weights and moments of the
  *                shard only), then the buckets are all-gathered
  * Both apply the same clipping and the same AdamW to each element, so they
- * give the same parameters.
+ * give the same parameters. Each step reads the float32 main weights from
+ * the buffer's parameters, so a value the caller writes between steps (a
+ * loaded checkpoint, an edit) is the one the step updates, as torch's AdamW
+ * and Megatron's optimizers (which update the parameters in place) do.
  */
 typedef struct mpu_optimizer {
   mpu_param_buffer *b;
@@ -158,6 +161,19 @@ MPU_API mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group
 MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
                                             mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
+
+/* The elements of parameter `index` whose moments this rank keeps, as spans
+ * of the parameter's local elements [lo, hi), each with the index of its
+ * first element in m, v and main (state): the whole parameter for the plain
+ * optimizer, this rank's ZeRO-1 shard of each bucket for the distributed one
+ * (where a checkpoint finds the optimizer state). *n gets the count; fails if
+ * there are more than max. */
+typedef struct mpu_optimizer_span {
+  size_t lo, hi, state;
+} mpu_optimizer_span;
+
+MPU_API mpu_result_t mpu_optimizer_param_spans(const mpu_optimizer *opt, int index,
+                                               mpu_optimizer_span *spans, int max, int *n);
 
 /* ---- activation recompute (Megatron's tensor_parallel.checkpoint) ----------------------- */
 

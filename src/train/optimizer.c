@@ -346,7 +346,9 @@ void mpu_optimizer_free(mpu_optimizer *opt) {
   memset(opt, 0, sizeof *opt);
 }
 
-/* the float32 main weights: copied from the parameters at the first step */
+/* the float32 main weights: read from the parameters at every step, so a
+ * value the caller wrote since the last step (a loaded checkpoint, an edit)
+ * is what this step updates, as torch's AdamW updates p.data in place */
 static void take_main(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay,
                       void *arg) {
   (void)decay, (void)arg;
@@ -457,7 +459,7 @@ mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm 
   double sq = 0;
   for (int i = 0; i < n; i++) {
     mpu_optimizer *opt = opts[i];
-    if (opt->step == 0) for_owned(opt, take_main, NULL);
+    for_owned(opt, take_main, NULL);
     if (opt->distributed) MPU_CHECK(reduce_scatter_grads(opt));
     else MPU_CHECK(mpu_grad_all_reduce(opt->b, opt->dp, &opt->o.sync));
     sq += held_squares(opt); /* the norm over what this rank holds, summed over the group */
@@ -480,4 +482,32 @@ mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group, float 
   if (!opt || !opt->b)
     return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_optimizer_step: optimizer not initialized");
   return mpu_optimizer_step_all(&opt, 1, norm_group, grad_norm);
+}
+
+mpu_result_t mpu_optimizer_param_spans(const mpu_optimizer *opt, int index, mpu_optimizer_span *spans,
+                                       int max, int *n) {
+  static const char fn[] = "mpu_optimizer_param_spans";
+  if (!opt || !opt->b || !n || (max > 0 && !spans))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL or uninitialized argument", fn);
+  if (index < 0 || index >= opt->b->nparams)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no parameter %d (the buffer has %d)", fn,
+                      index, opt->b->nparams);
+  const mpu_param *p = &opt->b->params[index];
+  size_t j = 0, start, end, lo, hi;
+  *n = 0;
+  for (size_t k = 0; k * opt->bucket < opt->b->numel; k++) {
+    bucket_range(opt->b->numel, opt->bucket, k, &start, &end);
+    held_range(opt, start, end, &lo, &hi);
+    size_t a = p->offset > lo ? p->offset : lo;
+    size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (a < z) {
+      if (*n >= max)
+        return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' has more than %d spans", fn,
+                          p->name, max);
+      spans[*n].lo = a - p->offset, spans[*n].hi = z - p->offset, spans[*n].state = j + (a - lo);
+      (*n)++;
+    }
+    j += hi - lo;
+  }
+  return MPU_SUCCESS;
 }

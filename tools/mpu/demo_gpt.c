@@ -27,6 +27,7 @@
 #include "gpt.h"
 #include "gpt_fsdp.h"
 #include "read_text.h"
+#include "gpt_ckpt.h"
 #include "mpu.h"
 
 extern const unsigned char gpt_corpus[];
@@ -37,6 +38,8 @@ typedef struct gpt_opts {
   double lr, dropout;
   int sp, zero;
   const char *text_path;
+  const char *save_dir, *load_dir; /* --save, --load */
+  long save_step;                  /* --save-step (0: after the last step) */
   cli_format format;
   tool_backend backend;
   int shard;              /* --fsdp / --hsdp: parameters sharded over dp (mpu/fsdp.h) */
@@ -75,6 +78,8 @@ typedef struct gpt_run {
   double *comm;           /* [ranks]: each rank's seconds in communication (may be NULL) */
   int quiet;              /* no progress line (the benchmark's runs) */
   double saved[3];        /* bytes a micro-batch keeps per rank (most over ranks), by GPT_RECOMPUTE_* */
+  int checkpoints;        /* this run saves and loads (--save, --load; not the reference) */
+  long start;             /* the first step run (after --load) */
 } gpt_run;
 
 static mpu_result_t read_corpus(const char *path, corpus *c) {
@@ -279,10 +284,19 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   mpu_rng *dprng = NULL;
   TRY(mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dprng));
   int last_stage = m.chunks[m.vp - 1].last;
+  long start = 0;
+  if (run->checkpoints && o->load_dir)
+    TRY(gpt_ckpt_load(o->load_dir, s, &m.ctx, m.chunks, m.vp, opts, m.micro, &start));
+  if (start > o->steps) {
+    r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: the checkpoint is at step %ld, past --steps %ld",
+                 start, o->steps);
+    goto out;
+  }
+  if (rank == 0) run->start = start;
   TRY(mpu_comm_barrier(world));
   mpu_comm_clock_reset();
   double t0 = cli_now();
-  for (m.step = 0; m.step < o->steps; m.step++) {
+  for (m.step = (int)start; m.step < o->steps; m.step++) {
     m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
     m.loss_sum = 0;
@@ -303,6 +317,8 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
         }
       }
     }
+    if (run->checkpoints && o->save_dir && m.step + 1 == (o->save_step ? o->save_step : o->steps))
+      TRY(gpt_ckpt_save(o->save_dir, s, &m.ctx, m.chunks, m.vp, opts, m.micro, m.step + 1));
   }
   if (o->shard) TRY(gpt_shard_unshard(&sharding)); /* the trained parameters, whole */
   TRY(mpu_comm_barrier(world));
@@ -392,7 +408,7 @@ static int bench(const gpt_opts *base, const corpus *text) {
       double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
       mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
       cfg.tp = (int)o.tp;
-      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}};
+      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}, 0, 0};
       mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
                             : MPU_ERR_OUT_OF_MEMORY;
       free(loss);
@@ -480,6 +496,12 @@ static void help(void) {
          "                          the bundled text\n"
          "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
          "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi)\n"
+         "  --save DIR              save a checkpoint (mpu ckpt inspect DIR) after step N of\n"
+         "                          --save-step N (default: after the last step)\n"
+         "  --save-step N           the step after which --save saves\n"
+         "  --load DIR              continue from a checkpoint saved by any layout: its step,\n"
+         "                          parameters, AdamW state and data-parallel random stream\n"
+         "                          (the check then covers the steps run)\n"
          "  --format text|json      output format (default text)\n"
          "  --bench                 instead: tokens/s of the model (hidden 256, 8 heads, 2 blocks,\n"
          "                          128 tokens, recompute none unless given) at tp 1 and tp 2, the share of time\n"
@@ -517,17 +539,19 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"format", required_argument, 0, 'F'},   {"backend", required_argument, 0, 'B'},
       {"bench", no_argument, 0, 'b'},        {"fsdp", no_argument, 0, 'f'},
       {"hsdp", required_argument, 0, 'Y'},     {"recompute", required_argument, 0, 'R'},
-      {"recompute-layers", required_argument, 0, 'N'},
+      {"recompute-layers", required_argument, 0, 'N'}, {"save", required_argument, 0, 'C'},
+      {"load", required_argument, 0, 'W'},     {"save-step", required_argument, 0, 'K'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   int bench_mode = 0, given[128] = {0};
   long hsdp_shard = 1;
-  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, CLI_TEXT, TOOL_THREADS, 0, 1,
-                0, GPT_RECOMPUTE_FULL};
+  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, NULL, NULL, 0,
+                CLI_TEXT, TOOL_THREADS, 0, 1, 0, GPT_RECOMPUTE_FULL};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['v'] = &o.vp;
   fields['s'] = &o.steps, fields['m'] = &o.micro, fields['q'] = &o.seq, fields['H'] = &o.hidden;
   fields['A'] = &o.heads, fields['L'] = &o.layers, fields['S'] = &o.seed;
   fields['N'] = &o.recompute_layers;
+  fields['K'] = &o.save_step;
   int c;
   opterr = 0;
   optind = 1;
@@ -566,6 +590,8 @@ int cmd_demo_gpt(int argc, char **argv) {
       o.shard = 1;
       break;
     case 'T': o.text_path = optarg; break;
+    case 'C': o.save_dir = optarg; break;
+    case 'W': o.load_dir = optarg; break;
     case 'F':
       if (cli_parse_format(optarg, &o.format))
         cli_usage_error("demo gpt", "--format wants text or json, not '%s'", optarg);
@@ -584,6 +610,13 @@ int cmd_demo_gpt(int argc, char **argv) {
                       hsdp_shard, o.replicas * hsdp_shard, o.dp);
     o.dp = o.replicas * hsdp_shard;
   }
+  if (given['K'] && !o.save_dir) cli_usage_error("demo gpt", "--save-step needs --save DIR");
+  if (o.save_step > o.steps)
+    cli_usage_error("demo gpt", "--save-step %ld is past --steps %ld", o.save_step, o.steps);
+  if (bench_mode && (o.save_dir || o.load_dir))
+    cli_usage_error("demo gpt", "--bench does not save or load checkpoints");
+  if (o.shard && (o.save_dir || o.load_dir))
+    cli_usage_error("demo gpt", "--save and --load take the ZeRO-1 or plain optimizer, not --fsdp/--hsdp");
   openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
   if (bench_mode) { /* a bigger model unless given, and only its speed */
     if (!given['H']) o.hidden = 256;
@@ -635,14 +668,14 @@ int cmd_demo_gpt(int argc, char **argv) {
   one.shard = 0;
   one.recompute = GPT_RECOMPUTE_FULL, one.recompute_layers = 0; /* what the others are checked against */
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
-  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}};
+  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}, 0, 0};
   one.micro = o.micro * o.dp;
   mpu_result_t r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
   if (o.vp > 1) cfg.vp = (int)o.vp;
-  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}};
+  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}, 1, 0};
   int printer = 0;
   if (!r) r = tool_run(o.backend, (int)world, &cfg, (uint64_t)o.seed, gpt_rank, &run, &printer);
   cli_progress_done();
@@ -657,7 +690,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   }
   double makespan, bubble, analytic = (double)(o.pp - 1) / (double)(o.vp * o.micro);
   if (mpu_schedule_timeline(&sc, NULL, &makespan, &bubble)) bubble = NAN;
-  double tokens = (double)o.steps * o.dp * o.micro * o.seq, tps = tokens / run.seconds;
+  double tokens = (double)(o.steps - run.start) * o.dp * o.micro * o.seq, tps = tokens / run.seconds;
   double ptol = 1e-3 * fmax(run.param_scale, 1.0);
   int params_ok = run.param_diff <= ptol;
   char phrase[48], phrase2[64];
@@ -685,11 +718,12 @@ int cmd_demo_gpt(int argc, char **argv) {
     gpt_recompute_print(run.saved, o.recompute);
     printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
            "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",
-           tps, o.steps, (long)(o.dp * o.micro * o.seq), run.seconds, bubble, analytic);
+           tps, o.steps - run.start, (long)(o.dp * o.micro * o.seq), run.seconds, bubble, analytic);
     printf("check: the parameters at the end agree with one rank's to %.2e (largest difference "
            "%.2e): %s\n", ptol, run.param_diff, params_ok ? "PASS" : "FAIL");
   }
-  int pass = cli_loss_check(o.format, "losses", "loss", loss, ref, o.steps, 1e-4) && params_ok;
+  int pass = cli_loss_check_from(o.format, "losses", "loss", loss, ref, run.start, o.steps, 1e-4) &&
+             params_ok;
   free(loss), free(ref);
   int status = tool_share_status(o.backend, pass ? 0 : 1);
   tool_backend_done(o.backend);
