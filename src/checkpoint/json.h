@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/error.h"
 #include "mpu/result.h"
 
 typedef enum json_type { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } json_type;
@@ -31,8 +32,8 @@ typedef struct json {
 /* Parse text[0, len) (the whole of it, surrounding white space allowed) into
  * *out; on failure *out is empty and the error says where. what names the
  * text in the message ("index.json"). Duplicate keys are refused. */
-mpu_result_t mpu__json_parse(const char *text, size_t len, const char *what, json *out);
-void mpu__json_free(json *v);
+MPU_SIBLING_API mpu_result_t mpu__json_parse(const char *text, size_t len, const char *what, json *out);
+MPU_SIBLING_API void mpu__json_free(json *v);
 
 /* The member called key of an object, or NULL. */
 const json *mpu__json_get(const json *obj, const char *key);
@@ -47,10 +48,10 @@ typedef struct json_buf {
   int failed;
 } json_buf;
 
-void mpu__jb_printf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void mpu__jb_append(json_buf *b, const char *s, size_t n);
+MPU_SIBLING_API void mpu__jb_printf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+MPU_SIBLING_API void mpu__jb_append(json_buf *b, const char *s, size_t n);
 /* s as a JSON string literal, quotes and escapes included */
-void mpu__jb_string(json_buf *b, const char *s);
-void mpu__jb_free(json_buf *b);
+MPU_SIBLING_API void mpu__jb_string(json_buf *b, const char *s);
+MPU_SIBLING_API void mpu__jb_free(json_buf *b);
 
 #endif
