@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 
-SUBCOMMANDS = ("bench", "demo", "mesh", "plan")
+SUBCOMMANDS = ("bench", "ckpt", "demo", "mesh", "plan")
 
 
 def help_text(mpu, args):
