@@ -134,6 +134,7 @@ typedef struct job {
   int bad;          /* elements that differ, over the ranks */
   int over_budget;  /* ranks that read more than the index and their pieces */
   int read_less;    /* ranks that read less than everything (tp 4) */
+  int expect_fail;  /* a piece is corrupted: every rank must fail and keep its memory */
 } job;
 
 static mpu_result_t save_rank(mpu_state *s, void *arg) {
@@ -179,8 +180,15 @@ static mpu_result_t load_rank(mpu_state *s, void *arg) {
   mpu_ckpt *ck = NULL;
   if (!r) r = describe(&m, &set);
   if (!r) r = mpu_ckpt_open(dir_a, &ck);
-  if (!r) r = mpu_ckpt_load(ck, mpu_state_world(s), &set);
-  if (!r) {
+  if (!r && j->expect_fail) {
+    for (size_t e = 0; e < m.b.numel; e++) m.b.data[e] = -7.0f;
+    for (size_t e = 0; e < m.opt.owned; e++) m.opt.m[e] = m.opt.v[e] = -7.0f;
+    int bad = mpu_ckpt_load(ck, mpu_state_world(s), &set) == MPU_SUCCESS;
+    for (size_t e = 0; e < m.b.numel; e++) bad += m.b.data[e] != -7.0f;
+    for (size_t e = 0; e < m.opt.owned; e++) bad += m.opt.m[e] != -7.0f || m.opt.v[e] != -7.0f;
+    __atomic_fetch_add(&j->bad, bad, __ATOMIC_RELAXED);
+  } else if (!r) r = mpu_ckpt_load(ck, mpu_state_world(s), &set);
+  if (!r && !j->expect_fail) {
     int bad = walk(&m, 1) + (set.step != 7) + (set.optimizer_step != 7) + !set.has_adamw;
     __atomic_fetch_add(&j->bad, bad, __ATOMIC_RELAXED);
     /* the bytes read: the index and pieces that meet this rank's boxes, no more */
@@ -223,8 +231,9 @@ static void remove_dir(const char *dir) {
 static void run_layout(int world, int tp, int zero, job *j) {
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = tp;
+  int expect_fail = j->expect_fail;
   memset(j, 0, sizeof *j);
-  j->zero = zero;
+  j->zero = zero, j->expect_fail = expect_fail;
   mpu_result_t r = mpu_with_state(world, &cfg, 1, load_rank, j, NULL, NULL);
   if (r) fprintf(stderr, "load into %d ranks, tp %d, zero %d: %s\n", world, tp, zero, mpu_last_error());
   assert_int_equal(r, MPU_SUCCESS);
@@ -237,7 +246,7 @@ static void test_reshard(void **state) {
   make_dir("reshard", dir_a, sizeof dir_a);
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = 2;
-  job j = {1, 0, 0, 0};
+  job j = {1, 0, 0, 0, 0};
   assert_int_equal(mpu_with_state(4, &cfg, 1, save_rank, &j, NULL, NULL), MPU_SUCCESS);
   run_layout(1, 1, 0, &j); /* one rank: the whole model */
   run_layout(4, 4, 0, &j); /* tp 4: each rank a quarter of each stride piece */
@@ -279,6 +288,22 @@ static void test_reshard(void **state) {
   for (int c = 0; c < 5; c++) assert_true(row[c] == value(0, 0, 9 * 5 + c));
   free(head);
   fclose(f);
+  /* one corrupted byte in rank 3's file: tp 4 ranks that do not read it fail too, and no
+   * rank's memory changes */
+  char rank3[300];
+  snprintf(rank3, sizeof rank3, "%s/rank00003.safetensors", dir_a);
+  struct stat st;
+  assert_int_equal(stat(rank3, &st), 0);
+  f = fopen(rank3, "r+b");
+  assert_non_null(f);
+  fseek(f, (long)st.st_size - 5, SEEK_SET);
+  int byte = fgetc(f);
+  fseek(f, (long)st.st_size - 5, SEEK_SET);
+  fputc(byte ^ 0xff, f);
+  fclose(f);
+  j.expect_fail = 1;
+  run_layout(4, 4, 0, &j);
+  j.expect_fail = 0;
   remove_dir(dir_a);
 }
 
