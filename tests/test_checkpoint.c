@@ -137,17 +137,23 @@ typedef struct job {
   int expect_fail;  /* a piece is corrupted: every rank must fail and keep its memory */
 } job;
 
+/* a rank's model (filled with its values when saving) and its description */
+static mpu_result_t start_rank(mpu_state *s, const job *j, rank_model *m, mpu_ckpt_set *set,
+                               int fill) {
+  mpu_comm *dp;
+  memset(m, 0, sizeof *m);
+  mpu_ckpt_set_init(set);
+  mpu_result_t r = build(s, m, j->zero, &dp);
+  if (!r && fill) walk(m, 0);
+  return r ? r : describe(m, set);
+}
+
 static mpu_result_t save_rank(mpu_state *s, void *arg) {
   job *j = arg;
   rank_model m;
-  mpu_comm *dp;
-  memset(&m, 0, sizeof m);
-  mpu_result_t r = build(s, &m, j->zero, &dp);
   mpu_ckpt_set set;
-  mpu_ckpt_set_init(&set);
-  if (!r) walk(&m, 0);
+  mpu_result_t r = start_rank(s, j, &m, &set, 1);
   m.opt.step = 7;
-  if (!r) r = describe(&m, &set);
   set.step = 7, set.has_adamw = 1, set.adamw = m.opt.o, set.optimizer_step = m.opt.step;
   set.layout.tp = m.tp, set.layout.dp = m.opt.dp_size, set.layout.zero1 = j->zero;
   if (!r) r = mpu_ckpt_set_meta(&set, "model", "test");
@@ -172,13 +178,9 @@ static int meets(const mpu_ckpt_tensor *t, const mpu_ckpt_piece_info *pi) {
 static mpu_result_t load_rank(mpu_state *s, void *arg) {
   job *j = arg;
   rank_model m;
-  mpu_comm *dp;
-  memset(&m, 0, sizeof m);
-  mpu_result_t r = build(s, &m, j->zero, &dp);
   mpu_ckpt_set set;
-  mpu_ckpt_set_init(&set);
   mpu_ckpt *ck = NULL;
-  if (!r) r = describe(&m, &set);
+  mpu_result_t r = start_rank(s, j, &m, &set, 0);
   if (!r) r = mpu_ckpt_open(dir_a, &ck);
   if (!r && j->expect_fail) {
     for (size_t e = 0; e < m.b.numel; e++) m.b.data[e] = -7.0f;
