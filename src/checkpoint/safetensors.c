@@ -34,10 +34,12 @@ void mpu__st_free(st_header *h) {
   memset(h, 0, sizeof *h);
 }
 
+/* the message first: name points into the header being freed */
 static mpu_result_t bad(st_header *h, const char *what, const char *name, const char *why) {
+  mpu_result_t r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: not a safetensors file: %s%s%s%s",
+                              what, name ? "tensor '" : "", name ? name : "", name ? "': " : "", why);
   mpu__st_free(h);
-  return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: not a safetensors file: %s%s%s%s", what,
-                    name ? "tensor '" : "", name ? name : "", name ? "': " : "", why);
+  return r;
 }
 
 mpu_result_t mpu__st_parse(const uint8_t *head, size_t len, uint64_t file_size, const char *what,
