@@ -168,7 +168,9 @@ MPU_API mpu_result_t mpu_ckpt_verify(mpu_ckpt *ck);
  * checkpoint with its global shape (and, strict, every tensor of the
  * checkpoint in the set). Each rank reads the pieces that overlap what it
  * loads; with world (NULL: this rank alone) the ranks agree, and the
- * caller's memory is written only if every rank read everything. Also sets
+ * caller's memory is written only if every rank read everything (a rank
+ * that could not open the checkpoint calls it with ck NULL, so that the
+ * others do not wait for it, and every rank fails). Also sets
  * set->step, layout, adamw, optimizer_step and meta from the index (the
  * caller puts them in place: an optimizer's step, its streams).
  */

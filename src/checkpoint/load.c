@@ -458,7 +458,7 @@ static mpu_result_t load_local(mpu_ckpt *ck, mpu_ckpt_set *set, mpu_ckpt_span **
 
 /* strict: every tensor of the checkpoint is loaded by some rank (each rank
  * holds its pipeline stage's tensors only, so the ranks pool what they want) */
-static mpu_result_t check_extra(mpu_ckpt *ck, mpu_comm *world, const mpu_ckpt_set *set, int ok) {
+static mpu_result_t check_extra(mpu_ckpt *ck, mpu_comm *world, const mpu_ckpt_set *set) {
   uint8_t *wanted = calloc((size_t)ck->ntensors + 1, 1);
   if (!wanted) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: %d tensors", ck->ntensors);
   for (int k = 0; k < set->n; k++) {
@@ -467,7 +467,7 @@ static mpu_result_t check_extra(mpu_ckpt *ck, mpu_comm *world, const mpu_ckpt_se
   }
   mpu_result_t r = MPU_SUCCESS;
   if (world) r = mpu_comm_all_reduce(world, wanted, wanted, (size_t)ck->ntensors, MPU_UINT8, MPU_MAX);
-  for (int i = 0; !r && ok && i < ck->ntensors; i++)
+  for (int i = 0; !r && i < ck->ntensors; i++)
     if (!wanted[i])
       r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
                      "checkpoint %s: tensor '%s' (in %s) is not in the model being loaded",
@@ -476,11 +476,25 @@ static mpu_result_t check_extra(mpu_ckpt *ck, mpu_comm *world, const mpu_ckpt_se
   return r;
 }
 
+static void free_staging(mpu_ckpt_set *set, mpu_ckpt_span **staging, int commit) {
+  for (int i = 0; i < set->n && staging; i++) {
+    for (int s = 0; staging[i] && s < set->t[i].nspans; s++) {
+      if (commit) memcpy(set->t[i].spans[s].data, staging[i][s].data,
+                         (set->t[i].spans[s].hi - set->t[i].spans[s].lo) * sizeof(float));
+      free(staging[i][s].data);
+    }
+    free(staging[i]);
+  }
+  free(staging);
+}
+
 mpu_result_t mpu_ckpt_load(mpu_ckpt *ck, mpu_comm *world, mpu_ckpt_set *set) {
   static const char fn[] = "mpu_ckpt_load";
-  if (!ck || !set) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (!set || (!ck && !world)) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
   mpu_ckpt_span **staging = calloc((size_t)set->n + 1, sizeof *staging);
-  mpu_result_t r = staging ? MPU_SUCCESS : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  mpu_result_t r = !ck ? mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no checkpoint on this rank", fn)
+                   : staging ? MPU_SUCCESS
+                             : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   for (int i = 0; i < set->n && !r; i++) {
     const mpu_ckpt_tensor *w = &set->t[i];
     staging[i] = calloc((size_t)w->nspans + 1, sizeof **staging);
@@ -492,28 +506,20 @@ mpu_result_t mpu_ckpt_load(mpu_ckpt *ck, mpu_comm *world, mpu_ckpt_set *set) {
     }
   }
   if (!r) r = load_local(ck, set, staging);
-  if (set->strict) { /* collective: every rank takes part, whatever its own status */
-    mpu_result_t x = check_extra(ck, world, set, !r);
-    if (!r) r = x;
-  }
-  /* all or nothing: the ranks agree before any memory of the caller changes */
-  int32_t failed = r != MPU_SUCCESS;
+  /* all or nothing: the ranks agree (and that they read one index) before any memory of the
+   * caller changes; a rank without a checkpoint (ck NULL) takes part as failed */
+  int64_t agree[3] = {r != MPU_SUCCESS, ck ? ck->ntensors : 0, ck ? -(int64_t)ck->ntensors : 0};
   if (world) {
-    mpu_result_t a = mpu_comm_all_reduce(world, &failed, &failed, 1, MPU_INT32, MPU_MAX);
+    mpu_result_t a = mpu_comm_all_reduce(world, agree, agree, 3, MPU_INT64, MPU_MAX);
     if (a && !r) r = a;
   }
-  if (!r && failed)
+  if (!r && agree[0])
     r = mpu__error(MPU_ERR_ABORTED, "%s: another rank could not load %s; nothing was changed", fn,
                    ck->dir);
-  for (int i = 0; i < set->n && staging; i++) {
-    for (int s = 0; staging[i] && s < set->t[i].nspans; s++) {
-      if (!r) memcpy(set->t[i].spans[s].data, staging[i][s].data,
-                     (set->t[i].spans[s].hi - set->t[i].spans[s].lo) * sizeof(float));
-      free(staging[i][s].data);
-    }
-    free(staging[i]);
-  }
-  free(staging);
+  if (!r && agree[1] != -agree[2])
+    r = mpu__error(MPU_ERR_MISMATCH, "%s: the ranks opened indexes of different tensors", fn);
+  if (!r && set->strict) r = check_extra(ck, world, set); /* the same answer on every rank */
+  free_staging(set, staging, !r);
   if (r) return r;
   set->step = ck->info.step, set->layout = ck->info.layout;
   set->has_adamw = ck->info.has_adamw, set->adamw = ck->info.adamw;

@@ -314,6 +314,13 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
   }
   /* no index while the files change: a save that dies from here on leaves none */
   mpu_result_t r = MPU_SUCCESS;
+  for (int k = 0; k < set->rng.n && k < MPU_RNG_TRACKER_MAX && !r; k++)
+    if (mpu__ckpt_name_ok(set->rng.names[k]))
+      r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                     "%s: random stream '%s' has a space, a quote or a byte outside printable ASCII",
+                     fn, set->rng.names[k]);
+  if (set->rng.n < 0 || set->rng.n > MPU_RNG_TRACKER_MAX)
+    r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d random streams", fn, set->rng.n);
   if (mkdir(dir, 0755) && errno != EEXIST)
     r = mpu__error(MPU_ERR_SYSTEM, "%s: cannot create %s: %s", fn, dir, strerror(errno));
   char path[4096];

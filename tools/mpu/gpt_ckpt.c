@@ -89,10 +89,13 @@ mpu_result_t gpt_ckpt_load(const char *dir, mpu_state *s, const gpt_ctx *ctx, gp
   mpu_rng_states saved;
   memset(&saved, 0, sizeof saved);
   if (!open) open = mpu_ckpt_rng(ck, 0, &saved, NULL);
-  if (open) { /* still take part in the agreement, then fail */
-    int32_t failed = 1;
-    mpu_comm_all_reduce(mpu_state_world(s), &failed, &failed, 1, MPU_INT32, MPU_MAX);
-    r = open;
+  if (open) { /* still take part in the agreement (as a rank without a checkpoint), then fail */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", mpu_last_error());
+    mpu_ckpt_close(ck);
+    ck = NULL;
+    mpu_ckpt_load(NULL, mpu_state_world(s), &set);
+    r = mpu_fail(open, "%s", why);
   } else {
     r = mpu_ckpt_load(ck, mpu_state_world(s), &set);
   }
