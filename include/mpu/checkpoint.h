@@ -62,6 +62,9 @@ typedef enum mpu_ckpt_kind {
   MPU_CKPT_EXP_AVG_SQ = 2 /* AdamW's second moment */
 } mpu_ckpt_kind;
 
+/* "param", "exp_avg", "exp_avg_sq" (the index's names); "?" for another value */
+MPU_API const char *mpu_ckpt_kind_name(mpu_ckpt_kind kind);
+
 typedef struct mpu_ckpt_tensor {
   char name[MPU_CKPT_NAME_MAX];
   mpu_ckpt_kind kind;

@@ -48,7 +48,6 @@ uint32_t mpu__ckpt_crc32(uint32_t crc, const void *data, size_t n);
 /* 0 if name is a valid tensor name (printable ASCII, no '"' '\\' or space). */
 int mpu__ckpt_name_ok(const char *name);
 
-const char *mpu__ckpt_kind_name(mpu_ckpt_kind kind);
 int mpu__ckpt_kind_from_name(const char *name, mpu_ckpt_kind *out);
 
 /* Write all of buf at fd; read exactly n bytes at offset (pread). 0 or -1 (errno). */

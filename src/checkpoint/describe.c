@@ -60,7 +60,7 @@ int mpu__ckpt_name_ok(const char *name) {
 
 static const char *const kind_names[] = {"param", "exp_avg", "exp_avg_sq"};
 
-const char *mpu__ckpt_kind_name(mpu_ckpt_kind kind) {
+const char *mpu_ckpt_kind_name(mpu_ckpt_kind kind) {
   return (unsigned)kind < 3 ? kind_names[kind] : "?";
 }
 

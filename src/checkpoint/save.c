@@ -288,7 +288,7 @@ static mpu_result_t build_index(const mpu_ckpt_set *set, char *const *texts, int
     for (int i = 0; i < nt; i++) {
       gtensor *g = &ts[i];
       mpu__jb_printf(ix, "%s\n  \"%s\": {\"kind\": \"%s\", \"dtype\": \"F32\", \"shape\": [",
-                     i ? "," : "", g->name, mpu__ckpt_kind_name((mpu_ckpt_kind)g->kind));
+                     i ? "," : "", g->name, mpu_ckpt_kind_name((mpu_ckpt_kind)g->kind));
       for (int d = 0; d < g->ndim; d++) mpu__jb_printf(ix, "%s%" PRId64, d ? ", " : "", g->shape[d]);
       mpu__jb_printf(ix, "], \"pieces\": [%s]}", g->pieces.s ? g->pieces.s : "");
     }

@@ -31,6 +31,17 @@ static void help(void) {
          "  -h, --help          this text\n");
 }
 
+/* s as a JSON string (a directory or a flavour name may hold anything) */
+static void print_json_string(const char *s) {
+  putchar('"');
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\') printf("\\%c", *c);
+    else if (*c < 0x20) printf("\\u%04x", *c);
+    else putchar(*c);
+  }
+  putchar('"');
+}
+
 static void print_shape(const int64_t *shape, int ndim) {
   printf("[");
   for (int d = 0; d < ndim; d++) printf("%s%" PRId64, d ? ", " : "", shape[d]);
@@ -55,12 +66,16 @@ static int inspect(const char *dir, cli_format format) {
     if (t.kind == MPU_CKPT_PARAM) params += t.bytes / 4;
   }
   if (format == CLI_JSON) {
-    printf("{\"dir\": \"%s\", \"complete\": true, \"step\": %" PRId64 ", \"layout\": {\"world\": %d, "
+    printf("{\"dir\": ");
+    print_json_string(dir);
+    printf(", \"complete\": true, \"step\": %" PRId64 ", \"layout\": {\"world\": %d, "
            "\"tp\": %d, \"pp\": %d, \"vp\": %d, \"dp\": %d, \"cp\": %d, \"ep\": %d, \"zero1\": %s, "
-           "\"flavor\": \"%s\"}, \"optimizer_step\": %" PRId64 ", \"parameters\": %" PRIu64
-           ", \"bytes\": %" PRIu64 ",\n \"files\": [",
-           dir, in.step, l->world, l->tp, l->pp, l->vp, l->dp, l->cp, l->ep,
-           l->zero1 ? "true" : "false", l->flavor, in.optimizer_step, params, total);
+           "\"flavor\": ",
+           in.step, l->world, l->tp, l->pp, l->vp, l->dp, l->cp, l->ep, l->zero1 ? "true" : "false");
+    print_json_string(l->flavor);
+    printf("}, \"optimizer_step\": %" PRId64 ", \"parameters\": %" PRIu64 ", \"bytes\": %" PRIu64
+           ",\n \"files\": [",
+           in.optimizer_step, params, total);
     for (int f = 0; f < in.nfiles; f++) {
       const char *name;
       uint64_t bytes;
@@ -72,7 +87,7 @@ static int inspect(const char *dir, cli_format format) {
       mpu_ckpt_tensor_info t;
       mpu_ckpt_tensor_at(ck, i, &t);
       printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": ", i ? "," : "",
-             t.name, t.kind == MPU_CKPT_PARAM ? "param" : t.kind == MPU_CKPT_EXP_AVG ? "exp_avg" : "exp_avg_sq",
+             t.name, mpu_ckpt_kind_name(t.kind),
              t.dtype);
       print_shape(t.shape, t.ndim);
       printf(", \"pieces\": %d}", t.npieces);
@@ -97,7 +112,7 @@ static int inspect(const char *dir, cli_format format) {
       for (int d = 0; d < t.ndim; d++)
         snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%" PRId64, d ? "x" : "", t.shape[d]);
       printf("%-40s %-10s %-16s %6d\n", t.name,
-             t.kind == MPU_CKPT_PARAM ? "param" : t.kind == MPU_CKPT_EXP_AVG ? "exp_avg" : "exp_avg_sq",
+             mpu_ckpt_kind_name(t.kind),
              shape, t.npieces);
     }
     printf("%-24s %12s\n", "file", "bytes");
