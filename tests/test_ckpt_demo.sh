@@ -9,9 +9,12 @@
 # tool: inspect accepts the checkpoint, merge writes one file, a corrupted or
 # truncated piece is refused naming the tensor and the file, bad arguments
 # exit 2.
-# Usage: test_ckpt_demo.sh MPU              thread ranks and the tool
-#        test_ckpt_demo.sh MPU MPIRUN...    MPI processes (and threads loading their save)
+# Usage: test_ckpt_demo.sh [--quick] MPU              thread ranks and the tool
+#        test_ckpt_demo.sh [--quick] MPU MPIRUN...    MPI processes (and threads loading their save)
+# --quick (the sanitizer builds): two of the four layouts, tp 1 and tp 2 x dp 4 plain.
 set -uo pipefail
+quick=0
+if [ "$1" = "--quick" ]; then quick=1; shift; fi
 mpu=$1
 shift
 tmp=$(mktemp -d)
@@ -23,6 +26,10 @@ bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 layouts=("--tp 1 --pp 1 --dp 1 --micro-batches 8" "--tp 4 --pp 1 --dp 2"
          "--tp 1 --pp 4 --vp 1 --dp 2" "--tp 2 --pp 1 --dp 4 --no-zero --micro-batches 2")
 ranks=(1 8 8 8)
+if [ $quick -eq 1 ]; then
+  layouts=("${layouts[0]}" "${layouts[3]}")
+  ranks=(1 8)
+fi
 
 run() { # name, launcher words... -- demo args...
   local name=$1
