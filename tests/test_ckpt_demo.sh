@@ -100,7 +100,8 @@ rm "$tmp/bad/index.json"
 [ $? -eq 1 ] && grep -q "hidden 64, this run has 128" "$tmp/err" && ok || bad "another model: $(cat "$tmp/err")"
 for args in "ckpt" "ckpt inspect" "ckpt merge $tmp/ck" "ckpt frob $tmp/ck" "ckpt inspect $tmp/ck --all" \
             "ckpt inspect $tmp/ck --format yaml" "ckpt merge $tmp/ck x --format json" \
-            "demo gpt --save-step 3" "demo gpt --save $tmp/x --steps 5 --save-step 6" "demo gpt --bench --load $tmp/ck"; do
+            "demo gpt --save-step 3" "demo gpt --save $tmp/x --steps 5 --save-step 6" "demo gpt --bench --load $tmp/ck" \
+            "demo gpt --fsdp --save $tmp/x"; do
   "$mpu" $args >"$tmp/out" 2>"$tmp/err"
   rc=$?
   [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "mpu $args: exit $rc, $(cat "$tmp/err")"

@@ -12,8 +12,9 @@
  * `stride` of them for a fused QKV weight: the stride undone), and spans of
  * the local tensor's elements (row-major) with the memory that holds them:
  * the whole tensor for parameters, each ZeRO-1 shard of a bucket for the
- * distributed optimizer's state. A sharded FSDP buffer is one more producer
- * of the same description (its flat shard is a span).
+ * distributed optimizer's state. A sharded buffer of mpu/fsdp.h fits the
+ * same description (its piece of a bucket is a span of each parameter in
+ * it); describing one needs its AdamW moments, which fsdp.h does not expose.
  *
  * Saving is collective over the world; a save that dies midway never leaves
  * a directory that opens: files are written under temporary names, synced
