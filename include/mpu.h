@@ -14,6 +14,7 @@
  *   mpu/fsdp.h     sharded parameter buffers: ZeRO-2, ZeRO-3 (FSDP), hybrid sharding (HSDP)
  *   mpu/dtensor.h  placements on a mesh (Shard, Replicate, Partial) and redistribute
  *   mpu/bench.h    timing collectives as nccl-tests does
+ *   mpu/checkpoint.h  distributed checkpoints (safetensors + index) that load into any layout
  */
 #ifndef MPU_H
 #define MPU_H
@@ -31,5 +32,6 @@
 #include "mpu/fsdp.h"
 #include "mpu/dtensor.h"
 #include "mpu/bench.h"
+#include "mpu/checkpoint.h"
 
 #endif

@@ -8,6 +8,8 @@ packages=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev python3
 if [ "${1:-}" = "--test" ]; then
   # valgrind for the leak checks, clang for the fuzzer, chromium for the HTML picture's browser test
   packages+=(valgrind clang libclang-rt-14-dev chromium)
+  # ip, tc and unshare for scripts/multihost.sh's hosts (network namespaces)
+  packages+=(iproute2 util-linux)
 fi
 missing=()
 for p in "${packages[@]}"; do

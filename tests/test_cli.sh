@@ -10,8 +10,8 @@ fails=0 passes=0
 ok() { passes=$((passes + 1)); }
 bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
-expect_usage_error() { # args...
-  "$mpu" "$@" >"$tmp/out" 2>"$tmp/err"
+expect_usage_error() { # args... (a refusal comes at once: a hang is a failure too)
+  timeout 60 "$mpu" "$@" >"$tmp/out" 2>"$tmp/err"
   local rc=$?
   [ $rc -eq 2 ] || { bad "mpu $* exited $rc, want 2"; return; }
   [ ! -s "$tmp/out" ] || { bad "mpu $* printed on stdout"; return; }
@@ -303,6 +303,13 @@ expect_usage_error demo gpt --micro-batches 1
 expect_usage_error demo gpt --layers 512
 expect_usage_error demo gpt --text /nonexistent/corpus.txt
 expect_usage_error demo gpt --seq 100000
+# --text reads regular files: a directory, /proc/self/mem (whose reads fail) and a
+# FIFO nobody writes to (whose open would block) are one-line errors at once
+mkfifo "$tmp/fifo"
+for t in . /proc/self/mem "$tmp/fifo"; do
+  expect_usage_error demo gpt --text "$t"
+  grep -q -e "not a regular file" -e "cannot read" "$tmp/err" && ok || bad "demo gpt --text $t: $(cat "$tmp/err")"
+done
 "$mpu" demo gpt --steps 6 >"$tmp/gpt" && ok || bad "demo gpt exited non-zero"
 [ "$(grep -c PASS "$tmp/gpt")" -eq 2 ] && ok || bad "demo gpt did not pass both checks"
 grep -q "tokens/s" "$tmp/gpt" && grep -q "bubble 0.125" "$tmp/gpt" && ok || bad "demo gpt speed line"
@@ -321,6 +328,18 @@ expect_usage_error demo gpt --fsdp --hsdp 2x2
 [ "$(grep -c PASS "$tmp/gpt_fsdp")" -eq 2 ] && grep -q "dp 2 (FULL_SHARD)" "$tmp/gpt_fsdp" && ok || bad "demo gpt --fsdp checks"
 "$mpu" demo gpt --hsdp 2x4 --pp 1 --steps 3 >"$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp exited non-zero"
 [ "$(grep -c PASS "$tmp/gpt_hsdp")" -eq 2 ] && grep -q "HYBRID_SHARD, replicate 2 x shard 4" "$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp 2x4 checks"
+# activation recompute: each mode checked against one rank with full recompute
+expect_usage_error demo gpt --recompute some
+expect_usage_error demo gpt --recompute none --recompute-layers 1
+"$mpu" demo gpt --recompute none --steps 3 --format json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+a = d["activation_bytes_per_micro_batch"]
+assert d["pass"] and d["params_pass"] and d["recompute"] == "none"
+assert a["none"] > a["selective"] > a["full"] > 0
+' && ok || bad "demo gpt --recompute none"
+"$mpu" demo gpt --recompute selective --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt --recompute selective"
+"$mpu" demo gpt --recompute full --recompute-layers 1 --layers 4 --vp 1 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt --recompute-layers"
 
 # mpu demo train: the simpler model on the training blocks, and its self-check
 expect_usage_error demo train --tp 3
@@ -333,5 +352,23 @@ grep -q "PASS" "$tmp/train" && ok || bad "demo train did not pass its check"
 # mpu bench --block, tiny
 "$mpu" bench --block --hidden 64 --tokens 64 --iters 1 --format json | grep -q '"tp": 2' && ok || bad "bench --block"
 
+# a schedule's output is bounded: past the listing limit each stage's phases are
+# given, not every step (a million micro-batches would be hundreds of MB of SVG)
+for f in text json svg; do
+  timeout 60 "$mpu" plan --schedule 1f1b --pp 2 --micro-batches 262144 --format $f >"$tmp/sched.$f" &&
+    [ "$(wc -c <"$tmp/sched.$f")" -lt 100000 ] && ok || bad "plan --schedule --format $f: $(wc -c <"$tmp/sched.$f") bytes"
+done
+grep -q "too many to draw" "$tmp/sched.svg" && ok || bad "plan --schedule svg does not say it summarises"
+# and past thousands of stages the first and last ones are given (the timeline of a
+# deep pipe is linear in its steps, not a sweep over every stage per step)
+for f in text json svg; do
+  timeout 120 "$mpu" plan --schedule 1f1b --pp 131072 --micro-batches 1 --format $f >"$tmp/deep.$f" &&
+    [ "$(wc -c <"$tmp/deep.$f")" -lt 1000000 ] && ok || bad "plan --schedule --pp 131072 --format $f: $(wc -c <"$tmp/deep.$f") bytes"
+done
+grep -q "stages 2048 to 129023 are not listed" "$tmp/deep.text" && grep -q "stages 32 to 131039 are not drawn" "$tmp/deep.svg" &&
+  ok || bad "plan --schedule with many stages does not say which are left out"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['steps_listed'] and d['stages'][1]['phases'][1]['steps'] == 524288" "$tmp/sched.json" && ok || bad "plan --schedule json summary"
+expect_usage_error plan --schedule 1f1b --pp 2 --micro-batches 1000000 --format svg
+grep -q "at most 1048576" "$tmp/err" && ok || bad "plan --schedule past the limit: $(cat "$tmp/err")"
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

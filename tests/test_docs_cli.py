@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import mpu_man  # noqa: E402  (tools/mpu_man.py: how a help text's lists are read)
 
-SUBCOMMANDS = ("bench", "demo", "mesh", "plan")
+SUBCOMMANDS = ("bench", "ckpt", "demo", "mesh", "plan")
 
 
 def help_text(mpu, args):

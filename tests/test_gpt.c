@@ -29,7 +29,7 @@ static void test_gradient_against_differences(void **state) {
   (void)state;
   mpu_comm *alone;
   assert_int_equal(mpu_comm_fake_create(0, 1, &alone), MPU_SUCCESS);
-  gpt_config cfg = {16, 8, 2, 2, SEQ, 0.1f, 3};
+  gpt_config cfg = {16, 8, 2, 2, SEQ, 0.1f, 3, GPT_RECOMPUTE_FULL, 0};
   gpt_ctx ctx;
   assert_int_equal(gpt_ctx_init(&ctx, &cfg, alone, 0), MPU_SUCCESS);
   ctx.key = 0x1234;
@@ -66,7 +66,78 @@ static void test_gradient_against_differences(void **state) {
   mpu_comm_destroy(alone);
 }
 
+/* Three micro-batches in flight (all forwards, then the backwards in
+ * reverse, as a pipeline's warm-up and cool-down run them) under each
+ * recompute mode: the losses and every gradient equal the whole-chunk
+ * recompute's bit for bit, since a forward run again computes the same. */
+static void run_modes(int recompute, int layers, double *losses, float *grads, size_t *numel) {
+  enum { MB = 3, LAYERS = 3 };
+  mpu_comm *alone;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &alone), MPU_SUCCESS);
+  gpt_config cfg = {16, 8, 2, LAYERS, SEQ, 0.2f, 5, recompute, layers};
+  gpt_ctx ctx;
+  assert_int_equal(gpt_ctx_init(&ctx, &cfg, alone, 0), MPU_SUCCESS);
+  ctx.key = 0x5678;
+  gpt_chunk c;
+  assert_int_equal(gpt_chunk_create(&ctx, &c, 0, 1), MPU_SUCCESS);
+  assert_int_equal(gpt_chunk_frames(&ctx, &c, MB), MPU_SUCCESS);
+  int whole = gpt_chunk_whole_recompute(&ctx, &c);
+  assert_int_equal(whole, recompute == GPT_RECOMPUTE_FULL && (layers == 0 || layers >= LAYERS));
+  assert_true(whole ? c.nframes == 0 : c.nframes == MB);
+  for (size_t i = 0; i < c.params.numel; i++) c.params.data[i] += 0.1f * sinf(0.37f * (float)i);
+  int64_t ids[MB][SEQ], targets[MB][SEQ];
+  for (int m = 0; m < MB; m++)
+    for (int t = 0; t < SEQ; t++) ids[m][t] = (m * 5 + t * 3) % 16, targets[m][t] = (m + t * 7) % 16;
+  mpu_param_buffer_zero_grad(&c.params);
+  for (int m = 0; m < MB; m++) {
+    gpt_chunk_use_frame(&c, m);
+    losses[m] = 0;
+    assert_int_equal(gpt_chunk_forward(&ctx, &c, m, ids[m], targets[m], NULL, NULL, &losses[m]),
+                     MPU_SUCCESS);
+  }
+  for (int m = MB - 1; m >= 0; m--) {
+    gpt_chunk_use_frame(&c, m);
+    double again = 0; /* the demo's whole-chunk recompute: the forward once more */
+    if (whole) assert_int_equal(gpt_chunk_forward(&ctx, &c, m, ids[m], targets[m], NULL, NULL, &again), MPU_SUCCESS);
+    assert_int_equal(gpt_chunk_backward(&ctx, &c, NULL, NULL, 1.0f / SEQ), MPU_SUCCESS);
+  }
+  *numel = c.params.numel;
+  memcpy(grads, c.params.grad, c.params.numel * sizeof(float));
+  /* what each keeps: none > selective > full of some blocks > the whole chunk's input */
+  size_t keep[4] = {gpt_saved_floats(&ctx, LAYERS, 1, 1, GPT_RECOMPUTE_NONE, 0),
+                    gpt_saved_floats(&ctx, LAYERS, 1, 1, GPT_RECOMPUTE_SELECTIVE, 0),
+                    gpt_saved_floats(&ctx, LAYERS, 1, 1, GPT_RECOMPUTE_FULL, 2),
+                    gpt_saved_floats(&ctx, LAYERS, 1, 1, GPT_RECOMPUTE_FULL, 0)};
+  assert_true(keep[0] > keep[1] && keep[1] > keep[2] && keep[2] > keep[3]);
+  assert_int_equal(keep[3], (size_t)SEQ * 8);
+  gpt_chunk_free(&c);
+  mpu_comm_destroy(alone);
+}
+
+static void test_recompute_modes_agree(void **state) {
+  (void)state;
+  enum { MAXP = 1 << 14 };
+  static float ref[MAXP], got[MAXP];
+  double ref_loss[3], loss[3];
+  size_t n_ref, n;
+  run_modes(GPT_RECOMPUTE_FULL, 0, ref_loss, ref, &n_ref);
+  assert_true(n_ref <= MAXP);
+  int modes[4][2] = {{GPT_RECOMPUTE_NONE, 0}, {GPT_RECOMPUTE_SELECTIVE, 0}, {GPT_RECOMPUTE_FULL, 1},
+                     {GPT_RECOMPUTE_FULL, 2}};
+  for (int k = 0; k < 4; k++) {
+    run_modes(modes[k][0], modes[k][1], loss, got, &n);
+    assert_int_equal(n, n_ref);
+    for (int m = 0; m < 3; m++)
+      if (loss[m] != ref_loss[m]) fail_msg("mode %d/%d: micro-batch %d loss %.9g vs %.9g", modes[k][0], modes[k][1], m, loss[m], ref_loss[m]);
+    for (size_t i = 0; i < n; i++)
+      if (got[i] != ref[i]) fail_msg("mode %d/%d: gradient %zu %.9g vs %.9g", modes[k][0], modes[k][1], i, got[i], ref[i]);
+  }
+  assert_int_equal(gpt_recompute_parse("selective"), GPT_RECOMPUTE_SELECTIVE);
+  assert_int_equal(gpt_recompute_parse("some"), -1);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_gradient_against_differences)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_gradient_against_differences),
+                                     cmocka_unit_test(test_recompute_modes_agree)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

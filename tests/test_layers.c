@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,6 +444,8 @@ static void test_options(void **state) {
 
 /* ---- LayerNorm and attention against finite differences -------------------------------- */
 
+static void attention_check(int T, int heads, int d, int with_mask);
+
 /* loss = sum(c * f(x)) for fixed c: the analytic dx against central differences */
 static void test_norm_and_attention_finite_differences(void **state) {
   (void)state;
@@ -472,36 +475,155 @@ static void test_norm_and_attention_finite_differences(void **state) {
   /* dweight: the sum over rows of dy * xhat */
   assert_true(fabsf(ln.dweight[0]) > 0 && fabsf(ln.dbias[1]) > 0);
   mpu_layer_norm_free(&ln);
-  /* attention on (T, 3 HL), with a dropout mask */
-  float qkv[T * W3], out[T * HL], dq[T * W3], mask[HEADS * T * T], g[T * HL];
+  /* attention on (T, 3 HL), with a dropout mask: against the definition and differences */
+  attention_check(T, HEADS, D, 1);
+  float qkv[T * W3], out[T * HL];
   fill(qkv, T * W3, 7);
-  fill(g, T * HL, 8);
-  for (int i = 0; i < HEADS * T * T; i++) mask[i] = i % 7 == 3 ? 0.0f : 1.0f / 0.9f;
   mpu_attention a;
   memset(&a, 0, sizeof a);
-  assert_int_equal(mpu_attention_forward(&a, qkv, T, HEADS, D, mask, out), MPU_SUCCESS);
-  assert_int_equal(mpu_attention_backward(&a, g, dq), MPU_SUCCESS);
-  for (int i = 0; i < T * W3; i++) {
-    float keep = qkv[i], e = 1e-2f;
-    double lp = 0, lm = 0;
-    qkv[i] = keep + e;
-    mpu_attention_forward(&a, qkv, T, HEADS, D, mask, out);
-    for (int k = 0; k < T * HL; k++) lp += (double)g[k] * out[k];
-    qkv[i] = keep - e;
-    mpu_attention_forward(&a, qkv, T, HEADS, D, mask, out);
-    for (int k = 0; k < T * HL; k++) lm += (double)g[k] * out[k];
-    qkv[i] = keep;
-    float num = (float)((lp - lm) / (2 * e));
-    if (fabsf(num - dq[i]) > 2e-3f * (1 + fabsf(num))) fail_msg("attention dqkv[%d] %g vs %g", i, dq[i], num);
-  }
   /* causality: the first token's output is its own value, whatever comes after */
   mpu_attention_forward(&a, qkv, T, HEADS, D, NULL, out);
   for (int cidx = 0; cidx < D; cidx++) assert_true(close_to(out[cidx], qkv[2 * HL + cidx]));
   mpu_attention_free(&a);
 }
 
+/* attention over several blocks of rows (the last one partial), with and
+ * without dropout: dqkv against central differences of sum(g * out), and the
+ * output against the plain triple loop of the definition */
+static void attention_check(int T, int heads, int d, int with_mask) {
+  int hl = heads * d, w3 = 3 * hl;
+  size_t tt = (size_t)T * T;
+  float *qkv = malloc((size_t)T * w3 * sizeof(float)), *out = malloc((size_t)T * hl * sizeof(float));
+  float *dq = malloc((size_t)T * w3 * sizeof(float)), *g = malloc((size_t)T * hl * sizeof(float));
+  float *mask = malloc((size_t)heads * tt * sizeof(float)), *s = malloc((size_t)T * sizeof(float));
+  assert_non_null(qkv), assert_non_null(out), assert_non_null(dq), assert_non_null(g);
+  assert_non_null(mask), assert_non_null(s);
+  fill(qkv, T * w3, 9);
+  for (int i = 0; i < T * w3; i++) qkv[i] *= 3.0f; /* peaked softmax rows too */
+  fill(g, T * hl, 10);
+  for (size_t i = 0; i < (size_t)heads * tt; i++) mask[i] = i % 5 == 2 ? 0.0f : 1.25f;
+  const float *m = with_mask ? mask : NULL;
+  mpu_attention a;
+  memset(&a, 0, sizeof a);
+  assert_int_equal(mpu_attention_forward(&a, qkv, T, heads, d, m, out), MPU_SUCCESS);
+  for (int h = 0; h < heads; h++) /* the definition, token by token */
+    for (int i = 0; i < T; i++) {
+      double mx = -INFINITY, sum = 0;
+      for (int j = 0; j <= i; j++) {
+        double dot = 0;
+        for (int c = 0; c < d; c++) dot += (double)qkv[i * w3 + h * d + c] * qkv[j * w3 + hl + h * d + c];
+        s[j] = (float)(dot / sqrt((double)d));
+        mx = fmax(mx, s[j]);
+      }
+      for (int j = 0; j <= i; j++) sum += exp(s[j] - mx);
+      for (int c = 0; c < d; c++) {
+        double o = 0;
+        for (int j = 0; j <= i; j++)
+          o += exp(s[j] - mx) / sum * (m ? m[(size_t)h * tt + (size_t)i * T + j] : 1.0) *
+               qkv[j * w3 + 2 * hl + h * d + c];
+        float got = out[i * hl + h * d + c];
+        if (fabs(got - o) > 1e-5 * (1 + fabs(o))) fail_msg("attention out[%d][%d] %g vs %g", i, h * d + c, got, o);
+      }
+    }
+  assert_int_equal(mpu_attention_backward(&a, g, dq), MPU_SUCCESS);
+  for (int i = 0; i < T * w3; i++) {
+    float keep = qkv[i], e = 1e-2f;
+    double lp = 0, lm = 0;
+    qkv[i] = keep + e;
+    mpu_attention_forward(&a, qkv, T, heads, d, m, out);
+    for (int k = 0; k < T * hl; k++) lp += (double)g[k] * out[k];
+    qkv[i] = keep - e;
+    mpu_attention_forward(&a, qkv, T, heads, d, m, out);
+    for (int k = 0; k < T * hl; k++) lm += (double)g[k] * out[k];
+    qkv[i] = keep;
+    float num = (float)((lp - lm) / (2 * e));
+    if (fabsf(num - dq[i]) > 5e-3f * (1 + fabsf(num)))
+      fail_msg("attention T %d dqkv[%d] %g vs %g", T, i, dq[i], num);
+  }
+  mpu_attention_free(&a);
+  free(qkv), free(out), free(dq), free(g), free(mask), free(s);
+}
+
+static void test_attention_blocks(void **state) {
+  (void)state;
+  attention_check(70, 2, 4, 1);
+  attention_check(70, 2, 4, 0);
+  attention_check(33, 1, 2, 0);
+}
+
+static double ulps(float got, double want) {
+  float w = (float)want, a = fabsf(w);
+  return fabs((double)got - want) / ((double)nextafterf(a, INFINITY) - a);
+}
+
+/* mpu_tanh against the exact value (libm's tanh in double) over the floats
+ * of interest: every 97th float from 0 to 10.5 (where tanh rounds to 1) and
+ * every float of [0.6, 0.65] (where it changes formula), each with its
+ * negative; and what is not a finite number. */
+static void test_tanh_against_libm(void **state) {
+  (void)state;
+  enum { BATCH = 1 << 16 };
+  float *x = malloc(BATCH * sizeof(float)), *y = malloc(BATCH * sizeof(float));
+  assert_non_null(x), assert_non_null(y);
+  double worst = 0, worst_libm = 0;
+  float worst_at = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    float lo = pass ? 0.6f : 0.0f, hi = pass ? 0.65f : 10.5f;
+    uint32_t step = pass ? 1 : 97, bits;
+    memcpy(&bits, &lo, sizeof bits);
+    for (int done = 0; !done;) {
+      int n = 0;
+      for (; n < BATCH; n += 2, bits += step) {
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        if (v > hi) {
+          done = 1;
+          break;
+        }
+        x[n] = v, x[n + 1] = -v;
+      }
+      mpu_tanh(x, y, (size_t)n);
+      for (int i = 0; i < n; i++) {
+        double want = tanh((double)x[i]), e = ulps(y[i], want);
+        if (e > worst) worst = e, worst_at = x[i];
+        if (i % 64 == 0) worst_libm = fmax(worst_libm, ulps(tanhf(x[i]), want));
+      }
+    }
+  }
+  if (worst > 1.5) fail_msg("mpu_tanh is %.2f ulp off at %.9g (libm's tanhf: %.2f)", worst, worst_at, worst_libm);
+  float odd[6] = {INFINITY, -INFINITY, NAN, 40.0f, -1e-30f, 0.0f}, t[6];
+  mpu_tanh(odd, t, 6);
+  assert_true(t[0] == 1.0f && t[1] == -1.0f && isnan(t[2]) && t[3] == 1.0f && t[4] == -1e-30f);
+  assert_true(t[5] == 0.0f && !signbit(t[5]));
+  free(x), free(y);
+}
+
+/* the GeLU that keeps its tanh computes what the one that does not computes,
+ * and both are the tanh formula of Megatron's bias_gelu */
+static void test_gelu_kept(void **state) {
+  (void)state;
+  enum { M = 1000 };
+  float x[M], y[M], y2[M], t[M], dy[M], dx[M], dx2[M];
+  for (int i = 0; i < M; i++) x[i] = -8.0f + 16.0f * (float)i / M, dy[i] = 0.5f + (float)(i % 7);
+  mpu_gelu_forward(x, y, M);
+  mpu_gelu_forward_keep(x, y2, t, M);
+  mpu_gelu_backward(x, dy, dx, M);
+  mpu_gelu_backward_kept(x, t, dy, dx2, M);
+  for (int i = 0; i < M; i++) {
+    double v = x[i], th = tanh(0.7978845608 * v * (1 + 0.044715 * v * v));
+    assert_true(y[i] == y2[i] && dx[i] == dx2[i]);
+    if (fabs(y[i] - 0.5 * v * (1 + th)) > 1e-6 * (1 + fabs(v))) fail_msg("gelu(%g) = %g", v, y[i]);
+    double slope = 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * 0.7978845608 * (1 + 3 * 0.044715 * v * v);
+    if (fabs(dx[i] - slope * dy[i]) > 1e-5 * (1 + fabs(slope * dy[i])))
+      fail_msg("gelu'(%g) dy = %g, want %g", v, dx[i], slope * dy[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_attention_blocks),
+      cmocka_unit_test(test_tanh_against_libm),
+      cmocka_unit_test(test_gelu_kept),
       cmocka_unit_test(test_column_row_finite_differences),
       cmocka_unit_test(test_cross_entropy_finite_differences),
       cmocka_unit_test(test_parallel_matches_single),

@@ -11,6 +11,7 @@
  * Each scenario uses a fresh communicator; a healthy one (`ctl`) keeps the
  * ranks in step between scenarios and adds up the failures.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,14 +48,23 @@ static void sync_all(void) { mpu_comm_barrier(ctl); }
 
 /* ---- mismatched collectives ------------------------------------------------ */
 
-typedef enum { COUNT, DTYPE, OP, ROOT, KIND, BARRIER } mismatch;
-static const char *const names[] = {"count", "dtype", "op", "root", "kind", "barrier"};
+typedef enum { COUNT, DTYPE, OP, ROOT, KIND, BARRIER, TINY_OP, TINY_ROOT, LARGE, LARGE_KIND } mismatch;
+static const char *const names[] = {"count",   "dtype",     "op",      "root",  "kind",
+                                    "barrier", "tiny op",   "tiny root", "large", "large kind"};
 
-/* Rank 1 makes a call that differs from everyone else's in one way. */
+/* Rank 1 makes a call that differs from everyone else's in one way. Calls of
+ * 8 bytes carry their input with the signature when there is no timeout: the
+ * TINY cases have both sides carry it, LARGE ones one side only. */
 static mpu_result_t mismatched_call(mpu_comm *c, mismatch m) {
-  float buf[64] = {0}, out[64];
+  static float buf[4096], out[4096];
   int odd = rank == 1;
   switch (m) {
+  case TINY_OP: return mpu_comm_all_reduce(c, buf, out, 2, MPU_FLOAT32, odd ? MPU_MAX : MPU_SUM);
+  case TINY_ROOT: return mpu_comm_broadcast(c, buf, 2, MPU_FLOAT32, odd ? 2 : 0);
+  case LARGE: return mpu_comm_all_reduce(c, buf, out, odd ? 4096 : 2, MPU_FLOAT32, MPU_SUM);
+  case LARGE_KIND:
+    return odd ? mpu_comm_all_gather(c, buf, out, 4096 / (size_t)size, MPU_FLOAT32)
+               : mpu_comm_broadcast(c, buf, 2, MPU_FLOAT32, 0);
   case COUNT: return mpu_comm_all_reduce(c, buf, out, odd ? 8 : 16, MPU_FLOAT32, MPU_SUM);
   case DTYPE: return mpu_comm_all_reduce(c, buf, out, 16, odd ? MPU_INT32 : MPU_FLOAT32, MPU_SUM);
   case OP: return mpu_comm_all_reduce(c, buf, out, 16, MPU_FLOAT32, odd ? MPU_MAX : MPU_SUM);
@@ -67,15 +77,17 @@ static mpu_result_t mismatched_call(mpu_comm *c, mismatch m) {
   }
 }
 
-static void test_mismatches(void) {
-  mpu_comm *c = fresh(30, MPU_CHECKS_ON);
-  for (int m = COUNT; m <= BARRIER; m++) {
+/* timeout_s: 30 (polled, signature first) or 0 / INFINITY (no timeout:
+ * blocking calls, small inputs travelling with the signature). */
+static void test_mismatches(double timeout_s) {
+  mpu_comm *c = fresh(timeout_s, MPU_CHECKS_ON);
+  for (int m = COUNT; m <= LARGE_KIND; m++) {
     sync_all();
     double t0 = test_now();
     mpu_result_t r = mismatched_call(c, (mismatch)m);
     double took = test_now() - t0;
-    CHECK(r == MPU_ERR_MISMATCH, "%s mismatch -> %s, want MPU_ERR_MISMATCH", names[m],
-          mpu_result_name(r));
+    CHECK(r == MPU_ERR_MISMATCH, "%s mismatch (timeout %g) -> %s, want MPU_ERR_MISMATCH",
+          names[m], timeout_s, mpu_result_name(r));
     CHECK(strstr(mpu_last_error(), "ranks differing from rank 0: 1") != NULL,
           "%s mismatch: the message does not name rank 1: %s", names[m], mpu_last_error());
     CHECK(took < 1.0, "%s mismatch took %.3f s", names[m], took);
@@ -171,7 +183,9 @@ int main(int argc, char **argv) {
     if (rank == 0) fprintf(stderr, "test_mpi_failures: run with 3 or more processes\n");
     return 1;
   }
-  test_mismatches();
+  test_mismatches(30);
+  test_mismatches(0);
+  test_mismatches(INFINITY);
   test_timeout();
   test_p2p();
   int32_t total = 0;

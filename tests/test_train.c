@@ -295,8 +295,48 @@ static void test_recompute_gives_the_same_gradients(void **state) {
   assert_int_equal(mpu_checkpoint_recompute(&ck, NULL, block_forward, NULL), MPU_ERR_INVALID_USAGE);
 }
 
+/* A parameter the caller writes between steps is the one the next step
+ * updates. p = 1, gradient 1, lr 0.1, no decay or clipping: the first step
+ * gives 0.9 (m^ = 1, v^ = 1). Set p = 5 and step with a zero gradient:
+ * m = 0.09, v = 0.000999, bias corrections 0.19 and 0.001999, so
+ * m^ / sqrt(v^) = 0.473684 / 0.706929 = 0.670049 and p = 5 - 0.0670049 =
+ * 4.932995 (torch.optim.AdamW gives the same); an optimizer that kept its own
+ * copy would give 0.9 - 0.067 = 0.833. */
+static void test_step_reads_what_the_caller_wrote(void **state) {
+  (void)state;
+  for (int distributed = 0; distributed < 2; distributed++) {
+    mpu_comm *one;
+    assert_int_equal(mpu_comm_fake_create(0, 1, &one), 0);
+    mpu_param_buffer b;
+    mpu_param_buffer_init(&b, 0);
+    int i;
+    assert_int_equal(mpu_param_buffer_add(&b, "p", 1, MPU_PARAM_DUPLICATE, &i), 0);
+    assert_int_equal(mpu_param_buffer_finalize(&b, NULL, NULL), 0);
+    mpu_adamw_options o = MPU_ADAMW_OPTIONS_INIT;
+    o.lr = 0.1f, o.weight_decay = 0, o.clip_grad = 0;
+    mpu_optimizer opt;
+    assert_int_equal(mpu_optimizer_init(&opt, &b, one, distributed, &o), 0);
+    *mpu_param_data(&b, i) = 1.0f, *mpu_param_grad(&b, i) = 1.0f;
+    assert_int_equal(mpu_optimizer_step(&opt, NULL, NULL), 0);
+    assert_float_equal(*mpu_param_data(&b, i), 0.9f, 1e-6);
+    *mpu_param_data(&b, i) = 5.0f, *mpu_param_grad(&b, i) = 0.0f;
+    assert_int_equal(mpu_optimizer_step(&opt, NULL, NULL), 0);
+    assert_float_equal(*mpu_param_data(&b, i), 4.932995f, 1e-5);
+    mpu_optimizer_span sp[2];
+    int n;
+    assert_int_equal(mpu_optimizer_param_spans(&opt, i, sp, 2, &n), 0);
+    assert_int_equal(n, 1);
+    assert_true(sp[0].lo == 0 && sp[0].hi == 1 && sp[0].state == 0);
+    assert_int_equal(mpu_optimizer_param_spans(&opt, 1, sp, 2, &n), MPU_ERR_INVALID_ARGUMENT);
+    mpu_optimizer_free(&opt);
+    mpu_param_buffer_free(&b);
+    mpu_comm_destroy(one);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_step_reads_what_the_caller_wrote),
       cmocka_unit_test(test_plain_and_zero1_match_the_definition),
       cmocka_unit_test(test_zero1_equals_plain),
       cmocka_unit_test(test_bad_input),

@@ -118,6 +118,13 @@ MPU_API mpu_result_t mpu_bench_memcpy(size_t bytes, int iters, double *gbps);
 MPU_API mpu_result_t mpu_bench_memcpy_concurrent(size_t bytes, int iters, int threads,
                                                  double *gbps);
 
+/* A ceiling for moving a footprint of threads x 2 x bytes: the most bytes
+ * per second, all threads together, of the best iteration of four ways of
+ * copying it (threads threads of bytes each, or one thread of threads x bytes;
+ * streaming stores or cached ones). `mpu bench`'s roof column divides each
+ * collective's least traffic by twice this (a copy reads and writes). */
+MPU_API mpu_result_t mpu_bench_copy_ceiling(size_t bytes, int iters, int threads, double *gbps);
+
 #ifdef __cplusplus
 }
 #endif

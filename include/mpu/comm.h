@@ -58,7 +58,8 @@ MPU_API mpu_result_t mpu_op_from_name(const char *name, mpu_op *out);
  * they all made the same call (collective, count, dtype, op, root), and a
  * mismatch fails on every rank with MPU_ERR_MISMATCH naming the differing
  * ranks (like TORCH_DISTRIBUTED_DEBUG=DETAIL). Free on the threads backend;
- * one small all_gather per call on MPI, which also gives MPI its timeouts. */
+ * on MPI each call's signature travels in one small all_gather that also
+ * carries an 8-byte call's input (docs/mpi.md). */
 enum {
   MPU_CHECKS_DEFAULT = 0, /* MPU_CHECK_CALLS decides; on unless it is 0 */
   MPU_CHECKS_ON = 1,
@@ -150,7 +151,8 @@ MPU_API int mpu_mpi_available(void);
 /* Options of an MPI communicator. Start from MPU_MPI_OPTIONS_INIT. */
 typedef struct mpu_mpi_options {
   size_t size;       /* sizeof(mpu_mpi_options), set by the initializer */
-  double timeout_s;  /* checked calls and recv fail after this long; <= 0: MPU_TIMEOUT or 300 s */
+  double timeout_s;  /* checked calls and recv fail after this long; <= 0: MPU_TIMEOUT if
+                        set, else none (blocking MPI calls, as raw MPI); INFINITY: none */
   int check_calls;   /* MPU_CHECKS_DEFAULT, _ON or _OFF */
 } mpu_mpi_options;
 

@@ -233,7 +233,9 @@ MPU_API mpu_result_t mpu_layout_rank_info(const mpu_layout *layout, int rank,
  * "key=value" text ("world_size=8 tp=2 pp=2 order=tp-dp-pp"), for tools and
  * the fuzz target; core-0.19's keys are etp, hcp (levels joined by 'x':
  * hcp=2x4), dist_opt_instances, gloo, rank_offset, local_world_size.
- * Unknown keys and malformed values are errors. */
+ * Unknown keys, a key given twice, a negative size (split_rank alone takes
+ * -1, Megatron's None), malformed values and text without entries are
+ * errors; *cfg is untouched then. */
 MPU_API mpu_result_t mpu_layout_config_parse(const char *text, mpu_layout_config *cfg);
 
 /* "2,4" (sep ',') or "2x4" (sep 'x'): hierarchical_context_parallel_sizes

@@ -53,6 +53,12 @@ typedef struct mpu_schedule_config {
   {.size = sizeof(mpu_schedule_config), .kind = MPU_SCHEDULE_1F1B, .pp = 1, .vp = 1, \
    .microbatches = 1, .backward_cost = 2.0}
 
+/* The most steps (forwards and backwards of every stage together) a
+ * schedule may have: more than Megatron's large runs take (pp 32 x vp 4 x 4096
+ * micro-batches is 2^20), and a timeline of 8 MiB. Larger configs are refused,
+ * before any allocation. */
+#define MPU_SCHEDULE_MAX_STEPS (1 << 20)
+
 /* One step of a rank's order. */
 typedef struct mpu_schedule_step {
   char phase;             /* 'F' forward or 'B' backward */

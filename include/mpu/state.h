@@ -254,7 +254,8 @@ typedef mpu_result_t (*mpu_state_fn)(mpu_state *state, void *arg);
 
 /*
  * distributed_model_parallel_state: run fn on nranks thread ranks, each inside
- * a freshly initialised state of cfg (world_size = nranks) seeded with seed,
+ * a freshly initialised state of cfg seeded with seed (cfg->world_size 0 or
+ * nranks: a config that names another world is MPU_ERR_INVALID_ARGUMENT),
  * and always destroy it afterwards, whether fn succeeds, fails or a rank
  * aborts, so the next test starts clean. Returns as mpu_launch does.
  */

@@ -64,7 +64,9 @@ typedef struct mpu_param_buffer {
 
 /* Start an empty buffer for this rank (tp_rank: its tensor-parallel rank). */
 MPU_API void mpu_param_buffer_init(mpu_param_buffer *b, int tp_rank);
-/* Add a parameter of numel elements (before finalize); *index is its number. */
+/* Add a parameter of numel elements (before finalize); *index is its number.
+ * The name has 1..47 characters (a longer one is refused, never cut) and
+ * is not in the buffer already. */
 MPU_API mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t numel,
                                           mpu_param_attrs attrs, int *index);
 /* Lay the parameters out: data and grad are the caller's (b->numel floats
@@ -118,7 +120,10 @@ typedef struct mpu_adamw_options {
  *                updates its shard (float32 main weights and moments of the
  *                shard only), then the buckets are all-gathered
  * Both apply the same clipping and the same AdamW to each element, so they
- * give the same parameters.
+ * give the same parameters. Each step reads the float32 main weights from
+ * the buffer's parameters, so a value the caller writes between steps (a
+ * loaded checkpoint, an edit) is the one the step updates, as torch's AdamW
+ * and Megatron's optimizers (which update the parameters in place) do.
  */
 typedef struct mpu_optimizer {
   mpu_param_buffer *b;
@@ -132,6 +137,11 @@ typedef struct mpu_optimizer {
   int64_t step;
 } mpu_optimizer;
 
+/* Collective over dp: every float option must be finite and in range (lr,
+ * weight_decay, clip_grad >= 0, betas in [0, 1), eps > 0), and every rank of
+ * dp must pass the same options, distributed flag and buffer shape (one
+ * all_gather of a small record compares them; a difference is
+ * MPU_ERR_MISMATCH on every rank, naming the rank and the option). */
 MPU_API mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_comm *dp,
                                         int distributed, const mpu_adamw_options *options);
 /*
@@ -152,6 +162,19 @@ MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
                                             mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
 
+/* The elements of parameter `index` whose moments this rank keeps, as spans
+ * of the parameter's local elements [lo, hi), each with the index of its
+ * first element in m, v and main (state): the whole parameter for the plain
+ * optimizer, this rank's ZeRO-1 shard of each bucket for the distributed one
+ * (where a checkpoint finds the optimizer state). *n gets the count; fails if
+ * there are more than max. */
+typedef struct mpu_optimizer_span {
+  size_t lo, hi, state;
+} mpu_optimizer_span;
+
+MPU_API mpu_result_t mpu_optimizer_param_spans(const mpu_optimizer *opt, int index,
+                                               mpu_optimizer_span *spans, int max, int *n);
+
 /* ---- activation recompute (Megatron's tensor_parallel.checkpoint) ----------------------- */
 
 /*
@@ -162,7 +185,8 @@ MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
  * again (the caller keeps its activations this time and runs the block's
  * backward after), then puts back the streams it found, so randomness after
  * the backward is as without recompute (CheckpointFunction's fwd/bwd RNG
- * states).
+ * states). A refused recompute (a checkpoint that was never filled, or whose
+ * streams are not valid) changes no stream.
  */
 typedef mpu_result_t (*mpu_block_fn)(void *user);
 

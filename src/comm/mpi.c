@@ -16,11 +16,15 @@
  * or a float16 travels untouched.
  *
  * Safety (call checking, on by default): each collective first all_gathers
- * its signature with a non-blocking MPI_Iallgather polled against the
- * timeout, so mismatched calls fail on every rank with MPU_ERR_MISMATCH and a
- * rank that never comes ends the wait with MPU_ERR_TIMEOUT. The data phase
+ * its signature in a small fixed-size block, so mismatched calls fail on
+ * every rank with MPU_ERR_MISMATCH. Without a timeout (the default: MPI has
+ * none) the exchange is a blocking MPI_Allgather and an 8-byte call's input
+ * rides in the same block, so such a call costs one MPI call, as unchecked.
+ * With a timeout the exchange is an MPI_Iallgather polled against it, so a
+ * rank that never comes ends the wait with MPU_ERR_TIMEOUT; the data phase
  * then also runs non-blocking under the timeout (a rank that arrives after
- * its peers gave up must not hang either). A timed-out communicator is
+ * its peers gave up must not hang either), which is why the data never rides
+ * with the signature there. A timed-out communicator is
  * broken: every later call fails at once. MPI cannot cancel a collective, so
  * the buffers of the timed-out request stay with MPI: the library's are
  * handed to the orphan list (freed when the request completes or at
@@ -34,6 +38,7 @@
  * does. destroy never waits: sends still in flight are cancelled or orphaned.
  */
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,15 +115,29 @@ typedef struct pending_send {
   void *copy;
 } pending_send;
 
+/* What every checked collective exchanges first, one fixed-size block per
+ * rank (the same size on every rank whatever it called, so even mismatched
+ * calls are one valid MPI_Allgather): the call's signature, and a small
+ * call's whole input with it, so that call is complete after this one
+ * exchange (no extra round trip). The block is kept small: on Open MPI 4.1's
+ * shared memory a 40-byte block (signature + 8) made an 8-byte all_reduce
+ * 1.13x the raw MPI_Allreduce on 2 processes, 48 or 64 bytes 1.25x, 96 1.3x. */
+#define CARRIED_BYTES 8
+typedef struct carrier {
+  mpu__sig sig;
+  unsigned char data[CARRIED_BYTES];
+} carrier;
+
 typedef struct mpi_impl {
   MPI_Comm comm;
-  int checked;        /* signature handshake and timeouts on collectives */
+  int checked;        /* signatures exchanged and compared on collectives */
   double timeout_s;
   mpu_result_t broken; /* the failure that broke it (0: not broken) */
   char why[320];
   pending_send *sends;
   int nsends, cap;
-  mpu__sig *sig;      /* this rank's signature, then every member's [1 + size] */
+  int timed;          /* checked with a timeout: moves are non-blocking, polled */
+  struct carrier *blk; /* this rank's signature block, then every member's [1 + size] */
   char *scratch;      /* the reductions' staging buffer */
   size_t scratch_cap;
   int *v;             /* [4 * size]: counts and displacements of the v-collectives */
@@ -195,25 +214,100 @@ static mpu_result_t wait_for(mpu_comm *c, MPI_Request *req, const char *fn, cons
            "missing ones)",
            fn, m->timeout_s, phase, c->size);
   m->broken = MPU_ERR_TIMEOUT;
-  orphan_add(*req, m->sig, m->scratch, m->v, NULL); /* MPI may still write them */
-  m->sig = NULL, m->scratch = NULL, m->v = NULL, m->scratch_cap = 0;
+  orphan_add(*req, m->blk, m->scratch, m->v, NULL); /* MPI may still write them */
+  m->blk = NULL, m->scratch = NULL, m->v = NULL, m->scratch_cap = 0;
   return mpu__error(MPU_ERR_TIMEOUT, "%s", m->why);
 }
 
+/* The bytes of this rank's input a call carries in its signature block, or
+ * SIZE_MAX where the call is too large (or uneven) to ride along. */
+static size_t carried_bytes(const mpu_comm *c, const mpu__call *k) {
+  size_t bytes, es = mpu_dtype_size((mpu_dtype)k->sig.dtype);
+  int whole = k->sig.kind == MPU_COLL_REDUCE_SCATTER || k->sig.kind == MPU_COLL_ALL_TO_ALL;
+  switch (k->sig.kind) {
+  case MPU_COLL_BARRIER: return 0;
+  case MPU_COLL_ALL_REDUCE: case MPU_COLL_REDUCE: case MPU_COLL_ALL_GATHER:
+  case MPU_COLL_BROADCAST: case MPU_COLL_REDUCE_SCATTER: case MPU_COLL_ALL_TO_ALL:
+    if (__builtin_mul_overflow((size_t)k->sig.count, es, &bytes) ||
+        (whole && __builtin_mul_overflow(bytes, (size_t)c->size, &bytes)))
+      return SIZE_MAX;
+    return bytes <= CARRIED_BYTES ? bytes : SIZE_MAX;
+  default: return SIZE_MAX;
+  }
+}
+
 /* Start of every collective: refuse on a broken communicator, and with
- * checking on agree on the call's signature with every member. */
-static mpu_result_t enter(mpu_comm *c, mpu__sig sig, const char *fn) {
+ * checking on exchange the call's signature with every member, in one
+ * MPI_Allgather of fixed-size blocks (non-blocking and polled when there is a
+ * timeout). A small call's input travels in the same block: *done is set when
+ * the exchange brought every input this rank needs (finish_carried then
+ * completes the call locally). */
+static mpu_result_t enter(mpu_comm *c, const mpu__call *k, const char *fn, int *done) {
   mpi_impl *m = impl_of(c);
+  *done = 0;
   if (m->broken) return broken_error(m, fn);
   if (orphans) orphans_progress(0);
   if (!m->checked || c->size == 1) return MPU_SUCCESS;
-  MPI_Request req;
-  m->sig[0] = sig;
-  MPU_CHECK(check(MPI_Iallgather(&m->sig[0], (int)sizeof sig, MPI_BYTE, &m->sig[1],
-                                 (int)sizeof sig, MPI_BYTE, m->comm, &req),
-                  fn));
-  MPU_CHECK(wait_for(c, &req, fn, "waiting for every rank to enter the call"));
-  return mpu__sig_compare(fn, &m->sig[1], sizeof sig, c->size, c->world_ranks, MPU__CHECK_ALL);
+  size_t carried = m->timed ? SIZE_MAX : carried_bytes(c, k);
+  carrier *mine = &m->blk[0];
+  mine->sig = k->sig;
+  if (carried != SIZE_MAX && carried) {
+    const void *src = k->sig.kind == MPU_COLL_BROADCAST ? k->recv : k->send;
+    if (k->sig.kind != MPU_COLL_BROADCAST || c->rank == k->sig.root)
+      memcpy(mine->data, src, carried);
+  }
+  if (!m->timed) {
+    MPU_CHECK(check(MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, &m->blk[1],
+                                  (int)sizeof *mine, MPI_BYTE, m->comm),
+                    fn));
+  } else {
+    MPI_Request req;
+    MPU_CHECK(check(MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, &m->blk[1],
+                                   (int)sizeof *mine, MPI_BYTE, m->comm, &req),
+                    fn));
+    MPU_CHECK(wait_for(c, &req, fn, "waiting for every rank to enter the call"));
+  }
+  for (int p = 0; p < c->size; p++) /* the common case: every block says the same */
+    if (memcmp(&m->blk[1 + p].sig, &mine->sig, sizeof mine->sig)) {
+      MPU_CHECK(mpu__sig_compare(fn, &m->blk[1], sizeof *mine, c->size, c->world_ranks,
+                                 MPU__CHECK_ALL));
+      break;
+    }
+  *done = carried != SIZE_MAX;
+  return MPU_SUCCESS;
+}
+
+/* Complete a call whose inputs all arrived in the signature blocks. */
+static mpu_result_t finish_carried(mpu_comm *c, const mpu__call *k) {
+  MPU__CALL_ARGS(k);
+  mpi_impl *m = impl_of(c);
+  int n = c->size, me = c->rank;
+  size_t bytes = count * mpu_dtype_size(dt);
+  const void **ptrs = m->ptrs;
+  switch (k->sig.kind) {
+  case MPU_COLL_ALL_REDUCE:
+  case MPU_COLL_REDUCE:
+    if (k->sig.kind == MPU_COLL_REDUCE && me != root) return MPU_SUCCESS;
+    for (int p = 0; p < n; p++) ptrs[p] = m->blk[1 + p].data;
+    mpu__reduce(recv, ptrs, n, count, dt, op, n);
+    return MPU_SUCCESS;
+  case MPU_COLL_REDUCE_SCATTER:
+    for (int p = 0; p < n; p++) ptrs[p] = m->blk[1 + p].data + (size_t)me * bytes;
+    mpu__reduce(recv, ptrs, n, count, dt, op, n);
+    return MPU_SUCCESS;
+  case MPU_COLL_ALL_GATHER:
+    for (int p = 0; p < n && bytes; p++)
+      memcpy((char *)recv + (size_t)p * bytes, m->blk[1 + p].data, bytes);
+    return MPU_SUCCESS;
+  case MPU_COLL_ALL_TO_ALL:
+    for (int p = 0; p < n && bytes; p++)
+      memcpy((char *)recv + (size_t)p * bytes, m->blk[1 + p].data + (size_t)me * bytes, bytes);
+    return MPU_SUCCESS;
+  case MPU_COLL_BROADCAST:
+    if (me != root && bytes) memcpy(recv, m->blk[1 + root].data, bytes);
+    return MPU_SUCCESS;
+  default: return MPU_SUCCESS; /* barrier: the exchange was the barrier */
+  }
 }
 
 /* ---- the moves: blocking calls, or non-blocking ones under the timeout ---- */
@@ -223,7 +317,7 @@ static mpu_result_t enter(mpu_comm *c, mpu__sig sig, const char *fn) {
 static mpu_result_t x_allgather(mpu_comm *c, const char *fn, const void *s, void *r, int n,
                                 MPI_Datatype t) {
   MPI_Request q;
-  if (!impl_of(c)->checked) return check(MPI_Allgather(s, n, t, r, n, t, comm_of(c)), fn);
+  if (!impl_of(c)->timed) return check(MPI_Allgather(s, n, t, r, n, t, comm_of(c)), fn);
   MPU_CHECK(check(MPI_Iallgather(s, n, t, r, n, t, comm_of(c), &q), fn));
   return wait_for(c, &q, fn, DATA_PHASE);
 }
@@ -231,7 +325,7 @@ static mpu_result_t x_allgather(mpu_comm *c, const char *fn, const void *s, void
 static mpu_result_t x_allgatherv(mpu_comm *c, const char *fn, void *r, const int *counts,
                                  const int *displs, MPI_Datatype t) {
   MPI_Request q;
-  if (!impl_of(c)->checked)
+  if (!impl_of(c)->timed)
     return check(MPI_Allgatherv(MPI_IN_PLACE, 0, t, r, counts, displs, t, comm_of(c)), fn);
   MPU_CHECK(check(MPI_Iallgatherv(MPI_IN_PLACE, 0, t, r, counts, displs, t, comm_of(c), &q), fn));
   return wait_for(c, &q, fn, DATA_PHASE);
@@ -240,7 +334,7 @@ static mpu_result_t x_allgatherv(mpu_comm *c, const char *fn, void *r, const int
 static mpu_result_t x_alltoall(mpu_comm *c, const char *fn, const void *s, void *r, int n,
                                MPI_Datatype t) {
   MPI_Request q;
-  if (!impl_of(c)->checked) return check(MPI_Alltoall(s, n, t, r, n, t, comm_of(c)), fn);
+  if (!impl_of(c)->timed) return check(MPI_Alltoall(s, n, t, r, n, t, comm_of(c)), fn);
   MPU_CHECK(check(MPI_Ialltoall(s, n, t, r, n, t, comm_of(c), &q), fn));
   return wait_for(c, &q, fn, DATA_PHASE);
 }
@@ -249,7 +343,7 @@ static mpu_result_t x_alltoallv(mpu_comm *c, const char *fn, const void *s, cons
                                 const int *sd, void *r, const int *rc, const int *rd,
                                 MPI_Datatype t) {
   MPI_Request q;
-  if (!impl_of(c)->checked)
+  if (!impl_of(c)->timed)
     return check(MPI_Alltoallv(s, sc, sd, t, r, rc, rd, t, comm_of(c)), fn);
   MPU_CHECK(check(MPI_Ialltoallv(s, sc, sd, t, r, rc, rd, t, comm_of(c), &q), fn));
   return wait_for(c, &q, fn, DATA_PHASE);
@@ -258,7 +352,7 @@ static mpu_result_t x_alltoallv(mpu_comm *c, const char *fn, const void *s, cons
 static mpu_result_t x_bcast(mpu_comm *c, const char *fn, void *b, int n, MPI_Datatype t,
                             int root) {
   MPI_Request q;
-  if (!impl_of(c)->checked) return check(MPI_Bcast(b, n, t, root, comm_of(c)), fn);
+  if (!impl_of(c)->timed) return check(MPI_Bcast(b, n, t, root, comm_of(c)), fn);
   MPU_CHECK(check(MPI_Ibcast(b, n, t, root, comm_of(c), &q), fn));
   return wait_for(c, &q, fn, DATA_PHASE);
 }
@@ -266,7 +360,7 @@ static mpu_result_t x_bcast(mpu_comm *c, const char *fn, void *b, int n, MPI_Dat
 static mpu_result_t x_gather(mpu_comm *c, const char *fn, const void *s, void *r, int n,
                              MPI_Datatype t, int root) {
   MPI_Request q;
-  if (!impl_of(c)->checked) return check(MPI_Gather(s, n, t, r, n, t, root, comm_of(c)), fn);
+  if (!impl_of(c)->timed) return check(MPI_Gather(s, n, t, r, n, t, root, comm_of(c)), fn);
   MPU_CHECK(check(MPI_Igather(s, n, t, r, n, t, root, comm_of(c), &q), fn));
   return wait_for(c, &q, fn, DATA_PHASE);
 }
@@ -274,7 +368,7 @@ static mpu_result_t x_gather(mpu_comm *c, const char *fn, const void *s, void *r
 static mpu_result_t x_gatherv(mpu_comm *c, const char *fn, const void *s, int n, void *r,
                               const int *counts, const int *displs, MPI_Datatype t, int root) {
   MPI_Request q;
-  if (!impl_of(c)->checked)
+  if (!impl_of(c)->timed)
     return check(MPI_Gatherv(s, n, t, r, counts, displs, t, root, comm_of(c)), fn);
   MPU_CHECK(check(MPI_Igatherv(s, n, t, r, counts, displs, t, root, comm_of(c), &q), fn));
   return wait_for(c, &q, fn, DATA_PHASE);
@@ -324,7 +418,9 @@ static mpu_result_t mpi_all_reduce(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_all_reduce";
   int n = c->size;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
-  MPU_CHECK(enter(c, k->sig, fn));
+  int done;
+  MPU_CHECK(enter(c, k, fn, &done));
+  if (done) return finish_carried(c, k);
   MPU_CHECK(fits(fn, count, n));
   char *stacked = NULL;
   if (bytes * (size_t)n <= SMALL_BYTES) {
@@ -353,7 +449,9 @@ static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_reduce_scatter";
   int n = c->size;
   size_t bytes = count * mpu_dtype_size(dt);
-  MPU_CHECK(enter(c, k->sig, fn));
+  int done;
+  MPU_CHECK(enter(c, k, fn, &done));
+  if (done) return finish_carried(c, k);
   MPU_CHECK(fits(fn, count, n));
   char *stacked = NULL;
   MPU_CHECK(scratch(c, bytes * (size_t)n + 1, fn, &stacked));
@@ -414,7 +512,7 @@ static mpu_result_t reduce_pair(mpu_comm *c, const char *fn, const void *send, v
   const void *s = me && send == recv ? MPI_IN_PLACE : send;
   MPI_Datatype t = pair_types[dt];
   MPI_Request q;
-  if (!impl_of(c)->checked)
+  if (!impl_of(c)->timed)
     return check(MPI_Reduce(s, me ? recv : NULL, (int)count, t, pair_ops[op], root, comm_of(c)), fn);
   MPU_CHECK(check(MPI_Ireduce(s, me ? recv : NULL, (int)count, t, pair_ops[op], root, comm_of(c), &q),
                   fn));
@@ -426,7 +524,9 @@ static mpu_result_t mpi_reduce(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_reduce";
   int n = c->size, me = c->rank == root;
   size_t es = mpu_dtype_size(dt), bytes = count * es;
-  MPU_CHECK(enter(c, k->sig, fn));
+  int done;
+  MPU_CHECK(enter(c, k, fn, &done));
+  if (done) return finish_carried(c, k);
   MPU_CHECK(fits(fn, count, n));
   if (n == 2) return reduce_pair(c, fn, send, recv, count, dt, op, root);
   char *stacked = NULL;
@@ -472,7 +572,9 @@ static mpu_result_t mpi_uneven(mpu_comm *c, const mpu__call *k) {
   int n = c->size, me = c->rank, *v = impl_of(c)->v;
   mpu_dtype dt = (mpu_dtype)k->sig.dtype;
   size_t es = mpu_dtype_size(dt);
-  MPU_CHECK(enter(c, k->sig, fn));
+  int done;
+  MPU_CHECK(enter(c, k, fn, &done));
+  if (done) return finish_carried(c, k);
   MPU_CHECK(ints(c, fn, k->counts, v));
   if (k->sig.kind == MPU_COLL_ALL_GATHER_V) {
     MPU_CHECK(ints(c, fn, k->displs, v + n));
@@ -527,7 +629,9 @@ static mpu_result_t mpi_start(mpu_comm *c, const mpu__call *k, void **handle) {
 static mpu_result_t mpi_all_gather(mpu_comm *c, const mpu__call *k) {
   MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_all_gather";
-  MPU_CHECK(enter(c, k->sig, fn));
+  int done;
+  MPU_CHECK(enter(c, k, fn, &done));
+  if (done) return finish_carried(c, k);
   MPU_CHECK(fits(fn, count, c->size));
   const char *in_place = (const char *)recv + (size_t)c->rank * count * mpu_dtype_size(dt);
   return x_allgather(c, fn, send == in_place ? MPI_IN_PLACE : send, recv, (int)count,
@@ -537,7 +641,9 @@ static mpu_result_t mpi_all_gather(mpu_comm *c, const mpu__call *k) {
 static mpu_result_t mpi_broadcast(mpu_comm *c, const mpu__call *k) {
   MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_broadcast";
-  MPU_CHECK(enter(c, k->sig, fn));
+  int done;
+  MPU_CHECK(enter(c, k, fn, &done));
+  if (done) return finish_carried(c, k);
   MPU_CHECK(fits(fn, count, 1));
   return x_bcast(c, fn, recv, (int)count, bits_of(dt), root);
 }
@@ -545,7 +651,9 @@ static mpu_result_t mpi_broadcast(mpu_comm *c, const mpu__call *k) {
 static mpu_result_t mpi_all_to_all(mpu_comm *c, const mpu__call *k) {
   MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_all_to_all";
-  MPU_CHECK(enter(c, k->sig, fn));
+  int done;
+  MPU_CHECK(enter(c, k, fn, &done));
+  if (done) return finish_carried(c, k);
   MPU_CHECK(fits(fn, count, c->size));
   return x_alltoall(c, fn, send, recv, (int)count, bits_of(dt));
 }
@@ -553,8 +661,9 @@ static mpu_result_t mpi_all_to_all(mpu_comm *c, const mpu__call *k) {
 static mpu_result_t mpi_barrier(mpu_comm *c, const mpu__call *k) {
   MPU__CALL_ARGS(k);
   static const char fn[] = "mpu_comm_barrier";
-  MPU_CHECK(enter(c, k->sig, fn));
-  if (impl_of(c)->checked) return MPU_SUCCESS; /* nobody leaves the handshake early */
+  int done;
+  MPU_CHECK(enter(c, k, fn, &done));
+  if (done) return finish_carried(c, k);
   return check(MPI_Barrier(comm_of(c)), fn);
 }
 
@@ -650,11 +759,11 @@ static mpu_result_t wrap(MPI_Comm newcomm, int checked, double timeout_s, mpu_co
   int *mine = malloc((size_t)size * sizeof(int)), *world = malloc((size_t)size * sizeof(int));
   mpu_comm *c = NULL;
   if (impl) {
-    impl->sig = calloc((size_t)size + 1, sizeof *impl->sig);
+    impl->blk = calloc((size_t)size + 1, sizeof *impl->blk);
     impl->v = calloc(4 * (size_t)size, sizeof(int));
     impl->ptrs = calloc((size_t)size, sizeof *impl->ptrs);
   }
-  if (impl && impl->sig && impl->v && impl->ptrs && mine && world) {
+  if (impl && impl->blk && impl->v && impl->ptrs && mine && world) {
     MPI_Group g, wg;
     MPI_Comm_group(newcomm, &g);
     MPI_Comm_group(MPI_COMM_WORLD, &wg);
@@ -665,12 +774,13 @@ static mpu_result_t wrap(MPI_Comm newcomm, int checked, double timeout_s, mpu_co
     impl->comm = newcomm;
     impl->checked = checked;
     impl->timeout_s = timeout_s;
+    impl->timed = checked && isfinite(timeout_s);
     c = mpu__comm_new(&mpi_ops, rank, size, world, impl);
   }
   free(mine);
   free(world);
   if (!c) {
-    if (impl) free(impl->sig), free(impl->v), free(impl->ptrs);
+    if (impl) free(impl->blk), free(impl->v), free(impl->ptrs);
     free(impl);
     MPI_Comm_free(&newcomm);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: communicator of %d", fn, size);
@@ -727,7 +837,7 @@ static void mpi_destroy(mpu_comm *c) {
     else orphan_add(m->sends[i].req, m->sends[i].copy, NULL, NULL, NULL);
   }
   free(m->sends);
-  free(m->sig);
+  free(m->blk);
   free(m->scratch);
   free(m->v);
   free(m->ptrs);
@@ -791,7 +901,7 @@ static mpu_result_t mpi_native(mpu_comm *c, const mpu__call *call) {
 }
 
 static void mpi_caps(const mpu_comm *c, mpu_comm_caps *caps) {
-  caps->fault_detection = impl_of(c)->checked; /* timeouts need the checked path */
+  caps->fault_detection = impl_of(c)->timed; /* timeouts need the checked, polled path */
   caps->call_checking = impl_of(c)->checked;
 }
 
@@ -822,6 +932,14 @@ static mpu_result_t check_options(const char *fn, const mpu_mpi_options *given) 
   return MPU_SUCCESS;
 }
 
+/* MPI has no timeouts of its own, so the backend has one only where the
+ * caller asked (options.timeout_s > 0 and finite, or MPU_TIMEOUT): without
+ * one, checked calls are blocking MPI calls (INFINITY). */
+static double mpi_timeout(double given) {
+  if (given > 0) return given;
+  return mpu__env_timeout_given() ? mpu__env_timeout(0) : INFINITY;
+}
+
 mpu_result_t mpu_comm_from_mpi_ex(MPI_Comm comm, const mpu_mpi_options *options, mpu_comm **out) {
   static const char fn[] = "mpu_comm_from_mpi";
   int initialised = 0;
@@ -833,7 +951,7 @@ mpu_result_t mpu_comm_from_mpi_ex(MPI_Comm comm, const mpu_mpi_options *options,
   MPI_Comm dup;
   MPU_CHECK(check(MPI_Comm_dup(comm, &dup), fn));
   return wrap(dup, mpu__env_check_calls(options ? options->check_calls : MPU_CHECKS_DEFAULT),
-              mpu__env_timeout(options ? options->timeout_s : 0), out);
+              mpi_timeout(options ? options->timeout_s : 0), out);
 }
 
 mpu_result_t mpu_comm_from_mpi(MPI_Comm comm, mpu_comm **out) {

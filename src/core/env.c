@@ -64,6 +64,7 @@ static long as_long(int i) {
 
 static void load(void) {
   values.timeout_s = as_double(0);
+  values.timeout_given = raw(0) != knobs[0].fallback; /* set; a malformed value counts */
   values.check_calls = as_long(1) != 0;
   values.spin = as_long(2);
   values.debug = as_long(3) != 0;
@@ -84,3 +85,5 @@ int mpu__env_check_calls(int mode) {
 double mpu__env_timeout(double timeout_s) {
   return timeout_s > 0 && isfinite(timeout_s) ? timeout_s : mpu__env()->timeout_s;
 }
+
+int mpu__env_timeout_given(void) { return mpu__env()->timeout_given; }

@@ -11,6 +11,7 @@
 
 typedef struct mpu__env_values {
   double timeout_s; /* MPU_TIMEOUT: seconds any wait may last before it fails */
+  int timeout_given; /* MPU_TIMEOUT is set (valid) in the environment */
   int check_calls;  /* MPU_CHECK_CALLS: agree on each collective's signature first */
   long spin;        /* MPU_SPIN: busy-wait iterations before sleeping; -1 = automatic */
   int debug;        /* MPU_DEBUG: log each error's path (file:line) to stderr */
@@ -26,5 +27,7 @@ const mpu__env_values *mpu__env(void);
  * mode is MPU_CHECKS_DEFAULT, _ON or _OFF; timeout_s <= 0 means "not given". */
 MPU_SIBLING_API int mpu__env_check_calls(int mode);
 MPU_SIBLING_API double mpu__env_timeout(double timeout_s);
+/* Whether MPU_TIMEOUT is set (the MPI backend has a timeout only when asked). */
+MPU_SIBLING_API int mpu__env_timeout_given(void);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * linear.c - ColumnParallelLinear and RowParallelLinear (layers.py), and the
- * GeLU between them.
+ * GeLU between them (kernels.c).
  *
  *   column: forward  x --(copy_to, or gather along dim 0 with sequence
  *           parallelism)--> x A_r^T + b_r --(gather along the last dim if
@@ -350,21 +350,4 @@ mpu_result_t mpu_row_linear_backward(mpu_row_linear *l, const float *dy, float *
   free(dxl);
   free(db);
   return r;
-}
-
-/* ---- GeLU ---------------------------------------------------------------------------------- */
-
-void mpu_gelu_forward(const float *x, float *y, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(0.79788456f * v * (1.0f + 0.044715f * v * v)));
-  }
-}
-
-void mpu_gelu_backward(const float *x, const float *dy, float *dx, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float v = x[i], t = tanhf(0.79788456f * v * (1.0f + 0.044715f * v * v));
-    float ff = 0.5f * v * ((1.0f - t * t) * (0.79788456f + 0.1070322243f * v * v)) + 0.5f * (1.0f + t);
-    dx[i] = ff * dy[i];
-  }
 }

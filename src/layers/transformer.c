@@ -3,11 +3,14 @@
  * tensor-parallel layers themselves: LayerNorm (a duplicate on every rank)
  * and the softmax attention over the heads a rank holds.
  */
+#include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "layers/kernels.h"
 #include "layers/layers_internal.h"
 
 /* ---- LayerNorm ---------------------------------------------------------------------------- */
@@ -43,56 +46,83 @@ void mpu_layer_norm_free(mpu_layer_norm *ln) {
   memset(ln, 0, sizeof *ln);
 }
 
+/* one row: xhat and y; returns 1/sqrt(var + eps) (two passes: the mean, then
+ * the variance about it, so large offsets lose nothing) */
+MPU_SIMD_CLONES static float norm_row(const float *restrict x, const float *restrict w,
+                                      const float *restrict b, size_t h, float eps,
+                                      float *restrict xhat, float *restrict y) {
+  float mean = 0, var = 0;
+#pragma omp simd reduction(+ : mean)
+  for (size_t j = 0; j < h; j++) mean += x[j];
+  mean /= (float)h;
+#pragma omp simd reduction(+ : var)
+  for (size_t j = 0; j < h; j++) var += (x[j] - mean) * (x[j] - mean);
+  float rs = 1.0f / sqrtf(var / (float)h + eps);
+  for (size_t j = 0; j < h; j++) {
+    float xh = (x[j] - mean) * rs;
+    xhat[j] = xh;
+    y[j] = xh * w[j] + b[j];
+  }
+  return rs;
+}
+
 mpu_result_t mpu_layer_norm_forward(mpu_layer_norm *ln, const float *x, int n, float *y) {
   static const char fn[] = "mpu_layer_norm_forward";
   if (!ln || !ln->weight || !x || !y || n < 1)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or %d rows", fn, n);
   size_t h = (size_t)ln->hidden;
+  if ((size_t)n > SIZE_MAX / sizeof(float) / h)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d rows of %zu overflow", fn, n, h);
   float *xhat = realloc(ln->xhat, (size_t)n * h * sizeof(float));
   if (xhat) ln->xhat = xhat;
   float *rstd = realloc(ln->rstd, (size_t)n * sizeof(float));
   if (rstd) ln->rstd = rstd;
   if (!xhat || !rstd) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d rows", fn, n);
   ln->n = n;
-  for (int i = 0; i < n; i++) {
-    const float *row = x + (size_t)i * h;
-    double mean = 0, var = 0;
-    for (size_t j = 0; j < h; j++) mean += row[j];
-    mean /= (double)h;
-    for (size_t j = 0; j < h; j++) var += (row[j] - mean) * (row[j] - mean);
-    var /= (double)h;
-    float rs = (float)(1.0 / sqrt(var + ln->eps));
-    ln->rstd[i] = rs;
-    for (size_t j = 0; j < h; j++) {
-      float xh = (float)(row[j] - mean) * rs;
-      ln->xhat[(size_t)i * h + j] = xh;
-      y[(size_t)i * h + j] = xh * ln->weight[j] + ln->bias[j];
-    }
-  }
+  for (size_t i = 0; i < (size_t)n; i++)
+    ln->rstd[i] = norm_row(x + i * h, ln->weight, ln->bias, h, ln->eps, ln->xhat + i * h, y + i * h);
   return MPU_SUCCESS;
+}
+
+/* one row of the backward, fused: the weight and bias gradients and both
+ * sums in one pass over the row, dx in a second */
+MPU_SIMD_CLONES static void norm_row_backward(const float *restrict g, const float *restrict xh,
+                                              const float *restrict w, size_t h, float rs,
+                                              float *restrict dw, float *restrict db,
+                                              float *restrict dx) {
+  float sum_g = 0, sum_gx = 0; /* of dxhat = dy * weight */
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+  for (size_t j = 0; j < h; j++) {
+    float d = g[j] * w[j];
+    sum_g += d, sum_gx += d * xh[j];
+    dw[j] += g[j] * xh[j];
+    db[j] += g[j];
+  }
+  float mg = sum_g / (float)h, mgx = sum_gx / (float)h;
+  for (size_t j = 0; j < h; j++) dx[j] = rs * (g[j] * w[j] - mg - xh[j] * mgx);
 }
 
 mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float *dx) {
   if (!ln || !ln->xhat || !dy || !dx)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_layer_norm_backward: no forward yet");
   size_t h = (size_t)ln->hidden;
-  for (int i = 0; i < ln->n; i++) {
-    const float *g = dy + (size_t)i * h, *xh = ln->xhat + (size_t)i * h;
-    double sum_g = 0, sum_gx = 0; /* of dxhat = dy * weight */
-    for (size_t j = 0; j < h; j++) {
-      float d = g[j] * ln->weight[j];
-      sum_g += d, sum_gx += d * xh[j];
-      ln->dweight[j] += g[j] * xh[j];
-      ln->dbias[j] += g[j];
-    }
-    float mg = (float)(sum_g / (double)h), mgx = (float)(sum_gx / (double)h);
-    for (size_t j = 0; j < h; j++)
-      dx[(size_t)i * h + j] = ln->rstd[i] * (g[j] * ln->weight[j] - mg - xh[j] * mgx);
-  }
+  for (size_t i = 0; i < (size_t)ln->n; i++)
+    norm_row_backward(dy + i * h, ln->xhat + i * h, ln->weight, h, ln->rstd[i], ln->dweight,
+                      ln->dbias, dx + i * h);
   return MPU_SUCCESS;
 }
 
 /* ---- attention ----------------------------------------------------------------------------- */
+
+/*
+ * Per head, the products go through BLAS on the heads' columns of qkv in
+ * place (leading dimension 3 heads d, so no copy): S = q k^T, out = P v, and
+ * in the backward dD = dout v^T, dv = D^T dout, dq = dS k, dk = dS^T q. The
+ * causal mask is used in blocks of rows: rows i0..i1-1 see keys 0..i1-1
+ * only, so the products skip most of the masked triangle (10/16 of the full
+ * square at 4 blocks), and the softmax runs on each row's visible part.
+ */
+enum { ROWS = 32 }; /* rows per block: a block's keys stay in cache */
 
 void mpu_attention_free(mpu_attention *a) {
   if (!a) return;
@@ -100,10 +130,17 @@ void mpu_attention_free(mpu_attention *a) {
   memset(a, 0, sizeof *a);
 }
 
+/* row i's dropout: D = P * mask, from the mask or as P itself */
+MPU_SIMD_CLONES static void drop_row(const float *restrict p, const float *restrict mask,
+                                     float *restrict d, int n) {
+  for (int j = 0; j < n; j++) d[j] = p[j] * mask[j];
+}
+
 mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, int heads,
                                    int head_dim, const float *dropout_mask, float *out) {
   static const char fn[] = "mpu_attention_forward";
-  if (!a || !qkv || !out || T < 1 || heads < 1 || head_dim < 1 || T > 65536)
+  if (!a || !qkv || !out || T < 1 || heads < 1 || head_dim < 1 || T > 65536 || heads > 65536 ||
+      head_dim > 65536)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or T %d, %d heads of %d", fn, T,
                       heads, head_dim);
   size_t Hl = (size_t)heads * head_dim, W = 3 * Hl, tt = (size_t)T * T;
@@ -111,42 +148,54 @@ mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, in
     mpu_attention_free(a);
     a->qkv = malloc((size_t)T * W * sizeof(float));
     a->probs = malloc((size_t)heads * tt * sizeof(float));
-    a->dropped = malloc((size_t)heads * tt * sizeof(float));
-    if (!a->qkv || !a->probs || !a->dropped) {
+    if (!a->qkv || !a->probs) {
       mpu_attention_free(a);
       return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, %d heads", fn, T, heads);
     }
     a->T = T, a->heads = heads, a->head_dim = head_dim;
   }
-  memcpy(a->qkv, qkv, (size_t)T * W * sizeof(float));
+  if (dropout_mask && !a->dropped) { /* the dropped probabilities: only with a mask */
+    a->dropped = malloc((size_t)heads * tt * sizeof(float));
+    if (!a->dropped) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, %d heads", fn, T, heads);
+  }
+  a->has_mask = dropout_mask != NULL;
+  if (a->qkv != qkv) memcpy(a->qkv, qkv, (size_t)T * W * sizeof(float));
   float scale = 1.0f / sqrtf((float)head_dim);
+  int d = head_dim;
   for (int h = 0; h < heads; h++) {
-    const float *q = qkv + (size_t)h * head_dim, *k = q + Hl, *v = q + 2 * Hl;
-    float *P = a->probs + (size_t)h * tt, *D = a->dropped + (size_t)h * tt;
-    for (int i = 0; i < T; i++) {
-      float mx = -INFINITY;
-      for (int j = 0; j <= i; j++) { /* causal: token i sees 0..i */
-        float s = 0;
-        for (int c = 0; c < head_dim; c++) s += q[(size_t)i * W + c] * k[(size_t)j * W + c];
-        P[(size_t)i * T + j] = s * scale;
-        mx = fmaxf(mx, s * scale);
+    const float *q = qkv + (size_t)h * d, *k = q + Hl, *v = q + 2 * Hl;
+    float *P = a->probs + (size_t)h * tt;
+    float *D = dropout_mask ? a->dropped + (size_t)h * tt : P;
+    for (int i0 = 0; i0 < T; i0 += ROWS) {
+      int nb = T - i0 < ROWS ? T - i0 : ROWS, i1 = i0 + nb;
+      float *S = P + (size_t)i0 * T;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, i1, d, 1.0f, q + (size_t)i0 * W,
+                  (int)W, k, (int)W, 0.0f, S, T);
+      for (int i = i0; i < i1; i++) { /* causal: token i sees 0..i */
+        float *row = P + (size_t)i * T;
+        mpu__softmax_row(row, i + 1, scale);
+        memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+        if (dropout_mask)
+          drop_row(row, dropout_mask + (size_t)h * tt + (size_t)i * T, D + (size_t)i * T, T);
       }
-      double sum = 0;
-      for (int j = 0; j <= i; j++) sum += P[(size_t)i * T + j] = expf(P[(size_t)i * T + j] - mx);
-      for (int j = 0; j < T; j++) {
-        float p = j <= i ? (float)(P[(size_t)i * T + j] / sum) : 0.0f;
-        P[(size_t)i * T + j] = p;
-        D[(size_t)i * T + j] = dropout_mask ? p * dropout_mask[(size_t)h * tt + (size_t)i * T + j] : p;
-      }
-      float *o = out + (size_t)i * Hl + (size_t)h * head_dim;
-      for (int c = 0; c < head_dim; c++) {
-        float acc = 0;
-        for (int j = 0; j <= i; j++) acc += D[(size_t)i * T + j] * v[(size_t)j * W + c];
-        o[c] = acc;
-      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, i1, 1.0f, D + (size_t)i0 * T,
+                  T, v, (int)W, 0.0f, out + (size_t)i0 * Hl + (size_t)h * d, (int)Hl);
     }
   }
   return MPU_SUCCESS;
+}
+
+/* row i of dS from dD (in place): dP = dD * keep, keep = D / P (the mask's
+ * 1/(1-p) or 0); dS = P (dP - sum_j P dP) scale */
+MPU_SIMD_CLONES static void softmax_row_backward(float *restrict g, const float *restrict p,
+                                                 const float *restrict dropped, int n,
+                                                 float scale) {
+  if (dropped)
+    for (int j = 0; j < n; j++) g[j] = p[j] > 0 ? g[j] * (dropped[j] / p[j]) : 0.0f;
+  float dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int j = 0; j < n; j++) dot += p[j] * g[j];
+  for (int j = 0; j < n; j++) g[j] = p[j] * (g[j] - dot) * scale;
 }
 
 mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *dqkv) {
@@ -156,36 +205,33 @@ mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *
   size_t Hl = (size_t)a->heads * d, W = 3 * Hl, tt = (size_t)T * T;
   float scale = 1.0f / sqrtf((float)d);
   memset(dqkv, 0, (size_t)T * W * sizeof(float));
-  float *dp = malloc((size_t)T * sizeof(float));
-  if (!dp) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_attention_backward");
+  float *G = malloc((size_t)ROWS * T * sizeof(float)); /* a block's dD, then dS */
+  if (!G) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_attention_backward");
   for (int h = 0; h < a->heads; h++) {
     const float *q = a->qkv + (size_t)h * d, *k = q + Hl, *v = q + 2 * Hl;
     float *dq = dqkv + (size_t)h * d, *dk = dq + Hl, *dv = dq + 2 * Hl;
-    const float *P = a->probs + (size_t)h * tt, *D = a->dropped + (size_t)h * tt;
-    for (int i = 0; i < T; i++) {
-      const float *go = dout + (size_t)i * Hl + (size_t)h * d;
-      /* out_i = sum_j D_ij v_j: dv_j += D_ij go; dD_ij = go . v_j; dP = dD * (D / P) */
-      double dot = 0;
-      for (int j = 0; j <= i; j++) {
-        float dd = 0;
-        for (int c = 0; c < d; c++) {
-          dv[(size_t)j * W + c] += D[(size_t)i * T + j] * go[c];
-          dd += go[c] * v[(size_t)j * W + c];
-        }
-        float p = P[(size_t)i * T + j], keep = p > 0 ? D[(size_t)i * T + j] / p : 0.0f;
-        dp[j] = dd * keep;
-        dot += (double)dp[j] * p;
-      }
-      /* softmax: ds_ij = P_ij (dP_ij - sum_k P_ik dP_ik); s = q.k scale */
-      for (int j = 0; j <= i; j++) {
-        float ds = P[(size_t)i * T + j] * (dp[j] - (float)dot) * scale;
-        for (int c = 0; c < d; c++) {
-          dq[(size_t)i * W + c] += ds * k[(size_t)j * W + c];
-          dk[(size_t)j * W + c] += ds * q[(size_t)i * W + c];
-        }
-      }
+    const float *P = a->probs + (size_t)h * tt;
+    const float *D = a->has_mask ? a->dropped + (size_t)h * tt : P;
+    for (int i0 = 0; i0 < T; i0 += ROWS) {
+      int nb = T - i0 < ROWS ? T - i0 : ROWS, i1 = i0 + nb;
+      const float *go = dout + (size_t)i0 * Hl + (size_t)h * d;
+      /* out = D v: dv += D^T dout, dD = dout v^T */
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, d, nb, 1.0f, D + (size_t)i0 * T, T,
+                  go, (int)Hl, 1.0f, dv, (int)W);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, i1, d, 1.0f, go, (int)Hl, v,
+                  (int)W, 0.0f, G, T);
+      for (int i = i0; i < i1; i++)
+        softmax_row_backward(G + (size_t)(i - i0) * T, P + (size_t)i * T,
+                             a->has_mask ? D + (size_t)i * T : NULL, i + 1, scale);
+      for (int i = i0; i < i1; i++) /* row i's dS past i is 0: the mask */
+        memset(G + (size_t)(i - i0) * T + i + 1, 0, (size_t)(i1 - i - 1) * sizeof(float));
+      /* s = q k^T: dq = dS k, dk += dS^T q */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, i1, 1.0f, G, T, k, (int)W,
+                  0.0f, dq + (size_t)i0 * W, (int)W);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, d, nb, 1.0f, G, T,
+                  q + (size_t)i0 * W, (int)W, 1.0f, dk, (int)W);
     }
   }
-  free(dp);
+  free(G);
   return MPU_SUCCESS;
 }

@@ -47,11 +47,17 @@ static mpu_result_t take(const char *fn, const mpu_schedule_config *given, mpu_s
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: pp (%d), vp (%d) and microbatches (%d) must be at least 1", fn, c->pp,
                       c->vp, c->microbatches);
-  int64_t total = (int64_t)c->microbatches * c->vp, cells = total * c->pp;
-  if (total > INT_MAX / 2 || cells > INT_MAX / 2)
+  /* each factor below 2^31, so the first product fits; the second only once
+   * the first is bounded */
+  int64_t total = (int64_t)c->microbatches * c->vp;
+  if (total > MPU_SCHEDULE_MAX_STEPS / 2 || 2 * total * c->pp > MPU_SCHEDULE_MAX_STEPS)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: %d micro-batches x %d chunks x %d stages is too many steps", fn,
-                      c->microbatches, c->vp, c->pp);
+                      "%s: %d micro-batches x %d chunks x %d stages make %.0f steps; a schedule "
+                      "has at most %d (2^20, an %d MiB timeline): fewer micro-batches show the "
+                      "same pattern",
+                      fn, c->microbatches, c->vp, c->pp, 2.0 * (double)total * c->pp,
+                      MPU_SCHEDULE_MAX_STEPS,
+                      (int)(MPU_SCHEDULE_MAX_STEPS * sizeof(double) >> 20));
   if (!(c->backward_cost > 0) || c->backward_cost > 1e6)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: backward_cost %g (want > 0)", fn,
                       c->backward_cost);
@@ -180,10 +186,11 @@ mpu_result_t mpu_schedule_timeline(const mpu_schedule_config *cfg, double **star
   size_t cells = (size_t)M * (size_t)V;
   /* end[phase][mb * V + virtual stage], < 0 until done */
   double *end = malloc(2 * cells * sizeof *end), *free_at = calloc((size_t)P, sizeof *free_at);
-  int *next = calloc((size_t)P, sizeof *next);
+  int *next = calloc((size_t)P, sizeof *next), *stack = malloc((size_t)P * sizeof *stack);
+  unsigned char *queued = calloc((size_t)P, 1);
   mpu_schedule_step *order = malloc((size_t)P * (size_t)steps * sizeof *order);
   mpu_result_t r = MPU_SUCCESS;
-  if (!end || !free_at || !next || !order) {
+  if (!end || !free_at || !next || !stack || !queued || !order) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d stages x %d steps", fn, P, steps);
     goto out;
   }
@@ -194,43 +201,52 @@ mpu_result_t mpu_schedule_timeline(const mpu_schedule_config *cfg, double **star
   }
   if (r) goto out;
   double tf = 1.0 / c.vp, tb = c.backward_cost / c.vp, last = 0;
-  /* each rank runs its order; a step starts once the steps it needs are done */
-  for (int done = 0, progress = 1; done < P * steps;) {
-    if (!progress) {
-      r = mpu__error(MPU_ERR_INTERNAL, "%s: the %s order deadlocks", fn, mpu_schedule_name(c.kind));
-      goto out;
-    }
-    progress = 0;
-    for (int p = 0; p < P; p++)
-      while (next[p] < steps) {
-        const mpu_schedule_step *s = &order[(size_t)p * steps + next[p]];
-        int vs = s->chunk * P + p;
-        size_t cell = (size_t)s->microbatch * V + (size_t)vs;
-        double ready = free_at[p];
-        if (s->phase == 'F') {
-          if (vs > 0) {
-            double prev = end[cell - 1];
-            if (prev < 0) break;
-            ready = prev > ready ? prev : ready;
-          }
-        } else {
-          double own = end[cell], after = vs + 1 < V ? end[cells + cell + 1] : 0;
-          if (own < 0 || after < 0) break;
-          ready = own > ready ? own : ready;
-          ready = after > ready ? after : ready;
+  /* each rank runs its order; a step starts once the steps it needs are
+   * done. A step needs only the neighbouring stages' steps (the previous
+   * virtual stage's forward, the next one's backward), so a stage that
+   * moved wakes its two neighbours: every step is tried O(1) times, not
+   * once per sweep over all stages (pp sweeps of pp stages for a deep pipe) */
+  int top = 0, done = 0;
+  for (int p = P - 1; p >= 0; p--) stack[top++] = p, queued[p] = 1;
+  while (top) {
+    int p = stack[--top], moved = 0;
+    queued[p] = 0;
+    while (next[p] < steps) {
+      const mpu_schedule_step *s = &order[(size_t)p * steps + next[p]];
+      int vs = s->chunk * P + p;
+      size_t cell = (size_t)s->microbatch * V + (size_t)vs;
+      double ready = free_at[p];
+      if (s->phase == 'F') {
+        if (vs > 0) {
+          double prev = end[cell - 1];
+          if (prev < 0) break;
+          ready = prev > ready ? prev : ready;
         }
-        double e = ready + (s->phase == 'F' ? tf : tb);
-        end[(s->phase == 'B' ? cells : 0) + cell] = e;
-        if (start && start[p]) start[p][next[p]] = ready;
-        free_at[p] = e;
-        last = e > last ? e : last;
-        next[p]++, done++, progress = 1;
+      } else {
+        double own = end[cell], after = vs + 1 < V ? end[cells + cell + 1] : 0;
+        if (own < 0 || after < 0) break;
+        ready = own > ready ? own : ready;
+        ready = after > ready ? after : ready;
       }
+      double e = ready + (s->phase == 'F' ? tf : tb);
+      end[(s->phase == 'B' ? cells : 0) + cell] = e;
+      if (start && start[p]) start[p][next[p]] = ready;
+      free_at[p] = e;
+      last = e > last ? e : last;
+      next[p]++, done++, moved = 1;
+    }
+    int wake[2] = {(p + 1) % P, (p + P - 1) % P};
+    for (int k = 0; moved && k < 2; k++)
+      if (!queued[wake[k]]) stack[top++] = wake[k], queued[wake[k]] = 1;
+  }
+  if (done < P * steps) {
+    r = mpu__error(MPU_ERR_INTERNAL, "%s: the %s order deadlocks", fn, mpu_schedule_name(c.kind));
+    goto out;
   }
   double busy = M * (1.0 + (c.forward_only ? 0 : c.backward_cost));
   if (makespan) *makespan = last;
   if (bubble) *bubble = (last - busy) / busy;
 out:
-  free(end), free(free_at), free(next), free(order);
+  free(end), free(free_at), free(next), free(stack), free(queued), free(order);
   return r;
 }

@@ -562,6 +562,11 @@ mpu_result_t mpu_layout_config_parse(const char *text, mpu_layout_config *cfg) {
   if (!text || !cfg) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
   mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
   const char *p = text;
+  static const char *const keys[] = {"world_size", "tp", "pp", "vp", "split_rank", "sp", "cp",
+                                     "ep", "fp8", "etp", "dist_opt_instances", "gloo",
+                                     "rank_offset", "local_world_size", "flavor", "order", "hcp"};
+  enum { NKEYS = sizeof keys / sizeof keys[0], NINTS = NKEYS - 3, SPLIT_RANK = 4 };
+  int seen[NKEYS] = {0}, entries = 0;
   while (*p) {
     while (*p == ' ' || *p == '\t' || *p == '\n' || *p == ',') p++;
     if (!*p) break;
@@ -581,6 +586,17 @@ mpu_result_t mpu_layout_config_parse(const char *text, mpu_layout_config *cfg) {
     k[klen] = 0;
     memcpy(v, val, vlen);
     v[vlen] = 0;
+    size_t i = 0;
+    while (i < NKEYS && strcmp(k, keys[i])) i++;
+    if (i == NKEYS)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: unknown key '%s' (want flavor, world_size, tp, pp, vp, split_rank, "
+                        "sp, cp, ep, fp8, order, etp, hcp, dist_opt_instances, gloo, "
+                        "rank_offset, local_world_size)",
+                        fn, k);
+    if (seen[i]++) /* which of two values was meant is not ours to guess */
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' is given twice", fn, k);
+    entries++;
     if (!strcmp(k, "flavor")) {
       MPU_CHECK(mpu_flavor_from_name(v, &c.flavor));
       continue;
@@ -593,27 +609,20 @@ mpu_result_t mpu_layout_config_parse(const char *text, mpu_layout_config *cfg) {
       MPU_CHECK(mpu_layout_parse_hcp(v, 'x', &c));
       continue;
     }
-    static const char *const keys[] = {"world_size", "tp", "pp", "vp", "split_rank", "sp", "cp",
-                                       "ep", "fp8", "etp", "dist_opt_instances", "gloo",
-                                       "rank_offset", "local_world_size"};
-    int *fields[] = {&c.world_size, &c.tp, &c.pp, &c.vp, &c.split_rank, &c.sp, &c.cp, &c.ep,
-                     &c.fp8, &c.etp, &c.dist_opt_instances, &c.gloo, &c.rank_offset,
-                     &c.local_world_size};
-    size_t i = 0;
-    while (i < sizeof keys / sizeof keys[0] && strcmp(k, keys[i])) i++;
-    if (i == sizeof keys / sizeof keys[0])
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                        "%s: unknown key '%s' (want flavor, world_size, tp, pp, vp, split_rank, "
-                        "sp, cp, ep, fp8, order, etp, hcp, dist_opt_instances, gloo, "
-                        "rank_offset, local_world_size)",
-                        fn, k);
+    int *fields[NINTS] = {&c.world_size, &c.tp, &c.pp, &c.vp, &c.split_rank, &c.sp, &c.cp, &c.ep,
+                          &c.fp8, &c.etp, &c.dist_opt_instances, &c.gloo, &c.rank_offset,
+                          &c.local_world_size};
+    long lowest = i == SPLIT_RANK ? -1 : 0; /* split_rank -1 is Megatron's None */
     char *end;
     long x = strtol(v, &end, 10);
-    if (*end || x < -(1L << 30) || x > 1L << 30)
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                        "%s: %s=%s is not a whole number in -2^30..2^30", fn, k, v);
+    if (*end || x < lowest || x > 1L << 30)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s=%s is not a whole number in %ld..2^30%s",
+                        fn, k, v, lowest, lowest < 0 ? " (-1: none)" : "");
     *fields[i] = (int)x;
   }
+  if (!entries)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: no entries (want key=value entries such as 'world_size=8 tp=2')", fn);
   *cfg = c;
   return MPU_SUCCESS;
 }

@@ -64,6 +64,10 @@ mpu_result_t mpu_with_state(int nranks, const mpu_layout_config *cfg, uint64_t s
   MPU_CHECK(mpu__take_options("mpu_with_state", "config", "MPU_LAYOUT_CONFIG_INIT",
                               cfg, sizeof full,
                               MPU_LAYOUT_CONFIG_MIN_SIZE, &full));
+  if (full.world_size && full.world_size != nranks) /* the config names another world */
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "mpu_with_state: the config's world_size %d is not the %d ranks launched "
+                      "(0 takes the launch's)", full.world_size, nranks);
   with_state_ctx ctx = {full, seed, fn, arg};
   ctx.cfg.world_size = nranks;
   /* a bad config fails here, once, before any thread starts */

@@ -10,8 +10,16 @@
 
 #include "mpu/train.h"
 
-/* lr, betas, eps, weight decay and clip in range (the message names fn) */
+/* lr, betas, eps, weight decay and clip finite and in range (the message names fn) */
 mpu_result_t mpu__adamw_check(const char *fn, const mpu_adamw_options *o);
+
+/* Collective over group: every rank was given the same options (the floats
+ * bit for bit, the averaging rule, the bucket size, the strategy) and a
+ * buffer of the same shape; else MPU_ERR_MISMATCH on every rank naming the
+ * first rank that differs from rank 0 and the field. */
+mpu_result_t mpu__adamw_agree(const char *fn, mpu_comm *group, const mpu_adamw_options *o,
+                              int sum, size_t bucket_bytes, const char *strategy_name,
+                              int strategy, const mpu_param_buffer *b);
 
 /* The gradient norm from this rank's sum of squares: summed over norm_group
  * (NULL: none), its square root into *norm and *grad_norm (may be NULL);

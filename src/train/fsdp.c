@@ -162,6 +162,11 @@ mpu_result_t mpu_fsdp_create(mpu_param_buffer *b, mpu_comm *shard, mpu_comm *rep
   MPU_CHECK_GOTO(mpu_comm_size(shard, &f->S), r, fail);
   MPU_CHECK_GOTO(mpu_comm_rank(shard, &f->s), r, fail);
   if (replicate) MPU_CHECK_GOTO(mpu_comm_size(replicate, &f->R), r, fail);
+  MPU_CHECK_GOTO(mpu__adamw_agree(fn, shard, &d.adamw, d.sum, d.bucket_bytes, "strategy",
+                                  (int)d.strategy, b), r, fail);
+  if (replicate)
+    MPU_CHECK_GOTO(mpu__adamw_agree(fn, replicate, &d.adamw, d.sum, d.bucket_bytes, "strategy",
+                                    (int)d.strategy, b), r, fail);
   int world = f->S * f->R;
   f->pre = d.sum ? 1.0f : predivide_factor(world);
   f->post = d.sum ? 1.0f : (float)world / f->pre;

@@ -9,10 +9,12 @@
  * parameters travel.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/simd.h"
 #include "core/options.h"
 #include "core/chunk.h"
 #include "mpu/train.h"
@@ -32,8 +34,16 @@ mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t 
                                    mpu_param_attrs attrs, int *index) {
   static const char fn[] = "mpu_param_buffer_add";
   if (!b || !name) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  size_t len = strlen(name);
+  if (!len || len >= sizeof b->params[0].name) /* a cut name could name another parameter */
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: a parameter name of %zu characters (want 1..%zu): '%.60s%s'", fn, len,
+                      sizeof b->params[0].name - 1, name, len > 60 ? "..." : "");
   if (b->finalized)
     return mpu__error(MPU_ERR_INVALID_USAGE, "%s: '%s' after the buffer was finalized", fn, name);
+  for (int i = 0; i < b->nparams; i++) /* names are keys: of checkpoints, of messages */
+    if (!strcmp(b->params[i].name, name))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' is parameter %d already", fn, name, i);
   if (!numel || numel > ((size_t)1 << 40))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' has %zu elements", fn, name, numel);
   if (attrs.stride < 1 || (attrs.tensor_parallel && attrs.partition_dim < 0))
@@ -51,7 +61,7 @@ mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name, size_t 
   }
   mpu_param *p = &b->params[b->nparams];
   memset(p, 0, sizeof *p);
-  strncpy(p->name, name, sizeof p->name - 1);
+  memcpy(p->name, name, len + 1);
   p->offset = offset, p->numel = numel, p->attrs = attrs, p->decay = 1;
   b->numel = offset + numel;
   if (index) *index = b->nparams;
@@ -187,9 +197,11 @@ static size_t held_range(const mpu_optimizer *opt, size_t start, size_t end, siz
   return shard;
 }
 
-/* Run f(opt, element, index into the rank's moments) over every element
- * this rank updates, with its parameter's decay. */
-typedef void (*element_fn)(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg);
+/* Run f(opt, first element, index of it into the rank's moments, count) over
+ * every run of elements this rank updates, with its parameter's decay: one
+ * call per run, so the element loop inside f is vectorised. */
+typedef void (*element_fn)(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay,
+                           void *arg);
 
 static void for_owned(mpu_optimizer *opt, element_fn f, void *arg) {
   const mpu_param_buffer *b = opt->b;
@@ -203,19 +215,90 @@ static void for_owned(mpu_optimizer *opt, element_fn f, void *arg) {
       const mpu_param *p = &b->params[i];
       size_t a = p->offset > lo ? p->offset : lo;
       size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-      for (size_t e = a; e < z; e++) f(opt, e, j + (e - lo), (float)p->decay, arg);
+      if (a < z) f(opt, a, j + (a - lo), z - a, (float)p->decay, arg);
     }
     j += hi - lo;
   }
 }
 
+/* Every float option finite and in its range: an infinite lr, decay or eps
+ * would turn the parameters into infinities or NaN at the first step. */
 mpu_result_t mpu__adamw_check(const char *fn, const mpu_adamw_options *o) {
-  if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
-      !(o->eps > 0) || !(o->weight_decay >= 0) || !(o->clip_grad >= 0))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: lr %g, betas (%g, %g), eps %g, weight decay %g, clip %g out of range",
-                      fn, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad);
+  static const char *const names[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"};
+  const float v[] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad};
+  static const char *const want[] = {"finite, >= 0", "in [0, 1)", "in [0, 1)", "finite, > 0",
+                                     "finite, >= 0", "finite, >= 0 (0: no clipping)"};
+  for (int i = 0; i < 6; i++) {
+    int ok = isfinite(v[i]) && v[i] >= 0;
+    if (i == 1 || i == 2) ok = ok && v[i] < 1;
+    if (i == 3) ok = ok && v[i] > 0;
+    if (!ok)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s %g out of range (want %s)", fn,
+                        names[i], (double)v[i], want[i]);
+  }
   return MPU_SUCCESS;
+}
+
+/* The options and the buffer's shape as one record every rank of a group
+ * must share: ranks that step with different lr, averaging rules or buckets
+ * diverge without a word, so the optimizers' inits compare them as
+ * mpu_state_init compares the layout config. */
+enum { AGREE_FIELDS = 11 };
+
+static void agree_value(char *out, size_t cap, int field, uint64_t x) {
+  if (field < 6) {
+    uint32_t bits = (uint32_t)x;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    snprintf(out, cap, "%.9g", (double)v);
+  } else {
+    snprintf(out, cap, "%llu", (unsigned long long)x);
+  }
+}
+
+mpu_result_t mpu__adamw_agree(const char *fn, mpu_comm *group, const mpu_adamw_options *o,
+                              int sum, size_t bucket_bytes, const char *strategy_name,
+                              int strategy, const mpu_param_buffer *b) {
+  const char *const names[AGREE_FIELDS] = {"lr", "beta1", "beta2", "eps", "weight_decay",
+                                           "clip_grad", "bucket_bytes", "sum", strategy_name,
+                                           "parameters", "elements"};
+  int n, rank;
+  MPU_CHECK(mpu_comm_size(group, &n));
+  MPU_CHECK(mpu_comm_rank(group, &rank));
+  /* a rank whose collectives move no data (the fake backend) cannot see the
+   * others' records, and is trusted as mpu_state_init trusts it */
+  mpu_comm_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.size = sizeof caps;
+  MPU_CHECK(mpu_comm_capabilities(group, &caps));
+  if (n == 1 || !caps.moves_data) return MPU_SUCCESS;
+  uint64_t *all = calloc((size_t)n * AGREE_FIELDS, sizeof *all);
+  if (!all) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d option records", fn, n);
+  uint64_t *mine = all + (size_t)rank * AGREE_FIELDS;
+  const float v[] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad};
+  for (int i = 0; i < 6; i++) {
+    uint32_t bits;
+    memcpy(&bits, &v[i], sizeof bits); /* the bits: two ranks agree only on the same float */
+    mine[i] = bits;
+  }
+  mine[6] = bucket_bytes, mine[7] = sum != 0, mine[8] = (uint64_t)(int64_t)strategy;
+  mine[9] = (uint64_t)b->nparams, mine[10] = b->numel;
+  mpu_result_t r =
+      mpu_comm_all_gather(group, mine, all, AGREE_FIELDS * sizeof *all, MPU_UINT8);
+  for (size_t k = 1; !r && k < (size_t)n; k++)
+    for (int f = 0; f < AGREE_FIELDS; f++)
+      if (all[k * AGREE_FIELDS + f] != all[f]) {
+        char a[32], z[32];
+        agree_value(a, sizeof a, f, all[k * AGREE_FIELDS + f]);
+        agree_value(z, sizeof z, f, all[f]);
+        r = mpu__error(MPU_ERR_MISMATCH,
+                       "%s: the ranks were given different optimizers: rank %zu's %s is %s, "
+                       "rank 0's %s",
+                       fn, k, names[f], a, z);
+        break;
+      }
+  free(all);
+  return r;
 }
 
 mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_comm *dp,
@@ -234,6 +317,8 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
   MPU_CHECK(mpu__adamw_check(fn, &opt->o));
   MPU_CHECK(ready(fn, b, dp, &opt->dp_size, &opt->dp_rank));
   opt->b = b, opt->dp = dp, opt->distributed = distributed != 0;
+  MPU_CHECK(mpu__adamw_agree(fn, dp, &opt->o, opt->o.sync.sum, opt->o.sync.bucket_bytes,
+                             "distributed", opt->distributed, b));
   size_t n = (size_t)opt->dp_size, bucket = sync.bucket_bytes / sizeof(float);
   opt->bucket = (bucket + n - 1) / n * n; /* every bucket's shards equal */
   if (opt->bucket > b->numel) opt->bucket = (b->numel + n - 1) / n * n;
@@ -261,21 +346,35 @@ void mpu_optimizer_free(mpu_optimizer *opt) {
   memset(opt, 0, sizeof *opt);
 }
 
-/* the float32 main weights: copied from the parameters at the first step */
-static void take_main(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg) {
+/* the float32 main weights: read from the parameters at every step, so a
+ * value the caller wrote since the last step (a loaded checkpoint, an edit)
+ * is what this step updates, as torch's AdamW updates p.data in place */
+static void take_main(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay,
+                      void *arg) {
   (void)decay, (void)arg;
-  opt->main[j] = opt->b->data[e];
+  memcpy(opt->main + j, opt->b->data + e, count * sizeof(float));
 }
 
 typedef struct step_args {
   float clip, bc1, bc2;
 } step_args;
 
-static void update(mpu_optimizer *opt, size_t e, size_t j, float decay, void *arg) {
-  const step_args *a = arg;
-  float g = opt->b->grad[e] * a->clip;
-  mpu__adamw_element(&opt->main[j], g, &opt->m[j], &opt->v[j], decay, &opt->o, a->bc1, a->bc2);
-  opt->b->data[e] = opt->main[j];
+/* one run of elements, fused: clip, AdamW, and the parameter written back */
+MPU_SIMD_CLONES static void update_run(float *restrict main, float *restrict m, float *restrict v,
+                                       float *restrict data, const float *restrict grad,
+                                       size_t count, float decay, const mpu_adamw_options *o,
+                                       const step_args *a) {
+  mpu_adamw_options oc = *o; /* locals: no aliasing with the arrays */
+  float clip = a->clip, bc1 = a->bc1, bc2 = a->bc2;
+  for (size_t i = 0; i < count; i++) {
+    mpu__adamw_element(&main[i], grad[i] * clip, &m[i], &v[i], decay, &oc, bc1, bc2);
+    data[i] = main[i];
+  }
+}
+
+static void update(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay, void *arg) {
+  update_run(opt->main + j, opt->m + j, opt->v + j, opt->b->data + e, opt->b->grad + e, count,
+             decay, &opt->o, arg);
 }
 
 /* counts[k]: how many elements of bucket [start, end) rank k holds (shards
@@ -360,7 +459,7 @@ mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm 
   double sq = 0;
   for (int i = 0; i < n; i++) {
     mpu_optimizer *opt = opts[i];
-    if (opt->step == 0) for_owned(opt, take_main, NULL);
+    for_owned(opt, take_main, NULL);
     if (opt->distributed) MPU_CHECK(reduce_scatter_grads(opt));
     else MPU_CHECK(mpu_grad_all_reduce(opt->b, opt->dp, &opt->o.sync));
     sq += held_squares(opt); /* the norm over what this rank holds, summed over the group */
@@ -383,4 +482,32 @@ mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group, float 
   if (!opt || !opt->b)
     return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_optimizer_step: optimizer not initialized");
   return mpu_optimizer_step_all(&opt, 1, norm_group, grad_norm);
+}
+
+mpu_result_t mpu_optimizer_param_spans(const mpu_optimizer *opt, int index, mpu_optimizer_span *spans,
+                                       int max, int *n) {
+  static const char fn[] = "mpu_optimizer_param_spans";
+  if (!opt || !opt->b || !n || (max > 0 && !spans))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL or uninitialized argument", fn);
+  if (index < 0 || index >= opt->b->nparams)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no parameter %d (the buffer has %d)", fn,
+                      index, opt->b->nparams);
+  const mpu_param *p = &opt->b->params[index];
+  size_t j = 0, start, end, lo, hi;
+  *n = 0;
+  for (size_t k = 0; k * opt->bucket < opt->b->numel; k++) {
+    bucket_range(opt->b->numel, opt->bucket, k, &start, &end);
+    held_range(opt, start, end, &lo, &hi);
+    size_t a = p->offset > lo ? p->offset : lo;
+    size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (a < z) {
+      if (*n >= max)
+        return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' has more than %d spans", fn,
+                          p->name, max);
+      spans[*n].lo = a - p->offset, spans[*n].hi = z - p->offset, spans[*n].state = j + (a - lo);
+      (*n)++;
+    }
+    j += hi - lo;
+  }
+  return MPU_SUCCESS;
 }

@@ -20,8 +20,11 @@ static mpu_result_t put(mpu_state *s, const mpu_rng *def, const mpu_rng_states *
   mpu_rng *d = mpu_state_default_rng(s);
   mpu_rng_tracker *t = mpu_state_rng_tracker(s);
   if (!d || !t) return mpu__error(MPU_ERR_INVALID_USAGE, "checkpoint: no live state");
+  /* the streams first: set_states checks them all before it changes anything,
+   * so a refused checkpoint leaves the default stream as it was too */
+  MPU_CHECK(mpu_rng_tracker_set_states(t, streams));
   *d = *def;
-  return mpu_rng_tracker_set_states(t, streams);
+  return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_checkpoint_forward(mpu_checkpoint *ck, mpu_state *s, mpu_block_fn forward,

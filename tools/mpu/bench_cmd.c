@@ -2,8 +2,8 @@
  * bench_cmd.c - `mpu bench`: collective bandwidth and latency in nccl-tests'
  * flags and columns (out-of-place and in-place side by side, #wrong from
  * checking every result), each row against a roofline measured in the same
- * run: the least memory traffic the collective must move, at the copy
- * bandwidth of as many threads copying buffers of the same size.
+ * run: the least memory traffic the collective must move, at the best rate
+ * of several ways of copying the same footprint (mpu_bench_copy_ceiling).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -25,10 +25,11 @@ static void help(void) {
       "x the collective's bus factor. Out-of-place and in-place run side by side; after the\n"
       "timing each is run once more on known inputs and #wrong counts the output elements\n"
       "that differ. roof is the share of the roofline reached: the least memory traffic the\n"
-      "collective must move (every input read and every output written once) over the copy\n"
-      "bandwidth of as many threads copying buffers of the same size, measured in this run,\n"
-      "as a fraction of the time taken. --columns nccl-tests prints nccl-tests' table and\n"
-      "nothing else in its rows, for scripts that read its fields by position.\n"
+      "collective must move (every input read and every output written once) at the best\n"
+      "copy rate of the same footprint measured in this run (as many threads as ranks work,\n"
+      "or one; streaming or cached stores; the best iteration of each), as a fraction of the\n"
+      "time taken. --columns nccl-tests prints nccl-tests' table and nothing else in its\n"
+      "rows, for scripts that read its fields by position.\n"
       "\n"
       "options (nccl-tests' letters and meanings):\n"
       "  -b, --minbytes SIZE     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
@@ -344,7 +345,7 @@ static mpu_result_t copy_rate(mpu_comm *world, const bench_run *run, double *cop
   mpu_result_t r = MPU_SUCCESS;
   if (rank == 0) {
     int iters = iters_for(run->o, bytes);
-    r = mpu_bench_memcpy_concurrent(bytes, iters > 50 ? 50 : iters, run->copiers, &gbps);
+    r = mpu_bench_copy_ceiling(bytes, iters > 50 ? 50 : iters, run->copiers, &gbps);
   }
   mpu_result_t b = mpu_comm_broadcast(world, &gbps, 1, MPU_FLOAT64, 0);
   if (!r) r = b;
@@ -356,7 +357,7 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
   bench_run *run = arg;
   const bench_opts *o = run->o;
   int rank;
-  double copy_gbps[MAX_SIZES] = {0}; /* per copier, for sizes[i]; 0: not measured yet */
+  double copy_gbps[MAX_SIZES] = {0}; /* all copiers together, for sizes[i]; 0: not yet */
   mpu_comm_rank(world, &rank);
   for (int k = 0; k < o->ncolls; k++)
     for (int d = 0; d < o->ndtypes; d++)
@@ -387,9 +388,9 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
       }
       mpu_result_t r = copy_rate(world, run, copy_gbps, si, rank);
       if (r) return r;
-      /* copy_gbps is what one copier copies per second: 2x that in traffic */
+      /* copy_gbps is what all copiers copy per second: 2x that in traffic */
       double traffic = mpu_bench_traffic(row.coll, run->ranks, row.res[0].bytes);
-      row.roof_us = traffic / (2.0 * copy_gbps[si] * run->copiers * 1e3);
+      row.roof_us = traffic / (2.0 * copy_gbps[si] * 1e3);
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
         run->rows[run->nrows++] = row;

@@ -144,8 +144,8 @@ int bench_print_text(const bench_run *run) {
   printf("# time: %s, median beside it; algbw = size / time;\n"
          "#   busbw = algbw x bus factor (GB/s = 1e9 bytes/s)\n"
          "# #wrong: output elements that differ from the expected ones, all ranks together%s\n"
-         "# roof: the collective's least memory traffic at the copy bandwidth of as many threads\n"
-         "#   copying buffers of the same size (measured in this run), over the time taken\n",
+         "# roof: the collective's least memory traffic at the best copy rate of the same\n"
+         "#   footprint (threads or one, streaming or cached; measured in this run), over the time\n",
          time_what(o), o->check ? "" : " (-c 0: not checked)");
   if (mpi)
     printf("# mpi: the raw MPI call (MPI_Allreduce, ...) timed interleaved with mpu on the same\n"
@@ -218,6 +218,8 @@ int bench_print_json(const bench_run *run) {
       json_number("roofline_fraction", r->mean_us > 0 ? row->roof_us / r->mean_us : -1, "%.6g");
       json_number("raw_mpi_us", r->native_mean_us, "%.6g");
       json_number("checked_us", o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1, "%.6g");
+      json_number("raw_mpi_median_us", r->native_us, "%.6g");
+      json_number("checked_median_us", o->backend == TOOL_MPI ? row->checked[ip].time_us : -1, "%.6g");
       printf("}");
     }
   printf("\n], \"wrong\": %lld, \"avg_busbw_gbps\": %.6g}\n", wrong, avg);

@@ -135,24 +135,29 @@ const char *cli_format_size(size_t bytes, char *buf, size_t len) {
 
 int cli_loss_check(cli_format format, const char *what, const char *loss_key, const double *loss,
                    const double *ref, long steps, double tol) {
+  return cli_loss_check_from(format, what, loss_key, loss, ref, 0, steps, tol);
+}
+
+int cli_loss_check_from(cli_format format, const char *what, const char *loss_key,
+                        const double *loss, const double *ref, long first, long steps, double tol) {
   double worst = 0;
   int finite = 1;
-  for (long s = 0; s < steps; s++) {
+  for (long s = first; s < steps; s++) {
     finite &= isfinite(loss[s]) && isfinite(ref[s]);
     worst = fmax(worst, fabs(loss[s] - ref[s]) / fmax(fabs(ref[s]), 1e-30));
   }
   int pass = finite && worst <= tol; /* a diverged (NaN) run fails too */
   if (format == CLI_JSON) {
     printf("\"steps\": [");
-    for (long s = 0; s < steps; s++)
-      printf("%s\n  {\"step\": %ld, \"%s\": %.9g, \"single_rank_loss\": %.9g}", s ? "," : "",
+    for (long s = first; s < steps; s++)
+      printf("%s\n  {\"step\": %ld, \"%s\": %.9g, \"single_rank_loss\": %.9g}", s > first ? "," : "",
              s + 1, loss_key, loss[s], ref[s]);
     printf("\n ],\n \"max_relative_difference\": %.3g, \"tolerance\": %g, \"pass\": %s}\n", worst,
            tol, pass ? "true" : "false");
     return pass;
   }
   printf("%5s  %14s  %16s  %9s\n", "step", "loss", "single-rank loss", "rel. diff");
-  for (long s = 0; s < steps; s++)
+  for (long s = first; s < steps; s++)
     printf("%5ld  %14.9f  %16.9f  %9.2e\n", s + 1, loss[s], ref[s],
            fabs(loss[s] - ref[s]) / fmax(fabs(ref[s]), 1e-30));
   printf("check: %s agree with one rank to %g relative at every step (largest difference %.2e): "

@@ -59,6 +59,9 @@ const char *cli_format_size(size_t bytes, char *buf, size_t len);
  */
 int cli_loss_check(cli_format format, const char *what, const char *loss_key, const double *loss,
                    const double *ref, long steps, double tol);
+/* The same over steps [first, steps) only (a run continued from a checkpoint). */
+int cli_loss_check_from(cli_format format, const char *what, const char *loss_key,
+                        const double *loss, const double *ref, long first, long steps, double tol);
 
 /* Progress on stderr for long runs: nothing for the first 2 seconds, then
  * one line at most every 2 seconds (rewritten in place on a terminal). The

@@ -26,6 +26,8 @@
 #include "cli.h"
 #include "gpt.h"
 #include "gpt_fsdp.h"
+#include "read_text.h"
+#include "gpt_ckpt.h"
 #include "mpu.h"
 
 extern const unsigned char gpt_corpus[];
@@ -36,10 +38,14 @@ typedef struct gpt_opts {
   double lr, dropout;
   int sp, zero;
   const char *text_path;
+  const char *save_dir, *load_dir; /* --save, --load */
+  long save_step;                  /* --save-step (0: after the last step) */
   cli_format format;
   tool_backend backend;
   int shard;              /* --fsdp / --hsdp: parameters sharded over dp (mpu/fsdp.h) */
   long replicas;          /* --hsdp RxS: R (1 for --fsdp) */
+  long recompute_layers; /* --recompute-layers (0: every block) */
+  int recompute;         /* --recompute: GPT_RECOMPUTE_* */
 } gpt_opts;
 
 /* the text as token ids, and its vocabulary */
@@ -71,6 +77,9 @@ typedef struct gpt_run {
   double param_diff, param_scale; /* the largest difference found, and the largest value */
   double *comm;           /* [ranks]: each rank's seconds in communication (may be NULL) */
   int quiet;              /* no progress line (the benchmark's runs) */
+  double saved[3];        /* bytes a micro-batch keeps per rank (most over ranks), by GPT_RECOMPUTE_* */
+  int checkpoints;        /* this run saves and loads (--save, --load; not the reference) */
+  long start;             /* the first step run (after --load) */
 } gpt_run;
 
 static mpu_result_t read_corpus(const char *path, corpus *c) {
@@ -78,11 +87,8 @@ static mpu_result_t read_corpus(const char *path, corpus *c) {
   unsigned char *text = NULL;
   size_t n = 0;
   if (path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "cannot open --text %s", path);
-    text = malloc(1 << 20);
-    n = text ? fread(text, 1, 1 << 20, f) : 0;
-    fclose(f);
+    mpu_result_t r = cli_read_text("--text", path, 1 << 20, &text, &n);
+    if (r) return r;
   } else {
     text = malloc(gpt_corpus_len);
     if (text) memcpy(text, gpt_corpus, n = gpt_corpus_len);
@@ -159,6 +165,7 @@ static mpu_result_t run_chunk(void *user) {
 
 static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input, float *output) {
   rank_model *m = user;
+  gpt_chunk_use_frame(&m->chunks[chunk], mb); /* (no frames: the chunk is recomputed) */
   /* the data (this replica's share of the global batch): the first stage reads the
    * tokens, the last the targets */
   if (m->chunks[chunk].first || m->chunks[chunk].last)
@@ -167,6 +174,7 @@ static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input
   if (input) memcpy(m->inputs + ((size_t)chunk * m->micro + mb) * act_size(m), input,
                     act_size(m) * sizeof(float));
   m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = output, m->counting = 1;
+  if (!gpt_chunk_whole_recompute(&m->ctx, &m->chunks[chunk])) return run_chunk(m);
   return mpu_checkpoint_forward(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
 }
 
@@ -174,7 +182,10 @@ static mpu_result_t on_backward(void *user, int mb, int chunk, const float *grad
                                 float *grad_input) {
   rank_model *m = user;
   m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = m->chunks[chunk].tmp, m->counting = 0;
-  mpu_result_t r = mpu_checkpoint_recompute(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
+  gpt_chunk_use_frame(&m->chunks[chunk], mb);
+  mpu_result_t r = MPU_SUCCESS;
+  if (gpt_chunk_whole_recompute(&m->ctx, &m->chunks[chunk]))
+    r = mpu_checkpoint_recompute(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
   float scale = 1.0f / (float)(m->o->seq * m->micro); /* the replica's mean over its tokens */
   return r ? r : gpt_chunk_backward(&m->ctx, &m->chunks[chunk], grad_output, grad_input, scale);
 }
@@ -235,7 +246,8 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   m.vp = run->kind == MPU_SCHEDULE_INTERLEAVED ? (int)o->vp : 1;
   m.micro = (int)o->micro; /* the reference: every replica's (one.micro = micro x dp) */
   gpt_config cfg = {run->text->vocab_padded, (int)o->hidden, (int)o->heads, (int)o->layers,
-                    (int)o->seq, (float)o->dropout, (uint64_t)o->seed};
+                    (int)o->seq, (float)o->dropout, (uint64_t)o->seed, o->recompute,
+                    (int)o->recompute_layers};
   mpu_pipeline *pipe = NULL;
   mpu_optimizer *opts = NULL, **optp = NULL;
   gpt_sharding sharding = {0, NULL, NULL};
@@ -256,11 +268,15 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   ao.beta2 = 0.95f;
   for (int c = 0; c < m.vp; c++) {
     TRY(gpt_chunk_create(&m.ctx, &m.chunks[c], c * pp_size + pp_rank, pp_size * m.vp));
+    TRY(gpt_chunk_frames(&m.ctx, &m.chunks[c], m.micro));
     if (!o->shard)
       TRY(mpu_optimizer_init(&opts[c], &m.chunks[c].params, dpc, o->zero && run->dp > 1, &ao));
     optp[c] = &opts[c];
   }
   if (o->shard) TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas, &ao));
+  double saved[3]; /* the same on every rank after the report's reduction */
+  TRY(gpt_recompute_report(&m.ctx, m.chunks, m.vp, world, saved));
+  if (rank == 0 || o->backend == TOOL_MPI) memcpy(run->saved, saved, sizeof saved);
   TRY(mpu_pipeline_create(pp, act_size(&m), &pipe));
   mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
   sc.kind = run->kind, sc.pp = pp_size, sc.vp = m.vp, sc.microbatches = m.micro;
@@ -268,10 +284,19 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   mpu_rng *dprng = NULL;
   TRY(mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dprng));
   int last_stage = m.chunks[m.vp - 1].last;
+  long start = 0;
+  if (run->checkpoints && o->load_dir)
+    TRY(gpt_ckpt_load(o->load_dir, s, &m.ctx, m.chunks, m.vp, opts, m.micro, &start));
+  if (start > o->steps) {
+    r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: the checkpoint is at step %ld, past --steps %ld",
+                 start, o->steps);
+    goto out;
+  }
+  if (rank == 0) run->start = start;
   TRY(mpu_comm_barrier(world));
   mpu_comm_clock_reset();
   double t0 = cli_now();
-  for (m.step = 0; m.step < o->steps; m.step++) {
+  for (m.step = (int)start; m.step < o->steps; m.step++) {
     m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
     m.loss_sum = 0;
@@ -292,6 +317,8 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
         }
       }
     }
+    if (run->checkpoints && o->save_dir && m.step + 1 == (o->save_step ? o->save_step : o->steps))
+      TRY(gpt_ckpt_save(o->save_dir, s, &m.ctx, m.chunks, m.vp, opts, m.micro, m.step + 1));
   }
   if (o->shard) TRY(gpt_shard_unshard(&sharding)); /* the trained parameters, whole */
   TRY(mpu_comm_barrier(world));
@@ -367,9 +394,11 @@ static int bench(const gpt_opts *base, const corpus *text) {
   enum { REPS = 3 };
   gpt_opts o = *base;
   o.pp = o.dp = o.vp = 1, o.dropout = 0, o.backend = TOOL_THREADS;
-  /* forward, recompute and backward: 4 forwards' worth of matrix products per token */
+  /* the model's work: forward and backward, 3 forwards' worth of matrix products per token
+   * (causal attention counted at half the square); a recompute's extra forward not counted */
   double H = (double)o.hidden, T = (double)o.seq, V = (double)text->vocab_padded;
-  double flops_token = 4.0 * ((double)o.layers * (24 * H * H + 2 * T * H) + 2 * H * V);
+  double flops_token = 3.0 * ((double)o.layers * (24 * H * H + 2 * T * H) + 2 * H * V);
+  char phrase[64];
   double tokens = (double)o.steps * o.micro * o.seq;
   double gemm[REPS], tps[2][REPS], share[2][REPS];
   for (int rep = 0; rep < REPS; rep++) { /* interleaved: GEMM, tp 1, tp 2, again */
@@ -379,7 +408,7 @@ static int bench(const gpt_opts *base, const corpus *text) {
       double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
       mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
       cfg.tp = (int)o.tp;
-      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1};
+      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}, 0, 0};
       mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
                             : MPU_ERR_OUT_OF_MEMORY;
       free(loss);
@@ -402,8 +431,9 @@ static int bench(const gpt_opts *base, const corpus *text) {
   double peak = gemm[REPS / 2];
   if (o.format == CLI_JSON) {
     printf("{\"hidden\": %ld, \"heads\": %ld, \"layers\": %ld, \"seq\": %ld, \"micro_batches\": %ld, "
-           "\"gemm_gflops_one_core\": %.4g, \"flops_per_token\": %.6g, \"runs\": [",
-           o.hidden, o.heads, o.layers, o.seq, o.micro, peak, flops_token);
+           "\"recompute\": \"%s\", \"gemm_gflops_one_core\": %.4g, \"flops_per_token\": %.6g, "
+           "\"runs\": [", o.hidden, o.heads, o.layers, o.seq, o.micro,
+           gpt_recompute_name(o.recompute), peak, flops_token);
     for (int k = 0; k < 2; k++) {
       double per_rank = tps[k][REPS / 2] * flops_token / (k + 1) * 1e-9;
       printf("%s\n  {\"tp\": %d, \"tokens_per_s\": %.6g, \"comm_share\": %.4g, "
@@ -414,11 +444,13 @@ static int bench(const gpt_opts *base, const corpus *text) {
     return 0;
   }
   printf("# mpu demo gpt --bench: the GPT (hidden %ld, %ld heads, %ld blocks, %ld micro-batches of "
-         "%ld tokens per step, %ld steps), forward + recompute + backward + AdamW, tp 1 vs tp 2 on "
+         "%ld tokens per step, %ld steps, %s), forward + backward + AdamW, tp 1 vs tp 2 on "
          "thread ranks with one BLAS thread each; median of %d runs, interleaved with the GEMM "
-         "measurement\n", o.hidden, o.heads, o.layers, o.micro, o.seq, o.steps, REPS);
+         "measurement\n", o.hidden, o.heads, o.layers, o.micro, o.seq, o.steps,
+         gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase, sizeof phrase), REPS);
   printf("# one core's GEMM rate here (cblas_sgemm 256^3, 1 thread): %.1f GFLOP/s; model work "
-         "%.3g FLOP per token (4 forwards' worth of products)\n", peak, flops_token);
+         "%.3g FLOP per token (3 forwards' worth of products; recompute not counted)\n", peak,
+         flops_token);
   printf("%4s %6s %11s %11s %16s %13s\n", "tp", "ranks", "tokens/s", "comm share",
          "GFLOP/s per rank", "of GEMM rate");
   for (int k = 0; k < 2; k++) {
@@ -438,9 +470,10 @@ static void help(void) {
          "of causal self-attention with column-parallel QKV (stride 3) and row-parallel output and\n"
          "an MLP, vocab-parallel cross entropy, dropout) on the text that ships with mpu, with\n"
          "tensor and sequence parallelism, interleaved 1F1B pipelining over virtual stages, data\n"
-         "parallelism with ZeRO-1 AdamW, and full activation recompute; then check every step's\n"
-         "loss (1e-4 relative) and every parameter at the end against the same model trained on\n"
-         "one rank. Prints tokens/s and the pipeline bubble. Exits 1 if the check fails.\n"
+         "parallelism with ZeRO-1 AdamW, and activation recompute (full, selective or none); then\n"
+         "check every step's loss (1e-4 relative) and every parameter at the end against the same\n"
+         "model trained on one rank with full recompute. Prints tokens/s, the pipeline bubble and\n"
+         "the activation memory each recompute mode keeps. Exits 1 if the check fails.\n"
          "\n"
          "options:\n"
          "  --tp T, --pp P, --dp D  parallel sizes (default 2, 2, 2)\n"
@@ -463,11 +496,21 @@ static void help(void) {
          "                          the bundled text\n"
          "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
          "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi)\n"
+         "  --save DIR              save a checkpoint (mpu ckpt inspect DIR) after step N of\n"
+         "                          --save-step N (default: after the last step)\n"
+         "  --save-step N           the step after which --save saves\n"
+         "  --load DIR              continue from a checkpoint saved by any layout: its step,\n"
+         "                          parameters, AdamW state and data-parallel random stream\n"
+         "                          (the check then covers the steps run)\n"
          "  --format text|json      output format (default text)\n"
          "  --bench                 instead: tokens/s of the model (hidden 256, 8 heads, 2 blocks,\n"
-         "                          128 tokens unless given) at tp 1 and tp 2, the share of time\n"
+         "                          128 tokens, recompute none unless given) at tp 1 and tp 2, the share of time\n"
          "                          spent communicating, and the rate against one core's GEMM rate\n"
          "                          measured in the same run\n"
+         "  --recompute MODE        activation recompute, as Megatron's granularity: full (default:\n"
+         "                          each model chunk keeps its input and runs its forward again),\n"
+         "                          selective (the attention core only) or none\n"
+         "  --recompute-layers N    with full: only the first N blocks of each model chunk\n"
          "  -h, --help              this text\n"
          "\n");
   cli_help_exit_status("a check failed (losses or parameters differ from one rank's), or a run failed");
@@ -503,15 +546,20 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"no-zero", no_argument, 0, 'z'},        {"text", required_argument, 0, 'T'},
       {"format", required_argument, 0, 'F'},   {"backend", required_argument, 0, 'B'},
       {"bench", no_argument, 0, 'b'},        {"fsdp", no_argument, 0, 'f'},
-      {"hsdp", required_argument, 0, 'Y'},
+      {"hsdp", required_argument, 0, 'Y'},     {"recompute", required_argument, 0, 'R'},
+      {"recompute-layers", required_argument, 0, 'N'}, {"save", required_argument, 0, 'C'},
+      {"load", required_argument, 0, 'W'},     {"save-step", required_argument, 0, 'K'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   int bench_mode = 0, given[128] = {0};
   long hsdp_shard = 1;
-  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, CLI_TEXT, TOOL_THREADS, 0, 1};
+  gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, NULL, NULL, 0,
+                CLI_TEXT, TOOL_THREADS, 0, 1, 0, GPT_RECOMPUTE_FULL};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['v'] = &o.vp;
   fields['s'] = &o.steps, fields['m'] = &o.micro, fields['q'] = &o.seq, fields['H'] = &o.hidden;
   fields['A'] = &o.heads, fields['L'] = &o.layers, fields['S'] = &o.seed;
+  fields['N'] = &o.recompute_layers;
+  fields['K'] = &o.save_step;
   int c;
   opterr = 0;
   optind = 1;
@@ -537,6 +585,10 @@ int cmd_demo_gpt(int argc, char **argv) {
       if (!strcmp(optarg, "0")) o.dropout = 0;
       break;
     case 'b': bench_mode = 1; break;
+    case 'R':
+      if ((o.recompute = gpt_recompute_parse(optarg)) < 0)
+        cli_usage_error("demo gpt", "--recompute wants none, selective or full, not '%s'", optarg);
+      break;
     case 'n': o.sp = 0; break;
     case 'z': o.zero = 0; break;
     case 'f': o.shard = 1, o.replicas = 1; break;
@@ -546,6 +598,8 @@ int cmd_demo_gpt(int argc, char **argv) {
       o.shard = 1;
       break;
     case 'T': o.text_path = optarg; break;
+    case 'C': o.save_dir = optarg; break;
+    case 'W': o.load_dir = optarg; break;
     case 'F':
       if (cli_parse_format(optarg, &o.format))
         cli_usage_error("demo gpt", "--format wants text or json, not '%s'", optarg);
@@ -564,6 +618,13 @@ int cmd_demo_gpt(int argc, char **argv) {
                       hsdp_shard, o.replicas * hsdp_shard, o.dp);
     o.dp = o.replicas * hsdp_shard;
   }
+  if (given['K'] && !o.save_dir) cli_usage_error("demo gpt", "--save-step needs --save DIR");
+  if (o.save_step > o.steps)
+    cli_usage_error("demo gpt", "--save-step %ld is past --steps %ld", o.save_step, o.steps);
+  if (bench_mode && (o.save_dir || o.load_dir))
+    cli_usage_error("demo gpt", "--bench does not save or load checkpoints");
+  if (o.shard && (o.save_dir || o.load_dir))
+    cli_usage_error("demo gpt", "--save and --load take the ZeRO-1 or plain optimizer, not --fsdp/--hsdp");
   openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
   if (bench_mode) { /* a bigger model unless given, and only its speed */
     if (!given['H']) o.hidden = 256;
@@ -571,6 +632,7 @@ int cmd_demo_gpt(int argc, char **argv) {
     if (!given['L']) o.layers = 2;
     if (!given['q']) o.seq = 128;
     if (!given['s']) o.steps = 4;
+    if (!given['R']) o.recompute = GPT_RECOMPUTE_NONE; /* the cheapest; it fits */
     if (o.heads % 2 || o.hidden % o.heads || o.seq % 2)
       cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
     corpus text;
@@ -582,6 +644,8 @@ int cmd_demo_gpt(int argc, char **argv) {
   long world = o.tp * o.pp * o.dp;
   if (world > 64) cli_usage_error("demo gpt", "tp x pp x dp = %ld ranks (at most 64)", world);
   if (o.layers > 256) cli_usage_error("demo gpt", "--layers %ld (at most 256)", o.layers);
+  if (given['N'] && o.recompute != GPT_RECOMPUTE_FULL)
+    cli_usage_error("demo gpt", "--recompute-layers goes with --recompute full");
   if (o.pp == 1) o.vp = 1;
   if (o.layers % (o.pp * o.vp))
     cli_usage_error("demo gpt", "--layers %ld is not a multiple of pp x vp = %ld", o.layers, o.pp * o.vp);
@@ -616,15 +680,16 @@ int cmd_demo_gpt(int argc, char **argv) {
   one.tp = one.pp = one.dp = one.vp = 1;
   one.backend = TOOL_THREADS;
   one.shard = 0;
+  one.recompute = GPT_RECOMPUTE_FULL, one.recompute_layers = 0; /* what the others are checked against */
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
-  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0};
+  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}, 0, 0};
   one.micro = o.micro * o.dp;
   r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
   if (o.vp > 1) cfg.vp = (int)o.vp;
-  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0};
+  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}, 1, 0};
   int printer = 0;
   if (!r) r = tool_run(o.backend, (int)world, &cfg, (uint64_t)o.seed, gpt_rank, &run, &printer);
   cli_progress_done();
@@ -639,35 +704,40 @@ int cmd_demo_gpt(int argc, char **argv) {
   }
   double makespan, bubble, analytic = (double)(o.pp - 1) / (double)(o.vp * o.micro);
   if (mpu_schedule_timeline(&sc, NULL, &makespan, &bubble)) bubble = NAN;
-  double tokens = (double)o.steps * o.dp * o.micro * o.seq, tps = tokens / run.seconds;
+  double tokens = (double)(o.steps - run.start) * o.dp * o.micro * o.seq, tps = tokens / run.seconds;
   double ptol = 1e-3 * fmax(run.param_scale, 1.0);
   int params_ok = run.param_diff <= ptol;
-  char phrase[48];
+  char phrase[48], phrase2[64];
   if (o.format == CLI_JSON) {
     printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"vp\": %ld, \"ranks\": %ld, "
            "\"sequence_parallel\": %s, \"zero1\": %s, \"data_parallel\": \"%s\", \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
            "\"bubble\": %.6g, \"analytic_bubble\": %.6g, \"param_max_difference\": %.6g, "
-           "\"param_tolerance\": %.6g, \"params_pass\": %s,\n ",
+           "\"param_tolerance\": %.6g, \"params_pass\": %s, \"recompute\": \"%s\", "
+           "\"recompute_layers\": %ld, \"activation_bytes_per_micro_batch\": {\"full\": %.0f, "
+           "\"selective\": %.0f, \"none\": %.0f},\n ",
            o.tp, o.pp, o.dp, o.vp, world, o.sp && o.tp > 1 ? "true" : "false",
            o.zero && o.dp > 1 && !o.shard ? "true" : "false", data_parallel_name(&o),
            mpu_schedule_name(kind), tps, bubble, analytic,
-           run.param_diff, ptol, params_ok ? "true" : "false");
+           run.param_diff, ptol, params_ok ? "true" : "false", gpt_recompute_name(o.recompute),
+           o.recompute_layers, run.saved[0], run.saved[1], run.saved[2]);
   } else {
     printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
            "%ld heads, %ld tokens per micro-batch, %ld micro-batch%s per replica, vocabulary %d "
-           "(padded %d), dropout %g, AdamW lr %g, full recompute\n",
+           "(padded %d), dropout %g, AdamW lr %g, %s\n",
            tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp,
            o.sp && o.tp > 1 ? " with sequence parallelism" : "", o.pp, o.vp,
            mpu_schedule_name(kind), o.dp, data_parallel_name(&o), o.layers,
            o.hidden, o.heads, o.seq, o.micro, o.micro == 1 ? "" : "es", text.vocab,
-           text.vocab_padded, o.dropout, o.lr);
+           text.vocab_padded, o.dropout, o.lr, gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase2, sizeof phrase2));
+    gpt_recompute_print(run.saved, o.recompute);
     printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
            "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",
-           tps, o.steps, (long)(o.dp * o.micro * o.seq), run.seconds, bubble, analytic);
+           tps, o.steps - run.start, (long)(o.dp * o.micro * o.seq), run.seconds, bubble, analytic);
     printf("check: the parameters at the end agree with one rank's to %.2e (largest difference "
            "%.2e): %s\n", ptol, run.param_diff, params_ok ? "PASS" : "FAIL");
   }
-  int pass = cli_loss_check(o.format, "losses", "loss", loss, ref, o.steps, 1e-4) && params_ok;
+  int pass = cli_loss_check_from(o.format, "losses", "loss", loss, ref, run.start, o.steps, 1e-4) &&
+             params_ok;
   free(loss), free(ref);
   int status = tool_share_status(o.backend, pass ? 0 : 1);
   tool_backend_done(o.backend);

@@ -18,6 +18,9 @@ struct gpt_block {
   mpu_attention attn;
   float *x, *y1, *qkv_out, *att, *att_mask, *proj_out, *m1, *mid, *y2, *h, *g, *fc2_out, *m2;
   float *d_mid, *d1, *d2, *dqkv, *datt, *dh, *dg;
+  float *gt;     /* the GeLU's tanh, kept for its backward */
+  int mb;        /* the micro-batch of the last forward (its dropout keys) */
+  int recompute; /* GPT_RECOMPUTE_*: what this block's backward runs again */
 };
 
 /* ---- dropout: a counter-based mask keyed by the step and the element's place ------------ */
@@ -192,6 +195,8 @@ mpu_result_t gpt_chunk_create(const gpt_ctx *ctx, gpt_chunk *c, int vs, int nvs)
     b->att_mask = alloc((size_t)hl * T * T, &failed);
     b->h = alloc((size_t)T * Fl, &failed), b->g = alloc((size_t)T * Fl, &failed);
     b->dh = alloc((size_t)T * Fl, &failed), b->dg = alloc((size_t)T * Fl, &failed);
+    b->gt = alloc((size_t)T * Fl, &failed);
+    b->recompute = gpt_block_recompute(g, i, c->nlayers);
   }
   if (c->last && !r) {
     r = mpu_layer_norm_init(&c->lnf, H, 1e-5f, data(c, lnf_w), data(c, lnf_b), grad(c, lnf_w),
@@ -208,6 +213,7 @@ mpu_result_t gpt_chunk_create(const gpt_ctx *ctx, gpt_chunk *c, int vs, int nvs)
 
 void gpt_chunk_free(gpt_chunk *c) {
   if (!c) return;
+  gpt_frames_free(c);
   for (int i = 0; c->blocks && i < c->nlayers; i++) {
     gpt_block *b = &c->blocks[i];
     mpu_layer_norm_free(&b->ln1), mpu_layer_norm_free(&b->ln2);
@@ -216,7 +222,7 @@ void gpt_chunk_free(gpt_chunk *c) {
     mpu_attention_free(&b->attn);
     float *bufs[] = {b->x, b->y1, b->qkv_out, b->att, b->att_mask, b->proj_out, b->m1, b->mid,
                      b->y2, b->h, b->g, b->fc2_out, b->m2, b->d_mid, b->d1, b->d2, b->dqkv,
-                     b->datt, b->dh, b->dg};
+                     b->datt, b->dh, b->dg, b->gt};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) free(bufs[k]);
   }
   free(c->blocks);
@@ -231,6 +237,182 @@ void gpt_chunk_free(gpt_chunk *c) {
   memset(c, 0, sizeof *c);
 }
 
+/* ---- activation recompute: what each micro-batch keeps between its passes -------------------- */
+
+/*
+ * Megatron's choices (--recompute-granularity, --recompute-num-layers):
+ *   full, every block   the chunk keeps only its input; the caller runs the
+ *                       whole chunk forward again before its backward
+ *                       (mpu_checkpoint), so one working set serves every
+ *                       micro-batch in flight;
+ *   full, first N       those blocks keep their input and run their forward
+ *                       again in the backward; the others keep everything;
+ *   selective           every block keeps everything but the attention core
+ *                       (the (heads, T, T) probabilities, dropout mask and
+ *                       dropped probabilities), which the backward recomputes
+ *                       from the kept q, k, v;
+ *   none                everything is kept.
+ * Unless the whole chunk is recomputed, each micro-batch in flight needs its
+ * own activations: a frame. The chunk's layers work on one set at a time;
+ * gpt_chunk_use_frame swaps a frame's saved buffers in (the layers' saved
+ * inputs, the masks, the GeLU's input and tanh), leaving the scratch shared.
+ */
+
+int gpt_block_recompute(const gpt_config *g, int i, int nlayers) {
+  if (g->recompute == GPT_RECOMPUTE_NONE || g->recompute == GPT_RECOMPUTE_SELECTIVE)
+    return g->recompute;
+  return g->recompute_layers > 0 && g->recompute_layers < nlayers && i < g->recompute_layers
+             ? GPT_RECOMPUTE_FULL
+             : GPT_RECOMPUTE_NONE;
+}
+
+int gpt_chunk_whole_recompute(const gpt_ctx *ctx, const gpt_chunk *c) {
+  const gpt_config *g = &ctx->cfg;
+  return g->recompute == GPT_RECOMPUTE_FULL &&
+         (g->recompute_layers <= 0 || g->recompute_layers >= c->nlayers);
+}
+
+/* a block's saved state, as swapped in and out of the live block */
+struct gpt_block_frame {
+  float *ln1_xhat, *ln1_rstd, *ln2_xhat, *ln2_rstd, *qkv_x, *fc1_x, *proj_x, *fc2_x;
+  int ln1_n, ln2_n, qkv_n, fc1_n, proj_n, fc2_n, mb;
+  mpu_attention attn;
+  float *x, *qkv_out, *att_mask, *m1, *m2, *h, *gt;
+};
+
+struct gpt_frame {
+  struct gpt_block_frame *blocks;
+  const int64_t *wte_ids;
+  int wte_n, lnf_n, head_n, ce_n;
+  float *emb_mask, *lnf_xhat, *lnf_rstd, *head_x, *ce_softmax;
+  int64_t *ce_targets;
+};
+
+#define SWAP(type, a, b) \
+  do {                   \
+    type t_ = (a);       \
+    (a) = (b);           \
+    (b) = t_;            \
+  } while (0)
+
+static void swap_block(gpt_block *b, struct gpt_block_frame *f) {
+  SWAP(float *, b->x, f->x);
+  SWAP(int, b->mb, f->mb);
+  if (b->recompute == GPT_RECOMPUTE_FULL) return; /* all the rest is computed again */
+  SWAP(float *, b->ln1.xhat, f->ln1_xhat); SWAP(float *, b->ln1.rstd, f->ln1_rstd);
+  SWAP(float *, b->ln2.xhat, f->ln2_xhat); SWAP(float *, b->ln2.rstd, f->ln2_rstd);
+  SWAP(int, b->ln1.n, f->ln1_n); SWAP(int, b->ln2.n, f->ln2_n);
+  SWAP(float *, b->qkv.x_total, f->qkv_x); SWAP(int, b->qkv.n, f->qkv_n);
+  SWAP(float *, b->fc1.x_total, f->fc1_x); SWAP(int, b->fc1.n, f->fc1_n);
+  SWAP(float *, b->proj.x_local, f->proj_x); SWAP(int, b->proj.n, f->proj_n);
+  SWAP(float *, b->fc2.x_local, f->fc2_x); SWAP(int, b->fc2.n, f->fc2_n);
+  SWAP(float *, b->m1, f->m1); SWAP(float *, b->m2, f->m2);
+  SWAP(float *, b->h, f->h); SWAP(float *, b->gt, f->gt);
+  if (b->recompute == GPT_RECOMPUTE_SELECTIVE) { /* the core is recomputed from q, k, v */
+    SWAP(float *, b->qkv_out, f->qkv_out);
+  } else {
+    SWAP(mpu_attention, b->attn, f->attn);
+    SWAP(float *, b->att_mask, f->att_mask);
+  }
+}
+
+static void swap_frame(gpt_chunk *c, struct gpt_frame *f) {
+  for (int i = 0; i < c->nlayers; i++) swap_block(&c->blocks[i], &f->blocks[i]);
+  SWAP(const int64_t *, c->wte.ids, f->wte_ids); SWAP(int, c->wte.n, f->wte_n);
+  SWAP(float *, c->emb_mask, f->emb_mask);
+  SWAP(float *, c->lnf.xhat, f->lnf_xhat); SWAP(float *, c->lnf.rstd, f->lnf_rstd);
+  SWAP(int, c->lnf.n, f->lnf_n);
+  SWAP(float *, c->head.x_total, f->head_x); SWAP(int, c->head.n, f->head_n);
+  SWAP(float *, c->ce.softmax, f->ce_softmax); SWAP(int64_t *, c->ce.targets, f->ce_targets);
+  SWAP(int, c->ce.n, f->ce_n);
+}
+
+static void free_frame(struct gpt_frame *f, int nlayers) {
+  for (int i = 0; f->blocks && i < nlayers; i++) {
+    struct gpt_block_frame *b = &f->blocks[i];
+    float *bufs[] = {b->ln1_xhat, b->ln1_rstd, b->ln2_xhat, b->ln2_rstd, b->qkv_x, b->fc1_x,
+                     b->proj_x, b->fc2_x, b->x, b->qkv_out, b->att_mask, b->m1, b->m2, b->h, b->gt};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) free(bufs[k]);
+    mpu_attention_free(&b->attn);
+  }
+  free(f->blocks);
+  free(f->emb_mask), free(f->lnf_xhat), free(f->lnf_rstd), free(f->head_x), free(f->ce_softmax);
+  free(f->ce_targets);
+}
+
+void gpt_frames_free(gpt_chunk *c) {
+  gpt_chunk_use_frame(c, 0); /* the live set's own buffers back in place */
+  for (int k = 1; k < c->nframes; k++) free_frame(&c->frames[k], c->nlayers);
+  if (c->frames) free(c->frames[0].blocks);
+  free(c->frames);
+  c->frames = NULL, c->nframes = c->frame = 0;
+}
+
+mpu_result_t gpt_chunk_frames(const gpt_ctx *ctx, gpt_chunk *c, int n) {
+  gpt_frames_free(c);
+  if (n < 1 || gpt_chunk_whole_recompute(ctx, c)) return MPU_SUCCESS;
+  const gpt_config *g = &ctx->cfg;
+  int tp = ctx->tp_size, T = g->seq, H = g->hidden, failed = 0;
+  size_t th = (size_t)ctx->T_local * H, tf = (size_t)T * (4 * H / tp);
+  c->frames = calloc((size_t)n, sizeof *c->frames);
+  if (!c->frames) return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: frames");
+  c->nframes = n, c->frame = 0;
+  /* frame 0 is the live set itself: its slot holds what the live set gives up */
+  for (int k = 0; k < n; k++) {
+    struct gpt_frame *f = &c->frames[k];
+    f->blocks = calloc((size_t)c->nlayers, sizeof *f->blocks);
+    if (!f->blocks) failed = 1;
+    if (k == 0 || failed) continue;
+    if (c->first) f->emb_mask = alloc((size_t)T * H, &failed);
+    for (int i = 0; i < c->nlayers; i++) { /* the layers' own buffers come with their forward */
+      struct gpt_block_frame *b = &f->blocks[i];
+      int rc = c->blocks[i].recompute;
+      b->x = alloc(th, &failed);
+      if (rc == GPT_RECOMPUTE_FULL) continue;
+      b->m1 = alloc(th, &failed), b->m2 = alloc(th, &failed);
+      b->h = alloc(tf, &failed), b->gt = alloc(tf, &failed);
+      if (rc == GPT_RECOMPUTE_SELECTIVE) b->qkv_out = alloc((size_t)T * 3 * (H / tp), &failed);
+      else b->att_mask = alloc((size_t)(g->heads / tp) * T * T, &failed);
+    }
+  }
+  if (failed) {
+    gpt_frames_free(c);
+    return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: %d frames of activations", n);
+  }
+  return MPU_SUCCESS;
+}
+
+void gpt_chunk_use_frame(gpt_chunk *c, int k) {
+  if (!c->frames || k == c->frame || k < 0 || k >= c->nframes) return;
+  swap_frame(c, &c->frames[c->frame]); /* the live set back to its frame */
+  swap_frame(c, &c->frames[k]);
+  c->frame = k;
+}
+
+size_t gpt_saved_floats(const gpt_ctx *ctx, int nlayers, int first, int last, int recompute,
+                        int recompute_layers) {
+  const gpt_config *g = &ctx->cfg;
+  size_t tp = (size_t)ctx->tp_size, T = (size_t)g->seq, H = (size_t)g->hidden;
+  size_t Tl = (size_t)ctx->T_local, hl = (size_t)g->heads / tp, Hl = H / tp, Fl = 4 * H / tp;
+  size_t th = Tl * H, core = hl * T * T * (g->dropout > 0 ? 3 : 1);
+  if (recompute == GPT_RECOMPUTE_FULL && (recompute_layers <= 0 || recompute_layers >= nlayers))
+    return th; /* the chunk's input */
+  size_t rest = 2 * (th + Tl) + 2 * T * H + T * Hl + T * Fl /* LayerNorms, the linears' inputs */
+                + 2 * th + 2 * T * Fl                     /* dropout masks, GeLU input and tanh */
+                + th;                                     /* the block's input */
+  size_t n = 0;
+  for (int i = 0; i < nlayers; i++) {
+    gpt_config one = *g;
+    one.recompute = recompute, one.recompute_layers = recompute_layers;
+    int rc = gpt_block_recompute(&one, i, nlayers);
+    n += rc == GPT_RECOMPUTE_FULL ? th : rc == GPT_RECOMPUTE_SELECTIVE ? rest + T * 3 * Hl : rest + T * 3 * Hl + core;
+  }
+  size_t V = (size_t)g->vocab / tp;
+  if (first) n += T * H;                      /* the embedding's dropout mask */
+  if (last) n += th + Tl + T * H + T * V + T; /* final LayerNorm, head input, softmax, targets */
+  return n;
+}
+
 /* ---- forward and backward ------------------------------------------------------------------ */
 
 #define TRY(call)                        \
@@ -239,28 +421,36 @@ void gpt_chunk_free(gpt_chunk *c) {
     if (r_) return r_;                   \
   } while (0)
 
+/* the attention core: dropout mask (keyed by the global head), softmax(q k^T) v */
+static mpu_result_t attention_core(const gpt_ctx *ctx, gpt_block *b, const float *qkv, float *out) {
+  const gpt_config *g = &ctx->cfg;
+  int T = g->seq, hl = g->heads / ctx->tp_size, d = g->hidden / g->heads;
+  if (g->dropout > 0)
+    for (int h = 0; h < hl; h++)
+      for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++)
+          b->att_mask[((size_t)h * T + i) * T + j] = keep_scale(
+              ctx, b->layer, 1, b->mb, (((uint64_t)(ctx->tp_rank * hl + h)) * T + i) * T + j);
+  return mpu_attention_forward(&b->attn, qkv, T, hl, d, g->dropout > 0 ? b->att_mask : NULL, out);
+}
+
 static mpu_result_t block_forward(const gpt_ctx *ctx, gpt_block *b, int mb, const float *in,
                                   float *out) {
   const gpt_config *g = &ctx->cfg;
   int T = g->seq, T_l = ctx->T_local, H = g->hidden, tp = ctx->tp_size;
-  int hl = g->heads / tp, d = H / g->heads, Fl = 4 * H / tp;
+  int Fl = 4 * H / tp;
   size_t th = (size_t)T_l * H;
-  memcpy(b->x, in, th * sizeof(float));
+  if (in != b->x) memcpy(b->x, in, th * sizeof(float)); /* (a block recomputed runs from b->x) */
+  b->mb = mb;
   TRY(mpu_layer_norm_forward(&b->ln1, b->x, T_l, b->y1));
   TRY(mpu_column_linear_forward(&b->qkv, b->y1, T_l, b->qkv_out));
-  for (int h = 0; h < hl; h++) /* attention dropout: keyed by the global head */
-    for (int i = 0; i < T; i++)
-      for (int j = 0; j < T; j++)
-        b->att_mask[((size_t)h * T + i) * T + j] =
-            keep_scale(ctx, b->layer, 1, mb, (((uint64_t)(ctx->tp_rank * hl + h)) * T + i) * T + j);
-  TRY(mpu_attention_forward(&b->attn, b->qkv_out, T, hl, d, g->dropout > 0 ? b->att_mask : NULL,
-                            b->att));
+  TRY(attention_core(ctx, b, b->qkv_out, b->att));
   TRY(mpu_row_linear_forward(&b->proj, b->att, T, b->proj_out));
   hidden_mask(ctx, b->layer, 2, mb, b->m1);
   for (size_t i = 0; i < th; i++) b->mid[i] = b->x[i] + b->proj_out[i] * b->m1[i];
   TRY(mpu_layer_norm_forward(&b->ln2, b->mid, T_l, b->y2));
   TRY(mpu_column_linear_forward(&b->fc1, b->y2, T_l, b->h));
-  mpu_gelu_forward(b->h, b->g, (size_t)T * Fl);
+  mpu_gelu_forward_keep(b->h, b->g, b->gt, (size_t)T * Fl);
   TRY(mpu_row_linear_forward(&b->fc2, b->g, T, b->fc2_out));
   hidden_mask(ctx, b->layer, 3, mb, b->m2);
   for (size_t i = 0; i < th; i++) out[i] = b->mid[i] + b->fc2_out[i] * b->m2[i];
@@ -272,14 +462,18 @@ static mpu_result_t block_backward(const gpt_ctx *ctx, gpt_block *b, const float
   const gpt_config *g = &ctx->cfg;
   int T = g->seq, H = g->hidden, Fl = 4 * H / ctx->tp_size;
   size_t th = (size_t)ctx->T_local * H;
+  if (b->recompute == GPT_RECOMPUTE_FULL) /* the block again, from its saved input */
+    TRY(block_forward(ctx, b, b->mb, b->x, b->d2));
   memcpy(b->d_mid, dout, th * sizeof(float)); /* the residual */
   for (size_t i = 0; i < th; i++) b->d1[i] = dout[i] * b->m2[i];
   TRY(mpu_row_linear_backward(&b->fc2, b->d1, b->dg));
-  mpu_gelu_backward(b->h, b->dg, b->dh, (size_t)T * Fl);
+  mpu_gelu_backward_kept(b->h, b->gt, b->dg, b->dh, (size_t)T * Fl);
   TRY(mpu_column_linear_backward(&b->fc1, b->dh, b->d2));
   TRY(mpu_layer_norm_backward(&b->ln2, b->d2, b->d1));
   for (size_t i = 0; i < th; i++) b->d_mid[i] += b->d1[i];
   for (size_t i = 0; i < th; i++) b->d1[i] = b->d_mid[i] * b->m1[i];
+  if (b->recompute == GPT_RECOMPUTE_SELECTIVE) /* the attention core again, from q, k, v */
+    TRY(attention_core(ctx, b, b->qkv_out, b->datt));
   TRY(mpu_row_linear_backward(&b->proj, b->d1, b->datt));
   TRY(mpu_attention_backward(&b->attn, b->datt, b->dqkv));
   TRY(mpu_column_linear_backward(&b->qkv, b->dqkv, b->d2));

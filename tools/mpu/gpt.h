@@ -16,23 +16,31 @@
  * generator keyed by the step's draw from the RNG tracker's data-parallel
  * stream and by the global place of each element (layer, site, micro-batch,
  * global token and head), so every layout drops what one rank drops and the
- * run can be checked against one rank. The chunk keeps no activations
- * between its forward and its backward: backward recomputes the forward from
- * the saved chunk input (full activation recompute, through mpu_checkpoint),
- * which is also what lets many micro-batches be in flight per chunk.
+ * run can be checked against one rank, and a forward run again drops the
+ * same. Activation recompute is Megatron's: full (the whole chunk from its
+ * input, through mpu_checkpoint, or its first N blocks), selective (the
+ * attention core) or none; a chunk that keeps activations keeps a frame of
+ * them per micro-batch in flight.
  */
 #ifndef MPU_TOOLS_GPT_H
 #define MPU_TOOLS_GPT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mpu.h"
+
+/* Activation recompute, as Megatron's --recompute-granularity (gpt.c says
+ * what each keeps). */
+enum { GPT_RECOMPUTE_FULL = 0, GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_NONE };
 
 typedef struct gpt_config {
   int vocab;       /* padded to a multiple of 64 */
   int hidden, heads, layers, seq;
   float dropout;
   uint64_t seed;
+  int recompute;        /* GPT_RECOMPUTE_* (0, full, unless set) */
+  int recompute_layers; /* full: the first N blocks of each chunk (0: the whole chunk) */
 } gpt_config;
 
 /* A parameter's master shape and how a rank's slice is cut from it. */
@@ -42,6 +50,7 @@ typedef struct gpt_shape {
 } gpt_shape;
 
 typedef struct gpt_block gpt_block;
+struct gpt_frame;
 
 typedef struct gpt_chunk {
   int vs, first, last, layer0, nlayers;
@@ -54,6 +63,8 @@ typedef struct gpt_chunk {
   mpu_column_linear head;
   mpu_vocab_cross_entropy ce;
   float *emb, *emb_mask, *act, *dact, *logits, *dlogits, *loss, *dloss, *tmp;
+  struct gpt_frame *frames;    /* per micro-batch in flight, unless the chunk is recomputed */
+  int nframes, frame;          /* how many, and whose activations the layers hold now */
 } gpt_chunk;
 
 /* What every chunk of a rank shares. */
@@ -79,6 +90,29 @@ mpu_result_t gpt_chunk_forward(const gpt_ctx *ctx, gpt_chunk *c, int mb, const i
  * (T_local, hidden) unless first. Adds to the parameters' gradients. */
 mpu_result_t gpt_chunk_backward(const gpt_ctx *ctx, gpt_chunk *c, const float *gout, float *gin,
                                 float loss_scale);
+/* Recompute: whether the caller runs the whole chunk forward again before
+ * its backward (full recompute of every block: only the input is kept). */
+int gpt_chunk_whole_recompute(const gpt_ctx *ctx, const gpt_chunk *c);
+/* Otherwise n frames of activations (n: the micro-batches that may be in
+ * flight), and which one the next forward or backward uses. */
+mpu_result_t gpt_chunk_frames(const gpt_ctx *ctx, gpt_chunk *c, int n);
+void gpt_chunk_use_frame(gpt_chunk *c, int k);
+void gpt_frames_free(gpt_chunk *c);
+/* what block i of a chunk of nlayers recomputes (GPT_RECOMPUTE_*) */
+int gpt_block_recompute(const gpt_config *g, int i, int nlayers);
+/* floats a micro-batch keeps between forward and backward in a chunk of
+ * nlayers blocks (with the embedding if first, the head if last) */
+size_t gpt_saved_floats(const gpt_ctx *ctx, int nlayers, int first, int last, int recompute,
+                        int recompute_layers);
+/* gpt_recompute.c: --recompute's words (-1: none of them), the phrase for
+ * a run, and the bytes a micro-batch keeps per rank in each mode (by
+ * GPT_RECOMPUTE_*, the most over the ranks of world) and their line. */
+int gpt_recompute_parse(const char *word);
+const char *gpt_recompute_name(int mode);
+const char *gpt_recompute_phrase(int mode, long layers, char *buf, size_t size);
+mpu_result_t gpt_recompute_report(const gpt_ctx *ctx, const gpt_chunk *chunks, int n,
+                                  mpu_comm *world, double saved[3]);
+void gpt_recompute_print(const double saved[3], int mode);
 /* Sequence parallelism: the LayerNorm gradients summed over the group. */
 mpu_result_t gpt_chunk_sync_sequence_grads(const gpt_ctx *ctx, gpt_chunk *c);
 

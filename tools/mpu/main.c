@@ -9,6 +9,7 @@
 #include "mpu.h"
 
 int cmd_bench(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_mesh(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
@@ -19,6 +20,7 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"bench", cmd_bench, "time collectives (threads, MPI or NCCL; nccl-tests style), or an MLP block"},
+    {"ckpt", cmd_ckpt, "inspect a distributed checkpoint, or merge it into one safetensors file"},
     {"demo", cmd_demo, "run a self-checking demo (gpt, hsdp, mappings, train)"},
     {"mesh", cmd_mesh, "show a device mesh's groups, or time its queries (--bench)"},
     {"plan", cmd_plan, "plan a Megatron layout: its rank groups and every getter's answer"},

@@ -3,7 +3,7 @@
  * checks, handed to the backend's start, and compared across ranks.
  *
  * Every backend that checks calls across ranks (the threads backend in shared
- * memory, the MPI backend with one small all_gather) compares the signatures
+ * memory, the MPI backend with one small all_gather that may carry the data too) compares the signatures
  * with the same function, so a mismatch reads the same everywhere.
  */
 #ifndef MPU_COMM_SIGNATURE_H

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Regenerate the measured tables of docs/bench.md and docs/train.md.
+#
+# Each table is one command run here; the report gives it with the machine,
+# the load average just before it (the machine's load apart from the
+# benchmark) and the date. The docs hold the last report between
+# `<!-- perf-report NAME -->` and `<!-- /perf-report NAME -->` lines: --write
+# puts the new tables there, otherwise they go to stdout only.
+#
+# Usage: [ROUNDS=3] scripts/perf-report.sh [--write] [--quick] [--compare-torch] [--only NAME]...
+#   --quick          fewer iterations and rounds (a smoke run: its figures are not for the docs)
+#   --compare-torch  also time the same GPT in PyTorch (scripts/gpt_torch.py), interleaved with
+#                    `mpu demo gpt --bench`, on 1 and 2 threads; PYTHON (default python3) must
+#                    import torch, else one line says so and the rest goes on. torch is never
+#                    needed to build or test mpu.
+#   --only NAME      just that table (sweep, collectives, ranks, small, mpi, plan, gpt, torch)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+write=0 quick=0 torch=0 only=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --write) write=1 ;;
+  --quick) quick=1 ;;
+  --compare-torch) torch=1 ;;
+  --only) only+=("$2"); shift ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "perf-report.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+mpu=build/bin/mpu
+[ -x "$mpu" ] || { echo "perf-report.sh: build first ($mpu is missing)" >&2; exit 2; }
+PYTHON=${PYTHON:-python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+out=$tmp/report.md
+rounds=${ROUNDS:-3} iters=
+[ $quick = 1 ] && rounds=1 iters="-n 5 -w 1"
+
+machine() {
+  local cpu; cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
+  echo "${cpu:-unknown CPU}, $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+}
+load() { cut -d' ' -f1 /proc/loadavg; }
+wanted() { [ ${#only[@]} = 0 ] && return 0; local n; for n in "${only[@]}"; do [ "$n" = "$1" ] && return 0; done; return 1; }
+# header NAME COMMAND...: the block's opening marker and its provenance
+header() {
+  local name=$1; shift
+  printf '<!-- perf-report %s -->\n' "$name" >>"$out"
+  printf '```sh\n%s\n```\n\n' "$*" >>"$out"
+  printf '_%s; load %s before it; %s._\n\n' "$(machine)" "$(load)" "$(date -u '+%Y-%m-%d %H:%M UTC')" >>"$out"
+}
+footer() { printf '\n<!-- /perf-report %s -->\n' "$1" >>"$out"; }
+
+# bench JSON files -> a markdown table (python3 only formats)
+table() { "$@" >>"$out"; }
+fmt_bench() { # MODE FILES...: sweep | collectives | ranks
+  python3 - "$@" <<'PY'
+import json, sys
+mode, files = sys.argv[1], sys.argv[2:]
+runs = [[r for r in json.load(open(f))["rows"] if not r["in_place"]] for f in files]
+def size(b):
+    for u, s in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if b >= u and b % u == 0: return "%d %s" % (b // u, s)
+    return "%d B" % b
+if mode == "sweep":
+    print("| size | time (us) | median (us) | busbw (GB/s) | roof |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in runs[0]:
+        print("| %s | %.1f | %.1f | %.1f | %.0f%% |" % (size(r["bytes"]), r["mean_us"], r["median_us"],
+              r["busbw_gbps"], 100 * r["roofline_fraction"]))
+elif mode == "collectives":
+    print("| collective | ranks | size | time (us), each run | roof, each run |")
+    print("| --- | --- | --- | --- | --- |")
+    for i, r in enumerate(runs[0]):
+        rs = [run[i] for run in runs]
+        print("| %s | %d | %s | %s | %s |" % (r["collective"], r["ranks"], size(r["bytes"]),
+              " / ".join("%.0f" % x["mean_us"] for x in rs),
+              " / ".join("%.0f%%" % (100 * x["roofline_fraction"]) for x in rs)))
+    worst = max(100 * x["roofline_fraction"] for run in runs for x in run)
+    print("\nHighest roof of any row: %.0f%%." % worst)
+PY
+}
+
+: >"$out"
+bench() { "$mpu" bench "$@" -c 0 --format json; }
+
+if wanted sweep; then
+  cmd="$mpu bench -t 2 -b 1M -e 256M -f 2 $iters"
+  header sweep "$cmd"
+  # shellcheck disable=SC2086
+  bench -t 2 -b 1M -e 256M -f 2 $iters >"$tmp/sweep.json"
+  table fmt_bench sweep "$tmp/sweep.json"
+  footer sweep
+fi
+if wanted collectives; then
+  for t in 2 8; do
+    cmd="$mpu bench -t $t -b 8 -e 64M --collective all $iters   # $rounds runs"
+    header "collectives-$t" "$cmd"
+    files=()
+    for ((i = 0; i < rounds; i++)); do
+      # shellcheck disable=SC2086
+      bench -t $t -b 8 -e 64M --collective all $iters >"$tmp/coll$t.$i.json"
+      files+=("$tmp/coll$t.$i.json")
+    done
+    table fmt_bench collectives "${files[@]}"
+    footer "collectives-$t"
+  done
+fi
+if wanted small; then
+  header small "$mpu bench -t 2 -b 8 -e 8 -n 5000 -c 0; taskset -c 0 $mpu bench -t 2 -b 8 -e 8 -n 5000 -c 0"
+  two=$(bench -t 2 -b 8 -e 8 -n 5000 | python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["rows"][0]["median_us"])')
+  one=$(taskset -c 0 "$mpu" bench -t 2 -b 8 -e 8 -n 5000 -c 0 --format json | python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["rows"][0]["median_us"])')
+  printf '| 8-byte all_reduce, 2 ranks | median |\n| --- | --- |\n| each rank on its own CPU | %s us |\n| both ranks pinned to one CPU | %s us |\n' "$two" "$one" >>"$out"
+  footer small
+fi
+if wanted mpi; then
+  if command -v mpirun >/dev/null && "$mpu" bench --help | grep -q -- "--backend"; then
+    header mpi "bash scripts/bench-vs-mpi.sh 1M $rounds"
+    ITERS=${iters:+50} bash scripts/bench-vs-mpi.sh 1M "$rounds" | sed -n '2,$p' |
+      awk 'NR == 1 {print "| collective | threads (us) | raw MPI (us) | MPI / threads |"; print "| --- | --- | --- | --- |"; next}
+           {printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}' >>"$out"
+    footer mpi
+  else
+    echo "perf-report.sh: no mpirun here: the table against Open MPI is skipped" >&2
+  fi
+fi
+if wanted plan; then
+  header plan "$mpu plan --bench"
+  { echo '```text'; "$mpu" plan --bench; echo '```'; } >>"$out"
+  footer plan
+fi
+if wanted gpt; then
+  header gpt "$mpu demo gpt --bench   # and --recompute selective, full"
+  { echo '```text'; "$mpu" demo gpt --bench 2>/dev/null | grep -v '^# comm share'
+    for m in selective full; do "$mpu" demo gpt --bench --recompute "$m" 2>/dev/null | awk -v m="$m" '/^ +[12] / {print $0 "   (recompute " m ")"}'; done
+    echo '```'; } >>"$out"
+  footer gpt
+fi
+if [ $torch = 1 ] && wanted torch; then
+  if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+    echo "perf-report.sh: $PYTHON cannot import torch: the PyTorch comparison is skipped (PYTHON=... names one that can)"
+  else
+    header torch "$mpu demo gpt --bench --format json; $PYTHON scripts/gpt_torch.py --threads 1|2   # $rounds interleaved rounds"
+    for ((i = 0; i < rounds; i++)); do
+      "$mpu" demo gpt --bench --format json 2>/dev/null >"$tmp/mpu.$i.json"
+      for t in 1 2; do "$PYTHON" scripts/gpt_torch.py --threads $t >"$tmp/torch$t.$i.json"; done
+    done
+    python3 - "$tmp" "$rounds" >>"$out" <<'PY'
+import json, statistics, sys
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+mpu = [json.load(open("%s/mpu.%d.json" % (tmp, i))) for i in range(rounds)]
+th = {t: [json.load(open("%s/torch%d.%d.json" % (tmp, t, i))) for i in range(rounds)] for t in (1, 2)}
+print("| | mpu (tokens/s, each round) | PyTorch %s (tokens/s, each round) | mpu / torch (median) | mpu of one core's sgemm |" % th[1][0]["torch"])
+print("| --- | --- | --- | --- | --- |")
+for tp in (1, 2):
+    m = [r["runs"][tp - 1]["tokens_per_s"] for r in mpu]
+    t = [r["tokens_per_s"] for r in th[tp]]
+    share = statistics.median(r["runs"][tp - 1]["of_gemm_rate"] for r in mpu)
+    print("| tp %d vs %d thread%s | %s | %s | %.2fx | %.0f%% per rank |" % (tp, tp, "s" if tp > 1 else "",
+          " / ".join("%.0f" % x for x in m), " / ".join("%.0f" % x for x in t),
+          statistics.median(m) / statistics.median(t), 100 * share))
+print("\nmpu: recompute %s; PyTorch: no recompute, scaled_dot_product_attention, the same model and step." % mpu[0]["recompute"])
+PY
+    footer torch
+  fi
+fi
+
+cat "$out"
+if [ $write = 1 ]; then
+  python3 - "$out" docs/bench.md docs/train.md <<'PY'
+import re, sys
+blocks = dict(re.findall(r"<!-- perf-report (\S+) -->\n(.*?)\n<!-- /perf-report \1 -->", open(sys.argv[1]).read(), re.S))
+for doc in sys.argv[2:]:
+    text = open(doc).read()
+    def put(m):
+        return "<!-- perf-report %s -->\n%s\n<!-- /perf-report %s -->" % (m.group(1), blocks[m.group(1)], m.group(1)) if m.group(1) in blocks else m.group(0)
+    new = re.sub(r"<!-- perf-report (\S+) -->\n.*?\n<!-- /perf-report \1 -->", put, text, flags=re.S)
+    if new != text:
+        open(doc, "w").write(new)
+        print("perf-report.sh: %s updated" % doc, file=sys.stderr)
+PY
+fi

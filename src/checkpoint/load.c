@@ -1,0 +1,644 @@
+/*
+ * load.c - reading a checkpoint: the index (checked field by field), the
+ * pieces (pread, CRC-32), loading into any layout with all-or-nothing
+ * semantics, and the merge into one safetensors file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint/ckpt_internal.h"
+#include "checkpoint/json.h"
+#include "checkpoint/safetensors.h"
+#include "core/error.h"
+
+typedef struct ck_piece {
+  int file;
+  int64_t off[MPU_CKPT_MAX_DIMS], len[MPU_CKPT_MAX_DIMS];
+  uint64_t flat_lo, flat_hi, byte_lo, byte_hi;
+  uint32_t crc;
+} ck_piece;
+
+typedef struct ck_tensor {
+  const char *name; /* into the parsed index */
+  mpu_ckpt_kind kind;
+  int ndim;
+  int64_t shape[MPU_CKPT_MAX_DIMS];
+  int npieces;
+  ck_piece *pieces;
+} ck_tensor;
+
+typedef struct ck_rng {
+  mpu_rng_states states;
+  mpu_rng def;
+} ck_rng;
+
+struct mpu_ckpt {
+  char dir[4096];
+  json root;
+  mpu_ckpt_info info;
+  int nfiles;
+  const char **files;
+  uint64_t *file_bytes;
+  int *fds;
+  int ntensors;
+  ck_tensor *t;            /* sorted by name */
+  int nrng;
+  ck_rng *rng;
+  uint64_t bytes_read;
+};
+
+/* ---- the index ------------------------------------------------------------------------- */
+
+static mpu_result_t bad_index(const mpu_ckpt *ck, const char *tensor, const char *why) {
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: %s: %s%s%s%s", ck->dir, CKPT_INDEX,
+                    tensor ? "tensor '" : "", tensor ? tensor : "", tensor ? "': " : "", why);
+}
+
+static int int_list(const json *a, int n, int64_t *out, int64_t lo) {
+  if (!a || a->type != JSON_ARRAY || (int)a->n != n) return -1;
+  for (int i = 0; i < n; i++) {
+    if (a->items[i].type != JSON_NUMBER || !a->items[i].is_int || a->items[i].integer < lo) return -1;
+    out[i] = a->items[i].integer;
+  }
+  return 0;
+}
+
+static int parse_rng(const char *hex, mpu_rng *g) {
+  if (!hex || strlen(hex) != 64) return -1;
+  for (int i = 0; i < 4; i++) {
+    char part[17];
+    memcpy(part, hex + 16 * i, 16);
+    part[16] = '\0';
+    char *end;
+    g->s[i] = strtoull(part, &end, 16);
+    if (*end) return -1;
+  }
+  return 0;
+}
+
+static int cmp_tensor(const void *a, const void *b) {
+  return strcmp(((const ck_tensor *)a)->name, ((const ck_tensor *)b)->name);
+}
+
+static const ck_tensor *find(const mpu_ckpt *ck, const char *name) {
+  ck_tensor key = {.name = name};
+  return bsearch(&key, ck->t, (size_t)ck->ntensors, sizeof key, cmp_tensor);
+}
+
+static double num(const json *o, const char *key, int *ok) {
+  const json *v = mpu__json_get(o, key);
+  if (!v || v->type != JSON_NUMBER) {
+    *ok = 0;
+    return 0;
+  }
+  return v->number;
+}
+
+static mpu_result_t read_layout(mpu_ckpt *ck) {
+  const json *l = mpu__json_get(&ck->root, "layout");
+  mpu_ckpt_layout *o = &ck->info.layout;
+  int64_t v[7];
+  const char *keys[7] = {"world", "tp", "pp", "vp", "dp", "cp", "ep"};
+  for (int i = 0; i < 7; i++)
+    if (mpu__json_int(l, keys[i], &v[i]) || v[i] < 0 || v[i] > (1 << 24))
+      return bad_index(ck, NULL, "the layout lacks a size or has one out of range");
+  o->world = (int)v[0], o->tp = (int)v[1], o->pp = (int)v[2], o->vp = (int)v[3];
+  o->dp = (int)v[4], o->cp = (int)v[5], o->ep = (int)v[6];
+  const json *z = mpu__json_get(l, "zero1");
+  const char *flavor = mpu__json_str(l, "flavor");
+  if (!z || z->type != JSON_BOOL || !flavor || strlen(flavor) >= sizeof o->flavor)
+    return bad_index(ck, NULL, "the layout lacks zero1 or flavor");
+  o->zero1 = z->boolean;
+  snprintf(o->flavor, sizeof o->flavor, "%s", flavor);
+  const json *opt = mpu__json_get(&ck->root, "optimizer");
+  if (!opt || (opt->type != JSON_NULL && opt->type != JSON_OBJECT))
+    return bad_index(ck, NULL, "no optimizer entry (an object or null)");
+  if (opt->type == JSON_OBJECT) {
+    int ok = 1;
+    mpu_adamw_options a = MPU_ADAMW_OPTIONS_INIT;
+    const char *type = mpu__json_str(opt, "type");
+    a.lr = (float)num(opt, "lr", &ok), a.beta1 = (float)num(opt, "beta1", &ok);
+    a.beta2 = (float)num(opt, "beta2", &ok), a.eps = (float)num(opt, "eps", &ok);
+    a.weight_decay = (float)num(opt, "weight_decay", &ok);
+    a.clip_grad = (float)num(opt, "clip_grad", &ok);
+    if (!ok || !type || strcmp(type, "adamw") || mpu__json_int(opt, "step", &ck->info.optimizer_step) ||
+        ck->info.optimizer_step < 0)
+      return bad_index(ck, NULL, "the optimizer entry wants type adamw, lr, beta1, beta2, eps, "
+                                 "weight_decay, clip_grad and step");
+    ck->info.has_adamw = 1, ck->info.adamw = a;
+  }
+  const json *meta = mpu__json_get(&ck->root, "metadata");
+  if (!meta || meta->type != JSON_OBJECT) return bad_index(ck, NULL, "no metadata object");
+  for (size_t i = 0; i < meta->n; i++)
+    if (meta->items[i].type != JSON_STRING)
+      return bad_index(ck, NULL, "a metadata value is not a string");
+  const json *rng = mpu__json_get(&ck->root, "rng");
+  if (!rng || rng->type != JSON_ARRAY) return bad_index(ck, NULL, "no rng list");
+  ck->rng = calloc(rng->n + 1, sizeof *ck->rng);
+  if (!ck->rng) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: rng");
+  for (size_t i = 0; i < rng->n; i++) {
+    const json *e = &rng->items[i], *streams = mpu__json_get(e, "streams");
+    int64_t r;
+    if (mpu__json_int(e, "rank", &r) || r != (int64_t)i || !streams ||
+        streams->type != JSON_OBJECT || streams->n > MPU_RNG_TRACKER_MAX ||
+        parse_rng(mpu__json_str(e, "default"), &ck->rng[i].def))
+      return bad_index(ck, NULL, "an rng entry wants rank (in order), streams and default");
+    ck->rng[i].states.n = (int)streams->n;
+    for (size_t k = 0; k < streams->n; k++) {
+      if (strlen(streams->keys[k]) >= sizeof ck->rng[i].states.names[k] ||
+          streams->items[k].type != JSON_STRING ||
+          parse_rng(streams->items[k].string, &ck->rng[i].states.rngs[k]))
+        return bad_index(ck, NULL, "an rng stream is not 64 hex digits");
+      snprintf(ck->rng[i].states.names[k], sizeof ck->rng[i].states.names[k], "%s", streams->keys[k]);
+    }
+  }
+  ck->nrng = (int)rng->n;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t read_files(mpu_ckpt *ck) {
+  const json *files = mpu__json_get(&ck->root, "files");
+  if (!files || files->type != JSON_ARRAY || files->n > (1u << 20))
+    return bad_index(ck, NULL, "no files list");
+  size_t n = files->n;
+  ck->files = calloc(n + 1, sizeof *ck->files);
+  ck->file_bytes = calloc(n + 1, sizeof *ck->file_bytes);
+  ck->fds = malloc((n + 1) * sizeof *ck->fds);
+  if (!ck->files || !ck->file_bytes || !ck->fds)
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: %zu files", n);
+  for (size_t i = 0; i < n; i++) ck->fds[i] = -1;
+  ck->nfiles = (int)n;
+  for (size_t i = 0; i < n; i++) {
+    const json *f = &files->items[i];
+    const char *name = mpu__json_str(f, "name");
+    int64_t bytes;
+    if (!name || !*name || strchr(name, '/') || !strcmp(name, "..") || mpu__json_int(f, "bytes", &bytes) ||
+        bytes < 8)
+      return bad_index(ck, NULL, "a file entry wants a plain name and its bytes");
+    ck->files[i] = name, ck->file_bytes[i] = (uint64_t)bytes;
+    char path[4200];
+    struct stat st;
+    if (mpu__ckpt_path(path, sizeof path, ck->dir, name))
+      return bad_index(ck, NULL, "a file's path is too long");
+    if (stat(path, &st))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: file %s: %s", ck->dir, name,
+                        strerror(errno));
+    if ((uint64_t)st.st_size != (uint64_t)bytes)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "checkpoint %s: file %s has %lld bytes, the index says %lld (%s)", ck->dir,
+                        name, (long long)st.st_size, (long long)bytes,
+                        (uint64_t)st.st_size < (uint64_t)bytes ? "truncated" : "changed");
+  }
+  return MPU_SUCCESS;
+}
+
+static int file_index(const mpu_ckpt *ck, const char *name) {
+  for (int i = 0; name && i < ck->nfiles; i++)
+    if (!strcmp(ck->files[i], name)) return i;
+  return -1;
+}
+
+static mpu_result_t read_tensors(mpu_ckpt *ck) {
+  const json *ts = mpu__json_get(&ck->root, "tensors");
+  if (!ts || ts->type != JSON_OBJECT) return bad_index(ck, NULL, "no tensors object");
+  ck->t = calloc(ts->n + 1, sizeof *ck->t);
+  if (!ck->t) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: %zu tensors", ts->n);
+  for (size_t i = 0; i < ts->n; i++) {
+    ck_tensor *t = &ck->t[ck->ntensors++];
+    const json *e = &ts->items[i], *shape = mpu__json_get(e, "shape"), *pieces = mpu__json_get(e, "pieces");
+    const char *name = t->name = ts->keys[i], *dtype = mpu__json_str(e, "dtype");
+    if (mpu__ckpt_name_ok(name)) return bad_index(ck, NULL, "a tensor name is not printable ASCII");
+    if (mpu__ckpt_kind_from_name(mpu__json_str(e, "kind"), &t->kind))
+      return bad_index(ck, name, "kind is not param, exp_avg or exp_avg_sq");
+    if (!dtype || strcmp(dtype, "F32")) return bad_index(ck, name, "dtype is not F32");
+    if (!shape || shape->type != JSON_ARRAY || shape->n < 1 || shape->n > MPU_CKPT_MAX_DIMS)
+      return bad_index(ck, name, "the shape is not a list of 1 to 4 sizes");
+    t->ndim = (int)shape->n;
+    if (int_list(shape, t->ndim, t->shape, 1)) return bad_index(ck, name, "a size is not positive");
+    uint64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+      if (t->shape[d] > ((int64_t)1 << 40) || numel > ((uint64_t)1 << 40) / (uint64_t)t->shape[d])
+        return bad_index(ck, name, "more than 2^40 elements");
+      numel *= (uint64_t)t->shape[d];
+    }
+    if (!pieces || pieces->type != JSON_ARRAY || pieces->n < 1)
+      return bad_index(ck, name, "no pieces");
+    t->pieces = calloc(pieces->n, sizeof *t->pieces);
+    if (!t->pieces) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: pieces of %s", name);
+    uint64_t held = 0;
+    for (size_t k = 0; k < pieces->n; k++) {
+      const json *pj = &pieces->items[k];
+      ck_piece *p = &t->pieces[t->npieces++];
+      int64_t flat[2], bytes[2];
+      const char *crc = mpu__json_str(pj, "crc32");
+      char *end = NULL;
+      p->file = file_index(ck, mpu__json_str(pj, "file"));
+      if (p->file < 0) return bad_index(ck, name, "a piece names a file not in the files list");
+      if (int_list(mpu__json_get(pj, "offsets"), t->ndim, p->off, 0) ||
+          int_list(mpu__json_get(pj, "lengths"), t->ndim, p->len, 1) ||
+          int_list(mpu__json_get(pj, "flat"), 2, flat, 0) ||
+          int_list(mpu__json_get(pj, "bytes"), 2, bytes, 8) || !crc || strlen(crc) != 8)
+        return bad_index(ck, name, "a piece wants offsets, lengths, flat, bytes and crc32");
+      p->crc = (uint32_t)strtoul(crc, &end, 16);
+      if (*end) return bad_index(ck, name, "a piece's crc32 is not 8 hex digits");
+      for (int d = 0; d < t->ndim; d++)
+        if (p->off[d] + p->len[d] > t->shape[d])
+          return bad_index(ck, name, "a piece leaves the tensor");
+      p->flat_lo = (uint64_t)flat[0], p->flat_hi = (uint64_t)flat[1];
+      p->byte_lo = (uint64_t)bytes[0], p->byte_hi = (uint64_t)bytes[1];
+      if (p->flat_lo >= p->flat_hi || p->flat_hi > mpu__ckpt_numel(t->ndim, p->len))
+        return bad_index(ck, name, "a piece's flat span is empty or leaves its box");
+      if (p->byte_hi < p->byte_lo || p->byte_hi - p->byte_lo != (p->flat_hi - p->flat_lo) * 4 ||
+          p->byte_hi > ck->file_bytes[p->file])
+        return bad_index(ck, name, "a piece's bytes do not hold its elements or leave its file");
+      held += p->flat_hi - p->flat_lo;
+    }
+    if (held != numel) return bad_index(ck, name, "the pieces do not hold every element once");
+  }
+  qsort(ck->t, (size_t)ck->ntensors, sizeof *ck->t, cmp_tensor);
+  for (int i = 1; i < ck->ntensors; i++)
+    if (!strcmp(ck->t[i].name, ck->t[i - 1].name)) return bad_index(ck, ck->t[i].name, "twice");
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out) {
+  static const char fn[] = "mpu_ckpt_open";
+  if (!dir || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  *out = NULL;
+  {
+    const uint16_t one = 1;
+    if (*(const uint8_t *)&one != 1)
+      return mpu__error(MPU_ERR_UNSUPPORTED, "%s: checkpoints are little-endian; this host is not", fn);
+  }
+  mpu_ckpt *ck = calloc(1, sizeof *ck);
+  if (!ck) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  if (strlen(dir) >= sizeof ck->dir - 64) {
+    free(ck);
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the path %s is too long", fn, dir);
+  }
+  snprintf(ck->dir, sizeof ck->dir, "%s", dir);
+  char path[4200];
+  mpu__ckpt_path(path, sizeof path, dir, CKPT_INDEX);
+  mpu_result_t r = MPU_SUCCESS;
+  char *text = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: no %s (%s): not a checkpoint, or a "
+                   "save that did not finish", dir, CKPT_INDEX, strerror(errno));
+    goto out;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) || st.st_size > (1 << 30)) {
+    r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: %s is unreadable or over 1 GiB", dir, CKPT_INDEX);
+    goto out;
+  }
+  text = malloc((size_t)st.st_size + 1);
+  if (!text) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %lld bytes", fn, (long long)st.st_size);
+    goto out;
+  }
+  size_t got = fread(text, 1, (size_t)st.st_size, f);
+  ck->bytes_read += got, ck->info.index_bytes = got;
+  if ((r = mpu__json_parse(text, got, path, &ck->root))) goto out;
+  int64_t version, step;
+  const char *format = mpu__json_str(&ck->root, "format");
+  if (!format || strcmp(format, CKPT_FORMAT) || mpu__json_int(&ck->root, "version", &version) ||
+      version != CKPT_VERSION || mpu__json_int(&ck->root, "step", &step) || step < 0) {
+    r = bad_index(ck, NULL, "not an mpu-checkpoint index of version 1 with a step");
+    goto out;
+  }
+  ck->info.step = step;
+  if ((r = read_layout(ck)) || (r = read_files(ck)) || (r = read_tensors(ck))) goto out;
+  ck->info.ntensors = ck->ntensors, ck->info.nfiles = ck->nfiles;
+out:
+  if (f) fclose(f);
+  free(text);
+  if (r) mpu_ckpt_close(ck);
+  else *out = ck;
+  return r;
+}
+
+void mpu_ckpt_close(mpu_ckpt *ck) {
+  if (!ck) return;
+  for (int i = 0; ck->fds && i < ck->nfiles; i++)
+    if (ck->fds[i] >= 0) close(ck->fds[i]);
+  for (int i = 0; ck->t && i < ck->ntensors; i++) free(ck->t[i].pieces);
+  free(ck->t), free(ck->files), free(ck->file_bytes), free(ck->fds), free(ck->rng);
+  mpu__json_free(&ck->root);
+  free(ck);
+}
+
+/* ---- pieces ------------------------------------------------------------------------------ */
+
+/* Read piece p of t into buf ((flat_hi - flat_lo) floats) and check its CRC. */
+static mpu_result_t read_piece(mpu_ckpt *ck, const ck_tensor *t, int k, float *buf) {
+  const ck_piece *p = &t->pieces[k];
+  const char *file = ck->files[p->file];
+  if (ck->fds[p->file] < 0) {
+    char path[4200];
+    mpu__ckpt_path(path, sizeof path, ck->dir, file);
+    ck->fds[p->file] = open(path, O_RDONLY | O_CLOEXEC);
+    if (ck->fds[p->file] < 0)
+      return mpu__error(MPU_ERR_SYSTEM, "checkpoint %s: tensor '%s': cannot open %s: %s", ck->dir,
+                        t->name, file, strerror(errno));
+  }
+  size_t n = (size_t)(p->byte_hi - p->byte_lo);
+  ssize_t got = mpu__ckpt_pread_all(ck->fds[p->file], buf, n, p->byte_lo);
+  if (got > 0) ck->bytes_read += (uint64_t)got;
+  if (got < 0)
+    return mpu__error(MPU_ERR_SYSTEM, "checkpoint %s: tensor '%s': reading %s: %s", ck->dir,
+                      t->name, file, strerror(errno));
+  if ((size_t)got < n)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "checkpoint %s: tensor '%s': file %s is truncated (%zu of the piece's %zu "
+                      "bytes at %" PRIu64 ")",
+                      ck->dir, t->name, file, (size_t)got, n, p->byte_lo);
+  uint32_t crc = mpu__ckpt_crc32(0, buf, n);
+  if (crc != p->crc)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "checkpoint %s: tensor '%s': piece %d in file %s is corrupted (CRC-32 %08" PRIx32
+                      ", the index says %08" PRIx32 ")",
+                      ck->dir, t->name, k, file, crc, p->crc);
+  return MPU_SUCCESS;
+}
+
+static ckpt_piece_view view(const ck_tensor *t, int k, float *data) {
+  const ck_piece *p = &t->pieces[k];
+  ckpt_piece_view v = {t->ndim, p->off, p->len, p->flat_lo, p->flat_hi, data};
+  return v;
+}
+
+mpu_result_t mpu_ckpt_verify(mpu_ckpt *ck) {
+  if (!ck) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_verify: NULL checkpoint");
+  for (int i = 0; i < ck->ntensors; i++)
+    for (int k = 0; k < ck->t[i].npieces; k++) {
+      const ck_piece *p = &ck->t[i].pieces[k];
+      float *buf = malloc((size_t)(p->byte_hi - p->byte_lo) + 1);
+      if (!buf) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_ckpt_verify");
+      mpu_result_t r = read_piece(ck, &ck->t[i], k, buf);
+      free(buf);
+      if (r) return r;
+    }
+  return MPU_SUCCESS;
+}
+
+/* Fill one local tensor (boxes, spans) from every piece of t that overlaps
+ * it; hits counts each element's writers. */
+static mpu_result_t fill(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor *want,
+                         const mpu_ckpt_span *spans, uint8_t *const *hits) {
+  for (int k = 0; k < t->npieces; k++) {
+    ckpt_piece_view dry = view(t, k, NULL);
+    if (!mpu__ckpt_transfer(&dry, t->ndim, want->local_shape, want->boxes, want->nboxes, spans,
+                            want->nspans, 1, NULL))
+      continue; /* not needed here: not read */
+    const ck_piece *p = &t->pieces[k];
+    float *buf = malloc((size_t)(p->byte_hi - p->byte_lo) + 1);
+    if (!buf) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: a piece of '%s'", t->name);
+    mpu_result_t r = read_piece(ck, t, k, buf);
+    if (!r) {
+      ckpt_piece_view v = view(t, k, buf);
+      mpu__ckpt_transfer(&v, t->ndim, want->local_shape, want->boxes, want->nboxes, spans,
+                         want->nspans, 1, hits);
+    }
+    free(buf);
+    if (r) return r;
+  }
+  return MPU_SUCCESS;
+}
+
+/* fill, then check that every element the rank wants came from exactly one piece */
+static mpu_result_t fill_checked(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor *w,
+                                 const mpu_ckpt_span *spans) {
+  uint8_t **hits = calloc((size_t)w->nspans + 1, sizeof *hits);
+  if (!hits) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: '%s'", w->name);
+  mpu_result_t r = MPU_SUCCESS;
+  for (int s = 0; s < w->nspans && !r; s++)
+    if (!(hits[s] = calloc(w->spans[s].hi - w->spans[s].lo, 1)))
+      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: '%s'", w->name);
+  if (!r) r = fill(ck, t, w, spans, hits);
+  for (int s = 0; s < w->nspans && !r; s++)
+    for (size_t e = 0; e < w->spans[s].hi - w->spans[s].lo && !r; e++)
+      if (hits[s][e] != 1)
+        r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                       "checkpoint %s: tensor '%s': element %zu is in %d pieces (want 1)",
+                       ck->dir, w->name, w->spans[s].lo + e, hits[s][e]);
+  for (int s = 0; s < w->nspans; s++) free(hits[s]);
+  free(hits);
+  return r;
+}
+
+/* Every tensor of the set into staging memory (spans[i][s] mirrors set span s of tensor i). */
+static mpu_result_t load_local(mpu_ckpt *ck, mpu_ckpt_set *set, mpu_ckpt_span **staging) {
+  for (int i = 0; i < set->n; i++) {
+    const mpu_ckpt_tensor *w = &set->t[i];
+    const ck_tensor *t = find(ck, w->name);
+    if (!t)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: tensor '%s' is missing", ck->dir,
+                        w->name);
+    if (t->ndim != w->ndim || memcmp(t->shape, w->shape, (size_t)t->ndim * sizeof *t->shape)) {
+      char a[96] = "", b[96] = "";
+      for (int d = 0; d < t->ndim; d++)
+        snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+      for (int d = 0; d < w->ndim; d++)
+        snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? ", " : "", (long long)w->shape[d]);
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "checkpoint %s: tensor '%s' has shape [%s] in the checkpoint, [%s] here",
+                        ck->dir, w->name, a, b);
+    }
+    MPU_CHECK(fill_checked(ck, t, w, staging[i]));
+  }
+  return MPU_SUCCESS;
+}
+
+/* strict: every tensor of the checkpoint is loaded by some rank (each rank
+ * holds its pipeline stage's tensors only, so the ranks pool what they want) */
+static mpu_result_t check_extra(mpu_ckpt *ck, mpu_comm *world, const mpu_ckpt_set *set) {
+  uint8_t *wanted = calloc((size_t)ck->ntensors + 1, 1);
+  if (!wanted) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: %d tensors", ck->ntensors);
+  for (int k = 0; k < set->n; k++) {
+    const ck_tensor *t = find(ck, set->t[k].name);
+    if (t) wanted[t - ck->t] = 1;
+  }
+  mpu_result_t r = MPU_SUCCESS;
+  if (world) r = mpu_comm_all_reduce(world, wanted, wanted, (size_t)ck->ntensors, MPU_UINT8, MPU_MAX);
+  for (int i = 0; !r && i < ck->ntensors; i++)
+    if (!wanted[i])
+      r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                     "checkpoint %s: tensor '%s' (in %s) is not in the model being loaded",
+                     ck->dir, ck->t[i].name, ck->files[ck->t[i].pieces[0].file]);
+  free(wanted);
+  return r;
+}
+
+static void free_staging(mpu_ckpt_set *set, mpu_ckpt_span **staging, int commit) {
+  for (int i = 0; i < set->n && staging; i++) {
+    for (int s = 0; staging[i] && s < set->t[i].nspans; s++) {
+      if (commit) memcpy(set->t[i].spans[s].data, staging[i][s].data,
+                         (set->t[i].spans[s].hi - set->t[i].spans[s].lo) * sizeof(float));
+      free(staging[i][s].data);
+    }
+    free(staging[i]);
+  }
+  free(staging);
+}
+
+mpu_result_t mpu_ckpt_load(mpu_ckpt *ck, mpu_comm *world, mpu_ckpt_set *set) {
+  static const char fn[] = "mpu_ckpt_load";
+  if (!set || (!ck && !world)) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  mpu_ckpt_span **staging = calloc((size_t)set->n + 1, sizeof *staging);
+  mpu_result_t r = !ck ? mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no checkpoint on this rank", fn)
+                   : staging ? MPU_SUCCESS
+                             : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  for (int i = 0; i < set->n && !r; i++) {
+    const mpu_ckpt_tensor *w = &set->t[i];
+    staging[i] = calloc((size_t)w->nspans + 1, sizeof **staging);
+    if (!staging[i]) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+    for (int s = 0; s < w->nspans && !r; s++) {
+      staging[i][s] = w->spans[s];
+      if (!(staging[i][s].data = malloc((w->spans[s].hi - w->spans[s].lo) * sizeof(float))))
+        r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: '%s'", fn, w->name);
+    }
+  }
+  if (!r) r = load_local(ck, set, staging);
+  /* all or nothing: the ranks agree (and that they read one index) before any memory of the
+   * caller changes; a rank without a checkpoint (ck NULL) takes part as failed */
+  int64_t agree[3] = {r != MPU_SUCCESS, ck ? ck->ntensors : 0, ck ? -(int64_t)ck->ntensors : 0};
+  if (world) {
+    mpu_result_t a = mpu_comm_all_reduce(world, agree, agree, 3, MPU_INT64, MPU_MAX);
+    if (a && !r) r = a;
+  }
+  if (!r && agree[0])
+    r = mpu__error(MPU_ERR_ABORTED, "%s: another rank could not load %s; nothing was changed", fn,
+                   ck->dir);
+  if (!r && agree[1] != -agree[2])
+    r = mpu__error(MPU_ERR_MISMATCH, "%s: the ranks opened indexes of different tensors", fn);
+  if (!r && set->strict) r = check_extra(ck, world, set); /* the same answer on every rank */
+  free_staging(set, staging, !r);
+  if (r) return r;
+  set->step = ck->info.step, set->layout = ck->info.layout;
+  set->has_adamw = ck->info.has_adamw, set->adamw = ck->info.adamw;
+  set->optimizer_step = ck->info.optimizer_step;
+  const json *meta = mpu__json_get(&ck->root, "metadata");
+  set->n_meta = 0;
+  for (size_t i = 0; meta && i < meta->n; i++)
+    if (mpu_ckpt_set_meta(set, meta->keys[i], meta->items[i].string)) break;
+  return MPU_SUCCESS;
+}
+
+/* ---- what the index says -------------------------------------------------------------- */
+
+mpu_result_t mpu_ckpt_get_info(const mpu_ckpt *ck, mpu_ckpt_info *out) {
+  if (!ck || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_get_info: NULL argument");
+  *out = ck->info;
+  return MPU_SUCCESS;
+}
+
+const char *mpu_ckpt_meta(const mpu_ckpt *ck, const char *key) {
+  return ck && key ? mpu__json_str(mpu__json_get(&ck->root, "metadata"), key) : NULL;
+}
+
+mpu_result_t mpu_ckpt_rng(const mpu_ckpt *ck, int rank, mpu_rng_states *states, mpu_rng *default_rng) {
+  if (!ck || rank < 0 || rank >= ck->nrng)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_rng: no rank %d (the checkpoint has %d)",
+                      rank, ck ? ck->nrng : 0);
+  if (states) *states = ck->rng[rank].states;
+  if (default_rng) *default_rng = ck->rng[rank].def;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_ckpt_tensor_at(const mpu_ckpt *ck, int i, mpu_ckpt_tensor_info *out) {
+  if (!ck || !out || i < 0 || i >= ck->ntensors)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_tensor_at: no tensor %d", i);
+  const ck_tensor *t = &ck->t[i];
+  memset(out, 0, sizeof *out);
+  out->name = t->name, out->kind = t->kind, out->dtype = "F32", out->ndim = t->ndim;
+  memcpy(out->shape, t->shape, sizeof out->shape);
+  out->npieces = t->npieces;
+  out->bytes = mpu__ckpt_numel(t->ndim, t->shape) * sizeof(float);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_ckpt_piece_at(const mpu_ckpt *ck, int i, int k, mpu_ckpt_piece_info *out) {
+  if (!ck || !out || i < 0 || i >= ck->ntensors || k < 0 || k >= ck->t[i].npieces)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_piece_at: no piece %d of tensor %d", k, i);
+  const ck_piece *p = &ck->t[i].pieces[k];
+  memset(out, 0, sizeof *out);
+  out->file = ck->files[p->file];
+  memcpy(out->offset, p->off, sizeof out->offset);
+  memcpy(out->length, p->len, sizeof out->length);
+  out->flat_lo = p->flat_lo, out->flat_hi = p->flat_hi;
+  out->byte_lo = p->byte_lo, out->byte_hi = p->byte_hi, out->crc32 = p->crc;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_ckpt_file_at(const mpu_ckpt *ck, int f, const char **name, uint64_t *bytes) {
+  if (!ck || f < 0 || f >= ck->nfiles)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_file_at: no file %d", f);
+  if (name) *name = ck->files[f];
+  if (bytes) *bytes = ck->file_bytes[f];
+  return MPU_SUCCESS;
+}
+
+uint64_t mpu_ckpt_bytes_read(const mpu_ckpt *ck) { return ck ? ck->bytes_read : 0; }
+
+/* ---- merge ------------------------------------------------------------------------------- */
+
+mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all) {
+  static const char fn[] = "mpu_ckpt_merge";
+  if (!ck || !out_path || !*out_path)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  int n = 0;
+  for (int i = 0; i < ck->ntensors; i++) n += all || ck->t[i].kind == MPU_CKPT_PARAM;
+  st_item *items = calloc((size_t)n + 1, sizeof *items);
+  float **data = calloc((size_t)n + 1, sizeof *data);
+  const void **parts = calloc((size_t)n + 1, sizeof *parts);
+  size_t *lens = calloc((size_t)n + 1, sizeof *lens);
+  char *head = NULL;
+  mpu_result_t r = items && data && parts && lens ? MPU_SUCCESS
+                                                  : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  int j = 0;
+  for (int i = 0; i < ck->ntensors && !r; i++) {
+    const ck_tensor *t = &ck->t[i];
+    if (!all && t->kind != MPU_CKPT_PARAM) continue;
+    uint64_t numel = mpu__ckpt_numel(t->ndim, t->shape);
+    if (!(data[j] = malloc(numel * sizeof(float)))) {
+      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: '%s'", fn, t->name);
+      break;
+    }
+    mpu_ckpt_tensor whole; /* the whole tensor as one local tensor */
+    memset(&whole, 0, sizeof whole);
+    whole.ndim = t->ndim, whole.nboxes = 1, whole.nspans = 1;
+    memcpy(whole.shape, t->shape, sizeof whole.shape);
+    memcpy(whole.local_shape, t->shape, sizeof whole.shape);
+    memcpy(whole.boxes[0].length, t->shape, sizeof whole.shape);
+    mpu_ckpt_span span = {0, (size_t)numel, data[j]};
+    whole.spans = &span;
+    r = fill_checked(ck, t, &whole, &span);
+    items[j].name = t->name, items[j].ndim = t->ndim, items[j].shape = t->shape;
+    items[j].bytes = numel * sizeof(float);
+    parts[j + 1] = data[j], lens[j + 1] = (size_t)items[j].bytes;
+    j++;
+  }
+  size_t hlen = 0;
+  char step[32];
+  snprintf(step, sizeof step, "%" PRId64, ck->info.step);
+  const char *meta[4] = {"format", "pt", "step", step}; /* "pt": what transformers expects */
+  if (!r) r = mpu__st_header(items, n, meta, 2, &head, &hlen);
+  if (!r) {
+    parts[0] = head, lens[0] = hlen;
+    char dir[4096];
+    const char *slash = strrchr(out_path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - out_path ? slash - out_path : 1), out_path);
+    r = mpu__ckpt_write_file(dir, slash ? slash + 1 : out_path, parts, lens, n + 1);
+  }
+  for (int i = 0; i < n && data; i++) free(data[i]);
+  free(items), free(data), free(parts), free(lens), free(head);
+  return r;
+}

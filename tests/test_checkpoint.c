@@ -1,0 +1,515 @@
+/*
+ * test_checkpoint.c - distributed checkpoints (mpu/checkpoint.h).
+ *
+ * A small model (a fused QKV weight and bias with stride 3, a row-parallel
+ * weight, a duplicated norm) whose every global element has a known value,
+ * with AdamW moments of known values, is saved from tp 2 x dp 2 under ZeRO-1
+ * on thread ranks and loaded into other layouts (tp 1, tp 4, dp 4 ZeRO-1,
+ * tp 2 x dp 2 plain); each rank checks each local element against the global
+ * value the test computes from Megatron's stride rule itself, and that it
+ * read no more than the index and the pieces that overlap its slices. Then
+ * what must fail does, naming the tensor and the file, leaving the caller's
+ * memory as it was; and a save killed at random points never leaves a
+ * directory that opens and verifies unless it holds one whole save.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+/* ---- the model --------------------------------------------------------------------------- */
+
+enum { NPARAMS = 4 };
+typedef struct pdef {
+  const char *name;
+  int ndim;
+  int64_t shape[2];
+  int dim, stride; /* dim -1: a duplicate */
+} pdef;
+
+static const pdef model[NPARAMS] = {
+    {"layer0.qkv.weight", 2, {24, 5}, 0, 3},
+    {"layer0.qkv.bias", 1, {24, 1}, 0, 3},
+    {"layer0.proj.weight", 2, {6, 8}, 1, 1},
+    {"layer0.norm", 1, {7, 1}, -1, 1},
+};
+
+/* the global value of element g of parameter p (kind 0), or of its moments (1, 2) */
+static float value(int p, int kind, int64_t g) { return (float)(p * 1000 + kind * 100000) + 0.25f * (float)g; }
+
+static int64_t numel(const pdef *d) { return d->ndim == 1 ? d->shape[0] : d->shape[0] * d->shape[1]; }
+
+/* The global flat index of local element l of parameter d on tp rank r of tp:
+ * Megatron's rule, written here on its own (pieces r, r + tp, ... of size
+ * size / (tp x stride) along dim). */
+static int64_t global_index(const pdef *d, int tp, int r, int64_t l) {
+  int64_t rows = d->shape[0], cols = d->ndim == 1 ? 1 : d->shape[1];
+  if (d->dim < 0 || tp == 1) return l;
+  int64_t lc = d->dim == 1 ? cols / tp : cols, a = l / lc, b = l % lc;
+  int64_t piece = (d->dim == 0 ? rows : cols) / (tp * d->stride);
+  if (d->dim == 0) a = (r + (a / piece) * tp) * piece + a % piece;
+  else b = (r + (b / piece) * tp) * piece + b % piece;
+  return a * cols + b;
+}
+
+typedef struct rank_model {
+  mpu_param_buffer b;
+  mpu_optimizer opt;
+  int tp, tp_rank, dp_rank;
+} rank_model;
+
+static mpu_result_t build(mpu_state *s, rank_model *m, int zero, mpu_comm **dp) {
+  mpu_result_t r;
+  mpu_state_tp_size(s, &m->tp), mpu_state_tp_rank(s, &m->tp_rank), mpu_state_dp_rank(s, &m->dp_rank);
+  if ((r = mpu_state_comm(s, MPU_GROUP_DP, dp))) return r;
+  mpu_param_buffer_init(&m->b, m->tp_rank);
+  for (int p = 0; p < NPARAMS; p++) {
+    int i;
+    size_t local = (size_t)numel(&model[p]) / (model[p].dim < 0 ? 1 : (size_t)m->tp);
+    mpu_param_attrs a = model[p].dim < 0 ? MPU_PARAM_DUPLICATE : MPU_PARAM_PARTITIONED(model[p].dim, model[p].stride);
+    if ((r = mpu_param_buffer_add(&m->b, model[p].name, local, a, &i))) return r;
+  }
+  if ((r = mpu_param_buffer_finalize(&m->b, NULL, NULL))) return r;
+  mpu_adamw_options o = MPU_ADAMW_OPTIONS_INIT;
+  o.sync.bucket_bytes = 64; /* several buckets: a parameter's ZeRO-1 shard in pieces */
+  return mpu_optimizer_init(&m->opt, &m->b, *dp, zero, &o);
+}
+
+static mpu_result_t describe(rank_model *m, mpu_ckpt_set *set) {
+  mpu_ckpt_global g[NPARAMS];
+  for (int p = 0; p < NPARAMS; p++) {
+    memset(&g[p], 0, sizeof g[p]);
+    g[p].name = model[p].name, g[p].ndim = model[p].ndim;
+    g[p].shape[0] = model[p].shape[0], g[p].shape[1] = model[p].shape[1];
+  }
+  return mpu_ckpt_add_buffer(set, &m->b, g, &m->opt, m->tp, m->dp_rank);
+}
+
+/* fill (or, check != 0, count the mismatches of) the parameters and the moments this rank keeps */
+static int walk(rank_model *m, int check) {
+  int bad = 0;
+  for (int p = 0; p < NPARAMS; p++) {
+    float *data = mpu_param_data(&m->b, p);
+    for (int64_t l = 0; l < (int64_t)m->b.params[p].numel; l++) {
+      float want = value(p, 0, global_index(&model[p], m->tp, m->tp_rank, l));
+      if (check) bad += data[l] != want;
+      else data[l] = want;
+    }
+    mpu_optimizer_span sp[64];
+    int n;
+    if (mpu_optimizer_param_spans(&m->opt, p, sp, 64, &n)) return -1;
+    for (int k = 0; k < n; k++)
+      for (size_t l = sp[k].lo; l < sp[k].hi; l++) {
+        int64_t g = global_index(&model[p], m->tp, m->tp_rank, (int64_t)l);
+        float *mm = &m->opt.m[sp[k].state + l - sp[k].lo], *vv = &m->opt.v[sp[k].state + l - sp[k].lo];
+        if (check) bad += *mm != value(p, 1, g) || *vv != value(p, 2, g);
+        else *mm = value(p, 1, g), *vv = value(p, 2, g);
+      }
+  }
+  return bad;
+}
+
+static void free_model(rank_model *m) {
+  mpu_optimizer_free(&m->opt);
+  mpu_param_buffer_free(&m->b);
+}
+
+static char dir_a[256];
+
+typedef struct job {
+  int zero;
+  int bad;          /* elements that differ, over the ranks */
+  int over_budget;  /* ranks that read more than the index and their pieces */
+  int read_less;    /* ranks that read less than everything (tp 4) */
+  int expect_fail;  /* a piece is corrupted: every rank must fail and keep its memory */
+} job;
+
+/* a rank's model (filled with its values when saving) and its description */
+static mpu_result_t start_rank(mpu_state *s, const job *j, rank_model *m, mpu_ckpt_set *set,
+                               int fill) {
+  mpu_comm *dp;
+  memset(m, 0, sizeof *m);
+  mpu_ckpt_set_init(set);
+  mpu_result_t r = build(s, m, j->zero, &dp);
+  if (!r && fill) walk(m, 0);
+  return r ? r : describe(m, set);
+}
+
+static mpu_result_t save_rank(mpu_state *s, void *arg) {
+  job *j = arg;
+  rank_model m;
+  mpu_ckpt_set set;
+  mpu_result_t r = start_rank(s, j, &m, &set, 1);
+  m.opt.step = 7;
+  set.step = 7, set.has_adamw = 1, set.adamw = m.opt.o, set.optimizer_step = m.opt.step;
+  set.layout.tp = m.tp, set.layout.dp = m.opt.dp_size, set.layout.zero1 = j->zero;
+  if (!r) r = mpu_ckpt_set_meta(&set, "model", "test");
+  if (!r) r = mpu_ckpt_save(dir_a, mpu_state_world(s), &set);
+  mpu_ckpt_set_free(&set);
+  free_model(&m);
+  return r;
+}
+
+/* whether a piece's global box meets one of the rank's boxes of that tensor */
+static int meets(const mpu_ckpt_tensor *t, const mpu_ckpt_piece_info *pi) {
+  for (int k = 0; k < t->nboxes; k++) {
+    int ok = 1;
+    for (int d = 0; d < t->ndim; d++)
+      ok &= pi->offset[d] < t->boxes[k].global_offset[d] + t->boxes[k].length[d] &&
+            t->boxes[k].global_offset[d] < pi->offset[d] + pi->length[d];
+    if (ok) return 1;
+  }
+  return 0;
+}
+
+static mpu_result_t load_rank(mpu_state *s, void *arg) {
+  job *j = arg;
+  rank_model m;
+  mpu_ckpt_set set;
+  mpu_ckpt *ck = NULL;
+  mpu_result_t r = start_rank(s, j, &m, &set, 0);
+  if (!r) r = mpu_ckpt_open(dir_a, &ck);
+  if (!r && j->expect_fail) {
+    for (size_t e = 0; e < m.b.numel; e++) m.b.data[e] = -7.0f;
+    for (size_t e = 0; e < m.opt.owned; e++) m.opt.m[e] = m.opt.v[e] = -7.0f;
+    int bad = mpu_ckpt_load(ck, mpu_state_world(s), &set) == MPU_SUCCESS;
+    for (size_t e = 0; e < m.b.numel; e++) bad += m.b.data[e] != -7.0f;
+    for (size_t e = 0; e < m.opt.owned; e++) bad += m.opt.m[e] != -7.0f || m.opt.v[e] != -7.0f;
+    __atomic_fetch_add(&j->bad, bad, __ATOMIC_RELAXED);
+  } else if (!r) r = mpu_ckpt_load(ck, mpu_state_world(s), &set);
+  if (!r && !j->expect_fail) {
+    int bad = walk(&m, 1) + (set.step != 7) + (set.optimizer_step != 7) + !set.has_adamw;
+    __atomic_fetch_add(&j->bad, bad, __ATOMIC_RELAXED);
+    /* the bytes read: the index and pieces that meet this rank's boxes, no more */
+    mpu_ckpt_info in;
+    mpu_ckpt_get_info(ck, &in);
+    uint64_t budget = in.index_bytes, all = in.index_bytes;
+    for (int i = 0; i < in.ntensors; i++) {
+      mpu_ckpt_tensor_info ti;
+      mpu_ckpt_tensor_at(ck, i, &ti);
+      const mpu_ckpt_tensor *mine = NULL;
+      for (int k = 0; k < set.n; k++)
+        if (!strcmp(set.t[k].name, ti.name)) mine = &set.t[k];
+      for (int p = 0; p < ti.npieces; p++) {
+        mpu_ckpt_piece_info pi;
+        mpu_ckpt_piece_at(ck, i, p, &pi);
+        all += pi.byte_hi - pi.byte_lo;
+        if (mine && meets(mine, &pi)) budget += pi.byte_hi - pi.byte_lo;
+      }
+    }
+    uint64_t read = mpu_ckpt_bytes_read(ck);
+    if (read > budget) __atomic_fetch_add(&j->over_budget, 1, __ATOMIC_RELAXED);
+    if (read < all) __atomic_fetch_add(&j->read_less, 1, __ATOMIC_RELAXED);
+  }
+  mpu_ckpt_close(ck);
+  mpu_ckpt_set_free(&set);
+  free_model(&m);
+  return r;
+}
+
+static void make_dir(const char *tag, char *out, size_t cap) {
+  snprintf(out, cap, "test_checkpoint_%s_%d", tag, (int)getpid());
+}
+
+static void remove_dir(const char *dir) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void run_layout(int world, int tp, int zero, job *j) {
+  mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
+  cfg.tp = tp;
+  int expect_fail = j->expect_fail;
+  memset(j, 0, sizeof *j);
+  j->zero = zero, j->expect_fail = expect_fail;
+  mpu_result_t r = mpu_with_state(world, &cfg, 1, load_rank, j, NULL, NULL);
+  if (r) fprintf(stderr, "load into %d ranks, tp %d, zero %d: %s\n", world, tp, zero, mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  assert_int_equal(j->bad, 0);
+  assert_int_equal(j->over_budget, 0);
+}
+
+static void test_reshard(void **state) {
+  (void)state;
+  make_dir("reshard", dir_a, sizeof dir_a);
+  mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
+  cfg.tp = 2;
+  job j = {1, 0, 0, 0, 0};
+  assert_int_equal(mpu_with_state(4, &cfg, 1, save_rank, &j, NULL, NULL), MPU_SUCCESS);
+  run_layout(1, 1, 0, &j); /* one rank: the whole model */
+  run_layout(4, 4, 0, &j); /* tp 4: each rank a quarter of each stride piece */
+  assert_int_equal(j.read_less, 4);
+  run_layout(4, 1, 1, &j); /* dp 4 ZeRO-1 */
+  run_layout(4, 2, 0, &j); /* tp 2 x dp 2 plain */
+  /* the merge: one file, every parameter whole, read back through a one-rank load */
+  char merged[300];
+  snprintf(merged, sizeof merged, "%s/merged.safetensors", dir_a);
+  mpu_ckpt *ck;
+  assert_int_equal(mpu_ckpt_open(dir_a, &ck), 0);
+  assert_int_equal(mpu_ckpt_verify(ck), 0);
+  assert_int_equal(mpu_ckpt_merge(ck, merged, 0), 0);
+  mpu_ckpt_info in;
+  assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
+  assert_int_equal(in.ntensors, 3 * NPARAMS);
+  assert_int_equal(in.layout.tp, 2);
+  assert_true(in.layout.zero1);
+  assert_string_equal(mpu_ckpt_meta(ck, "model"), "test");
+  mpu_ckpt_close(ck);
+  FILE *f = fopen(merged, "rb");
+  assert_non_null(f);
+  unsigned char len8[8];
+  assert_int_equal(fread(len8, 1, 8, f), 8);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+  assert_int_equal((8 + hlen) % 8, 0); /* the data 8-byte aligned */
+  char *head = calloc(hlen + 1, 1);
+  assert_int_equal(fread(head, 1, hlen, f), hlen);
+  assert_non_null(strstr(head, "\"layer0.qkv.weight\":{\"dtype\":\"F32\",\"shape\":[24,5]"));
+  assert_null(strstr(head, "exp_avg"));
+  /* qkv's values, whole, where its data_offsets say */
+  char *at = strstr(head, "\"layer0.qkv.weight\"");
+  char *off = strstr(at, "data_offsets\":[");
+  long begin = strtol(off + 15, NULL, 10);
+  float row[5];
+  fseek(f, (long)(8 + hlen) + begin + 4 * 5 * 9, SEEK_SET); /* global row 9 */
+  assert_int_equal(fread(row, sizeof(float), 5, f), 5);
+  for (int c = 0; c < 5; c++) assert_true(row[c] == value(0, 0, 9 * 5 + c));
+  free(head);
+  fclose(f);
+  /* one corrupted byte in rank 3's file: tp 4 ranks that do not read it fail too, and no
+   * rank's memory changes */
+  char rank3[300];
+  snprintf(rank3, sizeof rank3, "%s/rank00003.safetensors", dir_a);
+  struct stat st;
+  assert_int_equal(stat(rank3, &st), 0);
+  f = fopen(rank3, "r+b");
+  assert_non_null(f);
+  fseek(f, (long)st.st_size - 5, SEEK_SET);
+  int byte = fgetc(f);
+  fseek(f, (long)st.st_size - 5, SEEK_SET);
+  fputc(byte ^ 0xff, f);
+  fclose(f);
+  j.expect_fail = 1;
+  run_layout(4, 4, 0, &j);
+  j.expect_fail = 0;
+  remove_dir(dir_a);
+}
+
+/* ---- what must fail --------------------------------------------------------------------- */
+
+static float one_a[12], one_b[6];
+
+static void one_rank_set(mpu_ckpt_set *set, const char *b_name, int64_t b_len) {
+  mpu_ckpt_set_init(set);
+  int64_t sa[2] = {3, 4}, sb[1] = {b_len ? b_len : 1};
+  mpu_ckpt_box ba, bb;
+  int n;
+  mpu_param_attrs dup = MPU_PARAM_DUPLICATE;
+  int64_t la[2], lb[1];
+  assert_int_equal(mpu_ckpt_partition(2, sa, dup, 1, 0, la, &ba, &n), 0);
+  assert_int_equal(mpu_ckpt_partition(1, sb, dup, 1, 0, lb, &bb, &n), 0);
+  mpu_ckpt_span a = {0, 12, one_a}, b = {0, (size_t)b_len, one_b};
+  assert_int_equal(mpu_ckpt_add(set, "a", MPU_CKPT_PARAM, 2, sa, la, &ba, 1, &a, 1, &a, 1), 0);
+  if (b_name) assert_int_equal(mpu_ckpt_add(set, b_name, MPU_CKPT_PARAM, 1, sb, lb, &bb, 1, &b, 1, &b, 1), 0);
+}
+
+static void expect_failure(const char *dir, mpu_ckpt_set *set, const char *w1, const char *w2) {
+  for (int i = 0; i < 12; i++) one_a[i] = -1.0f;
+  for (int i = 0; i < 6; i++) one_b[i] = -1.0f;
+  mpu_ckpt *ck = NULL;
+  mpu_result_t r = mpu_ckpt_open(dir, &ck);
+  if (!r) r = mpu_ckpt_load(ck, NULL, set);
+  mpu_ckpt_close(ck);
+  assert_int_not_equal(r, MPU_SUCCESS);
+  const char *msg = mpu_last_error();
+  if (!strstr(msg, w1) || (w2 && !strstr(msg, w2))) fail_msg("'%s' lacks '%s' / '%s'", msg, w1, w2 ? w2 : "");
+  for (int i = 0; i < 12; i++) assert_true(one_a[i] == -1.0f); /* nothing changed */
+  for (int i = 0; i < 6; i++) assert_true(one_b[i] == -1.0f);
+}
+
+static void patch(const char *path, long at, const void *bytes, size_t n) {
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  fseek(f, at, SEEK_SET);
+  assert_int_equal(fwrite(bytes, 1, n, f), n);
+  fclose(f);
+}
+
+static void test_refusals(void **state) {
+  (void)state;
+  char dir[256], file[300];
+  make_dir("refusals", dir, sizeof dir);
+  mpu_ckpt_set set;
+  one_rank_set(&set, "b", 6);
+  for (int i = 0; i < 12; i++) one_a[i] = (float)i;
+  for (int i = 0; i < 6; i++) one_b[i] = 100.0f + (float)i;
+  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
+  mpu_ckpt_set_free(&set);
+  snprintf(file, sizeof file, "%s/rank00000.safetensors", dir);
+
+  one_rank_set(&set, "c", 6); /* c is missing, b is extra */
+  expect_failure(dir, &set, "'c'", "missing");
+  mpu_ckpt_set_free(&set);
+  one_rank_set(&set, NULL, 0); /* the checkpoint's b is not in the model */
+  expect_failure(dir, &set, "'b'", "rank00000.safetensors");
+  set.strict = 0; /* unless asked to load part of it */
+  mpu_ckpt *ck;
+  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
+  assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
+  assert_true(one_a[5] == 5.0f);
+  mpu_ckpt_close(ck);
+  mpu_ckpt_set_free(&set);
+  one_rank_set(&set, "b", 5); /* shape */
+  expect_failure(dir, &set, "'b'", "[6]");
+  mpu_ckpt_set_free(&set);
+
+  one_rank_set(&set, "b", 6);
+  /* a corrupted piece: one byte of b's data (the last 24 bytes of the file) */
+  struct stat st;
+  assert_int_equal(stat(file, &st), 0);
+  unsigned char x = 0x5a;
+  patch(file, (long)st.st_size - 7, &x, 1);
+  expect_failure(dir, &set, "'b'", "rank00000.safetensors");
+  assert_non_null(strstr(mpu_last_error(), "corrupted"));
+  /* a truncated file */
+  assert_int_equal(truncate(file, st.st_size - 4), 0);
+  expect_failure(dir, &set, "rank00000.safetensors", "truncated");
+  /* no index: a save that did not finish */
+  char index[300];
+  snprintf(index, sizeof index, "%s/index.json", dir);
+  assert_int_equal(unlink(index), 0);
+  expect_failure(dir, &set, "index.json", "did not finish");
+  /* an index that is not JSON */
+  FILE *f = fopen(index, "w");
+  fputs("{\"format\": \"mpu-checkpoint\", \"version\": 1,", f);
+  fclose(f);
+  expect_failure(dir, &set, "index.json", "JSON");
+  mpu_ckpt_set_free(&set);
+
+  /* bad descriptions are refused when added */
+  mpu_ckpt_set_init(&set);
+  int64_t s24[2] = {24, 5}, local[2];
+  mpu_ckpt_box boxes[MPU_CKPT_MAX_BOXES];
+  int n;
+  assert_int_equal(mpu_ckpt_partition(2, s24, MPU_PARAM_PARTITIONED(0, 3), 5, 0, local, boxes, &n),
+                   MPU_ERR_INVALID_ARGUMENT); /* 5 x 3 does not divide 24 */
+  assert_int_equal(mpu_ckpt_partition(2, s24, MPU_PARAM_PARTITIONED(0, 3), 2, 1, local, boxes, &n), 0);
+  assert_int_equal(n, 3);
+  assert_true(local[0] == 12 && boxes[2].local_offset[0] == 8 && boxes[2].global_offset[0] == 20);
+  mpu_ckpt_span sp = {0, 60, one_a};
+  assert_int_equal(mpu_ckpt_add(&set, "bad name", MPU_CKPT_PARAM, 2, s24, local, boxes, n, &sp, 1, NULL, 0),
+                   MPU_ERR_INVALID_ARGUMENT);
+  mpu_ckpt_span past = {0, 61, one_a};
+  assert_int_equal(mpu_ckpt_add(&set, "w", MPU_CKPT_PARAM, 2, s24, local, boxes, n, &past, 1, NULL, 0),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_ckpt_add(&set, "w", MPU_CKPT_PARAM, 2, s24, local, boxes, 2, &sp, 1, NULL, 0),
+                   MPU_ERR_INVALID_ARGUMENT); /* the boxes do not cover the local tensor */
+  int first, count;
+  assert_int_equal(mpu_ckpt_chunk_layers(8, 2, 2, 1, 1, &first, &count), 0);
+  assert_true(first == 6 && count == 2); /* virtual stage 1 x 2 + 1 = 3 */
+  assert_int_equal(mpu_ckpt_chunk_layers(6, 2, 2, 0, 0, &first, &count), MPU_ERR_INVALID_ARGUMENT);
+  mpu_ckpt_set_free(&set);
+  remove_dir(dir);
+}
+
+/* ---- a save killed midway ------------------------------------------------------------------ */
+
+enum { KILL_RANKS = 4, KILL_ELEMS = 1 << 18 };
+static char kill_dir[256];
+
+/* every rank saves its quarter of one tensor, all elements = the save's number, forever */
+static mpu_result_t save_forever(mpu_comm *world, void *arg) {
+  (void)arg;
+  int rank;
+  mpu_comm_rank(world, &rank);
+  float *data = malloc(KILL_ELEMS * sizeof(float));
+  if (!data) return MPU_ERR_OUT_OF_MEMORY;
+  int64_t shape[1] = {(int64_t)KILL_RANKS * KILL_ELEMS}, local[1] = {KILL_ELEMS};
+  mpu_ckpt_box box;
+  memset(&box, 0, sizeof box);
+  box.global_offset[0] = (int64_t)rank * KILL_ELEMS, box.length[0] = KILL_ELEMS;
+  for (int k = 1;; k++) {
+    for (int i = 0; i < KILL_ELEMS; i++) data[i] = (float)k;
+    mpu_ckpt_set set;
+    mpu_ckpt_set_init(&set);
+    mpu_ckpt_span sp = {0, KILL_ELEMS, data};
+    mpu_result_t r = mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, local, &box, 1, &sp, 1, &sp, 1);
+    set.step = k;
+    if (!r) r = mpu_ckpt_save(kill_dir, world, &set);
+    mpu_ckpt_set_free(&set);
+    if (r) return r;
+  }
+}
+
+static void test_killed_saves(void **state) {
+  (void)state;
+  make_dir("killed", kill_dir, sizeof kill_dir);
+  unsigned seed = (unsigned)time(NULL);
+  int complete = 0, refused = 0;
+  float *all = malloc((size_t)KILL_RANKS * KILL_ELEMS * sizeof(float));
+  assert_non_null(all);
+  for (int round = 0; round < 20; round++) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      mpu_launch(KILL_RANKS, save_forever, NULL, NULL, NULL);
+      _exit(3);
+    }
+    usleep(20000 + (useconds_t)(rand_r(&seed) % 400000)); /* somewhere in a save */
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status)); /* it was still saving */
+    /* what inspect does: open (index and sizes) and read every piece (CRC-32) */
+    mpu_ckpt *ck = NULL;
+    if (mpu_ckpt_open(kill_dir, &ck) || mpu_ckpt_verify(ck)) {
+      if (round == 0) printf("killed save refused: %s\n", mpu_last_error());
+      refused++;
+      mpu_ckpt_close(ck);
+      continue;
+    }
+    /* accepted: it must hold one whole save, every element of the same one */
+    mpu_ckpt_info in;
+    mpu_ckpt_get_info(ck, &in);
+    mpu_ckpt_set set;
+    mpu_ckpt_set_init(&set);
+    int64_t shape[1] = {(int64_t)KILL_RANKS * KILL_ELEMS};
+    mpu_ckpt_box box;
+    memset(&box, 0, sizeof box);
+    box.length[0] = shape[0];
+    mpu_ckpt_span sp = {0, (size_t)shape[0], all};
+    assert_int_equal(mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, shape, &box, 1, &sp, 1, NULL, 0), 0);
+    assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
+    for (int64_t i = 0; i < shape[0]; i++)
+      if (all[i] != (float)in.step) fail_msg("element %lld is %g, the save's step %lld", (long long)i, all[i], (long long)in.step);
+    complete++;
+    mpu_ckpt_set_free(&set);
+    mpu_ckpt_close(ck);
+  }
+  printf("killed saves: %d left a complete checkpoint, %d a directory that is refused\n", complete, refused);
+  free(all);
+  remove_dir(kill_dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reshard),
+      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_killed_saves),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
