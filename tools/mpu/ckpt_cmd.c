@@ -28,7 +28,15 @@ static void help(void) {
          "options:\n"
          "  --format text|json  inspect's output format (default text)\n"
          "  --all               merge the optimizer's moments (<name>.exp_avg, .exp_avg_sq) too\n"
-         "  -h, --help          this text\n");
+         "  -h, --help          this text\n"
+         "\n");
+  cli_help_exit_status("the checkpoint is incomplete or damaged, or it cannot be read or written");
+  printf("\n"
+         "examples:\n"
+         "  mpu demo gpt --save ckpt\n"
+         "  mpu ckpt inspect ckpt\n"
+         "  mpu ckpt inspect ckpt --format json\n"
+         "  mpu ckpt merge ckpt model.safetensors --all\n");
 }
 
 /* s as a JSON string (a directory or a flavour name may hold anything) */
