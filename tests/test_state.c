@@ -468,6 +468,15 @@ static mpu_result_t core_streams(mpu_state *s, void *arg) {
   saved.n = 1;
   memset(saved.names[0], 'x', sizeof saved.names[0]);
   RCHECK(mpu_rng_tracker_set_states(t, &saved) == MPU_ERR_INVALID_ARGUMENT, "unterminated name taken");
+  /* two streams of one name: a tracker is a dict of names, so refused, and
+   * the refused call leaves the tracker as it was */
+  mpu_rng_states twice;
+  RCHECK(!mpu_rng_tracker_get_states(t, &twice) && twice.n == 3, "get_states");
+  strcpy(twice.names[2], twice.names[0]);
+  RCHECK(mpu_rng_tracker_set_states(t, &twice) == MPU_ERR_INVALID_ARGUMENT &&
+             strstr(mpu_last_error(), "repeats the name"),
+         "two streams of one name taken: %s", mpu_last_error());
+  RCHECK(t->n == 3 && !strcmp(t->names[2], names[2]), "a refused set_states changed the tracker");
   return MPU_SUCCESS;
 }
 

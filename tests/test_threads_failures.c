@@ -163,7 +163,8 @@ static void test_abort(void **state) {
   mpu_result_t results[4];
   mpu_launch_options o = opts(60, 0);
   assert_int_equal(mpu_launch(4, aborter, NULL, results, &o), MPU_ERR_ABORTED);
-  assert_contains(mpu_last_error(), "rank 0 of 4 failed");
+  /* rank 1 returned success: the first victim reports, naming it */
+  assert_contains(mpu_last_error(), "world rank 1 called mpu_comm_abort");
   assert_int_equal(results[1], MPU_SUCCESS);
   for (int r = 0; r < 4; r++) {
     if (r == 1) continue;
@@ -427,6 +428,28 @@ static mpu_result_t says_why(mpu_comm *world, void *arg) {
   return MPU_SUCCESS;
 }
 
+/* The highest rank fails late while the others wait for it: the report is
+ * its failure in its own words, not a victim's MPU_ERR_ABORTED. */
+static mpu_result_t fails_last(mpu_comm *world, void *arg) {
+  int me = rank_of(world), n = *(int *)arg;
+  if (me == n - 1) {
+    sleep_ms(50); /* the others are waiting by now (and if not, they fail later) */
+    return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "rank %d found a bad batch", me);
+  }
+  return mpu_comm_barrier(world);
+}
+
+static void test_first_failure_reported(void **state) {
+  (void)state;
+  int n = 4;
+  mpu_result_t results[4];
+  mpu_launch_options o = opts(60, 0);
+  assert_int_equal(mpu_launch(n, fails_last, &n, results, &o), MPU_ERR_INVALID_ARGUMENT);
+  assert_contains(mpu_last_error(), "rank 3 of 4 failed: rank 3 found a bad batch");
+  assert_contains(mpu_last_error(), "3 more after it");
+  for (int r = 0; r < 3; r++) assert_int_equal(results[r], MPU_ERR_ABORTED);
+}
+
 static void test_rank_message(void **state) {
   (void)state;
   mpu_fail(MPU_ERR_INTERNAL, "a stale message");
@@ -438,6 +461,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_count_mismatch),
       cmocka_unit_test(test_rank_message),
+      cmocka_unit_test(test_first_failure_reported),
       cmocka_unit_test(test_max_ranks),
       cmocka_unit_test(test_kind_mismatch_small),
       cmocka_unit_test(test_op_root_mismatch),

@@ -123,8 +123,9 @@ typedef mpu_result_t (*mpu_rank_fn)(mpu_comm *world, void *arg);
  * Run fn on nranks threads of this process, each with its own world
  * communicator, and wait for all of them. results (nranks entries, or NULL)
  * receives each rank's return value. Returns MPU_SUCCESS when every rank
- * succeeded; otherwise the failure of the lowest failing rank, whose message
- * is then this thread's last error. A rank that returns before its peers are
+ * succeeded; otherwise the failure of the rank that failed first in time (not
+ * its victims, which fail with MPU_ERR_ABORTED after it), whose own message is
+ * then this thread's last error. A rank that returns before its peers are
  * done with it makes their pending and later calls on communicators that
  * include it fail; a rank that returns an error or aborts fails every pending
  * and later call in the world. options may be NULL.
@@ -253,7 +254,10 @@ MPU_API mpu_result_t mpu_comm_set_stream(mpu_comm *comm, void *stream);
 
 /* Memory of the communicator's kind (host or device), and copies within it,
  * ordered with its calls. The regions use these, so they run unchanged on
- * device buffers. copy2d: height rows of width bytes, pitches in bytes. */
+ * device buffers. copy2d: height rows of width bytes, pitches in bytes; the
+ * destination's and the source's spans must not overlap (as in
+ * mpu_tensor_split/concat). mem_free takes only what mem_alloc handed out,
+ * once: anything else is MPU_ERR_INVALID_ARGUMENT. */
 MPU_API mpu_result_t mpu_comm_mem_alloc(mpu_comm *comm, size_t bytes, void **out);
 MPU_API mpu_result_t mpu_comm_mem_free(mpu_comm *comm, void *p);
 MPU_API mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const void *src,

@@ -24,8 +24,13 @@ static void **link_of(const mpu__registry *r, void *h) {
   return (void **)(void *)((char *)h + r->next_offset);
 }
 
+/* What a handle is looked up by: itself, or the key it holds. */
+static const void *key_of(const mpu__registry *r, void *h) {
+  return r->keyed ? *(void **)(void *)((char *)h + r->key_offset) : h;
+}
+
 void mpu__registry_add(mpu__registry *r, void *h) {
-  size_t b = bucket_of(r, h);
+  size_t b = bucket_of(r, key_of(r, h));
   pthread_mutex_lock(&r->lock[b]);
   *link_of(r, h) = r->head[b];
   r->head[b] = h;
@@ -37,7 +42,7 @@ int mpu__registry_find(mpu__registry *r, const void *h) {
   size_t b = bucket_of(r, h);
   int found = 0;
   pthread_mutex_lock(&r->lock[b]);
-  for (void *p = r->head[b]; p && !found; p = *link_of(r, p)) found = p == h;
+  for (void *p = r->head[b]; p && !found; p = *link_of(r, p)) found = key_of(r, p) == h;
   pthread_mutex_unlock(&r->lock[b]);
   return found;
 }
@@ -55,6 +60,21 @@ int mpu__registry_take(mpu__registry *r, const void *h, int (*refuse)(const void
         *p = *link_of(r, *p);
         found = 1;
       }
+      break;
+    }
+  pthread_mutex_unlock(&r->lock[b]);
+  return found;
+}
+
+void *mpu__registry_take_key(mpu__registry *r, const void *key) {
+  if (!key) return NULL;
+  size_t b = bucket_of(r, key);
+  void *found = NULL;
+  pthread_mutex_lock(&r->lock[b]);
+  for (void **p = &r->head[b]; *p; p = link_of(r, *p))
+    if (key_of(r, *p) == key) {
+      found = *p;
+      *p = *link_of(r, *p);
       break;
     }
   pthread_mutex_unlock(&r->lock[b]);

@@ -50,6 +50,13 @@ void mpu_rng_tracker_reset(mpu_rng_tracker *t) {
   if (t) memset(t, 0, sizeof *t);
 }
 
+/* The stream called name among the first n names: its index, or -1. */
+static int stream_index(const char (*names)[48], int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(names[i], name)) return i;
+  return -1;
+}
+
 mpu_result_t mpu_rng_tracker_add(mpu_rng_tracker *t, const char *name, uint64_t seed) {
   if (!t || !name || !*name || strlen(name) >= sizeof t->names[0])
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_add: bad tracker or name");
@@ -57,9 +64,8 @@ mpu_result_t mpu_rng_tracker_add(mpu_rng_tracker *t, const char *name, uint64_t 
     if (t->seeds[i] == seed)
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "seed %llu already exists",
                         (unsigned long long)seed);
-  for (int i = 0; i < t->n; i++)
-    if (!strcmp(t->names[i], name))
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "rng state %s already exists", name);
+  if (stream_index(t->names, t->n, name) >= 0)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "rng state %s already exists", name);
   if (t->n == MPU_RNG_TRACKER_MAX || t->nseeds == MPU_RNG_TRACKER_MAX)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_add: more than %d streams",
                       MPU_RNG_TRACKER_MAX);
@@ -72,8 +78,8 @@ mpu_result_t mpu_rng_tracker_add(mpu_rng_tracker *t, const char *name, uint64_t 
 mpu_result_t mpu_rng_tracker_fork(mpu_rng_tracker *t, const char *name, mpu_rng **out) {
   if (!t || !name || !out)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_rng_tracker_fork: NULL argument");
-  for (int i = 0; i < t->n; i++)
-    if (!strcmp(t->names[i], name)) return *out = &t->rngs[i], MPU_SUCCESS;
+  int i = stream_index(t->names, t->n, name);
+  if (i >= 0) return *out = &t->rngs[i], MPU_SUCCESS;
   return mpu__error(MPU_ERR_INVALID_ARGUMENT, "rng state %s is not added", name);
 }
 
@@ -96,6 +102,9 @@ mpu_result_t mpu_rng_tracker_set_states(mpu_rng_tracker *t, const mpu_rng_states
   for (int i = 0; i < states->n; i++) /* names must be strings, or fork would read past them */
     if (!memchr(states->names[i], 0, sizeof states->names[i]) || !states->names[i][0])
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: stream %d has no name", fn, i);
+    else if (stream_index(states->names, i, states->names[i]) >= 0) /* a tracker is a dict */
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: stream %d repeats the name %s", fn, i,
+                        states->names[i]);
   t->n = states->n;
   memcpy(t->names, states->names, sizeof t->names);
   memcpy(t->rngs, states->rngs, sizeof t->rngs);

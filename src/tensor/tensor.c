@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/span.h"
 #include "mpu/tensor.h"
 #include "tensor/tensor_internal.h"
 
@@ -160,9 +161,7 @@ mpu_result_t mpu_tensor_concat(const mpu_tensor *parts, int nparts, int dim, mpu
 
 /* Do the storage of a and b overlap? */
 static int overlaps(const mpu_tensor *a, const mpu_tensor *b) {
-  size_t an = mpu_tensor_nbytes(a), bn = mpu_tensor_nbytes(b);
-  uintptr_t x = (uintptr_t)a->data, y = (uintptr_t)b->data;
-  return an && bn && x < y + bn && y < x + an;
+  return mpu__spans_overlap(a->data, mpu_tensor_nbytes(a), b->data, mpu_tensor_nbytes(b));
 }
 
 mpu_result_t mpu__tensor_split_with(const mpu_tensor *in, int dim, int parts, int index,

@@ -983,6 +983,50 @@ out:
   return res;
 }
 
+/* The communicator's memory and copies: what mem_alloc did not hand out (or
+ * handed out and took back) is refused by mem_free; copy2d checks every size
+ * without wrapping and refuses a destination that overlaps its source. */
+static mpu_result_t case_memory_bad_input(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  const mpu_result_t BAD = MPU_ERR_INVALID_ARGUMENT;
+  char *p = NULL, *q = NULL, stack[64] = {0};
+  (void)suite;
+  CHECK_OK(mpu_comm_mem_alloc(world, 64, (void **)&p));
+  CHECK_ERR(BAD, mpu_comm_mem_free(world, stack));
+  CHECK_ERR(BAD, mpu_comm_mem_free(world, p + 1));
+  CHECK_OK(mpu_comm_mem_free(world, p));
+  CHECK_ERR(BAD, mpu_comm_mem_free(world, p)); /* twice */
+  p = NULL;
+  CHECK_OK(mpu_comm_mem_free(world, NULL));
+  CHECK_OK(mpu_comm_mem_alloc(world, 0, (void **)&q));
+  CHECK_OK(mpu_comm_mem_free(world, q));
+  q = NULL;
+
+  CHECK_OK(mpu_comm_mem_alloc(world, 64, (void **)&p));
+  CHECK_OK(mpu_comm_mem_alloc(world, 64, (void **)&q));
+  /* widths and pitches past PTRDIFF_MAX, spans that wrap */
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, p, SIZE_MAX, q, SIZE_MAX, SIZE_MAX - 1, 1));
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, p, SIZE_MAX, q, SIZE_MAX, (size_t)PTRDIFF_MAX + 1, 1));
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, p, SIZE_MAX / 2, q, 8, 8, 3));
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, p, 8, q, 8, 8, SIZE_MAX));
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, p, 4, q, 8, 8, 2)); /* pitch below width */
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, NULL, 8, q, 8, 8, 2));
+  /* overlapping spans: one row down (rows would smear), the same rows, interleaved */
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, p + 16, 16, p, 16, 16, 3));
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, p, 16, p, 16, 16, 2));
+  CHECK_ERR(BAD, mpu_comm_copy2d(world, p + 4, 16, p, 16, 4, 4));
+  /* a good strided copy: every other 4-byte column of q into p's rows */
+  for (int i = 0; i < 64; i++) q[i] = (char)i;
+  memset(p, 0, 64);
+  CHECK_OK(mpu_comm_copy2d(world, p, 4, q, 8, 4, 8));
+  for (int i = 0; i < 32; i++)
+    CHECK(p[i] == (char)((i / 4) * 8 + i % 4), "copy2d byte %d is %d", i, p[i]);
+out:
+  if (p) mpu_comm_mem_free(world, p);
+  if (q) mpu_comm_mem_free(world, q);
+  return res;
+}
+
 const conf_case conf_cases[] = {
     {"all_reduce", case_all_reduce, 0},
     {"all_reduce_large", case_all_reduce_large, 0},
@@ -1001,6 +1045,7 @@ const conf_case conf_cases[] = {
     {"split", case_split, CONF_NEEDS_SPLIT | CONF_NEEDS_HOST_MEMORY},
     {"create_group", case_create_group, CONF_NEEDS_HOST_MEMORY},
     {"bad_input", case_bad_input, CONF_NEEDS_HOST_MEMORY},
+    {"memory_bad_input", case_memory_bad_input, CONF_NEEDS_HOST_MEMORY},
     {"edge_values", conf_case_edge_values, CONF_NEEDS_EXACT},
     {"nonblocking", case_nonblocking, 0},
     {"nonblocking_order", case_nonblocking_order, CONF_NEEDS_HOST_MEMORY},

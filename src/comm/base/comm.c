@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/registry.h"
+#include "core/span.h"
 
 /* ---- live handles (core/registry.h): every entry point looks its handle up
  * before it reads anything through it ------------------------------------------ */
@@ -245,39 +246,81 @@ mpu_result_t mpu_comm_set_stream(mpu_comm *comm, void *stream) {
   return comm->ops->set_stream(comm, stream);
 }
 
+/* What mpu_comm_mem_alloc handed out, by address, with the backend that
+ * made it: mem_free takes only these, once, and through that backend. */
+typedef struct mem_block {
+  void *ptr;
+  const mpu__comm_ops *ops;
+  struct mem_block *next_live;
+} mem_block;
+static mpu__registry blocks = MPU__REGISTRY_KEYED_INIT(mem_block, next_live, ptr);
+
 mpu_result_t mpu_comm_mem_alloc(mpu_comm *comm, size_t bytes, void **out) {
   static const char fn[] = "mpu_comm_mem_alloc";
   MPU_CHECK(check_comm(fn, comm));
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   if (bytes > (size_t)PTRDIFF_MAX)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %zu bytes", fn, bytes);
-  if (comm->ops->mem_alloc) return comm->ops->mem_alloc(comm, bytes, out);
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, bytes);
-  *out = p;
+  mem_block *m = calloc(1, sizeof *m);
+  if (!m) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, bytes);
+  m->ops = comm->ops;
+  if (comm->ops->mem_alloc) {
+    mpu_result_t r = comm->ops->mem_alloc(comm, bytes, &m->ptr);
+    if (r) {
+      free(m);
+      return r;
+    }
+  } else if (!(m->ptr = malloc(bytes ? bytes : 1))) {
+    free(m);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, bytes);
+  }
+  *out = m->ptr;
+  mpu__registry_add(&blocks, m);
   return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_comm_mem_free(mpu_comm *comm, void *p) {
-  MPU_CHECK(check_comm("mpu_comm_mem_free", comm));
+  static const char fn[] = "mpu_comm_mem_free";
+  MPU_CHECK(check_comm(fn, comm));
   if (!p) return MPU_SUCCESS;
-  if (comm->ops->mem_free) return comm->ops->mem_free(comm, p);
-  free(p);
-  return MPU_SUCCESS;
+  mem_block *m = mpu__registry_take_key(&blocks, p);
+  if (!m)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: %p is not memory mpu_comm_mem_alloc handed out (or it was freed "
+                      "already)",
+                      fn, p);
+  if (m->ops->mem_free != comm->ops->mem_free) { /* another kind of memory */
+    mpu__registry_add(&blocks, m);
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: %p is %s memory; free it through a %s communicator, not %s", fn, p,
+                      m->ops->name, m->ops->name, comm->ops->name);
+  }
+  mpu_result_t r = MPU_SUCCESS;
+  if (comm->ops->mem_free)
+    r = comm->ops->mem_free(comm, p);
+  else
+    free(p);
+  free(m);
+  return r;
 }
 
 mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const void *src,
                              size_t spitch, size_t width, size_t height) {
   static const char fn[] = "mpu_comm_copy2d";
-  size_t span;
+  size_t dspan = 0, sspan = 0;
   MPU_CHECK(check_comm(fn, comm));
   if (!width || !height) return MPU_SUCCESS;
   if (!dst || !src || dpitch < width || spitch < width ||
-      __builtin_mul_overflow(height - 1, dpitch > spitch ? dpitch : spitch, &span) ||
-      span > (size_t)PTRDIFF_MAX - width)
+      !mpu__span2d(dst, dpitch, width, height, &dspan) ||
+      !mpu__span2d(src, spitch, width, height, &sspan))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: %zu rows of %zu bytes, pitches %zu and %zu, buffers %p and %p", fn,
                       height, width, dpitch, spitch, dst, src);
+  if (mpu__spans_overlap(dst, dspan, src, sspan))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: the destination (%p, %zu bytes) overlaps the source (%p, %zu bytes); "
+                      "copy into separate storage",
+                      fn, dst, dspan, src, sspan);
   MPU_CHECK(mpu__flush(comm));
   if (comm->ops->copy2d) return comm->ops->copy2d(comm, dst, dpitch, src, spitch, width, height);
   for (size_t i = 0; i < height; i++)

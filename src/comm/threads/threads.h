@@ -113,6 +113,7 @@ struct tworld {
   long online;               /* CPUs online when the world started */
   int cpus;                  /* how many ranks work at once in large calls (online CPUs) */
   _Atomic uint64_t poison;   /* first fatal failure in the world (reason word) */
+  _Atomic int failures;      /* ranks whose function has failed: numbers them in time */
   _Atomic int *gone;         /* [world rank]: its function returned */
   _Atomic uint32_t exits;    /* how many ranks have returned (see tgroup.departures) */
   tmailbox *boxes;           /* [world rank] */

@@ -271,6 +271,7 @@ typedef struct rank_ctx {
   mpu_rank_fn fn;
   void *arg;
   mpu_result_t result;
+  int failed_as; /* its place among the failures in time (0: the first) */
   char message[1024];
 } rank_ctx;
 
@@ -280,6 +281,9 @@ static void *rank_main(void *p) {
   ctx->result = ctx->fn(ctx->comm, ctx->arg);
   if (ctx->result != MPU_SUCCESS) {
     snprintf(ctx->message, sizeof ctx->message, "%s", mpu_last_error());
+    /* numbered before the world hears of it, so a victim that fails because
+     * of this failure is always numbered after it */
+    ctx->failed_as = atomic_fetch_add(&ctx->w->failures, 1);
     mpu__tworld_poison(ctx->w, TC_FAILED, ctx->result, ctx->rank);
   }
   atomic_store(&ctx->w->gone[ctx->rank], 1);
@@ -328,7 +332,7 @@ mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_result_t *res
 
   int started = 0;
   for (int i = 0; i < nranks; i++, started++) {
-    ctx[i] = (rank_ctx){w, i, ctx[i].comm, fn, arg, MPU_SUCCESS, ""};
+    ctx[i] = (rank_ctx){w, i, ctx[i].comm, fn, arg, MPU_SUCCESS, 0, ""};
     if (pthread_create(&threads[i], NULL, rank_main, &ctx[i])) {
       r = mpu__error(MPU_ERR_SYSTEM, "mpu_launch: cannot start the thread of rank %d of %d", i,
                      nranks);
@@ -339,10 +343,21 @@ mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_result_t *res
   for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
   if (r != MPU_SUCCESS) goto out;
 
+  /* the report is the first failure in time, in its own words: the ranks
+   * that failed after it are mostly its victims saying MPU_ERR_ABORTED */
+  int first = -1;
   for (int i = 0; i < nranks; i++) {
     if (results) results[i] = ctx[i].result;
-    if (ctx[i].result != MPU_SUCCESS && r == MPU_SUCCESS)
-      r = mpu__error(ctx[i].result, "rank %d of %d failed: %s", i, nranks, ctx[i].message);
+    if (ctx[i].result != MPU_SUCCESS && (first < 0 || ctx[i].failed_as < ctx[first].failed_as))
+      first = i;
+  }
+  if (first >= 0) {
+    int others = atomic_load(&w->failures) - 1;
+    char after[64] = "";
+    if (others)
+      snprintf(after, sizeof after, " (the first failure; %d more after it)", others);
+    r = mpu__error(ctx[first].result, "rank %d of %d failed: %s%s", first, nranks,
+                   ctx[first].message, after);
   }
 out:
   if (w) {
