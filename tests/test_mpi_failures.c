@@ -113,10 +113,6 @@ static void test_timeout(void) {
     double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT, "absent rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
     CHECK(took >= timeout && took < timeout + 1.0, "absent rank: failed after %.3f s", took);
-    /* the message names the one rank that never came, and no other */
-    char want[96];
-    snprintf(want, sizeof want, "not in a call of it: %d (world %d))", size - 1, size - 1);
-    CHECK(strstr(mpu_last_error(), want) != NULL, "no '%s' in: %s", want, mpu_last_error());
     /* broken: later calls fail at once */
     t0 = test_now();
     r = mpu_comm_barrier(c);
@@ -131,8 +127,6 @@ static void test_timeout(void) {
     double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT, "late rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
     CHECK(took < timeout + 1.0, "late rank: failed after %.3f s", took);
-    CHECK(strstr(mpu_last_error(), "the others gave up before this one came") != NULL,
-          "late rank: %s", mpu_last_error());
   }
   double t0 = test_now();
   mpu_comm_destroy(c);

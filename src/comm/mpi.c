@@ -138,9 +138,6 @@ typedef struct mpi_impl {
   int nsends, cap;
   int timed;          /* checked with a timeout: moves are non-blocking, polled */
   struct carrier *blk; /* this rank's signature block, then every member's [1 + size] */
-  MPI_Comm roll;      /* timed: the roll call that names the ranks a timeout missed */
-  int64_t seq;        /* timed collectives entered on this communicator */
-  unsigned char *present; /* [size]: members known to be in collective `seq` */
   char *scratch;      /* the reductions' staging buffer */
   size_t scratch_cap;
   int *v;             /* [4 * size]: counts and displacements of the v-collectives */
@@ -197,9 +194,6 @@ static mpu_result_t broken_error(const mpi_impl *m, const char *fn) {
   return mpu__error(m->broken, "%s: communicator is broken: %s", fn, m->why);
 }
 
-static void roll_progress(mpu_comm *c);
-static void roll_call(mpu_comm *c, char *text, size_t cap);
-
 /* Wait for req, polling, no longer than the timeout. On timeout the
  * communicator breaks and the request, with the library's buffers it may
  * still use, goes to the orphans. */
@@ -211,23 +205,14 @@ static mpu_result_t wait_for(mpu_comm *c, MPI_Request *req, const char *fn, cons
     MPU_CHECK(check(MPI_Test(req, &done, MPI_STATUS_IGNORE), fn));
     if (done) return MPU_SUCCESS;
     if ((spins & 63) == 63) {
-      roll_progress(c); /* answer a peer's roll call: this rank is here */
       if (MPI_Wtime() - start > m->timeout_s) break;
       sched_yield(); /* ranks may outnumber cores: let the late one run */
     }
   }
-  char missing[160];
-  roll_call(c, missing, sizeof missing);
-  if (missing[0])
-    snprintf(m->why, sizeof m->why,
-             "%s timed out after %.3g s %s (communicator of %d ranks; missing ranks of this "
-             "communicator, not in a call of it: %s)",
-             fn, m->timeout_s, phase, c->size, missing);
-  else
-    snprintf(m->why, sizeof m->why,
-             "%s timed out after %.3g s %s (communicator of %d ranks; every rank has been in "
-             "this call: the others gave up before this one came)",
-             fn, m->timeout_s, phase, c->size);
+  snprintf(m->why, sizeof m->why,
+           "%s timed out after %.3g s %s (communicator of %d ranks; MPI cannot name the "
+           "missing ones)",
+           fn, m->timeout_s, phase, c->size);
   m->broken = MPU_ERR_TIMEOUT;
   orphan_add(*req, m->blk, m->scratch, m->v, NULL); /* MPI may still write them */
   m->blk = NULL, m->scratch = NULL, m->v = NULL, m->scratch_cap = 0;
@@ -263,12 +248,6 @@ static mpu_result_t enter(mpu_comm *c, const mpu__call *k, const char *fn, int *
   if (m->broken) return broken_error(m, fn);
   if (orphans) orphans_progress(0);
   if (!m->checked || c->size == 1) return MPU_SUCCESS;
-  if (m->timed) { /* the roll call's bookkeeping: this is call seq, and I am in it */
-    m->seq++;
-    memset(m->present, 0, (size_t)c->size);
-    m->present[c->rank] = 1;
-    roll_progress(c);
-  }
   size_t carried = m->timed ? SIZE_MAX : carried_bytes(c, k);
   carrier *mine = &m->blk[0];
   mine->sig = k->sig;
@@ -702,21 +681,25 @@ static void progress_sends(mpi_impl *m) {
   m->nsends = kept;
 }
 
-/* Send a private copy eagerly (taken: freed when the send completes). */
-static mpu_result_t send_copy(mpi_impl *m, MPI_Comm comm, void *copy, int count, MPI_Datatype t,
-                              int peer, int tag, const char *fn) {
+static mpu_result_t mpi_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
+  static const char fn[] = "mpu_comm_send";
+  mpi_impl *m = impl_of(c);
+  if (m->broken) return broken_error(m, fn);
+  MPU_CHECK(fits(fn, count, 1));
   progress_sends(m);
   if (m->nsends == m->cap) {
     int cap = m->cap ? 2 * m->cap : 8;
     pending_send *grown = realloc(m->sends, (size_t)cap * sizeof *grown);
-    if (!grown) {
-      free(copy);
-      return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
-    }
+    if (!grown) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
     m->sends = grown, m->cap = cap;
   }
+  size_t bytes = count * mpu_dtype_size(dt);
+  void *copy = malloc(bytes ? bytes : 1);
+  if (!copy) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, bytes);
+  if (bytes) memcpy(copy, buf, bytes);
   pending_send *p = &m->sends[m->nsends];
-  mpu_result_t r = check(MPI_Isend(copy, count, t, peer, tag, comm, &p->req), fn);
+  mpu_result_t r =
+      check(MPI_Isend(copy, (int)count, bits_of(dt), peer, P2P_TAG + (int)dt, m->comm, &p->req), fn);
   if (r) {
     free(copy);
     return r;
@@ -724,76 +707,6 @@ static mpu_result_t send_copy(mpi_impl *m, MPI_Comm comm, void *copy, int count,
   p->copy = copy;
   m->nsends++;
   return MPU_SUCCESS;
-}
-
-/* ---- the roll call: who a timed-out collective missed ------------------------
- *
- * MPI cannot say which ranks a timed-out MPI_Iallgather is waiting for, so
- * the ranks say it themselves on a duplicate of the communicator: a rank that
- * times out asks every member (ROLL_ASK, its call number); a rank that is
- * waiting in a collective of the communicator answers with its own call
- * number (ROLL_YES) as it polls, and asking counts as answering. Whoever has
- * not answered within the grace was not in the call: those are the missing. */
-
-enum { ROLL_ASK = 1, ROLL_YES = 2 };
-#define ROLL_GRACE_S 0.25
-
-/* Read the roll-call messages that have come: note who is in call `seq`,
- * answer the questions. */
-static void roll_progress(mpu_comm *c) {
-  mpi_impl *m = impl_of(c);
-  if (m->roll == MPI_COMM_NULL) return;
-  for (;;) {
-    int flag = 0;
-    MPI_Status st;
-    int64_t their = 0;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->roll, &flag, &st) != MPI_SUCCESS || !flag)
-      return;
-    MPI_Recv(&their, 1, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, m->roll, MPI_STATUS_IGNORE);
-    if (their == m->seq && st.MPI_SOURCE >= 0 && st.MPI_SOURCE < c->size)
-      m->present[st.MPI_SOURCE] = 1;
-    if (st.MPI_TAG == ROLL_ASK) {
-      int64_t *yes = malloc(sizeof *yes);
-      if (yes) *yes = m->seq, send_copy(m, m->roll, yes, 1, MPI_INT64_T, st.MPI_SOURCE, ROLL_YES, "roll call");
-    }
-  }
-}
-
-/* After a timeout: ask every member, wait the grace for answers, and list
- * the ones that never answered ("3 (world 5), ...") in text. */
-static void roll_call(mpu_comm *c, char *text, size_t cap) {
-  mpi_impl *m = impl_of(c);
-  text[0] = 0;
-  if (m->roll == MPI_COMM_NULL) return;
-  for (int k = 0; k < c->size; k++) {
-    int64_t *ask = k == c->rank ? NULL : malloc(sizeof *ask);
-    if (ask) *ask = m->seq, send_copy(m, m->roll, ask, 1, MPI_INT64_T, k, ROLL_ASK, "roll call");
-  }
-  double start = MPI_Wtime();
-  for (;;) {
-    roll_progress(c);
-    int all = 1;
-    for (int k = 0; k < c->size && all; k++) all = m->present[k];
-    if (all || MPI_Wtime() - start > ROLL_GRACE_S) break;
-    sched_yield();
-  }
-  size_t used = 0;
-  for (int k = 0; k < c->size && used + 32 < cap; k++)
-    if (!m->present[k])
-      used += (size_t)snprintf(text + used, cap - used, "%s%d (world %d)", used ? ", " : "", k,
-                               c->world_ranks ? c->world_ranks[k] : k);
-}
-
-static mpu_result_t mpi_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
-  static const char fn[] = "mpu_comm_send";
-  mpi_impl *m = impl_of(c);
-  if (m->broken) return broken_error(m, fn);
-  MPU_CHECK(fits(fn, count, 1));
-  size_t bytes = count * mpu_dtype_size(dt);
-  void *copy = malloc(bytes ? bytes : 1);
-  if (!copy) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, bytes);
-  if (bytes) memcpy(copy, buf, bytes);
-  return send_copy(m, m->comm, copy, (int)count, bits_of(dt), peer, P2P_TAG + (int)dt, fn);
 }
 
 static mpu_result_t mpi_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
@@ -849,13 +762,8 @@ static mpu_result_t wrap(MPI_Comm newcomm, int checked, double timeout_s, mpu_co
     impl->blk = calloc((size_t)size + 1, sizeof *impl->blk);
     impl->v = calloc(4 * (size_t)size, sizeof(int));
     impl->ptrs = calloc((size_t)size, sizeof *impl->ptrs);
-    impl->present = calloc((size_t)size, 1);
-    impl->roll = MPI_COMM_NULL;
   }
-  if (impl && impl->blk && impl->v && impl->ptrs && impl->present && mine && world) {
-    if (checked && isfinite(timeout_s) && size > 1 &&
-        MPI_Comm_dup(newcomm, &impl->roll) != MPI_SUCCESS)
-      impl->roll = MPI_COMM_NULL; /* timeouts then cannot name the missing */
+  if (impl && impl->blk && impl->v && impl->ptrs && mine && world) {
     MPI_Group g, wg;
     MPI_Comm_group(newcomm, &g);
     MPI_Comm_group(MPI_COMM_WORLD, &wg);
@@ -872,8 +780,7 @@ static mpu_result_t wrap(MPI_Comm newcomm, int checked, double timeout_s, mpu_co
   free(mine);
   free(world);
   if (!c) {
-    if (impl) free(impl->blk), free(impl->v), free(impl->ptrs), free(impl->present);
-    if (impl && impl->roll != MPI_COMM_NULL) MPI_Comm_free(&impl->roll);
+    if (impl) free(impl->blk), free(impl->v), free(impl->ptrs);
     free(impl);
     MPI_Comm_free(&newcomm);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: communicator of %d", fn, size);
@@ -934,8 +841,6 @@ static void mpi_destroy(mpu_comm *c) {
   free(m->scratch);
   free(m->v);
   free(m->ptrs);
-  free(m->present);
-  if (m->roll != MPI_COMM_NULL) MPI_Comm_free(&m->roll);
   MPI_Comm_free(&m->comm); /* local in MPI: pending requests still complete */
   free(m);
 }
