@@ -22,7 +22,15 @@ static void test_dtypes(void **state) {
   assert_int_equal(mpu_dtype_size(MPU_INT32), 4);
   assert_int_equal(mpu_dtype_size(MPU_INT64), 8);
   assert_int_equal(mpu_dtype_size(MPU_UINT8), 1);
+  assert_int_equal(mpu_dtype_size(MPU_INT8), 1);
+  assert_int_equal(mpu_dtype_size(MPU_UINT32), 4);
+  assert_int_equal(mpu_dtype_size(MPU_UINT64), 8);
   assert_int_equal(mpu_dtype_size((mpu_dtype)42), 0);
+  /* appended after uint8: the earlier values are ABI */
+  assert_int_equal(MPU_UINT8, 6);
+  assert_int_equal(MPU_INT8, 7);
+  assert_int_equal(MPU_UINT32, 8);
+  assert_int_equal(MPU_UINT64, 9);
   mpu_dtype dt = MPU_INT64;
   assert_int_equal(mpu_dtype_from_name("bf16", &dt), MPU_SUCCESS);
   assert_int_equal(dt, MPU_BFLOAT16);
@@ -32,6 +40,19 @@ static void test_dtypes(void **state) {
   assert_int_equal(dt, MPU_FLOAT16); /* unchanged on error */
   assert_non_null(strstr(mpu_last_error(), "float128"));
   assert_string_equal(mpu_dtype_name(MPU_UINT8), "uint8");
+  /* the names nccl-tests and NCCL use, and the short aliases */
+  static const struct { const char *name; mpu_dtype dt; } names[] = {
+      {"int8", MPU_INT8},     {"uint32", MPU_UINT32}, {"uint64", MPU_UINT64}, {"i8", MPU_INT8},
+      {"u32", MPU_UINT32},    {"u64", MPU_UINT64},    {"INT8", MPU_INT8}};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    dt = MPU_FLOAT32;
+    assert_int_equal(mpu_dtype_from_name(names[k].name, &dt), MPU_SUCCESS);
+    assert_int_equal(dt, names[k].dt);
+  }
+  assert_string_equal(mpu_dtype_name(MPU_INT8), "int8");
+  assert_string_equal(mpu_dtype_name(MPU_UINT32), "uint32");
+  assert_string_equal(mpu_dtype_name(MPU_UINT64), "uint64");
+  assert_false(mpu_dtype_is_float(MPU_UINT64));
   assert_true(mpu_dtype_is_float(MPU_BFLOAT16));
   assert_false(mpu_dtype_is_float(MPU_INT64));
 }
@@ -181,6 +202,38 @@ static void test_split_concat(void **state) {
   assert_memory_equal(back, x, sizeof x);
 }
 
+/* The 1- and 8-byte integer dtypes move whole elements: the last dim of a
+ * [2, 4] in 2 parts and back, with every bit of the extremes kept. */
+static void test_split_concat_int_dtypes(void **state) {
+  (void)state;
+  int64_t shape[2] = {2, 4}, hs[2] = {2, 2};
+  int8_t i8[8] = {INT8_MIN, -1, 0, 1, 2, 3, 126, INT8_MAX}, i8h[2][4], i8b[8] = {0};
+  uint64_t u64[8] = {UINT64_MAX, 0, 1, (uint64_t)1 << 63, 5, 6, 7, UINT64_MAX - 1}, u64h[2][4],
+           u64b[8] = {0};
+  uint32_t u32[8] = {UINT32_MAX, 0, 1, 1u << 31, 5, 6, 7, UINT32_MAX - 1}, u32h[2][4],
+           u32b[8] = {0};
+  struct { mpu_dtype dt; void *x, *h0, *h1, *back; size_t es; } cases[] = {
+      {MPU_INT8, i8, i8h[0], i8h[1], i8b, 1},
+      {MPU_UINT32, u32, u32h[0], u32h[1], u32b, 4},
+      {MPU_UINT64, u64, u64h[0], u64h[1], u64b, 8}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    mpu_tensor in, halves[2], out;
+    assert_int_equal(mpu_tensor_init(&in, cases[c].x, cases[c].dt, 2, shape), MPU_SUCCESS);
+    assert_int_equal(mpu_tensor_init(&halves[0], cases[c].h0, cases[c].dt, 2, hs), MPU_SUCCESS);
+    assert_int_equal(mpu_tensor_init(&halves[1], cases[c].h1, cases[c].dt, 2, hs), MPU_SUCCESS);
+    for (int p = 0; p < 2; p++)
+      assert_int_equal(mpu_tensor_split(&in, 1, 2, p, &halves[p]), MPU_SUCCESS);
+    /* part 1 holds columns 2, 3 of both rows */
+    const char *x = cases[c].x, *h1 = cases[c].h1;
+    size_t es = cases[c].es;
+    assert_memory_equal(h1, x + 2 * es, 2 * es);
+    assert_memory_equal(h1 + 2 * es, x + 6 * es, 2 * es);
+    assert_int_equal(mpu_tensor_init(&out, cases[c].back, cases[c].dt, 2, shape), MPU_SUCCESS);
+    assert_int_equal(mpu_tensor_concat(halves, 2, 1, &out), MPU_SUCCESS);
+    assert_memory_equal(cases[c].back, x, 8 * es);
+  }
+}
+
 static void test_split_errors(void **state) {
   (void)state;
   int64_t shape[2] = {3, 5};
@@ -249,6 +302,7 @@ int main(void) {
       cmocka_unit_test(test_dtypes),       cmocka_unit_test(test_half),
       cmocka_unit_test(test_bfloat16),     cmocka_unit_test(test_view),
       cmocka_unit_test(test_split_concat), cmocka_unit_test(test_split_errors),
+      cmocka_unit_test(test_split_concat_int_dtypes),
       cmocka_unit_test(test_results),      cmocka_unit_test(test_overlap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,6 +30,10 @@ typedef enum mpu_dtype {
   MPU_INT32,
   MPU_INT64,
   MPU_UINT8,
+  /* appended: the values above are ABI */
+  MPU_INT8,
+  MPU_UINT32,
+  MPU_UINT64,
   MPU_DTYPE_COUNT
 } mpu_dtype;
 

@@ -142,18 +142,16 @@ static void store_float(mpu_dtype dt, void *buf, size_t i, double v) {
 
 static void store_int(mpu_dtype dt, void *buf, size_t i, uint64_t u) {
   switch (dt) {
-  case MPU_INT32: ((int32_t *)buf)[i] = (int32_t)(uint32_t)u; break;
-  case MPU_INT64: ((int64_t *)buf)[i] = (int64_t)u; break;
-  default: ((uint8_t *)buf)[i] = (uint8_t)u; break;
+  case MPU_INT32:
+  case MPU_UINT32: ((uint32_t *)buf)[i] = (uint32_t)u; break;
+  case MPU_INT64:
+  case MPU_UINT64: ((uint64_t *)buf)[i] = u; break;
+  default: ((uint8_t *)buf)[i] = (uint8_t)u; break; /* uint8, int8 */
   }
 }
 
-static int is_float(mpu_dtype dt) {
-  return dt == MPU_FLOAT32 || dt == MPU_FLOAT64 || dt == MPU_FLOAT16 || dt == MPU_BFLOAT16;
-}
-
 static void store_input(mpu_dtype dt, void *buf, size_t i, int v) {
-  if (is_float(dt)) store_float(dt, buf, i, v);
+  if (mpu_dtype_is_float(dt)) store_float(dt, buf, i, v);
   else store_int(dt, buf, i, (uint64_t)v);
 }
 
@@ -164,7 +162,7 @@ static void store_reduced(mpu_dtype dt, mpu_op op, int n, size_t j, void *out, s
     int v = input_value(op, r, j);
     sum += v, lo = v < lo ? v : lo, hi = v > hi ? v : hi, twos += v == 2;
   }
-  if (is_float(dt)) {
+  if (mpu_dtype_is_float(dt)) {
     double v = op == MPU_MIN ? (double)lo : op == MPU_MAX ? (double)hi : (double)sum;
     if (op == MPU_PROD) v = ldexp(1.0, (int)twos);
     if (op == MPU_PROD && dt != MPU_FLOAT64) v = (float)v; /* float32 accumulator: inf past 2^127 */

@@ -854,6 +854,9 @@ static MPI_Datatype native_type(mpu_dtype dt) {
   case MPU_INT32: return MPI_INT32_T;
   case MPU_INT64: return MPI_INT64_T;
   case MPU_UINT8: return MPI_UINT8_T;
+  case MPU_INT8: return MPI_INT8_T;
+  case MPU_UINT32: return MPI_UINT32_T;
+  case MPU_UINT64: return MPI_UINT64_T;
   default: return MPI_DATATYPE_NULL; /* MPI cannot reduce 16-bit floats */
   }
 }

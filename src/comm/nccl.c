@@ -87,6 +87,9 @@ static ncclDataType_t type_of(mpu_dtype dt) {
   case MPU_BFLOAT16: return ncclBfloat16;
   case MPU_INT32: return ncclInt32;
   case MPU_INT64: return ncclInt64;
+  case MPU_INT8: return ncclInt8;
+  case MPU_UINT32: return ncclUint32;
+  case MPU_UINT64: return ncclUint64;
   default: return ncclUint8;
   }
 }

@@ -16,7 +16,8 @@ static const struct {
     [MPU_FLOAT32] = {"float32", 4, 1}, [MPU_FLOAT64] = {"float64", 8, 1},
     [MPU_FLOAT16] = {"float16", 2, 1}, [MPU_BFLOAT16] = {"bfloat16", 2, 1},
     [MPU_INT32] = {"int32", 4, 0},     [MPU_INT64] = {"int64", 8, 0},
-    [MPU_UINT8] = {"uint8", 1, 0},
+    [MPU_UINT8] = {"uint8", 1, 0},     [MPU_INT8] = {"int8", 1, 0},
+    [MPU_UINT32] = {"uint32", 4, 0},   [MPU_UINT64] = {"uint64", 8, 0},
 };
 
 static int valid(mpu_dtype dt) { return (unsigned)dt < MPU_DTYPE_COUNT; }
@@ -36,7 +37,8 @@ mpu_result_t mpu_dtype_from_name(const char *name, mpu_dtype *out) {
                  {"fp16", MPU_FLOAT16}, {"f16", MPU_FLOAT16},  {"half", MPU_FLOAT16},
                  {"bf16", MPU_BFLOAT16}, {"int", MPU_INT32},   {"i32", MPU_INT32},
                  {"i64", MPU_INT64},    {"long", MPU_INT64},   {"u8", MPU_UINT8},
-                 {"byte", MPU_UINT8}};
+                 {"byte", MPU_UINT8},   {"i8", MPU_INT8},      {"char", MPU_INT8},
+                 {"u32", MPU_UINT32},   {"u64", MPU_UINT64}};
   if (!name || !out)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_dtype_from_name: NULL argument");
   for (int i = 0; i < MPU_DTYPE_COUNT; i++)
@@ -44,8 +46,8 @@ mpu_result_t mpu_dtype_from_name(const char *name, mpu_dtype *out) {
   for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
     if (strcasecmp(name, aliases[i].alias) == 0) return *out = aliases[i].dt, MPU_SUCCESS;
   return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                    "unknown dtype '%s' (want float32, float64, float16, bfloat16, int32, "
-                    "int64 or uint8)",
+                    "unknown dtype '%s' (want float32, float64, float16, bfloat16, int8, "
+                    "int32, int64, uint8, uint32 or uint64)",
                     name);
 }
 

@@ -62,7 +62,9 @@ static void set(mpu_dtype dt, void *p, size_t i, double v) {
   case MPU_BFLOAT16: ((uint16_t *)p)[i] = mpu_float_to_bfloat16((float)v); break;
   case MPU_INT32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)(int64_t)v; break;
   case MPU_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-  default: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)(int64_t)v; break;
+  case MPU_UINT32: ((uint32_t *)p)[i] = (uint32_t)(uint64_t)(int64_t)v; break;
+  case MPU_UINT64: ((uint64_t *)p)[i] = (uint64_t)(int64_t)v; break;
+  default: ((uint8_t *)p)[i] = (uint8_t)(uint64_t)(int64_t)v; break; /* uint8, int8 */
   }
 }
 
@@ -74,6 +76,9 @@ static double get(mpu_dtype dt, const void *p, size_t i) {
   case MPU_BFLOAT16: return mpu_bfloat16_to_float(((const uint16_t *)p)[i]);
   case MPU_INT32: return ((const int32_t *)p)[i];
   case MPU_INT64: return (double)((const int64_t *)p)[i];
+  case MPU_INT8: return ((const int8_t *)p)[i];
+  case MPU_UINT32: return ((const uint32_t *)p)[i];
+  case MPU_UINT64: return (double)((const uint64_t *)p)[i];
   default: return ((const uint8_t *)p)[i];
   }
 }

@@ -6,7 +6,8 @@
  * Expected values come from a reference written here, apart from the
  * library: the rule of docs/api.md (left fold in rank order; 16-bit floats
  * through float32, rounded once to nearest even; integer sums wrap, integer
- * averages are exact then truncated; a NaN in min/max wins) applied with this
+ * averages are exact then truncated, uint64 compares unsigned; a NaN in
+ * min/max wins) applied with this
  * file's own 16-bit decoders and a rounding by search over the encodings.
  * Floats are compared bit for bit, except that any NaN matches a NaN.
  */
@@ -79,6 +80,12 @@ static const int64_t i32_table[] = {INT32_MAX, INT32_MIN, -3, -4, 200, 7, 0, INT
 static const int64_t i64_table[] = {INT64_MAX, INT64_MIN, -3, -4, INT64_MAX - 1, 3, 0,
                                     INT64_MIN + 1, (int64_t)1 << 62};
 static const int64_t u8_table[] = {200, 255, 0, 1, 128, 3, 254};
+static const int64_t i8_table[] = {INT8_MAX, INT8_MIN, -3, -4, 100, 7, 0, INT8_MAX - 1,
+                                   INT8_MIN + 1, 64};
+static const int64_t u32_table[] = {UINT32_MAX, 0, 3, (int64_t)1 << 31, UINT32_MAX - 1, 1,
+                                    4000000000, 65536};
+static const uint64_t u64_table[] = {UINT64_MAX, 0, 3, (uint64_t)1 << 63, UINT64_MAX - 1, 1,
+                                     ((uint64_t)1 << 63) - 1, (uint64_t)1 << 32};
 
 #define LEN(a) (sizeof(a) / sizeof *(a))
 
@@ -103,6 +110,9 @@ static void put_at(mpu_dtype dt, void *p, size_t at, size_t i, int r) {
   case MPU_BFLOAT16: ((uint16_t *)p)[at] = bf16_table[entry(i, r, LEN(f_table))]; break;
   case MPU_INT32: ((int32_t *)p)[at] = (int32_t)i32_table[entry(i, r, LEN(i32_table))]; break;
   case MPU_INT64: ((int64_t *)p)[at] = i64_table[entry(i, r, LEN(i64_table))]; break;
+  case MPU_INT8: ((int8_t *)p)[at] = (int8_t)i8_table[entry(i, r, LEN(i8_table))]; break;
+  case MPU_UINT32: ((uint32_t *)p)[at] = (uint32_t)u32_table[entry(i, r, LEN(u32_table))]; break;
+  case MPU_UINT64: ((uint64_t *)p)[at] = u64_table[entry(i, r, LEN(u64_table))]; break;
   default: ((uint8_t *)p)[at] = (uint8_t)u8_table[entry(i, r, LEN(u8_table))]; break;
   }
 }
@@ -122,6 +132,8 @@ static int64_t int_of(mpu_dtype dt, const void *p) {
   switch (dt) {
   case MPU_INT32: return *(const int32_t *)p;
   case MPU_INT64: return *(const int64_t *)p;
+  case MPU_INT8: return *(const int8_t *)p;
+  case MPU_UINT32: return *(const uint32_t *)p;
   default: return *(const uint8_t *)p;
   }
 }
@@ -151,6 +163,23 @@ static void reference(mpu_dtype dt, mpu_op op, int n, size_t i, void *out) {
     if (op == MPU_AVG) acc /= (float)n;
     if (dt == MPU_FLOAT32) ((float *)out)[i] = acc;
     else ((uint16_t *)out)[i] = dt == MPU_FLOAT16 ? to_half(acc) : to_bf16(acc);
+  } else if (dt == MPU_UINT64) { /* unsigned: compared, summed exactly and divided as such */
+    put_at(dt, x, 0, i, 0);
+    uint64_t best, wrap;
+    memcpy(&best, x, 8);
+    wrap = best;
+    unsigned __int128 exact = best;
+    for (int r = 1; r < n; r++) {
+      uint64_t v;
+      put_at(dt, x, 0, i, r);
+      memcpy(&v, x, 8);
+      wrap = op == MPU_PROD ? wrap * v : wrap + v;
+      exact += v;
+      if (op == MPU_MIN ? v < best : v > best) best = v;
+    }
+    ((uint64_t *)out)[i] = op == MPU_AVG                      ? (uint64_t)(exact / (unsigned)n)
+                           : op == MPU_MIN || op == MPU_MAX ? best
+                                                            : wrap;
   } else { /* integers: sums and products wrap, averages are exact, then truncated */
     put_at(dt, x, 0, i, 0);
     int64_t best = int_of(dt, x);
@@ -166,9 +195,9 @@ static void reference(mpu_dtype dt, mpu_op op, int n, size_t i, void *out) {
     uint64_t bits = op == MPU_AVG                      ? (uint64_t)(int64_t)(exact / n)
                     : op == MPU_MIN || op == MPU_MAX ? (uint64_t)best
                                                      : wrap;
-    if (dt == MPU_INT32) ((int32_t *)out)[i] = (int32_t)(uint32_t)bits;
+    if (dt == MPU_INT32 || dt == MPU_UINT32) ((uint32_t *)out)[i] = (uint32_t)bits;
     else if (dt == MPU_INT64) ((int64_t *)out)[i] = (int64_t)bits;
-    else ((uint8_t *)out)[i] = (uint8_t)bits;
+    else ((uint8_t *)out)[i] = (uint8_t)bits; /* uint8, int8 */
   }
 }
 

@@ -589,11 +589,28 @@ static double load(ncclDataType_t t, const void *p, size_t i) {
 static void fold(ncclDataType_t t, ncclRedOp_t op, int n, const void *const *src, void *out,
                  size_t count) {
   for (size_t i = 0; i < count; i++) {
-    if (t == ncclInt32 || t == ncclInt64 || t == ncclUint8) {
+    if (t == ncclUint64) { /* unsigned: compared and divided as such */
+      uint64_t acc = 0, x;
+      for (int k = 0; k < n; k++) {
+        x = ((const uint64_t *)src[k])[i];
+        if (!k) acc = x;
+        else if (op == ncclSum || op == ncclAvg) acc += x;
+        else if (op == ncclProd) acc *= x;
+        else if (op == ncclMin) acc = x < acc ? x : acc;
+        else acc = x > acc ? x : acc;
+      }
+      if (op == ncclAvg) acc /= (uint64_t)n;
+      ((uint64_t *)out)[i] = acc;
+      continue;
+    }
+    if (t == ncclInt8 || t == ncclUint8 || t == ncclInt32 || t == ncclUint32 || t == ncclInt64) {
       int64_t acc = 0, x;
       for (int k = 0; k < n; k++) {
-        x = t == ncclInt32 ? ((const int32_t *)src[k])[i]
-            : t == ncclInt64 ? ((const int64_t *)src[k])[i] : ((const uint8_t *)src[k])[i];
+        x = t == ncclInt8     ? ((const int8_t *)src[k])[i]
+            : t == ncclUint8  ? ((const uint8_t *)src[k])[i]
+            : t == ncclInt32  ? ((const int32_t *)src[k])[i]
+            : t == ncclUint32 ? ((const uint32_t *)src[k])[i]
+                              : ((const int64_t *)src[k])[i];
         if (!k) acc = x;
         else if (op == ncclSum || op == ncclAvg) acc = (int64_t)((uint64_t)acc + (uint64_t)x);
         else if (op == ncclProd) acc = (int64_t)((uint64_t)acc * (uint64_t)x);
@@ -601,7 +618,7 @@ static void fold(ncclDataType_t t, ncclRedOp_t op, int n, const void *const *src
         else acc = x > acc ? x : acc;
       }
       if (op == ncclAvg) acc /= n;
-      if (t == ncclInt32) ((int32_t *)out)[i] = (int32_t)(uint32_t)(uint64_t)acc;
+      if (t == ncclInt32 || t == ncclUint32) ((uint32_t *)out)[i] = (uint32_t)(uint64_t)acc;
       else if (t == ncclInt64) ((int64_t *)out)[i] = acc;
       else ((uint8_t *)out)[i] = (uint8_t)(uint64_t)acc;
       continue;

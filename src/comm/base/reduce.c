@@ -13,14 +13,16 @@
  *   16-bit    float16 and bfloat16 are widened to float32 (exact), combined
  *             in float32, and rounded once, to nearest even.
  *   avg       floats: the float sum divided by the size in the accumulator
- *             type. Integers: the exact sum (int64 for int32/uint8, 128 bits
- *             for int64) divided by the size, truncated toward zero - so the
- *             average of {200, 200} in uint8 is 200.
+ *             type. Integers: the exact sum (int64 for int8/int32/uint8/
+ *             uint32, 128 bits for int64/uint64) divided by the size,
+ *             truncated toward zero - so the average of {200, 200} in uint8
+ *             is 200.
  *   sum/prod  integers wrap modulo 2^bits (two's complement), never
  *             undefined; floats follow IEEE 754 (inf - inf is NaN).
  *   min/max   a NaN in any source makes the result NaN (as torch's); the
  *             NaN kept is the last one in rank order. Integers compare
- *             exactly; equal values keep the earlier rank's (-0 vs +0).
+ *             exactly (uint64 as unsigned); equal values keep the earlier
+ *             rank's (-0 vs +0).
  *   one rank  a communicator of one gives its input back bit for bit,
  *             whatever the op (no NaN is quieted, nothing is rounded).
  *
@@ -202,12 +204,20 @@ static void reduce_f64(const sink *k, const void *const *srcs, int n, size_t cou
   }
 }
 
+/* Widen to int64, exactly for every integer dtype but uint64 (whose bits are
+ * kept: sums and products wrap alike, min and max compare them unsigned). */
 static void load_i64(mpu_dtype dt, const void *src, size_t m, int64_t *out) {
   if (dt == MPU_INT32) {
     const int32_t *s = src;
     for (size_t i = 0; i < m; i++) out[i] = s[i];
   } else if (dt == MPU_UINT8) {
     const uint8_t *s = src;
+    for (size_t i = 0; i < m; i++) out[i] = s[i];
+  } else if (dt == MPU_INT8) {
+    const int8_t *s = src;
+    for (size_t i = 0; i < m; i++) out[i] = s[i];
+  } else if (dt == MPU_UINT32) {
+    const uint32_t *s = src;
     for (size_t i = 0; i < m; i++) out[i] = s[i];
   } else {
     memcpy(out, src, m * sizeof(int64_t));
@@ -217,12 +227,12 @@ static void load_i64(mpu_dtype dt, const void *src, size_t m, int64_t *out) {
 /* Narrow to dt keeping the low bits (wrapping) and emit. */
 static void store_i64(mpu_dtype dt, const int64_t *acc, size_t m, const sink *k, size_t offset) {
   union {
-    int32_t i32[BLOCK];
+    uint32_t u32[BLOCK];
     uint8_t u8[BLOCK];
   } narrow;
-  if (dt == MPU_INT32) {
-    for (size_t i = 0; i < m; i++) narrow.i32[i] = (int32_t)(uint32_t)(uint64_t)acc[i];
-  } else if (dt == MPU_UINT8) {
+  if (dt == MPU_INT32 || dt == MPU_UINT32) { /* the low 32 bits: two's complement either way */
+    for (size_t i = 0; i < m; i++) narrow.u32[i] = (uint32_t)(uint64_t)acc[i];
+  } else if (dt == MPU_UINT8 || dt == MPU_INT8) {
     for (size_t i = 0; i < m; i++) narrow.u8[i] = (uint8_t)(uint64_t)acc[i];
   } else {
     emit(k, offset, acc, m * sizeof(int64_t));
@@ -249,10 +259,16 @@ static void reduce_int(const sink *k, const void *const *srcs, int n, size_t cou
         for (size_t i = 0; i < m; i++) acc[i] = (int64_t)((uint64_t)acc[i] * (uint64_t)t[i]);
         break;
       case MPU_MIN:
-        for (size_t i = 0; i < m; i++) acc[i] = t[i] < acc[i] ? t[i] : acc[i];
+        if (dt == MPU_UINT64)
+          for (size_t i = 0; i < m; i++) acc[i] = (uint64_t)t[i] < (uint64_t)acc[i] ? t[i] : acc[i];
+        else
+          for (size_t i = 0; i < m; i++) acc[i] = t[i] < acc[i] ? t[i] : acc[i];
         break;
       default:
-        for (size_t i = 0; i < m; i++) acc[i] = t[i] > acc[i] ? t[i] : acc[i];
+        if (dt == MPU_UINT64)
+          for (size_t i = 0; i < m; i++) acc[i] = (uint64_t)t[i] > (uint64_t)acc[i] ? t[i] : acc[i];
+        else
+          for (size_t i = 0; i < m; i++) acc[i] = t[i] > acc[i] ? t[i] : acc[i];
         break;
       }
     }
@@ -262,18 +278,26 @@ static void reduce_int(const sink *k, const void *const *srcs, int n, size_t cou
   }
 }
 
-/* The average of int64 values: the exact sum in 128 bits, then the division;
- * the quotient lies between the smallest and largest input, so it fits. */
-static void avg_i64(const sink *k, const void *const *srcs, int n, size_t count, int divisor) {
-  int64_t out[BLOCK];
+/* The average of int64 or uint64 values: the exact sum in 128 bits, then the
+ * division; the quotient lies between the smallest and largest input, so it
+ * fits. (A sum of n < 2^31 64-bit values needs at most 95 bits.) */
+static void avg_64(const sink *k, const void *const *srcs, int n, size_t count, int divisor,
+                   int is_unsigned) {
+  uint64_t out[BLOCK];
   for (size_t b = 0; b < count; b += BLOCK) {
     size_t m = count - b < BLOCK ? count - b : BLOCK;
     for (size_t i = 0; i < m; i++) {
-      __int128 acc = 0;
-      for (int j = 0; j < n; j++) acc += ((const int64_t *)srcs[j])[b + i];
-      out[i] = (int64_t)(acc / divisor);
+      if (is_unsigned) {
+        unsigned __int128 acc = 0;
+        for (int j = 0; j < n; j++) acc += ((const uint64_t *)srcs[j])[b + i];
+        out[i] = (uint64_t)(acc / (unsigned)divisor);
+      } else {
+        __int128 acc = 0;
+        for (int j = 0; j < n; j++) acc += ((const int64_t *)srcs[j])[b + i];
+        out[i] = (uint64_t)(int64_t)(acc / divisor);
+      }
     }
-    emit(k, b * sizeof(int64_t), out, m * sizeof(int64_t));
+    emit(k, b * sizeof(uint64_t), out, m * sizeof(uint64_t));
   }
 }
 
@@ -296,7 +320,8 @@ void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n,
     reduce_f64(&k, srcs, n, count, op, divisor);
     break;
   case MPU_INT64:
-    if (op == MPU_AVG) avg_i64(&k, srcs, n, count, divisor);
+  case MPU_UINT64:
+    if (op == MPU_AVG) avg_64(&k, srcs, n, count, divisor, dtype == MPU_UINT64);
     else reduce_int(&k, srcs, n, count, dtype, op, divisor);
     break;
   default:
