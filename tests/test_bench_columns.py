@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 NCCL_TYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"]
-SIZE = {"uint8": 1, "int32": 4, "int64": 8, "half": 2, "float": 4, "double": 8, "bfloat16": 2}
+SIZE = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
+        "double": 8, "bfloat16": 2}
 # nccl-tests' header (src/util.cu, without per-iteration timing or timestamps)
 HEADER = [
     "#",
@@ -49,7 +50,7 @@ def main():
             break
     check(out[h - 1:h + 3] == HEADER, "the header is not nccl-tests': %r" % out[h - 1:h + 3])
     data = rows(out)
-    check(len(data) == 6 * 7 * (5 + 1 + 1), "want 6 sizes x 7 types x (5 ops + gather + broadcast) rows, got %d" % len(data))
+    check(len(data) == 6 * 10 * (5 + 1 + 1), "want 6 sizes x 10 types x (5 ops + gather + broadcast) rows, got %d" % len(data))
     types, ops = [], []
     for line in data:
         f = line.split()
@@ -71,7 +72,7 @@ def main():
         if redop != "none" and (not ops or ops[-1] != redop):
             ops.append(redop)
     order = [t for t in NCCL_TYPES if t in SIZE]
-    check(types[:7] == order, "-d all runs %s, nccl-tests' order is %s" % (types[:7], order))
+    check(types[:len(order)] == order, "-d all runs %s, nccl-tests' order is %s" % (types[:len(order)], order))
     check(ops[:5] == ["sum", "prod", "max", "min", "avg"], "-o all runs %s" % ops[:5])
     summary = [line for line in out if line.startswith("# Out of bounds") or line.startswith("# Avg bus")]
     check(len(summary) == 2 and summary[0] == "# %-20s : %d %s" % ("Out of bounds values", 0, "OK"),

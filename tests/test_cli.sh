@@ -42,10 +42,13 @@ expect_usage_error bench --collective all_sum
 expect_usage_error bench --collective all_reduce,all_reduce
 expect_usage_error bench -d float8
 # nccl-tests' flags mpu cannot honour: one line saying why
-for a in "-d int8" "-d uint32" "-d uint64" "-o mulsum" "-m 4" "-G 1" "-a 4" "-z 4" "--columns csv" "--columns nccl-tests --format json"; do
+for a in "-d f8e4m3" "-d f8e5m2" "-o mulsum" "-m 4" "-G 1" "-a 4" "-z 4" "--columns csv" "--columns nccl-tests --format json"; do
   expect_usage_error bench $a
 done
-"$mpu" bench -d int8 2>"$tmp/err" >/dev/null; grep -q "mpu has no int8 elements" "$tmp/err" && ok || bad "bench -d int8 does not say why"
+"$mpu" bench -d f8e4m3 2>"$tmp/err" >/dev/null; grep -q "mpu has no f8e4m3 elements" "$tmp/err" && ok || bad "bench -d f8e4m3 does not say why"
+for dt in int8 uint32 uint64; do
+  "$mpu" bench -t 2 -e 64 -n 2 -d $dt -o all >/dev/null && ok || bad "bench -d $dt"
+done
 "$mpu" bench -t 2 -e 64 -n 2 -a 2 -z 1 -m 1 -G 0 -d uint8 --format json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

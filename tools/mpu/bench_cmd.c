@@ -42,9 +42,9 @@ static void help(void) {
       "  -m, --agg_iters 1       calls per timed iteration: 1 (mpu has no grouped launch, as\n"
       "                          nccl-tests' ncclGroupStart/End of N calls)\n"
       "  -c, --check 0|1         check every result (default 1)\n"
-      "  -d, --datatype TYPE     float, double, half, bfloat16, int32, int64, uint8 (or mpu's\n"
-      "                          float32, float64, float16), or all (each in turn); mpu has no\n"
-      "                          int8, uint32, uint64 or fp8 elements\n"
+      "  -d, --datatype TYPE     int8, uint8, int32, uint32, int64, uint64, half, float, double,\n"
+      "                          bfloat16 (or mpu's float32, float64, float16), or all (each in\n"
+      "                          turn, in nccl-tests' order); mpu has no fp8 elements\n"
       "  -o, --op OP             sum, prod, max, min, avg, or all (default sum)\n"
       "  -a, --average 0|1|2|3   time over the ranks from each rank's mean: rank 0's (0),\n"
       "                          their average (1), least (2) or largest (3); default: the\n"
@@ -91,19 +91,20 @@ static void help(void) {
 
 /* -d: a type by nccl-tests' or mpu's name, or all of them */
 static void parse_dtypes(const char *arg, bench_opts *o) {
-  static const char *missing[] = {"int8", "uint32", "uint64", "f8e4m3", "f8e5m2", "char"};
+  static const char *missing[] = {"f8e4m3", "f8e5m2"};
   o->ndtypes = 0;
   if (!strcmp(arg, "all")) { /* in nccl-tests' order (test_types) */
-    static const mpu_dtype order[] = {MPU_UINT8, MPU_INT32,   MPU_INT64,   MPU_FLOAT16,
-                                      MPU_FLOAT32, MPU_FLOAT64, MPU_BFLOAT16};
+    static const mpu_dtype order[] = {MPU_INT8,    MPU_UINT8,   MPU_INT32,   MPU_UINT32,
+                                      MPU_INT64,   MPU_UINT64,  MPU_FLOAT16, MPU_FLOAT32,
+                                      MPU_FLOAT64, MPU_BFLOAT16};
     _Static_assert(sizeof order / sizeof order[0] == MPU_DTYPE_COUNT, "every dtype in -d all");
     for (int d = 0; d < MPU_DTYPE_COUNT; d++) o->dtypes[o->ndtypes++] = order[d];
     return;
   }
   for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++)
     if (!strcmp(arg, missing[i]))
-      cli_usage_error("bench", "--datatype %s: mpu has no %s elements (it has float, double, half, "
-                      "bfloat16, int32, int64, uint8)", arg, arg);
+      cli_usage_error("bench", "--datatype %s: mpu has no %s elements (it has the integer types, "
+                      "half, float, double and bfloat16)", arg, arg);
   for (int d = 0; d < MPU_DTYPE_COUNT; d++)
     if (!strcmp(arg, bench_type_name((mpu_dtype)d))) {
       o->dtypes[o->ndtypes++] = (mpu_dtype)d;

@@ -12,7 +12,8 @@ const char *bench_type_name(mpu_dtype dt) {
   static const char *names[MPU_DTYPE_COUNT] = {
       [MPU_FLOAT32] = "float", [MPU_FLOAT64] = "double", [MPU_FLOAT16] = "half",
       [MPU_BFLOAT16] = "bfloat16", [MPU_INT32] = "int32", [MPU_INT64] = "int64",
-      [MPU_UINT8] = "uint8"};
+      [MPU_UINT8] = "uint8", [MPU_INT8] = "int8", [MPU_UINT32] = "uint32",
+      [MPU_UINT64] = "uint64"};
   return (unsigned)dt < MPU_DTYPE_COUNT && names[dt] ? names[dt] : "invalid";
 }
 
