@@ -5,7 +5,8 @@
  * weight, a duplicated norm) whose every global element has a known value,
  * with AdamW moments of known values, is saved from tp 2 x dp 2 under ZeRO-1
  * on thread ranks and loaded into other layouts (tp 1, tp 4, dp 4 ZeRO-1,
- * tp 2 x dp 2 plain); each rank checks each local element against the global
+ * tp 2 x dp 2 plain), and between sharded buffers (FSDP, HSDP) and plain
+ * ones both ways; each rank checks each local element against the global
  * value the test computes from Megatron's stride rule itself, and that it
  * read no more than the index and the pieces that overlap its slices. Then
  * what must fail does, naming the tensor and the file, leaving the caller's
@@ -88,13 +89,17 @@ static mpu_result_t build(mpu_state *s, rank_model *m, int zero, mpu_comm **dp) 
   return mpu_optimizer_init(&m->opt, &m->b, *dp, zero, &o);
 }
 
-static mpu_result_t describe(rank_model *m, mpu_ckpt_set *set) {
-  mpu_ckpt_global g[NPARAMS];
+static void globals(mpu_ckpt_global *g) {
   for (int p = 0; p < NPARAMS; p++) {
     memset(&g[p], 0, sizeof g[p]);
     g[p].name = model[p].name, g[p].ndim = model[p].ndim;
     g[p].shape[0] = model[p].shape[0], g[p].shape[1] = model[p].shape[1];
   }
+}
+
+static mpu_result_t describe(rank_model *m, mpu_ckpt_set *set) {
+  mpu_ckpt_global g[NPARAMS];
+  globals(g);
   return mpu_ckpt_add_buffer(set, &m->b, g, &m->opt, m->tp, m->dp_rank);
 }
 
@@ -309,6 +314,133 @@ static void test_reshard(void **state) {
   remove_dir(dir_a);
 }
 
+/* ---- sharded buffers (mpu/fsdp.h) -------------------------------------------------------- */
+
+typedef struct fsdp_job {
+  int replicas; /* 1: FULL_SHARD over dp; R > 1: HYBRID_SHARD on an (R, dp / R) mesh */
+  int save;     /* 1: fill the pieces and save; 0: load and check */
+  int bad;
+} fsdp_job;
+
+/* Fill (check 0) or count the mismatches of the pieces this rank holds: its
+ * span of each parameter and of the moments there. */
+static int walk_fsdp(mpu_fsdp *f, const rank_model *m, int check) {
+  int bad = 0;
+  for (int p = 0; p < NPARAMS; p++) {
+    mpu_fsdp_span sp;
+    if (mpu_fsdp_param_span(f, p, &sp)) return -1;
+    for (size_t l = sp.lo; l < sp.hi; l++) {
+      int64_t g = global_index(&model[p], m->tp, m->tp_rank, (int64_t)l);
+      float *at[3] = {&sp.param[l - sp.lo], &sp.exp_avg[l - sp.lo], &sp.exp_avg_sq[l - sp.lo]};
+      for (int k = 0; k < 3; k++)
+        if (check) bad += *at[k] != value(p, k, g);
+        else *at[k] = value(p, k, g);
+    }
+  }
+  return bad;
+}
+
+static mpu_result_t fsdp_rank(mpu_state *s, void *arg) {
+  fsdp_job *j = arg;
+  rank_model m;
+  memset(&m, 0, sizeof m);
+  mpu_comm *dp;
+  mpu_device_mesh *dm = NULL;
+  mpu_fsdp *f = NULL;
+  mpu_ckpt *ck = NULL;
+  mpu_ckpt_set set;
+  mpu_ckpt_set_init(&set);
+  mpu_ckpt_global g[NPARAMS];
+  globals(g);
+  int dp_size, bad = 0;
+  mpu_result_t r = build(s, &m, 0, &dp);
+  if (!r) r = mpu_comm_size(dp, &dp_size);
+  mpu_fsdp_options o = MPU_FSDP_OPTIONS_INIT;
+  o.bucket_bytes = 64; /* several buckets, a parameter alone in some */
+  o.strategy = j->replicas > 1 ? MPU_SHARD_HYBRID : MPU_SHARD_FULL;
+  if (!r && j->replicas > 1) {
+    int64_t shape[2] = {j->replicas, dp_size / j->replicas};
+    const char *names[2] = {"replicate", "shard"};
+    r = mpu_device_mesh_init(dp, 2, shape, names, MPU_MESH_EAGER, &dm);
+    if (!r) r = mpu_fsdp_create_on_mesh(&m.b, dm, 0, 1, &o, &f);
+  } else if (!r) {
+    r = mpu_fsdp_create(&m.b, dp, NULL, &o, &f);
+  }
+  if (!r && j->save) {
+    walk_fsdp(f, &m, 0);
+    r = mpu_fsdp_set_optimizer_step(f, 7);
+    if (!r) r = mpu_ckpt_add_fsdp(&set, f, g, m.tp);
+    set.step = 7, set.has_adamw = 1, set.adamw = o.adamw, set.optimizer_step = 7;
+    set.layout.tp = m.tp, set.layout.dp = dp_size;
+    if (!r) r = mpu_ckpt_set_meta(&set, "model", "test");
+    if (!r) r = mpu_ckpt_save(dir_a, mpu_state_world(s), &set);
+  } else if (!r) {
+    size_t held;
+    float *pieces = mpu_fsdp_shard_params(f, &held);
+    for (size_t e = 0; e < held; e++) pieces[e] = -7.0f;
+    r = mpu_ckpt_add_fsdp(&set, f, g, m.tp);
+    if (!r) r = mpu_ckpt_open(dir_a, &ck);
+    if (!r) r = mpu_ckpt_load(ck, mpu_state_world(s), &set);
+    if (!r) r = mpu_fsdp_set_optimizer_step(f, set.optimizer_step);
+    if (!r) bad += walk_fsdp(f, &m, 1) + (mpu_fsdp_optimizer_step(f) != 7) + (set.step != 7);
+    /* the gathered parameters are the loaded ones, whole */
+    float *whole = r ? NULL : malloc(m.b.numel * sizeof *whole);
+    if (!r && !whole) r = MPU_ERR_OUT_OF_MEMORY;
+    if (!r) r = mpu_fsdp_gather_params(f, whole);
+    for (int p = 0; !r && p < NPARAMS; p++)
+      for (size_t l = 0; l < m.b.params[p].numel; l++)
+        bad += whole[m.b.params[p].offset + l] !=
+               value(p, 0, global_index(&model[p], m.tp, m.tp_rank, (int64_t)l));
+    free(whole);
+  }
+  __atomic_fetch_add(&j->bad, bad, __ATOMIC_RELAXED);
+  mpu_ckpt_close(ck);
+  mpu_ckpt_set_free(&set);
+  mpu_fsdp_free(f);
+  mpu_device_mesh_free(dm);
+  free_model(&m);
+  return r;
+}
+
+static void run_fsdp(int world, int tp, int replicas, int save) {
+  mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
+  cfg.tp = tp;
+  fsdp_job j = {replicas, save, 0};
+  mpu_result_t r = mpu_with_state(world, &cfg, 1, fsdp_rank, &j, NULL, NULL);
+  if (r)
+    fprintf(stderr, "%s %d ranks, tp %d, %d replicas: %s\n", save ? "save from" : "load into",
+            world, tp, replicas, mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  assert_int_equal(j.bad, 0);
+}
+
+/* FSDP and HSDP pieces saved load into plain and ZeRO-1 layouts, and the other way round:
+ * every element exact */
+static void test_fsdp(void **state) {
+  (void)state;
+  make_dir("fsdp", dir_a, sizeof dir_a);
+  job j = {0, 0, 0, 0, 0};
+  run_fsdp(4, 1, 1, 1);    /* FULL_SHARD over dp 4 saves */
+  run_layout(1, 1, 0, &j); /* one rank, plain */
+  run_layout(4, 2, 1, &j); /* tp 2 x dp 2 ZeRO-1 */
+  run_fsdp(4, 2, 1, 0);    /* tp 2 x FULL_SHARD over dp 2 */
+  remove_dir(dir_a);
+  run_fsdp(4, 1, 2, 1);    /* HYBRID_SHARD 2 x 2 saves: one replica group writes */
+  mpu_ckpt *ck;
+  assert_int_equal(mpu_ckpt_open(dir_a, &ck), 0);
+  assert_int_equal(mpu_ckpt_verify(ck), 0);
+  mpu_ckpt_close(ck);
+  run_layout(1, 1, 0, &j);
+  run_fsdp(4, 1, 1, 0);
+  remove_dir(dir_a);
+  mpu_layout_config one = MPU_LAYOUT_CONFIG_INIT;
+  assert_int_equal(mpu_with_state(1, &one, 1, save_rank, &j, NULL, NULL), MPU_SUCCESS);
+  run_fsdp(4, 1, 1, 0);    /* one rank's plain save into FULL_SHARD over 4 */
+  run_fsdp(4, 2, 1, 0);    /* ... and tp 2 x FULL_SHARD over 2 */
+  run_fsdp(4, 1, 2, 0);    /* ... and HYBRID_SHARD 2 x 2 */
+  remove_dir(dir_a);
+}
+
 /* ---- what must fail --------------------------------------------------------------------- */
 
 static float one_a[12], one_b[6];
@@ -508,6 +640,7 @@ static void test_killed_saves(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshard),
+      cmocka_unit_test(test_fsdp),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_killed_saves),
   };

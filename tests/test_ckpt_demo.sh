@@ -4,7 +4,9 @@
 # tp 1 x pp 1 x dp 1, tp 4 x dp 2, pp 4 x dp 2 and tp 2 x dp 4 without ZeRO
 # (the global batch kept: dp x micro-batches = 8), every continued run's
 # steps 11-20 and final parameters pass the demo's check against the
-# uninterrupted one-rank run. On thread ranks, and with MPIRUN given also
+# uninterrupted one-rank run. Sharded buffers too: a save from --fsdp
+# (tp 2 x dp 4) continues in tp 2 x pp 2 x dp 2 under ZeRO-1, and the ZeRO-1
+# save continues under --hsdp 2x2 (tp 2). On thread ranks, and with MPIRUN given also
 # under mpirun (saved by MPI processes, loaded by MPI processes). Then the
 # tool: inspect accepts the checkpoint, merge writes one file, a corrupted or
 # truncated piece is refused naming the tensor and the file, bad arguments
@@ -64,6 +66,14 @@ for i in "${!layouts[@]}"; do
   run "load$i" "$mpu" demo gpt --steps 20 ${layouts[$i]} --load "$tmp/ck"
   check_continued "load$i"
 done
+# sharded buffers: FSDP's pieces saved, loaded into ZeRO-1; ZeRO-1's shards loaded into HSDP
+run fsdp_save "$mpu" demo gpt --steps 20 --fsdp --tp 2 --pp 1 --dp 4 --micro-batches 2 --save "$tmp/ckf" --save-step 10
+run fsdp_to_zero1 "$mpu" demo gpt --steps 20 --tp 2 --pp 2 --dp 2 --load "$tmp/ckf"
+check_continued fsdp_to_zero1
+if [ $quick -eq 0 ]; then
+  run zero1_to_hsdp "$mpu" demo gpt --steps 20 --hsdp 2x2 --tp 2 --pp 1 --micro-batches 2 --load "$tmp/ck"
+  check_continued zero1_to_hsdp
+fi
 # every continued run's steps 11-20 against the uninterrupted parallel run's (the demo's 1e-4)
 for i in "${!layouts[@]}"; do
   paste <(grep -E '^ +(1[1-9]|20) ' "$tmp/save.txt" | awk '{print $2}') \
@@ -100,8 +110,7 @@ rm "$tmp/bad/index.json"
 [ $? -eq 1 ] && grep -q "hidden 64, this run has 128" "$tmp/err" && ok || bad "another model: $(cat "$tmp/err")"
 for args in "ckpt" "ckpt inspect" "ckpt merge $tmp/ck" "ckpt frob $tmp/ck" "ckpt inspect $tmp/ck --all" \
             "ckpt inspect $tmp/ck --format yaml" "ckpt merge $tmp/ck x --format json" \
-            "demo gpt --save-step 3" "demo gpt --save $tmp/x --steps 5 --save-step 6" "demo gpt --bench --load $tmp/ck" \
-            "demo gpt --fsdp --save $tmp/x"; do
+            "demo gpt --save-step 3" "demo gpt --save $tmp/x --steps 5 --save-step 6" "demo gpt --bench --load $tmp/ck"; do
   "$mpu" $args >"$tmp/out" 2>"$tmp/err"
   rc=$?
   [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "mpu $args: exit $rc, $(cat "$tmp/err")"

@@ -12,9 +12,8 @@
  * `stride` of them for a fused QKV weight: the stride undone), and spans of
  * the local tensor's elements (row-major) with the memory that holds them:
  * the whole tensor for parameters, each ZeRO-1 shard of a bucket for the
- * distributed optimizer's state. A sharded buffer of mpu/fsdp.h fits the
- * same description (its piece of a bucket is a span of each parameter in
- * it); describing one needs its AdamW moments, which fsdp.h does not expose.
+ * distributed optimizer's state, this rank's piece of each bucket of a
+ * sharded buffer (mpu/fsdp.h: FSDP, ZeRO-2, HSDP).
  *
  * Saving is collective over the world; a save that dies midway never leaves
  * a directory that opens: files are written under temporary names, synced
@@ -30,6 +29,7 @@
 #include <stdint.h>
 
 #include "mpu/comm.h"
+#include "mpu/fsdp.h"
 #include "mpu/state.h"
 #include "mpu/train.h"
 
@@ -145,6 +145,19 @@ typedef struct mpu_ckpt_global {
 MPU_API mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
                                          const mpu_ckpt_global *globals, const mpu_optimizer *opt,
                                          int tp_size, int dp_rank);
+
+/*
+ * The same for a sharded buffer of mpu/fsdp.h (any strategy): each rank
+ * loads and saves the span of each parameter that its piece of the bucket
+ * holds, with the AdamW moments there; one replica saves (tp rank 0 for
+ * duplicates, replica 0 of the hybrid strategies), so a checkpoint of any
+ * layout loads into it and it loads into any layout. Every bucket is
+ * resharded here, so that the next mpu_fsdp_unshard gathers what a load
+ * puts in the pieces. The step count is the caller's to record
+ * (mpu_fsdp_optimizer_step, mpu_fsdp_set_optimizer_step).
+ */
+MPU_API mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f,
+                                       const mpu_ckpt_global *globals, int tp_size);
 
 /* The global layers of model chunk `chunk` of pipeline rank pp_rank, with
  * pp x vp virtual stages of layers / (pp x vp) layers each (Megatron's

@@ -161,6 +161,26 @@ MPU_API mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *gra
 MPU_API mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
                                        float *grad_norm);
 
+/* The elements of parameter i this rank holds in its pieces: [lo, hi) of the
+ * parameter's local elements (a parameter lies in one bucket, so one span;
+ * lo == hi and NULL pointers if none), with element lo of the parameter and
+ * of its AdamW moments in the pieces (where a checkpoint finds them, as
+ * mpu_optimizer_param_spans for the plain and ZeRO-1 optimizers). */
+typedef struct mpu_fsdp_span {
+  size_t lo, hi;
+  float *param, *exp_avg, *exp_avg_sq;
+} mpu_fsdp_span;
+
+MPU_API mpu_result_t mpu_fsdp_param_span(const mpu_fsdp *f, int param, mpu_fsdp_span *out);
+/* AdamW's step count (steps done), and setting it (from a checkpoint). */
+MPU_API int64_t mpu_fsdp_optimizer_step(const mpu_fsdp *f);
+MPU_API mpu_result_t mpu_fsdp_set_optimizer_step(mpu_fsdp *f, int64_t step);
+/* The options it was created with; this rank's index in the replicate group
+ * (0 for the strategies without one); the buffer. */
+MPU_API const mpu_fsdp_options *mpu_fsdp_get_options(const mpu_fsdp *f);
+MPU_API int mpu_fsdp_replica(const mpu_fsdp *f);
+MPU_API mpu_param_buffer *mpu_fsdp_buffer(const mpu_fsdp *f);
+
 /* The whole buffer's parameters, gathered into out (b->numel floats). */
 MPU_API mpu_result_t mpu_fsdp_gather_params(mpu_fsdp *f, float *out);
 

@@ -200,6 +200,40 @@ mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kin
 
 #define MAX_SPANS 64 /* a parameter over at most 64 buckets */
 
+/* One parameter of a buffer (its local shape from the global one and its tp
+ * attributes) with the spans it loads and saves, and (ms, vs non-NULL) its
+ * AdamW moments over `nos` spans, saved if save_moments. */
+static mpu_result_t add_param(mpu_ckpt_set *set, const char *fn, const mpu_ckpt_global *g,
+                              const mpu_param *p, int tp_size, int tp_rank,
+                              const mpu_ckpt_span *load, int nload, const mpu_ckpt_span *save,
+                              int nsave, const mpu_ckpt_span *ms, const mpu_ckpt_span *vs,
+                              int nos, int save_moments) {
+  int64_t local_shape[MPU_CKPT_MAX_DIMS];
+  mpu_ckpt_box boxes[MPU_CKPT_MAX_BOXES];
+  int nboxes;
+  MPU_CHECK(mpu_ckpt_partition(g->ndim, g->shape, p->attrs, tp_size, tp_rank, local_shape, boxes,
+                               &nboxes));
+  if (mpu__ckpt_numel(g->ndim, local_shape) != p->numel)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: '%s': the global shape gives %llu local elements, the buffer has %zu",
+                      fn, g->name, (unsigned long long)mpu__ckpt_numel(g->ndim, local_shape),
+                      p->numel);
+  MPU_CHECK(mpu_ckpt_add(set, g->name, MPU_CKPT_PARAM, g->ndim, g->shape, local_shape, boxes,
+                         nboxes, load, nload, save, nsave));
+  if (!ms) return MPU_SUCCESS;
+  char name[MPU_CKPT_NAME_MAX + 16];
+  const mpu_ckpt_span *st[2] = {ms, vs};
+  static const char *const suffix[2] = {"exp_avg", "exp_avg_sq"};
+  for (int s = 0; s < 2; s++) {
+    snprintf(name, sizeof name, "%s.%s", g->name, suffix[s]);
+    if (strlen(name) >= MPU_CKPT_NAME_MAX)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' is too long a name", fn, name);
+    MPU_CHECK(mpu_ckpt_add(set, name, (mpu_ckpt_kind)(MPU_CKPT_EXP_AVG + s), g->ndim, g->shape,
+                           local_shape, boxes, nboxes, st[s], nos, st[s], save_moments ? nos : 0));
+  }
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
                                  const mpu_ckpt_global *globals, const mpu_optimizer *opt,
                                  int tp_size, int dp_rank) {
@@ -212,17 +246,6 @@ mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
   int zero1 = opt && opt->distributed;
   for (int i = 0; i < b->nparams; i++) {
     const mpu_param *p = &b->params[i];
-    const mpu_ckpt_global *g = &globals[i];
-    int64_t local_shape[MPU_CKPT_MAX_DIMS];
-    mpu_ckpt_box boxes[MPU_CKPT_MAX_BOXES];
-    int nboxes;
-    MPU_CHECK(mpu_ckpt_partition(g->ndim, g->shape, p->attrs, tp_size, b->tp_rank, local_shape,
-                                 boxes, &nboxes));
-    if (mpu__ckpt_numel(g->ndim, local_shape) != p->numel)
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                        "%s: '%s': the global shape gives %llu local elements, the buffer has %zu",
-                        fn, g->name, (unsigned long long)mpu__ckpt_numel(g->ndim, local_shape),
-                        p->numel);
     int writer = p->attrs.tensor_parallel || b->tp_rank == 0; /* one replica across tp */
     mpu_optimizer_span os[MAX_SPANS];
     int nos = 0;
@@ -237,20 +260,29 @@ mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
     /* parameters: loaded whole; saved from the ZeRO-1 shard (the main weights) or by dp rank 0 */
     const mpu_ckpt_span *save = zero1 ? shard : &whole;
     int nsave = !writer ? 0 : zero1 ? nos : dp_rank == 0;
-    MPU_CHECK(mpu_ckpt_add(set, g->name, MPU_CKPT_PARAM, g->ndim, g->shape, local_shape, boxes,
-                           nboxes, &whole, 1, save, nsave));
-    if (!opt) continue;
-    char name[MPU_CKPT_NAME_MAX + 16];
-    const mpu_ckpt_span *st[2] = {ms, vs};
-    static const char *const suffix[2] = {"exp_avg", "exp_avg_sq"};
-    for (int s = 0; s < 2; s++) {
-      snprintf(name, sizeof name, "%s.%s", g->name, suffix[s]);
-      if (strlen(name) >= MPU_CKPT_NAME_MAX)
-        return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' is too long a name", fn, name);
-      MPU_CHECK(mpu_ckpt_add(set, name, (mpu_ckpt_kind)(MPU_CKPT_EXP_AVG + s), g->ndim, g->shape,
-                             local_shape, boxes, nboxes, st[s], nos, st[s],
-                             writer && (zero1 || dp_rank == 0) ? nos : 0));
-    }
+    MPU_CHECK(add_param(set, fn, &globals[i], p, tp_size, b->tp_rank, &whole, 1, save, nsave,
+                        opt ? ms : NULL, vs, nos, writer && (zero1 || dp_rank == 0)));
+  }
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f, const mpu_ckpt_global *globals,
+                               int tp_size) {
+  static const char fn[] = "mpu_ckpt_add_fsdp";
+  const mpu_param_buffer *b = mpu_fsdp_buffer(f);
+  if (!set || !b || !globals) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  for (int k = 0; k < mpu_fsdp_nbuckets(f); k++) MPU_CHECK(mpu_fsdp_reshard(f, k));
+  int replica0 = mpu_fsdp_replica(f) == 0;
+  for (int i = 0; i < b->nparams; i++) {
+    const mpu_param *p = &b->params[i];
+    int writer = (p->attrs.tensor_parallel || b->tp_rank == 0) && replica0;
+    mpu_fsdp_span sp;
+    MPU_CHECK(mpu_fsdp_param_span(f, i, &sp));
+    int n = sp.hi > sp.lo;
+    mpu_ckpt_span ps = {sp.lo, sp.hi, sp.param}, ms = {sp.lo, sp.hi, sp.exp_avg},
+                  vs = {sp.lo, sp.hi, sp.exp_avg_sq};
+    MPU_CHECK(add_param(set, fn, &globals[i], p, tp_size, b->tp_rank, &ps, n, &ps,
+                        writer ? n : 0, &ms, &vs, n, writer));
   }
   return MPU_SUCCESS;
 }

@@ -35,7 +35,7 @@ typedef struct bucket {
 struct mpu_fsdp {
   mpu_param_buffer *b;
   mpu_comm *shard, *replicate;
-  int S, s, R;
+  int S, s, R, r;         /* shard size and rank, replicas and this rank's replica */
   int caller_storage;    /* b finalized by the caller: whole buckets live in b->data / b->grad */
   mpu_fsdp_options o;
   float pre, post;       /* FSDP's gradient pre- and post-divide factors */
@@ -162,6 +162,7 @@ mpu_result_t mpu_fsdp_create(mpu_param_buffer *b, mpu_comm *shard, mpu_comm *rep
   MPU_CHECK_GOTO(mpu_comm_size(shard, &f->S), r, fail);
   MPU_CHECK_GOTO(mpu_comm_rank(shard, &f->s), r, fail);
   if (replicate) MPU_CHECK_GOTO(mpu_comm_size(replicate, &f->R), r, fail);
+  if (replicate) MPU_CHECK_GOTO(mpu_comm_rank(replicate, &f->r), r, fail);
   MPU_CHECK_GOTO(mpu__adamw_agree(fn, shard, &d.adamw, d.sum, d.bucket_bytes, "strategy",
                                   (int)d.strategy, b), r, fail);
   if (replicate)
@@ -365,6 +366,40 @@ mpu_result_t mpu_fsdp_backward_done(mpu_fsdp *f, int k) {
   f->pending = k;
   return mpu_fsdp_reshard(f, k);
 }
+
+mpu_result_t mpu_fsdp_param_span(const mpu_fsdp *f, int i, mpu_fsdp_span *out) {
+  static const char fn[] = "mpu_fsdp_param_span";
+  if (!f || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  int k = mpu_fsdp_bucket_of(f, i);
+  MPU_CHECK(check_bucket(fn, f, k));
+  const mpu_param *p = &f->b->params[i];
+  size_t lo, hi;
+  held(f, &f->bk[k], &lo, &hi);
+  size_t a = p->offset > lo ? p->offset : lo;
+  size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+  memset(out, 0, sizeof *out);
+  if (a >= z) return MPU_SUCCESS;
+  size_t j = f->bk[k].at + (a - lo);
+  out->lo = a - p->offset, out->hi = z - p->offset;
+  out->param = f->p + j, out->exp_avg = f->m + j, out->exp_avg_sq = f->v + j;
+  return MPU_SUCCESS;
+}
+
+int64_t mpu_fsdp_optimizer_step(const mpu_fsdp *f) { return f ? f->step : 0; }
+
+mpu_result_t mpu_fsdp_set_optimizer_step(mpu_fsdp *f, int64_t step) {
+  if (!f || step < 0)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_fsdp_set_optimizer_step: %s",
+                      f ? "a negative step" : "NULL sharded buffer");
+  f->step = step;
+  return MPU_SUCCESS;
+}
+
+const mpu_fsdp_options *mpu_fsdp_get_options(const mpu_fsdp *f) { return f ? &f->o : NULL; }
+
+int mpu_fsdp_replica(const mpu_fsdp *f) { return f ? f->r : 0; }
+
+mpu_param_buffer *mpu_fsdp_buffer(const mpu_fsdp *f) { return f ? f->b : NULL; }
 
 float *mpu_fsdp_shard_params(const mpu_fsdp *f, size_t *numel) {
   if (numel) *numel = f ? f->held : 0;

@@ -285,8 +285,9 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   TRY(mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dprng));
   int last_stage = m.chunks[m.vp - 1].last;
   long start = 0;
+  gpt_params gp = {opts, o->shard ? &sharding : NULL};
   if (run->checkpoints && o->load_dir)
-    TRY(gpt_ckpt_load(o->load_dir, s, &m.ctx, m.chunks, m.vp, opts, m.micro, &start));
+    TRY(gpt_ckpt_load(o->load_dir, s, &m.ctx, m.chunks, m.vp, &gp, m.micro, &start));
   if (start > o->steps) {
     r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: the checkpoint is at step %ld, past --steps %ld",
                  start, o->steps);
@@ -318,7 +319,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
       }
     }
     if (run->checkpoints && o->save_dir && m.step + 1 == (o->save_step ? o->save_step : o->steps))
-      TRY(gpt_ckpt_save(o->save_dir, s, &m.ctx, m.chunks, m.vp, opts, m.micro, m.step + 1));
+      TRY(gpt_ckpt_save(o->save_dir, s, &m.ctx, m.chunks, m.vp, &gp, m.micro, m.step + 1));
   }
   if (o->shard) TRY(gpt_shard_unshard(&sharding)); /* the trained parameters, whole */
   TRY(mpu_comm_barrier(world));
@@ -623,8 +624,6 @@ int cmd_demo_gpt(int argc, char **argv) {
     cli_usage_error("demo gpt", "--save-step %ld is past --steps %ld", o.save_step, o.steps);
   if (bench_mode && (o.save_dir || o.load_dir))
     cli_usage_error("demo gpt", "--bench does not save or load checkpoints");
-  if (o.shard && (o.save_dir || o.load_dir))
-    cli_usage_error("demo gpt", "--save and --load take the ZeRO-1 or plain optimizer, not --fsdp/--hsdp");
   openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
   if (bench_mode) { /* a bigger model unless given, and only its speed */
     if (!given['H']) o.hidden = 256;

@@ -1,7 +1,7 @@
 /*
  * gpt_ckpt.c - the GPT demo's checkpoints: each chunk's parameters (global
  * names "layer<L>.qkv.weight", ... with global layer numbers) and AdamW
- * moments, the model's config as metadata, every rank's random streams.
+ * moments, from plain, ZeRO-1 or sharded (--fsdp, --hsdp) buffers alike, the model's config as metadata, every rank's random streams.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +21,12 @@ static void config_values(const gpt_config *g, long global_batch, long v[NKEYS])
 }
 
 static mpu_result_t describe(mpu_ckpt_set *set, mpu_state *s, const gpt_ctx *ctx,
-                             gpt_chunk *chunks, int vp, mpu_optimizer *opts, int micro) {
-  int dp_rank, pp, world;
+                             gpt_chunk *chunks, int vp, const gpt_params *gp, int micro) {
+  int dp_rank, dp, pp, world;
+  mpu_optimizer *opts = gp->opts;
+  mpu_fsdp **fs = gp->sharded ? gp->sharded->f : NULL;
   mpu_result_t r = mpu_state_dp_rank(s, &dp_rank);
+  if (!r) r = mpu_state_dp_size(s, &dp);
   if (!r) r = mpu_state_pp_size(s, &pp);
   if (!r) r = mpu_comm_size(mpu_state_world(s), &world);
   for (int c = 0; c < vp && !r; c++) {
@@ -37,16 +40,19 @@ static mpu_result_t describe(mpu_ckpt_set *set, mpu_state *s, const gpt_ctx *ctx
       g[i].ndim = sh->cols == 1 ? 1 : 2; /* biases and norms are vectors */
       g[i].shape[0] = sh->rows, g[i].shape[1] = sh->cols;
     }
-    r = mpu_ckpt_add_buffer(set, &ch->params, g, &opts[c], ctx->tp_size, dp_rank);
+    r = fs ? mpu_ckpt_add_fsdp(set, fs[c], g, ctx->tp_size)
+           : mpu_ckpt_add_buffer(set, &ch->params, g, &opts[c], ctx->tp_size, dp_rank);
     free(g);
   }
   if (r) return r;
   set->layout.world = world, set->layout.tp = ctx->tp_size, set->layout.pp = pp;
   set->layout.vp = pp > 1 ? vp : 0;
-  set->layout.dp = opts[0].dp_size, set->layout.zero1 = opts[0].distributed;
-  set->has_adamw = 1, set->adamw = opts[0].o, set->optimizer_step = opts[0].step;
+  set->layout.dp = dp, set->layout.zero1 = !fs && opts[0].distributed;
+  set->has_adamw = 1;
+  set->adamw = fs ? mpu_fsdp_get_options(fs[0])->adamw : opts[0].o;
+  set->optimizer_step = fs ? mpu_fsdp_optimizer_step(fs[0]) : opts[0].step;
   long v[NKEYS];
-  config_values(&ctx->cfg, (long)opts[0].dp_size * micro, v);
+  config_values(&ctx->cfg, (long)dp * micro, v);
   char text[32];
   for (int i = 0; i < NKEYS && !r; i++) {
     snprintf(text, sizeof text, "%ld", v[i]);
@@ -59,26 +65,28 @@ static mpu_result_t describe(mpu_ckpt_set *set, mpu_state *s, const gpt_ctx *ctx
 }
 
 mpu_result_t gpt_ckpt_save(const char *dir, mpu_state *s, const gpt_ctx *ctx, gpt_chunk *chunks,
-                           int vp, mpu_optimizer *opts, int micro, long step) {
+                           int vp, const gpt_params *gp, int micro, long step) {
   mpu_ckpt_set set;
   mpu_ckpt_set_init(&set);
   set.step = step;
-  mpu_result_t r = describe(&set, s, ctx, chunks, vp, opts, micro);
+  mpu_result_t r = describe(&set, s, ctx, chunks, vp, gp, micro);
   if (!r) r = mpu_ckpt_save(dir, mpu_state_world(s), &set);
   mpu_ckpt_set_free(&set);
   return r;
 }
 
 mpu_result_t gpt_ckpt_load(const char *dir, mpu_state *s, const gpt_ctx *ctx, gpt_chunk *chunks,
-                           int vp, mpu_optimizer *opts, int micro, long *step) {
+                           int vp, const gpt_params *gp, int micro, long *step) {
   mpu_ckpt_set set;
   mpu_ckpt_set_init(&set);
   mpu_ckpt *ck = NULL;
-  mpu_result_t r = describe(&set, s, ctx, chunks, vp, opts, micro);
+  int dp = 1;
+  mpu_result_t r = describe(&set, s, ctx, chunks, vp, gp, micro);
+  if (!r) r = mpu_state_dp_size(s, &dp);
   /* every rank opens the index; a rank that cannot still joins the agreement in load */
   mpu_result_t open = r ? r : mpu_ckpt_open(dir, &ck);
   long v[NKEYS];
-  config_values(&ctx->cfg, (long)opts[0].dp_size * micro, v);
+  config_values(&ctx->cfg, (long)dp * micro, v);
   for (int i = 0; i < NKEYS && !open; i++) {
     const char *saved = mpu_ckpt_meta(ck, config_keys[i]);
     if (!saved || strtol(saved, NULL, 10) != v[i])
@@ -100,7 +108,9 @@ mpu_result_t gpt_ckpt_load(const char *dir, mpu_state *s, const gpt_ctx *ctx, gp
     r = mpu_ckpt_load(ck, mpu_state_world(s), &set);
   }
   if (!r) {
-    for (int c = 0; c < vp; c++) opts[c].step = set.optimizer_step;
+    for (int c = 0; c < vp && !r; c++)
+      if (gp->sharded) r = mpu_fsdp_set_optimizer_step(gp->sharded->f[c], set.optimizer_step);
+      else gp->opts[c].step = set.optimizer_step;
     /* the data-parallel stream (the dropout keys) is the same on every rank: rank 0's */
     mpu_rng *dp = NULL;
     r = mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dp);
