@@ -246,16 +246,10 @@ mpu_result_t mpu_fsdp_bucket_range(const mpu_fsdp *f, int k, size_t *start, size
 }
 
 mpu_result_t mpu_fsdp_set_param(mpu_fsdp *f, int i, const float *values) {
-  static const char fn[] = "mpu_fsdp_set_param";
-  int k = mpu_fsdp_bucket_of(f, i);
-  if (!values) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL values", fn);
-  MPU_CHECK(check_bucket(fn, f, k));
-  const mpu_param *p = &f->b->params[i];
-  size_t lo, hi;
-  held(f, &f->bk[k], &lo, &hi);
-  size_t a = p->offset > lo ? p->offset : lo;
-  size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-  for (size_t e = a; e < z; e++) f->p[f->bk[k].at + (e - lo)] = values[e - p->offset];
+  if (!values) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_fsdp_set_param: NULL values");
+  mpu_fsdp_span sp;
+  MPU_CHECK(mpu_fsdp_param_span(f, i, &sp));
+  if (sp.hi > sp.lo) memcpy(sp.param, values + sp.lo, (sp.hi - sp.lo) * sizeof(float));
   return MPU_SUCCESS;
 }
 
