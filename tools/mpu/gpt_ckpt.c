@@ -112,11 +112,11 @@ mpu_result_t gpt_ckpt_load(const char *dir, mpu_state *s, const gpt_ctx *ctx, gp
       if (gp->sharded) r = mpu_fsdp_set_optimizer_step(gp->sharded->f[c], set.optimizer_step);
       else gp->opts[c].step = set.optimizer_step;
     /* the data-parallel stream (the dropout keys) is the same on every rank: rank 0's */
-    mpu_rng *dp = NULL;
-    r = mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dp);
+    mpu_rng *dp_rng = NULL;
+    r = mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dp_rng);
     int found = 0;
     for (int i = 0; !r && i < saved.n; i++)
-      if (!strcmp(saved.names[i], MPU_DATA_PARALLEL_RNG)) *dp = saved.rngs[i], found = 1;
+      if (!strcmp(saved.names[i], MPU_DATA_PARALLEL_RNG)) *dp_rng = saved.rngs[i], found = 1;
     if (!r && !found)
       r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: no %s stream", dir, MPU_DATA_PARALLEL_RNG);
     *step = (long)set.step;
