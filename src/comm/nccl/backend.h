@@ -1,0 +1,50 @@
+/*
+ * backend.h - what the files of the NCCL backend share (src/comm/nccl/): the
+ * per-communicator state and the helpers each file calls. Not installed.
+ *
+ *   calls.c   every call: enqueued on the communicator's stream, requests
+ *   watch.c   errors, waiting under the watchdog, breaking and aborting
+ *   create.c  making communicators (from a host twin, from the environment,
+ *             by split or group), ending them, the module registration
+ */
+#ifndef MPU_COMM_NCCL_BACKEND_H
+#define MPU_COMM_NCCL_BACKEND_H
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "comm/comm_internal.h"
+
+typedef struct nccl_impl {
+  ncclComm_t comm;
+  int device;
+  cudaStream_t stream;
+  int own_stream;
+  mpu_comm *host;     /* the twin: same members, host memory; NULL from env */
+  int own_host;
+  double timeout_s;
+  mpu_result_t broken;
+  char why[320];
+  int *one;           /* a device int for barrier */
+} nccl_impl;
+
+extern const mpu__comm_ops mpu__nccl_ops;
+
+static inline nccl_impl *impl_of(const mpu_comm *c) { return c->impl; }
+
+/* watch.c */
+mpu_result_t mpu__nccl_error(ncclResult_t r, ncclComm_t comm, const char *what);
+mpu_result_t mpu__nccl_cuda_error(cudaError_t e, const char *what);
+mpu_result_t mpu__nccl_broken_error(const nccl_impl *m, const char *fn);
+mpu_result_t mpu__nccl_watch(mpu_comm *c, cudaEvent_t event, double timeout_s, int keep,
+                             const char *fn);
+mpu_result_t mpu__nccl_usable(const mpu_comm *c, const char *fn);
+mpu_result_t mpu__nccl_abort(mpu_comm *c);
+
+/* create.c */
+mpu_result_t mpu__nccl_host_twin(const mpu_comm *comm, mpu_comm **host);
+mpu_result_t mpu__nccl_create_group(mpu_comm *c, const int *members, int n, mpu_comm **out);
+mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out);
+void mpu__nccl_destroy(mpu_comm *c);
+
+#endif

@@ -1,0 +1,277 @@
+/*
+ * calls.c - the NCCL backend's calls. Every call is enqueued on the
+ * communicator's stream; the blocking forms then wait for the stream, the
+ * non-blocking ones record an event that their request waits for (watch.c).
+ *
+ * Reductions are NCCL's own (ring or tree order, its NaN rules; 16-bit floats
+ * reduced natively): results equal mpu's rule for exactly representable sums
+ * but not bit for bit in general, and the capabilities say so.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/nccl/backend.h"
+#include "core/error.h"
+
+static ncclDataType_t type_of(mpu_dtype dt) {
+  switch (dt) {
+  case MPU_FLOAT32: return ncclFloat32;
+  case MPU_FLOAT64: return ncclFloat64;
+  case MPU_FLOAT16: return ncclFloat16;
+  case MPU_BFLOAT16: return ncclBfloat16;
+  case MPU_INT32: return ncclInt32;
+  case MPU_INT64: return ncclInt64;
+  case MPU_INT8: return ncclInt8;
+  case MPU_UINT32: return ncclUint32;
+  case MPU_UINT64: return ncclUint64;
+  default: return ncclUint8;
+  }
+}
+
+static ncclRedOp_t op_of(mpu_op op) {
+  switch (op) {
+  case MPU_PROD: return ncclProd;
+  case MPU_MIN: return ncclMin;
+  case MPU_MAX: return ncclMax;
+  case MPU_AVG: return ncclAvg;
+  default: return ncclSum;
+  }
+}
+
+/* ---- enqueueing calls --------------------------------------------------------- */
+
+/* The uneven collectives, which NCCL has not: one group of sends and
+ * receives (all_gather_v, all_to_all_v) or of reduces, one per block
+ * (reduce_scatter_v). This rank's own block is a copy on the stream. */
+static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype);
+  int n = c->size, me = c->rank;
+  const char *send = k->send;
+  char *recv = k->recv;
+  ncclResult_t r = ncclGroupStart(), e = ncclSuccess;
+  size_t off = 0;
+  for (int p = 0; p < n && r == ncclSuccess; p++) {
+    switch (k->sig.kind) {
+    case MPU_COLL_ALL_GATHER_V:
+      if (p != me && k->counts[me]) r = ncclSend(send, k->counts[me], t, p, m->comm, m->stream);
+      if (p != me && !r && k->counts[p])
+        r = ncclRecv(recv + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
+      break;
+    case MPU_COLL_REDUCE_SCATTER_V:
+      if (k->counts[p])
+        r = ncclReduce(send + off * es, p == me ? (void *)recv : (void *)(uintptr_t)(send + off * es),
+                       k->counts[p], t, op_of((mpu_op)k->sig.op), p, m->comm, m->stream);
+      off += k->counts[p];
+      break;
+    default:
+      if (p != me && k->counts[p])
+        r = ncclSend(send + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
+      if (p != me && !r && k->rcounts[p])
+        r = ncclRecv(recv + k->rdispls[p] * es, k->rcounts[p], t, p, m->comm, m->stream);
+    }
+  }
+  e = ncclGroupEnd(); /* always closes the group it opened */
+  MPU_CHECK(mpu__nccl_error(r ? r : e, m->comm, fn));
+  /* the own block: a copy on the same stream */
+  const void *from = NULL;
+  void *to = NULL;
+  size_t bytes = 0;
+  if (k->sig.kind == MPU_COLL_ALL_GATHER_V)
+    from = send, to = recv + k->displs[me] * es, bytes = k->counts[me] * es;
+  else if (k->sig.kind == MPU_COLL_ALL_TO_ALL_V)
+    from = send + k->displs[me] * es, to = recv + k->rdispls[me] * es, bytes = k->counts[me] * es;
+  if (bytes && from != to)
+    return mpu__nccl_cuda_error(cudaMemcpy2DAsync(to, bytes, from, bytes, bytes, 1, cudaMemcpyDefault,
+                                        m->stream),
+                      fn);
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  const mpu__sig *s = &k->sig;
+  size_t n = (size_t)s->count;
+  ncclDataType_t t = type_of((mpu_dtype)s->dtype);
+  ncclRedOp_t op = op_of((mpu_op)s->op);
+  ncclResult_t r;
+  switch (s->kind) {
+  case MPU_COLL_ALL_REDUCE: r = ncclAllReduce(k->send, k->recv, n, t, op, m->comm, m->stream); break;
+  case MPU_COLL_ALL_GATHER: r = ncclAllGather(k->send, k->recv, n, t, m->comm, m->stream); break;
+  case MPU_COLL_REDUCE_SCATTER:
+    r = ncclReduceScatter(k->send, k->recv, n, t, op, m->comm, m->stream);
+    break;
+  case MPU_COLL_BROADCAST:
+    r = ncclBroadcast(k->recv, k->recv, n, t, s->root, m->comm, m->stream);
+    break;
+  case MPU_COLL_REDUCE:
+    r = ncclReduce(k->send, c->rank == s->root ? k->recv : (void *)(uintptr_t)k->send, n, t, op,
+                   s->root, m->comm, m->stream);
+    break;
+  case MPU_COLL_ALL_TO_ALL: r = ncclAlltoAll(k->send, k->recv, n, t, m->comm, m->stream); break;
+  case MPU_COLL_BARRIER: /* NCCL has no barrier: a one-int all-reduce is one */
+    r = ncclAllReduce(m->one, m->one, 1, ncclInt32, ncclSum, m->comm, m->stream);
+    break;
+  default: return enqueue_uneven(c, k, fn);
+  }
+  return mpu__nccl_error(r, m->comm, fn);
+}
+
+/* A blocking call: enqueue, then wait for the stream under the watchdog. */
+static mpu_result_t run(mpu_comm *c, const mpu__call *k, const char *fn) {
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(enqueue(c, k, fn));
+  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+}
+
+/* Point to point is NCCL's: a send completes when the peer receives (no
+ * eager copy), so the blocking send waits for the matching recv. */
+static mpu_result_t nccl_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
+  static const char fn[] = "mpu_comm_send";
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_error(ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), m->comm, fn));
+  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+}
+
+static mpu_result_t nccl_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
+  static const char fn[] = "mpu_comm_recv";
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_error(ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), m->comm, fn));
+  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+}
+
+static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, int dst,
+                                  void *rbuf, size_t rcount, int src, mpu_dtype dt) {
+  static const char fn[] = "mpu_comm_sendrecv";
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  ncclResult_t r = ncclGroupStart();
+  ncclResult_t s = r ? r : ncclSend(sbuf, scount, type_of(dt), dst, m->comm, m->stream);
+  ncclResult_t v = r || s ? ncclSuccess : ncclRecv(rbuf, rcount, type_of(dt), src, m->comm, m->stream);
+  ncclResult_t e = r ? ncclSuccess : ncclGroupEnd(); /* always closes the group it opened */
+  MPU_CHECK(mpu__nccl_error(r ? r : s ? s : v ? v : e, m->comm, fn));
+  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+}
+
+/* ---- non-blocking: requests are events -------------------------------------------- */
+
+static mpu_result_t nccl_start(mpu_comm *c, const mpu__call *k, void **handle) {
+  const char *fn = mpu_collective_name((mpu_collective)k->sig.kind);
+  nccl_impl *m = impl_of(c);
+  cudaEvent_t ev;
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_cuda_error(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), fn));
+  mpu_result_t r = enqueue(c, k, fn);
+  if (!r) r = mpu__nccl_cuda_error(cudaEventRecord(ev, m->stream), fn);
+  if (r) {
+    cudaEventDestroy(ev);
+    return r;
+  }
+  *handle = ev;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t nccl_test(mpu_comm *c, void *handle, int *done) {
+  static const char fn[] = "mpu_request_test";
+  nccl_impl *m = impl_of(c);
+  if (m->broken) return mpu__nccl_broken_error(m, fn);
+  cudaError_t e = cudaEventQuery((cudaEvent_t)handle);
+  *done = e == cudaSuccess;
+  if (e != cudaSuccess && e != cudaErrorNotReady) return mpu__nccl_cuda_error(e, fn);
+  ncclResult_t async = ncclSuccess;
+  ncclCommGetAsyncError(m->comm, &async);
+  if (async != ncclSuccess && async != ncclInProgress) return mpu__nccl_watch(c, handle, 0, 0, fn);
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t nccl_wait(mpu_comm *c, void *handle, double timeout_s) {
+  static const char fn[] = "mpu_request_wait";
+  nccl_impl *m = impl_of(c);
+  if (m->broken) return mpu__nccl_broken_error(m, fn);
+  return mpu__nccl_watch(c, (cudaEvent_t)handle, timeout_s, timeout_s >= 0, fn);
+}
+
+static void nccl_release(mpu_comm *c, void *handle) {
+  (void)c;
+  cudaEventDestroy((cudaEvent_t)handle);
+}
+
+/* ---- memory and streams ---------------------------------------------------------- */
+
+static void nccl_caps(const mpu_comm *c, mpu_comm_caps *caps) {
+  caps->device = impl_of(c)->device;
+  caps->groups_by_split = !impl_of(c)->host; /* no twin to make groups among members */
+  caps->memory = MPU_MEMORY_DEVICE;
+  caps->streams = 1;
+  caps->native_nonblocking = 1;
+  caps->fault_detection = 1; /* the watchdog and asynchronous errors */
+  caps->call_checking = 0;   /* NCCL cannot compare calls across ranks */
+  caps->exact_reductions = 0;
+}
+
+static void *nccl_get_stream(const mpu_comm *c) { return impl_of(c)->stream; }
+
+static mpu_result_t nccl_set_stream(mpu_comm *c, void *stream) {
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(mpu__nccl_usable(c, "mpu_comm_set_stream"));
+  MPU_CHECK(mpu__nccl_watch(c, NULL, -1, 0, "mpu_comm_set_stream")); /* finish the old stream's work */
+  if (m->own_stream) cudaStreamDestroy(m->stream);
+  m->own_stream = 0;
+  m->stream = stream;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t nccl_mem_alloc(mpu_comm *c, size_t bytes, void **out) {
+  MPU_CHECK(mpu__nccl_cuda_error(cudaSetDevice(impl_of(c)->device), "mpu_comm_mem_alloc"));
+  return mpu__nccl_cuda_error(cudaMalloc(out, bytes ? bytes : 1), "mpu_comm_mem_alloc");
+}
+
+static mpu_result_t nccl_mem_free(mpu_comm *c, void *p) {
+  MPU_CHECK(mpu__nccl_cuda_error(cudaSetDevice(impl_of(c)->device), "mpu_comm_mem_free"));
+  return mpu__nccl_cuda_error(cudaFree(p), "mpu_comm_mem_free");
+}
+
+static mpu_result_t nccl_copy2d(mpu_comm *c, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t height) {
+  static const char fn[] = "mpu_comm_copy2d";
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_cuda_error(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                         cudaMemcpyDefault, m->stream),
+                       fn));
+  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+}
+
+static mpu_result_t nccl_native(mpu_comm *c, const mpu__call *k) {
+  /* mpu's calls are NCCL's: the raw call is the same enqueue, timed alike */
+  return run(c, k, "raw NCCL call");
+}
+
+const mpu__comm_ops mpu__nccl_ops = {
+    .name = "nccl",
+    .start = nccl_start,
+    .test = nccl_test,
+    .wait = nccl_wait,
+    .release = nccl_release,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .sendrecv = nccl_sendrecv,
+    .create_group = mpu__nccl_create_group,
+    .split = mpu__nccl_split,
+    .abort = mpu__nccl_abort,
+    .native = nccl_native,
+    .host_twin = mpu__nccl_host_twin,
+    .caps = nccl_caps,
+    .get_stream = nccl_get_stream,
+    .set_stream = nccl_set_stream,
+    .mem_alloc = nccl_mem_alloc,
+    .mem_free = nccl_mem_free,
+    .copy2d = nccl_copy2d,
+    .destroy = mpu__nccl_destroy,
+};

@@ -1,0 +1,255 @@
+/*
+ * create.c - making and ending NCCL communicators.
+ *
+ * An NCCL communicator is made among the members of a host communicator (its
+ * "twin": threads in one process, one GPU per thread, or MPI processes, one
+ * GPU per process): member 0 makes the unique id, the twin broadcasts it, each
+ * member joins with ncclCommInitRank on its device. create_group does the same
+ * on a group of the twin, so NCCL communicators are made among members only.
+ * Without a host backend, mpu_comm_nccl_from_env bootstraps from torchrun's
+ * variables through a small TCP rendezvous (rendezvous.c).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/base/module.h"
+#include "comm/nccl/backend.h"
+#include "comm/rendezvous.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "mpu/version.h"
+
+/* ---- making and ending communicators ---------------------------------------------- */
+
+/* The local rank: how many members before this one run on the same host. */
+static mpu_result_t local_rank_of(mpu_comm *host, int *local) {
+  int n = host->size, me = host->rank;
+  char *names = calloc((size_t)n, 64);
+  char mine[64] = "";
+  if (!names) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "nccl: %d host names", n);
+  gethostname(mine, sizeof mine - 1);
+  mpu_result_t r = mpu_comm_all_gather(host, mine, names, 64, MPU_UINT8);
+  int count = 0;
+  for (int k = 0; !r && k < me; k++) count += !strncmp(names + (size_t)k * 64, mine, 64);
+  free(names);
+  *local = count;
+  return r;
+}
+
+static void impl_free(nccl_impl *m) {
+  if (!m) return;
+  if (m->comm) ncclCommDestroy(m->comm);
+  if (m->one) cudaFree(m->one);
+  if (m->own_stream && m->stream) cudaStreamDestroy(m->stream);
+  if (m->own_host) mpu_comm_destroy(m->host);
+  free(m);
+}
+
+/* Join an NCCL communicator of n ranks as `rank` with the given id. */
+static mpu_result_t make(int rank, int n, const ncclUniqueId *id, int device, void *stream,
+                         double timeout_s, mpu_comm *host, int own_host, const int *world,
+                         mpu_comm **out) {
+  static const char fn[] = "mpu_comm_nccl_create";
+  nccl_impl *m = calloc(1, sizeof *m);
+  if (!m) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  m->device = device;
+  m->timeout_s = timeout_s;
+  m->host = host;
+  m->own_host = own_host;
+  mpu_result_t r = mpu__nccl_cuda_error(cudaSetDevice(device), fn);
+  if (!r && stream) m->stream = stream;
+  if (!r && !stream) {
+    r = mpu__nccl_cuda_error(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), fn);
+    m->own_stream = !r;
+  }
+  if (!r) r = mpu__nccl_cuda_error(cudaMalloc((void **)&m->one, sizeof(int)), fn);
+  if (!r) r = mpu__nccl_error(ncclCommInitRank(&m->comm, n, *id, rank), NULL, fn);
+  mpu_comm *c = r ? NULL : mpu__comm_new(&mpu__nccl_ops, rank, n, world, m);
+  if (!r && !c) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  if (r) {
+    impl_free(m);
+    return r;
+  }
+  *out = c;
+  return MPU_SUCCESS;
+}
+
+/* Member 0 of host makes the id, host broadcasts it, everyone joins. */
+static mpu_result_t make_over(mpu_comm *host, int own_host, int device, void *stream,
+                              double timeout_s, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_nccl_create";
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  int ok = 1;
+  if (host->rank == 0) ok = ncclGetUniqueId(&id) == ncclSuccess;
+  mpu_result_t r = mpu_comm_broadcast(host, &ok, 1, MPU_INT32, 0);
+  if (!r) r = mpu_comm_broadcast(host, &id, sizeof id, MPU_UINT8, 0);
+  if (!r && !ok) r = mpu__error(MPU_ERR_BACKEND, "%s: member 0 could not make an NCCL id", fn);
+  int *world = NULL;
+  if (!r) {
+    world = malloc((size_t)host->size * sizeof(int));
+    if (!world) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+    for (int k = 0; !r && k < host->size; k++) world[k] = mpu__comm_world_rank(host, k);
+  }
+  if (!r) r = make(host->rank, host->size, &id, device, stream, timeout_s, host, own_host, world, out);
+  free(world);
+  if (r && own_host) mpu_comm_destroy(host);
+  return r;
+}
+
+static mpu_result_t check_options(const char *fn, const mpu_nccl_options *o) {
+  if (o && (o->size == 0 || o->size > sizeof *o))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: options.size is %zu (start from MPU_NCCL_OPTIONS_INIT)", fn, o->size);
+  return MPU_SUCCESS;
+}
+
+/* The device of this rank: the option, else the local rank modulo the GPUs. */
+static mpu_result_t pick_device(const char *fn, const mpu_nccl_options *o, int local, int *device) {
+  int count = 0;
+  MPU_CHECK(mpu__nccl_cuda_error(cudaGetDeviceCount(&count), fn));
+  if (count < 1) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: no CUDA device", fn);
+  int want = o && o->device >= 0 ? o->device : local % count;
+  if (want >= count)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: device %d, but there are %d", fn, want, count);
+  *device = want;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t nccl_create(mpu_comm *host, const mpu_nccl_options *options,
+                                mpu_comm **out) {
+  static const char fn[] = "mpu_comm_nccl_create";
+  int local = 0, device = 0;
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  MPU_CHECK(check_options(fn, options));
+  int rank, size;
+  MPU_CHECK(mpu_comm_rank(host, &rank));
+  MPU_CHECK(mpu_comm_size(host, &size));
+  if (host->ops == &mpu__nccl_ops)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the host communicator is an NCCL one", fn);
+  if (!options || options->device < 0) MPU_CHECK(local_rank_of(host, &local));
+  mpu_result_t r = pick_device(fn, options, local, &device);
+  /* every member must agree before anyone joins NCCL, or the others would hang */
+  int32_t failed = r != MPU_SUCCESS, any = 0;
+  MPU_CHECK(mpu_comm_all_reduce(host, &failed, &any, 1, MPU_INT32, MPU_MAX));
+  if (r) return r;
+  if (any) return mpu__error(MPU_ERR_ABORTED, "%s: another member could not pick a device", fn);
+  int keep = !options || options->size < offsetof(mpu_nccl_options, keep_host) + sizeof(int) ||
+             options->keep_host;
+  MPU_CHECK(make_over(host, 0, device, options ? options->stream : NULL,
+                      mpu__env_timeout(options ? options->timeout_s : 0), out));
+  if (!keep) impl_of(*out)->host = NULL;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_nccl_from_env";
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  MPU_CHECK(check_options(fn, options));
+  mpu__rendezvous_env env;
+  MPU_CHECK(mpu__rendezvous_read_env(&env));
+  int device = 0;
+  MPU_CHECK(pick_device(fn, options, env.local_rank, &device));
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (env.rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
+    return mpu__error(MPU_ERR_BACKEND, "%s: could not make an NCCL id", fn);
+  double timeout = mpu__env_timeout(options ? options->timeout_s : 0);
+  MPU_CHECK(mpu__rendezvous_share(&env, &id, sizeof id, timeout));
+  return make(env.rank, env.world_size, &id, device, options ? options->stream : NULL, timeout,
+              NULL, 0, NULL, out);
+}
+
+mpu_result_t mpu__nccl_host_twin(const mpu_comm *comm, mpu_comm **host) {
+  if (!impl_of(comm)->host)
+    return mpu__error(MPU_ERR_UNSUPPORTED,
+                      "mpu_comm_host_twin: made from the environment, this communicator has no "
+                      "host twin");
+  *host = impl_of(comm)->host;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu__nccl_create_group(mpu_comm *c, const int *members, int n, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_create_group";
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  if (!m->host)
+    return mpu__error(MPU_ERR_UNSUPPORTED,
+                      "%s: an NCCL communicator made from the environment has no host twin to "
+                      "make groups with (use mpu_comm_split)",
+                      fn);
+  mpu_comm *twin = NULL;
+  MPU_CHECK(mpu_comm_create_group(m->host, members, n, &twin));
+  return make_over(twin, 1, m->device, NULL, m->timeout_s, out);
+}
+
+/* Collective over c, like ncclCommSplit: works without a host twin. */
+mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_split";
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  if (m->host) { /* split the twin as well, so the new communicator has one */
+    mpu_comm *twin = NULL;
+    MPU_CHECK(mpu_comm_split(m->host, color, key, &twin));
+    if (!twin) {
+      *out = NULL;
+      return MPU_SUCCESS;
+    }
+    return make_over(twin, 1, m->device, NULL, m->timeout_s, out);
+  }
+  nccl_impl *nm = calloc(1, sizeof *nm);
+  if (!nm) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  ncclComm_t nc = NULL;
+  mpu_result_t r = mpu__nccl_error(
+      ncclCommSplit(m->comm, color == MPU_COMM_SPLIT_NOCOLOR ? NCCL_SPLIT_NOCOLOR : color, key, &nc,
+                    NULL),
+      m->comm, fn);
+  if (!r && !nc) {
+    free(nm);
+    *out = NULL;
+    return MPU_SUCCESS;
+  }
+  int rank = 0, size = 0;
+  if (!r) r = mpu__nccl_error(ncclCommUserRank(nc, &rank), nc, fn);
+  if (!r) r = mpu__nccl_error(ncclCommCount(nc, &size), nc, fn);
+  *nm = (nccl_impl){nc, m->device, NULL, 0, NULL, 0, m->timeout_s, MPU_SUCCESS, "", NULL};
+  if (!r) r = mpu__nccl_cuda_error(cudaStreamCreateWithFlags(&nm->stream, cudaStreamNonBlocking), fn);
+  nm->own_stream = !r;
+  if (!r) r = mpu__nccl_cuda_error(cudaMalloc((void **)&nm->one, sizeof(int)), fn);
+  mpu_comm *nc_comm = r ? NULL : mpu__comm_new(&mpu__nccl_ops, rank, size, NULL, nm);
+  if (!r && !nc_comm) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  if (r) {
+    impl_free(nm);
+    return r;
+  }
+  *out = nc_comm;
+  return MPU_SUCCESS;
+}
+
+void mpu__nccl_destroy(mpu_comm *c) {
+  nccl_impl *m = c->impl;
+  cudaSetDevice(m->device);
+  if (m->comm && !m->broken && cudaStreamQuery(m->stream) == cudaSuccess) {
+    ncclCommDestroy(m->comm); /* nothing pending: the orderly way */
+  } else if (m->comm) {
+    ncclCommAbort(m->comm); /* work still queued: do not wait for it */
+  }
+  m->comm = NULL;
+  impl_free(m);
+}
+
+/* libmpu reaches the backend through this, registered when the library loads */
+static const mpu__module nccl_module = {
+    .name = "nccl",
+    .version = MPU_VERSION_STRING,
+    .nccl_create = nccl_create,
+    .nccl_from_env = nccl_from_env,
+};
+
+__attribute__((constructor)) static void nccl_module_load(void) {
+  mpu__module_register(&nccl_module);
+}

@@ -1,0 +1,123 @@
+/*
+ * double.h - a test double for the subset of the CUDA runtime and NCCL that
+ * src/comm/nccl/ uses, over host memory, for ranks that are threads of one
+ * process. Only tests link it (libmpu_nccl_double:
+ * cuda.c the runtime, comm.c NCCL's communicators, collectives.c its calls); it is never installed.
+ * The NCCL backend is compiled once, against the real headers; linked with
+ * this file instead of libcudart and libnccl it runs on any CPU.
+ *
+ * What it keeps of NCCL's and CUDA's documented behaviour:
+ *   - device memory is memory the "device" owns (here: the heap);
+ *   - a stream runs its work in order, asynchronously to the host: each
+ *     stream has a worker thread; events complete when the worker reaches
+ *     them; cudaStreamQuery says cudaErrorNotReady while work is queued;
+ *   - ncclCommInitRank blocks until all ranks of the id have joined;
+ *   - a collective completes when every rank's stream has reached it;
+ *     in-place forms as NCCL defines them (recvbuff == sendbuff, and the
+ *     rank's block for all_gather / reduce_scatter);
+ *   - ncclSend/ncclRecv match per (peer, order); group calls may hold both;
+ *   - ncclCommAbort stops the communicator's pending work, and its peers'
+ *     pending collectives end with ncclRemoteError (their async error), so a
+ *     watchdog can recover from a peer that never comes.
+ * Reductions fold in rank order (NCCL's own order is a ring or tree; tests of
+ * the backend use exactly representable values).
+ */
+#ifndef MPU_TESTS_NCCL_DOUBLE_H
+#define MPU_TESTS_NCCL_DOUBLE_H
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- streams (cuda.c): a worker thread each ----------------------------------- */
+
+typedef struct task {
+  struct task *next;
+  void (*run)(struct task *);
+  void (*drop)(struct task *); /* the communicator was aborted before it ran */
+  struct ncclComm *comm;        /* NULL for copies and events */
+} task;
+
+struct CUstream_st {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  task *head, *tail;
+  int busy, stop;
+  pthread_t worker;
+};
+
+struct CUevent_st {
+  int pending; /* atomics not needed: set under the stream lock, read under it */
+  cudaStream_t stream;
+};
+
+void double_push(cudaStream_t s, task *t);
+int double_current_device(void);
+
+/* ---- NCCL (comm.c, collectives.c): cliques of ranks that share an id ---------- */
+
+/* A send waiting for its recv: NCCL's point to point is a rendezvous (the
+ * send completes when the peer receives), not an eager copy. */
+typedef struct offer {
+  struct offer *next;
+  int src;
+  size_t bytes;
+  const void *data;
+  int taken; /* 1: copied by the receiver; -1: the size differed */
+} offer;
+
+typedef struct slot {
+  int kind;
+  const void *send;
+  void *recv;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  int root;
+} slot;
+
+typedef struct clique {
+  struct clique *next;
+  ncclUniqueId id;
+  int n, joined, refs, aborted;
+  int duplicate;   /* two ranks on one device: NCCL refuses the communicator */
+  int *devices;    /* [n] */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  uint64_t generation;
+  int arrived;
+  slot *slots;
+  offer **boxes; /* [n]: sends waiting for rank i to receive them */
+} clique;
+
+struct ncclComm {
+  clique *q;
+  int rank;
+  int aborted;
+  ncclResult_t async;
+  int inflight; /* tasks queued or running, under q->lock */
+};
+enum { K_ALL_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALL_TO_ALL, K_SEND, K_RECV };
+
+typedef struct coll_task {
+  task t;
+  slot s;
+  int peer;
+  struct coll_task *more; /* a group: the calls issued between ncclGroupStart and End */
+} coll_task;
+
+extern __thread char double_last_error[256];
+int double_meet(clique *q);                              /* comm.c */
+void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
+/* inside ncclGroupStart/End, point-to-point calls are held (comm.c) */
+ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
+
+#endif
