@@ -120,4 +120,6 @@ void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
 /* inside ncclGroupStart/End, point-to-point calls are held (comm.c) */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
 
+#include "nccl_double/switches.h"
+
 #endif

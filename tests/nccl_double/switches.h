@@ -1,0 +1,30 @@
+/*
+ * switches.h - the test double's forgiving shortcuts, off by default.
+ *
+ * The double behaves like NCCL and the CUDA runtime where a GPU run would
+ * differ from a CPU one: what they refuse, leave undefined or do not tell
+ * peers. A test that relies on a forgiving shortcut names it, in-process
+ * with double_forgive() or for a whole program with the environment
+ * variable MPU_DOUBLE_FORGIVE (a comma-separated list of the names below),
+ * and says why in a comment.
+ */
+#ifndef MPU_TESTS_NCCL_DOUBLE_SWITCHES_H
+#define MPU_TESTS_NCCL_DOUBLE_SWITCHES_H
+
+typedef enum double_switch {
+  DOUBLE_FORGIVE_POINTERS,   /* "pointers": any pointer is device memory */
+  DOUBLE_FORGIVE_ABORT,      /* "abort": ncclCommAbort also fails its peers' pending work */
+  DOUBLE_FORGIVE_ORDER,      /* "order": no stream-order checker */
+  DOUBLE_FORGIVE_REDUCTIONS, /* "reductions": mpu's reduction rules, not NCCL's */
+  DOUBLE_FORGIVE_P2P_SIZE,   /* "p2p_size": a send/recv size mismatch fails at once */
+  DOUBLE_SWITCHES
+} double_switch;
+
+/* Turn the named shortcuts (a comma-separated list) on or off; 0, or -1 if a
+ * name is unknown. Exported by libmpu_nccl_double. */
+int double_forgive(const char *names, int on);
+
+/* Whether a shortcut is on (the environment is read on first use). */
+int double_forgives(double_switch s);
+
+#endif
