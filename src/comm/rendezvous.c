@@ -1,48 +1,65 @@
 /*
- * rendezvous.c - the TCP rendezvous behind mpu_comm_nccl_from_env.
+ * rendezvous.c - the bootstrap behind mpu_comm_nccl_from_env, on a TCPStore.
  *
- * Rank 0 listens on MASTER_PORT; every other rank connects (retrying until
- * the timeout, since rank 0 may start last), says its rank, and reads the
- * blob. Rank 0 answers each rank once and returns when all world_size - 1
- * have been served. Sockets are non-blocking under poll(), so no step waits
- * past the deadline.
+ * Keys, under the prefix "mpu" (or "mpu/attempt_<TORCHELASTIC_RESTART_COUNT>"
+ * in the agent's store, so a restarted group never reads its predecessor's):
+ *   job               the job key, set by rank 0; a rank with another is refused
+ *   comm<n>/rank<r>   claimed once (ADD) by rank r of the n-th from_env call
+ *   comm<n>/id        the blob rank 0 publishes
+ *   comm<n>/abort     posted by an abort, seen by every peer's watch loop
+ * Every process calls mpu_comm_nccl_from_env in the same order, so n agrees.
  */
 #include "comm/rendezvous.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <stdint.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "comm/store.h"
 #include "core/clock.h"
 #include "core/error.h"
 
+static const char fn[] = "mpu_comm_nccl_from_env";
+
+/* how long rank 0's store waits for a silent or stalled connection */
+#define CONN_DEADLINE_S 10.0
+/* how often a watch loop asks the store about an abort */
+#define ABORT_POLL_S 0.1
 
 static mpu_result_t env_int(const char *name, const char *fallback, long lo, long hi, int *out) {
   const char *v = getenv(name);
   if (!v || !*v) v = fallback;
   if (!v)
     return mpu__error(MPU_ERR_INVALID_USAGE,
-                      "mpu_comm_nccl_from_env: %s is not set (torchrun sets RANK, WORLD_SIZE, "
+                      "%s: %s is not set (torchrun sets RANK, WORLD_SIZE, "
                       "LOCAL_RANK, MASTER_ADDR and MASTER_PORT)",
-                      name);
+                      fn, name);
   char *end;
   errno = 0;
   long x = strtol(v, &end, 10);
   if (errno || *end || end == v || x < lo || x > hi)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "mpu_comm_nccl_from_env: %s=%s (want a whole number %ld..%ld)", name, v, lo,
-                      hi);
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s=%s (want a whole number %ld..%ld)", fn,
+                      name, v, lo, hi);
   *out = (int)x;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t env_str(const char *name, int required, char *out, size_t cap) {
+  const char *v = getenv(name);
+  if (!v || !*v) {
+    if (required)
+      return mpu__error(MPU_ERR_INVALID_USAGE,
+                        "%s: %s is not set (the host of rank 0's store; torchrun sets it)", fn,
+                        name);
+    v = "";
+  }
+  if (strlen(v) >= cap)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s is longer than %zu bytes", fn, name,
+                      cap - 1);
+  snprintf(out, cap, "%s", v);
   return MPU_SUCCESS;
 }
 
@@ -52,111 +69,207 @@ mpu_result_t mpu__rendezvous_read_env(mpu__rendezvous_env *env) {
   MPU_CHECK(env_int("RANK", NULL, 0, env->world_size - 1, &env->rank));
   MPU_CHECK(env_int("LOCAL_RANK", "0", 0, 1 << 16, &env->local_rank));
   MPU_CHECK(env_int("MASTER_PORT", NULL, 1, 65535, &env->port));
-  const char *addr = getenv("MASTER_ADDR");
-  if (!addr || !*addr) addr = "127.0.0.1";
-  if (strlen(addr) >= sizeof env->addr)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_nccl_from_env: MASTER_ADDR is too long");
-  snprintf(env->addr, sizeof env->addr, "%s", addr);
+  MPU_CHECK(env_str("MASTER_ADDR", 1, env->addr, sizeof env->addr));
+  MPU_CHECK(env_int("TORCHELASTIC_RESTART_COUNT", "0", 0, 1 << 30, &env->attempt));
+  const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  /* torch's own test: str(True) (torch/distributed/rendezvous.py) */
+  env->agent_store = agent && !strcmp(agent, "True");
+  if (agent && *agent && !env->agent_store && strcmp(agent, "False"))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: TORCHELASTIC_USE_AGENT_STORE=%s (want True or False)", fn, agent);
+  MPU_CHECK(env_str("MPU_JOB_KEY", 0, env->job, sizeof env->job));
+  if (!env->job[0]) MPU_CHECK(env_str("TORCHELASTIC_RUN_ID", 0, env->job, sizeof env->job));
   return MPU_SUCCESS;
 }
 
-/* Move len bytes on a non-blocking socket before the deadline. */
-static int move_all(int fd, void *buf, size_t len, int sending, double deadline) {
-  char *p = buf;
-  while (len) {
-    struct pollfd pfd = {fd, sending ? POLLOUT : POLLIN, 0};
-    int left = (int)((deadline - mpu__now()) * 1000);
-    if (left <= 0 || poll(&pfd, 1, left) <= 0) return -1;
-    ssize_t k = sending ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
-    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return -1;
-    if (k > 0) p += k, len -= (size_t)k;
-  }
-  return 0;
-}
+/* ---- rank 0's store: one per port in the process, shared by its communicators ---- */
 
-static mpu_result_t serve(const mpu__rendezvous_env *env, const void *blob, size_t len,
-                          double deadline) {
-  static const char fn[] = "mpu_comm_nccl_from_env (rank 0)";
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
-  if (fd < 0) return mpu__error(MPU_ERR_SYSTEM, "%s: socket: %s", fn, strerror(errno));
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)env->port);
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 128)) {
-    mpu_result_t r = mpu__error(MPU_ERR_SYSTEM, "%s: cannot listen on port %d: %s", fn,
-                                env->port, strerror(errno));
-    close(fd);
-    return r;
-  }
-  char *served = calloc((size_t)env->world_size, 1);
-  int left = env->world_size - 1;
-  mpu_result_t r = served ? MPU_SUCCESS : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
-  while (!r && left > 0) {
-    struct pollfd pfd = {fd, POLLIN, 0};
-    int ms = (int)((deadline - mpu__now()) * 1000);
-    if (ms <= 0 || poll(&pfd, 1, ms) <= 0) {
-      r = mpu__error(MPU_ERR_TIMEOUT, "%s: %d of %d ranks never connected to port %d", fn, left,
-                     env->world_size - 1, env->port);
-      break;
-    }
-    int c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (c < 0) continue;
-    int32_t who = -1;
-    if (!move_all(c, &who, sizeof who, 0, deadline) && who > 0 && who < env->world_size &&
-        !served[who] && !move_all(c, (void *)blob, len, 1, deadline)) {
-      served[who] = 1;
-      left--;
-    }
-    close(c);
-  }
-  free(served);
-  close(fd);
+static pthread_mutex_t served_mu = PTHREAD_MUTEX_INITIALIZER;
+static mpu__store_server *served;
+static int served_port, served_users;
+
+static mpu_result_t serve_acquire(int port) {
+  pthread_mutex_lock(&served_mu);
+  mpu_result_t r = MPU_SUCCESS;
+  if (served && served_port != port)
+    r = mpu__error(MPU_ERR_INVALID_USAGE,
+                   "%s: this process already serves the store on port %d (MASTER_PORT=%d now)",
+                   fn, served_port, port);
+  else if (!served)
+    r = mpu__store_serve(fn, port, CONN_DEADLINE_S, &served);
+  if (!r) served_port = port, served_users++;
+  pthread_mutex_unlock(&served_mu);
   return r;
 }
 
-static mpu_result_t fetch(const mpu__rendezvous_env *env, void *blob, size_t len,
-                          double deadline) {
-  static const char fn[] = "mpu_comm_nccl_from_env";
-  char port[16];
-  snprintf(port, sizeof port, "%d", env->port);
-  struct addrinfo hints = {0}, *res = NULL;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  int g = getaddrinfo(env->addr, port, &hints, &res);
-  if (g) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: MASTER_ADDR=%s: %s", fn, env->addr, gai_strerror(g));
-  mpu_result_t r = MPU_ERR_TIMEOUT;
-  while (mpu__now() < deadline) { /* rank 0 may not be listening yet */
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) break;
-    int ok = connect(fd, res->ai_addr, res->ai_addrlen) == 0 || errno == EINPROGRESS;
-    if (ok) {
-      struct pollfd pfd = {fd, POLLOUT, 0};
-      int err = 0;
-      socklen_t el = sizeof err;
-      ok = poll(&pfd, 1, 1000) == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) && !err;
-    }
-    int32_t me = env->rank;
-    if (ok && !move_all(fd, &me, sizeof me, 1, deadline) && !move_all(fd, blob, len, 0, deadline)) {
-      close(fd);
-      r = MPU_SUCCESS;
-      break;
-    }
-    close(fd);
-    struct timespec pause = {0, 50 * 1000 * 1000};
-    nanosleep(&pause, NULL);
+static void serve_release(void) {
+  pthread_mutex_lock(&served_mu);
+  if (served && --served_users == 0) {
+    mpu__store_server_stop(served);
+    served = NULL;
   }
-  freeaddrinfo(res);
-  if (r)
-    return mpu__error(MPU_ERR_TIMEOUT, "%s: rank %d got nothing from %s:%d (rank 0) in time", fn,
-                      env->rank, env->addr, env->port);
+  pthread_mutex_unlock(&served_mu);
+}
+
+/* ---- joining ---- */
+
+struct mpu__rendezvous {
+  mpu__store *store;
+  int serving, rank;
+  char abort_key[64];
+  _Atomic double next_poll;
+  atomic_int seen;
+};
+
+static atomic_int from_env_calls;
+
+static mpu_result_t check_job(mpu__rendezvous *rv, const mpu__rendezvous_env *env,
+                              double timeout_s) {
+  char job[320];
+  int n = snprintf(job, sizeof job, "%s;world=%d", env->job, env->world_size);
+  void *cur = NULL;
+  size_t curn = 0;
+  mpu_result_t r = env->rank == 0 ? mpu__store_compare_set(rv->store, "job", "", 0, job,
+                                                           (size_t)n, &cur, &curn, timeout_s)
+                                  : mpu__store_get(rv->store, "job", &cur, &curn, timeout_s);
+  if (r == MPU_ERR_TIMEOUT)
+    return mpu__error(MPU_ERR_TIMEOUT,
+                      "%s: rank %d: rank 0 never published the job key in the store at %s",
+                      fn, env->rank, mpu__store_where(rv->store));
+  if (r) return r;
+  if (curn != (size_t)n || memcmp(cur, job, curn))
+    r = mpu__error(MPU_ERR_INVALID_USAGE,
+                   "%s: rank %d refused: the store at %s serves job '%.*s', this process is "
+                   "'%s' (MPU_JOB_KEY or TORCHELASTIC_RUN_ID, and WORLD_SIZE, must match)",
+                   fn, env->rank, mpu__store_where(rv->store), (int)(curn > 200 ? 200 : curn),
+                   (const char *)cur, job);
+  free(cur);
+  return r;
+}
+
+/* how many ranks have joined so far (for a message) */
+static int64_t joined_now(mpu__rendezvous *rv, int call) {
+  char key[64];
+  int64_t n = -1;
+  snprintf(key, sizeof key, "comm%d/joined", call);
+  if (mpu__store_add(rv->store, key, 0, &n, 1.0)) n = -1;
+  return n;
+}
+
+mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, size_t len,
+                                  double timeout_s, mpu__rendezvous **out) {
+  *out = NULL;
+  if (env->world_size == 1) return MPU_SUCCESS;
+  double deadline = mpu__now() + timeout_s;
+  int call = atomic_fetch_add(&from_env_calls, 1);
+  mpu__rendezvous *rv = calloc(1, sizeof *rv);
+  if (!rv) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  rv->rank = env->rank;
+  snprintf(rv->abort_key, sizeof rv->abort_key, "comm%d/abort", call);
+  mpu_result_t r = MPU_SUCCESS;
+  if (env->rank == 0 && !env->agent_store) {
+    r = serve_acquire(env->port);
+    rv->serving = !r;
+  }
+  char prefix[64];
+  if (env->agent_store) snprintf(prefix, sizeof prefix, "mpu/attempt_%d", env->attempt);
+  else snprintf(prefix, sizeof prefix, "mpu");
+  if (!r) r = mpu__store_connect(fn, env->addr, env->port, prefix, timeout_s, &rv->store);
+#define LEFT (deadline - mpu__now() > 0 ? deadline - mpu__now() : 0)
+  if (!r) r = check_job(rv, env, LEFT);
+  char key[64];
+  int64_t claims = 0;
+  snprintf(key, sizeof key, "comm%d/rank%d", call, env->rank);
+  if (!r) r = mpu__store_add(rv->store, key, 1, &claims, LEFT);
+  if (!r && claims != 1)
+    r = mpu__error(MPU_ERR_INVALID_USAGE,
+                   "%s: rank %d refused: another process already joined as rank %d (RANK=%d "
+                   "twice in this job?)",
+                   fn, env->rank, env->rank, env->rank);
+  snprintf(key, sizeof key, "comm%d/id", call);
+  if (!r && env->rank == 0) r = mpu__store_set(rv->store, key, blob, len, LEFT);
+  if (!r && env->rank != 0) {
+    void *got = NULL;
+    size_t n = 0;
+    r = mpu__store_get(rv->store, key, &got, &n, LEFT);
+    if (r == MPU_ERR_TIMEOUT)
+      r = mpu__error(MPU_ERR_TIMEOUT, "%s: rank %d got nothing from rank 0 through %s in time",
+                     fn, env->rank, mpu__store_where(rv->store));
+    if (!r && n != len)
+      r = mpu__error(MPU_ERR_BACKEND, "%s: rank %d: the id in the store has %zu bytes, not %zu",
+                     fn, env->rank, n, len);
+    if (!r) memcpy(blob, got, len);
+    free(got);
+  }
+  /* the last to arrive says so; rank 0's own store must outlive the others' reads */
+  snprintf(key, sizeof key, "comm%d/joined", call);
+  int64_t joined = 0;
+  if (!r) r = mpu__store_add(rv->store, key, 1, &joined, LEFT);
+  snprintf(key, sizeof key, "comm%d/all", call);
+  if (!r && joined == env->world_size) r = mpu__store_set(rv->store, key, "1", 1, LEFT);
+  if (!r && env->rank == 0 && rv->serving) {
+    r = mpu__store_wait(rv->store, key, LEFT);
+    if (r == MPU_ERR_TIMEOUT)
+      r = mpu__error(MPU_ERR_TIMEOUT, "%s: rank 0: only %lld of %d ranks came to the store at %s",
+                     fn, (long long)joined_now(rv, call), env->world_size,
+                     mpu__store_where(rv->store));
+  }
+#undef LEFT
+  if (r) {
+    mpu__rendezvous_leave(rv);
+    return r;
+  }
+  *out = rv;
   return MPU_SUCCESS;
 }
 
-mpu_result_t mpu__rendezvous_share(const mpu__rendezvous_env *env, void *blob, size_t len,
-                                   double timeout_s) {
-  double deadline = mpu__now() + timeout_s;
-  if (env->world_size == 1) return MPU_SUCCESS;
-  return env->rank == 0 ? serve(env, blob, len, deadline) : fetch(env, blob, len, deadline);
+void mpu__rendezvous_leave(mpu__rendezvous *rv) {
+  if (!rv) return;
+  mpu__store_close(rv->store);
+  if (rv->serving) serve_release();
+  free(rv);
+}
+
+void mpu__rendezvous_free(void *ctx) { mpu__rendezvous_leave(ctx); }
+
+/* the posted value: "<rank> <why>" */
+void mpu__rendezvous_post_abort(void *ctx, int rank, const char *why) {
+  mpu__rendezvous *rv = ctx;
+  if (!rv || !rv->store) return;
+  char msg[256];
+  int n = snprintf(msg, sizeof msg, "%d %s", rank, why ? why : "aborted");
+  if (n < 0) return;
+  if ((size_t)n >= sizeof msg) n = sizeof msg - 1;
+  /* best effort: the abort itself has happened whatever the store says */
+  mpu_result_t r = mpu__store_set(rv->store, rv->abort_key, msg, (size_t)n, 1.0);
+  (void)r;
+}
+
+int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n) {
+  mpu__rendezvous *rv = ctx;
+  if (!rv || !rv->store) return 0;
+  if (atomic_load(&rv->seen)) return 0; /* reported once already */
+  double now = mpu__now();
+  if (now < atomic_load(&rv->next_poll)) return 0;
+  atomic_store(&rv->next_poll, now + ABORT_POLL_S);
+  int ready = 0;
+  if (mpu__store_poll_key(rv->store, rv->abort_key, &ready) || !ready) return 0;
+  if (atomic_exchange(&rv->seen, 1)) return 0;
+  void *v = NULL;
+  size_t vn = 0;
+  int rank = -1;
+  char text[256] = "a peer aborted";
+  if (!mpu__store_get(rv->store, rv->abort_key, &v, &vn, 1.0)) {
+    snprintf(text, sizeof text, "%.*s", (int)(vn > 255 ? 255 : vn), (const char *)v);
+    char *end;
+    long k = strtol(text, &end, 10);
+    if (end != text && *end == ' ' && k >= 0 && k < 1 << 24) {
+      rank = (int)k;
+      memmove(text, end + 1, strlen(end + 1) + 1);
+    }
+  }
+  free(v);
+  if (who) *who = rank;
+  if (why && n) snprintf(why, n, "%s", text);
+  return 1;
 }

@@ -1,6 +1,10 @@
 /*
- * rendezvous.h - torchrun-style bootstrap without MPI: rank 0 serves a small
- * blob (an NCCL unique id) on MASTER_ADDR:MASTER_PORT, the others fetch it.
+ * rendezvous.h - torchrun-style bootstrap without MPI, over a TCPStore
+ * (store.h): rank 0 puts a small blob (an NCCL unique id) in the store at
+ * MASTER_ADDR:MASTER_PORT, the others wait for it and read it. Under torchrun
+ * (TORCHELASTIC_USE_AGENT_STORE=True) the store is the elastic agent's;
+ * otherwise rank 0 serves one. The communicator keeps its connection: an
+ * abort is posted there, and the peers' watch loops see it.
  */
 #ifndef MPU_COMM_RENDEZVOUS_H
 #define MPU_COMM_RENDEZVOUS_H
@@ -11,17 +15,36 @@
 
 typedef struct mpu__rendezvous_env {
   int rank, world_size, local_rank, port;
+  int agent_store; /* TORCHELASTIC_USE_AGENT_STORE=True: the agent serves the store */
+  int attempt;     /* TORCHELASTIC_RESTART_COUNT (0 when unset) */
   char addr[256];
+  char job[256];   /* MPU_JOB_KEY, else TORCHELASTIC_RUN_ID, else "" */
 } mpu__rendezvous_env;
 
-/* RANK, WORLD_SIZE, LOCAL_RANK (default 0), MASTER_ADDR (default 127.0.0.1)
- * and MASTER_PORT, each checked; a missing or malformed one is an error
- * naming it. */
+/* RANK, WORLD_SIZE, LOCAL_RANK (default 0), MASTER_ADDR, MASTER_PORT and
+ * the torchrun agent's variables, each checked; a missing or malformed one
+ * is an error naming it. */
 mpu_result_t mpu__rendezvous_read_env(mpu__rendezvous_env *env);
 
-/* Rank 0 sends blob (len bytes) to every other rank; the others receive it
- * into blob. Fails after timeout_s seconds. */
-mpu_result_t mpu__rendezvous_share(const mpu__rendezvous_env *env, void *blob, size_t len,
-                                   double timeout_s);
+typedef struct mpu__rendezvous mpu__rendezvous;
+
+/* Join the job's store: every rank checks the job key (a process of
+ * another job is refused), claims its rank once (a second claim of the same
+ * rank is refused), then rank 0 publishes blob (len bytes) and the others
+ * wait for it and read it into blob. Fails after timeout_s seconds. *out
+ * keeps the connection (NULL for a world of one); end it with _leave. */
+mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, size_t len,
+                                  double timeout_s, mpu__rendezvous **out);
+void mpu__rendezvous_leave(mpu__rendezvous *r);
+
+/* The out-of-band abort channel of a communicator from the environment, in
+ * the shape of nccl_impl's oob hooks (ctx is the mpu__rendezvous):
+ * post: tell every peer this rank gave up (why: a short reason); any thread.
+ * poll: never blocks and asks the store at most every 100 ms; nonzero once
+ * a peer has posted, with its rank in *who and its reason in why.
+ * free: mpu__rendezvous_leave. */
+void mpu__rendezvous_post_abort(void *ctx, int rank, const char *why);
+int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n);
+void mpu__rendezvous_free(void *ctx);
 
 #endif

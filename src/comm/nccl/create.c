@@ -7,7 +7,7 @@
  * member joins with ncclCommInitRank on its device. create_group does the same
  * on a group of the twin, so NCCL communicators are made among members only.
  * Without a host backend, mpu_comm_nccl_from_env bootstraps from torchrun's
- * variables through a small TCP rendezvous (rendezvous.c).
+ * variables through a TCPStore (rendezvous.c, store.c).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -146,6 +146,14 @@ static mpu_result_t nccl_create(mpu_comm *host, const mpu_nccl_options *options,
   return MPU_SUCCESS;
 }
 
+/* A communicator from the environment keeps its store connection: its
+ * abort channel to the peers (NCCL tells them only on its socket and IB
+ * transports). */
+static void keep_store(nccl_impl *m, mpu__rendezvous *rv) {
+  (void)m;
+  mpu__rendezvous_leave(rv);
+}
+
 static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **out) {
   static const char fn[] = "mpu_comm_nccl_from_env";
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
@@ -159,9 +167,16 @@ static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **ou
   if (env.rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
     return mpu__error(MPU_ERR_BACKEND, "%s: could not make an NCCL id", fn);
   double timeout = mpu__env_timeout(options ? options->timeout_s : 0);
-  MPU_CHECK(mpu__rendezvous_share(&env, &id, sizeof id, timeout));
-  return make(env.rank, env.world_size, &id, device, options ? options->stream : NULL, timeout,
-              NULL, 0, NULL, out);
+  mpu__rendezvous *rv = NULL;
+  MPU_CHECK(mpu__rendezvous_join(&env, &id, sizeof id, timeout, &rv));
+  mpu_result_t r = make(env.rank, env.world_size, &id, device, options ? options->stream : NULL,
+                        timeout, NULL, 0, NULL, out);
+  if (r) {
+    mpu__rendezvous_leave(rv);
+    return r;
+  }
+  keep_store(impl_of(*out), rv);
+  return MPU_SUCCESS;
 }
 
 mpu_result_t mpu__nccl_host_twin(const mpu_comm *comm, mpu_comm **host) {
