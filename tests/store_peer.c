@@ -1,0 +1,90 @@
+/*
+ * store_peer.c - mpu's TCPStore client and server, driven by
+ * test_store_torch.py against PyTorch's own TCPStore.
+ *   store_peer client PORT   queries torch's server (the script set the
+ *                            keys it reads and checks what this one wrote)
+ *   store_peer serve         serves a store, prints "port N", stops at EOF
+ *                            on stdin
+ * Exits 0 when every answer was the expected one, else 1 with a message.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/store.h"
+#include "mpu/result.h"
+#include "mpu.h"
+
+static int failed;
+
+static void expect(int ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "store_peer: %s (%s)\n", what, mpu_last_error());
+    failed = 1;
+  }
+}
+
+static int value_is(mpu__store *s, const char *key, const void *want, size_t n) {
+  void *v = NULL;
+  size_t got = 0;
+  int ok = !mpu__store_get(s, key, &v, &got, 10) && got == n && !memcmp(v, want, n);
+  free(v);
+  return ok;
+}
+
+static int client(int port) {
+  mpu__store *s = NULL, *p = NULL;
+  if (mpu__store_connect("store_peer", "127.0.0.1", port, "", 10, &s) ||
+      mpu__store_connect("store_peer", "localhost", port, "pre", 10, &p)) {
+    fprintf(stderr, "store_peer: %s\n", mpu_last_error());
+    return 1;
+  }
+  expect(value_is(s, "from_torch", "hello", 5), "get of torch's key");
+  expect(!mpu__store_set(s, "from_mpu", "bytes\0x", 7, 10), "set");
+  int64_t x = 0;
+  expect(!mpu__store_add(s, "counter", 5, &x, 10) && x == 7, "add onto torch's 2");
+  void *v = NULL;
+  size_t n = 0;
+  expect(!mpu__store_compare_set(s, "cas", "", 0, "first", 5, &v, &n, 10) && n == 5 &&
+             !memcmp(v, "first", 5),
+         "compare_set of a missing key");
+  free(v);
+  v = NULL;
+  expect(!mpu__store_compare_set(s, "cas", "nope", 4, "x", 1, &v, &n, 10) && n == 5 &&
+             !memcmp(v, "first", 5),
+         "compare_set with a wrong expectation");
+  free(v);
+  int ready = 1;
+  expect(!mpu__store_check(s, "missing", &ready, 10) && !ready, "check of a missing key");
+  expect(mpu__store_wait(s, "missing", 0.2) == MPU_ERR_TIMEOUT, "wait timing out");
+  expect(!mpu__store_check(s, "from_torch", &ready, 10) && ready, "check after a cancelled wait");
+  expect(!mpu__store_wait(s, "late", 20), "wait for a key torch sets later");
+  expect(!mpu__store_set(p, "k", "pv", 2, 10), "set under a prefix");
+  ready = 0;
+  for (int i = 0; i < 2000 && !ready; i++) expect(!mpu__store_poll_key(s, "late", &ready), "poll");
+  mpu__store_close(s);
+  mpu__store_close(p);
+  return failed;
+}
+
+static int serve(void) {
+  mpu__store_server *srv = NULL;
+  if (mpu__store_serve("store_peer", 0, 10, &srv)) {
+    fprintf(stderr, "store_peer: %s\n", mpu_last_error());
+    return 1;
+  }
+  printf("port %d\n", mpu__store_server_port(srv));
+  fflush(stdout);
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+  }
+  mpu__store_server_stop(srv);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "client")) return client(atoi(argv[2]));
+  if (argc == 2 && !strcmp(argv[1], "serve")) return serve();
+  fprintf(stderr, "usage: store_peer client PORT | store_peer serve\n");
+  return 2;
+}
