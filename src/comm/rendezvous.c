@@ -7,7 +7,7 @@
  *   comm<n>/rank<r>   claimed once (ADD) by rank r of the n-th from_env call
  *   comm<n>/id        the blob rank 0 publishes
  *   comm<n>/abort     posted by an abort, seen by every peer's watch loop
- * Every process calls mpu_comm_nccl_from_env in the same order, so n agrees.
+ * Every rank calls mpu_comm_nccl_from_env in the same order, so n agrees.
  */
 #include "comm/rendezvous.h"
 
@@ -121,7 +121,27 @@ struct mpu__rendezvous {
   atomic_int seen;
 };
 
-static atomic_int from_env_calls;
+/* How many times this rank has called from_env: the n of comm<n>. Counted
+ * per rank (a process holds one rank under torchrun; a test may hold more). */
+typedef struct call_count {
+  struct call_count *next;
+  int rank, calls;
+} call_count;
+static call_count *call_counts;
+
+static int next_call(int rank) {
+  pthread_mutex_lock(&served_mu);
+  call_count *c = call_counts;
+  while (c && c->rank != rank) c = c->next;
+  if (!c && (c = calloc(1, sizeof *c))) {
+    c->rank = rank;
+    c->next = call_counts;
+    call_counts = c;
+  }
+  int n = c ? c->calls++ : -1;
+  pthread_mutex_unlock(&served_mu);
+  return n;
+}
 
 static mpu_result_t check_job(mpu__rendezvous *rv, const mpu__rendezvous_env *env,
                               double timeout_s) {
@@ -161,8 +181,8 @@ mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, si
   *out = NULL;
   if (env->world_size == 1) return MPU_SUCCESS;
   double deadline = mpu__now() + timeout_s;
-  int call = atomic_fetch_add(&from_env_calls, 1);
-  mpu__rendezvous *rv = calloc(1, sizeof *rv);
+  int call = next_call(env->rank);
+  mpu__rendezvous *rv = call < 0 ? NULL : calloc(1, sizeof *rv);
   if (!rv) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   rv->rank = env->rank;
   snprintf(rv->abort_key, sizeof rv->abort_key, "comm%d/abort", call);
