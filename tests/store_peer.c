@@ -5,13 +5,19 @@
  *                            keys it reads and checks what this one wrote)
  *   store_peer serve         serves a store, prints "port N", stops at EOF
  *                            on stdin
+ *   store_peer rendezvous    one rank under torchrun (its variables): joins
+ *                            the rendezvous, checks rank 0's blob, posts an
+ *                            abort from rank 1 and sees it on the others
  * Exits 0 when every answer was the expected one, else 1 with a message.
  */
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/rendezvous.h"
 #include "comm/store.h"
+#include "core/clock.h"
 #include "mpu/result.h"
 #include "mpu.h"
 
@@ -82,7 +88,40 @@ static int serve(void) {
   return 0;
 }
 
+static int rendezvous(void) {
+  mpu__rendezvous_env env;
+  unsigned char blob[128];
+  mpu__rendezvous *rv = NULL;
+  if (mpu__rendezvous_read_env(&env)) {
+    fprintf(stderr, "store_peer: %s\n", mpu_last_error());
+    return 1;
+  }
+  for (int i = 0; i < 128; i++) blob[i] = env.rank == 0 ? (unsigned char)(i * 5 + 1) : 0;
+  if (mpu__rendezvous_join(&env, blob, sizeof blob, 60, &rv)) {
+    fprintf(stderr, "store_peer: rank %d: %s\n", env.rank, mpu_last_error());
+    return 1;
+  }
+  for (int i = 0; i < 128; i++) expect(blob[i] == (unsigned char)(i * 5 + 1), "rank 0's blob");
+  if (env.rank == 1) {
+    mpu__rendezvous_post_abort(rv, 1, "gave up");
+  } else {
+    int who = -1, seen = 0;
+    char why[64] = "";
+    for (double t0 = mpu__now(); !seen && mpu__now() - t0 < 30;) {
+      seen = mpu__rendezvous_poll_abort(rv, &who, why, sizeof why);
+      struct timespec ts = {0, 10 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    expect(seen && who == 1 && !strcmp(why, "gave up"), "rank 1's abort");
+  }
+  printf("rank %d of %d: %s store, ok=%d\n", env.rank, env.world_size,
+         env.agent_store ? "the agent's" : "rank 0's", !failed);
+  mpu__rendezvous_leave(rv);
+  return failed;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "rendezvous")) return rendezvous();
   if (argc == 3 && !strcmp(argv[1], "client")) return client(atoi(argv[2]));
   if (argc == 2 && !strcmp(argv[1], "serve")) return serve();
   fprintf(stderr, "usage: store_peer client PORT | store_peer serve\n");

@@ -4,6 +4,9 @@ torch.distributed.TCPStore serves and mpu's client (store_peer client) reads
 torch's keys, writes its own, adds, compare-sets, waits (timing out, then a
 key set later); then mpu's server (store_peer serve) is used by torch's
 TCPStore client (is_master=False) and PrefixStore: every Store call.
+Last, under torchrun itself (its elastic agent serving the store,
+TORCHELASTIC_USE_AGENT_STORE=True): three ranks of store_peer rendezvous
+share rank 0's blob and see rank 1's abort.
 Exits 77 (skipped) when this python3 cannot import torch.
 
 usage: test_store_torch.py STORE_PEER
@@ -83,3 +86,12 @@ finally:
     srv.stdin.close()
     srv.wait(timeout=30)
 check(srv.returncode == 0, "store_peer serve exited %s" % srv.returncode)
+
+# ---- under torchrun: the agent's store ----
+done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                       "--nproc-per-node", "3", "--no-python", peer, "rendezvous"],
+                      capture_output=True, text=True, timeout=240)
+oks = [l for l in done.stdout.splitlines() if "the agent's store, ok=1" in l]
+check(done.returncode == 0 and len(oks) == 3,
+      "torchrun: exit %d\n%s\n%s" % (done.returncode, done.stdout, done.stderr[-3000:]))
+print("torchrun, the agent's store: OK")

@@ -203,7 +203,8 @@ MPU_API mpu_result_t mpu_comm_nccl_create(mpu_comm *host, const mpu_nccl_options
                                           mpu_comm **out);
 
 /* The same without a host backend, from torchrun's RANK, WORLD_SIZE,
- * LOCAL_RANK, MASTER_ADDR and MASTER_PORT (a TCP rendezvous at rank 0).
+ * LOCAL_RANK, MASTER_ADDR and MASTER_PORT, through a TCPStore: torchrun's agent
+ * store (TORCHELASTIC_USE_AGENT_STORE=True) or one rank 0 serves (docs/gpu.md).
  * Groups: mpu_comm_split (ncclCommSplit); create_group needs a host twin. */
 MPU_API mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu_comm **out);
 
