@@ -240,33 +240,8 @@ static int run_query(mpu__store_server *s, conn *c, const mpu__store_query *q, c
   }
 }
 
-/* Read what came and run every whole query in it; 0, or -1 to drop. */
-static int on_readable(mpu__store_server *s, conn *c) {
-  uint8_t chunk[65536];
-  for (;;) {
-    ssize_t k = recv(c->fd, chunk, sizeof chunk, 0);
-    if (k == 0) return -1;
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return -1;
-    }
-    if (c->in.n == 0) c->since = mpu__now(); /* a new query begins */
-    size_t before = c->in.n;
-    mpu__store_buf *in = &c->in;
-    /* append without a length prefix */
-    if ((size_t)k > MPU__STORE_MAX_QUERY + 65536 - in->n) return -1;
-    if (in->n + (size_t)k > in->cap) {
-      size_t cap = in->cap ? in->cap : 4096;
-      while (cap < in->n + (size_t)k) cap *= 2;
-      uint8_t *p = realloc(in->p, cap);
-      if (!p) return -1;
-      in->p = p, in->cap = cap;
-    }
-    memcpy(in->p + before, chunk, (size_t)k);
-    in->n += (size_t)k;
-    if ((size_t)k < sizeof chunk) break;
-  }
+/* Run every whole query at the front of c->in; 0, or -1 to drop. */
+static int run_queries(mpu__store_server *s, conn *c) {
   size_t used = 0;
   for (;;) {
     mpu__store_query q;
@@ -274,8 +249,7 @@ static int on_readable(mpu__store_server *s, conn *c) {
     long n = mpu__store_parse(c->in.p + used, c->in.n - used, &q, &why);
     if (n < 0) return -1;
     if (n == 0) break;
-    int r = run_query(s, c, &q, c->in.p + used + n);
-    if (r || c->out.failed) return -1;
+    if (run_query(s, c, &q, c->in.p + used + n) || c->out.failed) return -1;
     used += (size_t)n;
     c->since = mpu__now();
   }
@@ -284,6 +258,34 @@ static int on_readable(mpu__store_server *s, conn *c) {
     c->in.n -= used;
   }
   return 0;
+}
+
+/* Read what came, running the queries as they complete; 0, or -1 to drop. */
+static int on_readable(mpu__store_server *s, conn *c) {
+  uint8_t chunk[65536];
+  for (;;) {
+    ssize_t k = recv(c->fd, chunk, sizeof chunk, 0);
+    if (k == 0) return -1;
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      return -1;
+    }
+    if (c->in.n == 0) c->since = mpu__now(); /* a new query begins */
+    mpu__store_buf *in = &c->in;
+    /* a query still arriving is bounded by the parser's limit */
+    if (in->n + (size_t)k > in->cap) {
+      size_t cap = in->cap ? in->cap : 4096;
+      while (cap < in->n + (size_t)k) cap *= 2;
+      uint8_t *p = realloc(in->p, cap);
+      if (!p) return -1;
+      in->p = p, in->cap = cap;
+    }
+    memcpy(in->p + in->n, chunk, (size_t)k);
+    in->n += (size_t)k;
+    if (run_queries(s, c)) return -1;
+    if ((size_t)k < sizeof chunk) return 0;
+  }
 }
 
 static int on_writable(conn *c) {
