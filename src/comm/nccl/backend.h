@@ -26,6 +26,12 @@ typedef struct nccl_impl {
   mpu_result_t broken;
   char why[320];
   int *one;           /* a device int for barrier */
+  /* the out-of-band abort channel: a rank that breaks posts, every wait of a
+   * peer polls (watch.c); for communicators from the environment, the store */
+  void (*oob_post_abort)(void *ctx, int rank, const char *why);
+  int (*oob_poll_abort)(void *ctx, int *who, char *why, size_t len);
+  void (*oob_free)(void *ctx);
+  void *oob_ctx;
 } nccl_impl;
 
 extern const mpu__comm_ops mpu__nccl_ops;

@@ -42,6 +42,7 @@ static mpu_result_t local_rank_of(mpu_comm *host, int *local) {
 
 static void impl_free(nccl_impl *m) {
   if (!m) return;
+  if (m->oob_free) m->oob_free(m->oob_ctx);
   if (m->comm) ncclCommDestroy(m->comm);
   if (m->one) cudaFree(m->one);
   if (m->own_stream && m->stream) cudaStreamDestroy(m->stream);
@@ -150,8 +151,11 @@ static mpu_result_t nccl_create(mpu_comm *host, const mpu_nccl_options *options,
  * abort channel to the peers (NCCL tells them only on its socket and IB
  * transports). */
 static void keep_store(nccl_impl *m, mpu__rendezvous *rv) {
-  (void)m;
-  mpu__rendezvous_leave(rv);
+  if (!rv) return; /* a world of one */
+  m->oob_post_abort = mpu__rendezvous_post_abort;
+  m->oob_poll_abort = mpu__rendezvous_poll_abort;
+  m->oob_free = mpu__rendezvous_free;
+  m->oob_ctx = rv;
 }
 
 static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **out) {
