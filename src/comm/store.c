@@ -333,6 +333,16 @@ static mpu_result_t leave(mpu__store *s, mpu_result_t r) {
   return r;
 }
 
+/* Enter a call and begin its query: the type, then the key. */
+static mpu_result_t begin(mpu__store *s, mpu__store_buf *b, int type, const char *key,
+                          double deadline, const char *what) {
+  MPU_CHECK(enter(s, what, deadline));
+  *b = (mpu__store_buf){0};
+  mpu__store_put_u8(b, (uint8_t)type);
+  put_key(s, b, key);
+  return MPU_SUCCESS;
+}
+
 static mpu_result_t connect_once(const struct addrinfo *ai, double deadline, int *fd_out) {
   int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
   if (fd < 0) return MPU_ERR_SYSTEM;
@@ -426,10 +436,8 @@ void mpu__store_close(mpu__store *s) {
 mpu_result_t mpu__store_set(mpu__store *s, const char *key, const void *v, size_t n,
                             double timeout_s) {
   double deadline = mpu__now() + timeout_s;
-  MPU_CHECK(enter(s, "set", deadline));
-  mpu__store_buf b = {0};
-  mpu__store_put_u8(&b, MPU__STORE_SET);
-  put_key(s, &b, key);
+  mpu__store_buf b;
+  MPU_CHECK(begin(s, &b, MPU__STORE_SET, key, deadline, "set"));
   if (n > MPU__STORE_MAX_VALUE) b.failed = 1;
   mpu__store_put_bytes(&b, v, n);
   return leave(s, send_buf(s, &b, deadline, "set"));
@@ -488,10 +496,8 @@ mpu_result_t mpu__store_get(mpu__store *s, const char *key, void **v, size_t *n,
 mpu_result_t mpu__store_add(mpu__store *s, const char *key, int64_t delta, int64_t *out,
                             double timeout_s) {
   double deadline = mpu__now() + timeout_s;
-  MPU_CHECK(enter(s, "add", deadline));
-  mpu__store_buf b = {0};
-  mpu__store_put_u8(&b, MPU__STORE_ADD);
-  put_key(s, &b, key);
+  mpu__store_buf b;
+  MPU_CHECK(begin(s, &b, MPU__STORE_ADD, key, deadline, "add"));
   mpu__store_put_u64(&b, (uint64_t)delta);
   mpu_result_t r = send_buf(s, &b, deadline, "add");
   uint64_t v = 0;
@@ -504,10 +510,8 @@ mpu_result_t mpu__store_compare_set(mpu__store *s, const char *key, const void *
                                     size_t en, const void *desired, size_t dn, void **cur,
                                     size_t *curn, double timeout_s) {
   double deadline = mpu__now() + timeout_s;
-  MPU_CHECK(enter(s, "compare_set", deadline));
-  mpu__store_buf b = {0};
-  mpu__store_put_u8(&b, MPU__STORE_COMPARE_SET);
-  put_key(s, &b, key);
+  mpu__store_buf b;
+  MPU_CHECK(begin(s, &b, MPU__STORE_COMPARE_SET, key, deadline, "compare_set"));
   if (en > MPU__STORE_MAX_VALUE || dn > MPU__STORE_MAX_VALUE) b.failed = 1;
   mpu__store_put_bytes(&b, expected, en);
   mpu__store_put_bytes(&b, desired, dn);
