@@ -235,7 +235,8 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
   int rank = 0, size = 0;
   if (!r) r = mpu__nccl_error(ncclCommUserRank(nc, &rank), nc, fn);
   if (!r) r = mpu__nccl_error(ncclCommCount(nc, &size), nc, fn);
-  *nm = (nccl_impl){nc, m->device, NULL, 0, NULL, 0, m->timeout_s, MPU_SUCCESS, "", NULL};
+  *nm = (nccl_impl){nc,         m->device, NULL, 0,    NULL, 0,   m->timeout_s,
+                    MPU_SUCCESS, "",       NULL, NULL, NULL, NULL, NULL};
   if (!r) r = mpu__nccl_cuda_error(cudaStreamCreateWithFlags(&nm->stream, cudaStreamNonBlocking), fn);
   nm->own_stream = !r;
   if (!r) r = mpu__nccl_cuda_error(cudaMalloc((void **)&nm->one, sizeof(int)), fn);
