@@ -150,6 +150,17 @@ static int raw_connect(int port) {
   return fd;
 }
 
+/* whether this machine has an IPv6 loopback to test on */
+static int have_ipv6(void) {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  struct sockaddr_in6 a = {0};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  int have = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  if (fd >= 0) close(fd);
+  return have;
+}
+
 static void ops_on(const char *host) {
   mpu__store_server *srv = NULL;
   assert_int_equal(mpu__store_serve("test", 0, 5, &srv), MPU_SUCCESS);
@@ -214,13 +225,7 @@ static void test_ops_ipv4(void **state) {
 
 static void test_ops_ipv6(void **state) {
   (void)state;
-  int fd = socket(AF_INET6, SOCK_STREAM, 0);
-  struct sockaddr_in6 a = {0};
-  a.sin6_family = AF_INET6;
-  a.sin6_addr = in6addr_loopback;
-  int have = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-  if (fd >= 0) close(fd);
-  if (!have) skip(); /* no IPv6 loopback on this machine */
+  if (!have_ipv6()) skip(); /* no IPv6 loopback on this machine */
   ops_on("::1");
 }
 
@@ -374,13 +379,7 @@ static void test_share(void **state) {
 
 static void test_share_ipv6(void **state) {
   (void)state;
-  int fd = socket(AF_INET6, SOCK_STREAM, 0);
-  struct sockaddr_in6 a = {0};
-  a.sin6_family = AF_INET6;
-  a.sin6_addr = in6addr_loopback;
-  int have = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-  if (fd >= 0) close(fd);
-  if (!have) skip();
+  if (!have_ipv6()) skip();
   share_on("::1", 3);
 }
 
