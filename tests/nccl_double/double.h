@@ -52,6 +52,7 @@ struct CUstream_st {
   task *head, *tail;
   int busy, stop;
   pthread_t worker;
+  int device; /* current when it was made: its faults are that device's (memory.c) */
 };
 
 struct CUevent_st {
@@ -115,11 +116,15 @@ typedef struct coll_task {
 } coll_task;
 
 extern __thread char double_last_error[256];
+/* How many calls of an NCCL function ("ncclAlltoAll", "ncclSend", ...) were
+ * enqueued in this process; -1 for a name it does not count. Exported. */
+long double_call_count(const char *nccl_function);
 int double_meet(clique *q);                              /* comm.c */
 void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
 /* inside ncclGroupStart/End, point-to-point calls are held (comm.c) */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
 
+#include "nccl_double/memory.h"
 #include "nccl_double/switches.h"
 
 #endif
