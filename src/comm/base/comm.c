@@ -221,6 +221,12 @@ const char *mpu_comm_backend(const mpu_comm *comm) {
 
 /* ---- memory, streams, capabilities ----------------------------------------------- */
 
+/* base's defaults (a host backend's), then the backend's own fields */
+static void caps_of(const mpu_comm *comm, mpu_comm_caps *all) {
+  *all = (mpu_comm_caps){sizeof *all, MPU_MEMORY_HOST, 0, 0, 0, 0, 1, 1, 0, 0, -1, 1, 1};
+  if (comm->ops->caps) comm->ops->caps(comm, all);
+}
+
 mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps) {
   static const char fn[] = "mpu_comm_capabilities";
   MPU_CHECK(check_comm(fn, comm));
@@ -228,8 +234,8 @@ mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps) {
   if (caps->size == 0 || caps->size > sizeof *caps)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: caps.size is %zu (set it to sizeof, up to %zu)",
                       fn, caps->size, sizeof *caps);
-  mpu_comm_caps all = {sizeof all, MPU_MEMORY_HOST, 0, 0, 0, 0, 1, 1, 0, 0, -1, 1, 1};
-  if (comm->ops->caps) comm->ops->caps(comm, &all);
+  mpu_comm_caps all;
+  caps_of(comm, &all);
   size_t size = caps->size; /* a caller built against a shorter struct gets its part */
   memcpy(caps, &all, size);
   caps->size = size;
@@ -851,6 +857,19 @@ mpu_result_t mpu__comm_group_described(mpu_comm *comm, int pos, int size,
     return mpu__error(MPU_ERR_UNSUPPORTED, "the %s backend makes no groups from descriptions",
                       comm->ops->name);
   return comm->ops->group_described(comm, pos, size, list, ctx, free_ctx, out);
+}
+
+mpu_result_t mpu__comm_for_host(mpu_comm *comm, const char *fn, mpu_comm **out) {
+  MPU_CHECK(check_comm(fn, comm));
+  mpu_comm_caps caps;
+  caps_of(comm, &caps);
+  if (caps.memory == MPU_MEMORY_HOST) return *out = comm, MPU_SUCCESS;
+  if (comm->ops->host_twin && comm->ops->host_twin(comm, out) == MPU_SUCCESS) return MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "%s: the %s communicator takes device memory and has no host twin, and this "
+                    "computes on host buffers (make the communicator over a host one, "
+                    "mpu_comm_nccl_create, or pass a host group)",
+                    fn, comm->ops->name);
 }
 
 mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host) {
