@@ -15,11 +15,11 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <cuda_runtime.h>
 #include <math.h>
 
 #include "conformance/conformance.h"
 #include "nccl_double/switches.h"
+#include "test_helpers.h"
 
 static const int rank_counts[] = {1, 2, 4, 8};
 
@@ -39,15 +39,6 @@ static mpu_result_t on_nccl(mpu_comm *world, void *arg) {
   mpu_result_t d = mpu_comm_destroy(nc);
   return r ? r : d;
 }
-
-static void *managed(size_t bytes) {
-  void *p = NULL;
-  if (cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) != cudaSuccess) return NULL;
-  memset(p, 0, bytes ? bytes : 1);
-  return p;
-}
-
-static void managed_free(void *p) { cudaFree(p); }
 
 static void run_case(void **state) {
   const conf_case *c = *state;
@@ -92,9 +83,7 @@ static mpu_result_t rules_rank(mpu_comm *world, void *arg) {
   rules_arg *a = arg;
   mpu_comm *nc = NULL;
   int me = 0, n = 0;
-  mpu_comm_rank(world, &me);
-  mpu_comm_size(world, &n);
-  mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
+  mpu_result_t r = test_nccl_over(world, NULL, &me, &n, &nc);
   if (r) return r;
   mpu_comm_caps caps;
   memset(&caps, 0, sizeof caps);
@@ -106,7 +95,8 @@ static mpu_result_t rules_rank(mpu_comm *world, void *arg) {
   if ((r = mpu_comm_capabilities(nc, &caps))) goto out;
   RULE(!caps.nan_propagates && !caps.exact_int_avg && !caps.exact_reductions,
        "caps: nan_propagates %d, exact_int_avg %d", caps.nan_propagates, caps.exact_int_avg);
-  f = managed(2 * sizeof *f), i8 = managed(2), u8 = managed(2), i32 = managed(2 * sizeof *i32);
+  f = conf_managed_alloc(2 * sizeof *f), i8 = conf_managed_alloc(2), u8 = conf_managed_alloc(2),
+  i32 = conf_managed_alloc(2 * sizeof *i32);
   RULE(f && i8 && u8 && i32, "managed memory");
   /* min/max with a NaN on rank 0: NCCL's fminf/fmaxf drop it */
   f[0] = me ? 1.0f : NAN, f[1] = me ? 1.0f : NAN;
@@ -132,7 +122,7 @@ static mpu_result_t rules_rank(mpu_comm *world, void *arg) {
   if (a->mpu_rules) RULE(isinf(f[0]), "mpu's avg of 3e38 x %d: %g, want inf", n, f[0]);
   else RULE(fabsf(f[0] - 3e38f) <= 3e38f * 1e-6f, "NCCL's avg of 3e38 x %d: %g", n, f[0]);
 out:
-  managed_free(f), managed_free(i8), managed_free(u8), managed_free(i32);
+  conf_managed_free(f), conf_managed_free(i8), conf_managed_free(u8), conf_managed_free(i32);
   mpu_result_t d = mpu_comm_destroy(nc);
   return r ? r : d;
 }
@@ -167,8 +157,8 @@ int main(void) {
     printf("no NCCL backend in this build\n");
     return 0;
   }
-  conf_alloc = managed;
-  conf_free = managed_free;
+  conf_alloc = conf_managed_alloc;
+  conf_free = conf_managed_free;
   for (const conf_case *c = conf_cases; c->name && n < 30; c++)
     tests[n++] = (struct CMUnitTest){c->name, run_case, NULL, NULL, (void *)c};
   tests[n++] = (struct CMUnitTest){"nccl_reduction_rules", nccl_reduction_rules, NULL, NULL, NULL};

@@ -21,6 +21,7 @@
 
 #include "mpu.h"
 #include "nccl_double/memory.h"
+#include "test_helpers.h"
 
 /* ---- the double itself ------------------------------------------------------- */
 
@@ -99,7 +100,7 @@ typedef struct rank_msg {
   char text[4][320];
 } rank_msg;
 
-#define RCHECK(cond, ...)                                                       \
+#define CHECK_OUT(cond, ...)                                                       \
   do {                                                                          \
     if (!(cond)) {                                                              \
       snprintf(m->text[me], sizeof m->text[me], __VA_ARGS__);                   \
@@ -109,7 +110,7 @@ typedef struct rank_msg {
   } while (0)
 
 #define REFUSED(call, words)                                                              \
-  RCHECK((call) == MPU_ERR_INVALID_ARGUMENT && strstr(mpu_last_error(), words),            \
+  CHECK_OUT((call) == MPU_ERR_INVALID_ARGUMENT && strstr(mpu_last_error(), words),            \
          "%s: want a refusal naming '%s', got: %s", #call, words, mpu_last_error())
 
 static int has_words(const char *a, const char *b) {
@@ -119,22 +120,20 @@ static int has_words(const char *a, const char *b) {
 static mpu_result_t check_rank(mpu_comm *world, void *arg) {
   rank_msg *m = arg;
   int me = 0, n = 0;
-  mpu_comm_rank(world, &me);
-  mpu_comm_size(world, &n);
   mpu_comm *nc = NULL;
-  mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
+  mpu_result_t r = test_nccl_over(world, NULL, &me, &n, &nc);
   if (r) return r;
   float *host = calloc(64, sizeof *host), *dev = NULL, *managed = NULL;
   void *other = NULL;
   mpu_comm_caps caps;
   memset(&caps, 0, sizeof caps);
   caps.size = sizeof caps;
-  RCHECK(host && !mpu_comm_capabilities(nc, &caps) && caps.memory == MPU_MEMORY_DEVICE,
+  CHECK_OUT(host && !mpu_comm_capabilities(nc, &caps) && caps.memory == MPU_MEMORY_DEVICE,
          "caps.memory %d", (int)caps.memory);
-  RCHECK(!mpu_comm_mem_alloc(nc, 16 * sizeof *dev, (void **)&dev), "mem_alloc");
+  CHECK_OUT(!mpu_comm_mem_alloc(nc, 16 * sizeof *dev, (void **)&dev), "mem_alloc");
   /* host buffers: refused by name and kind, nothing reaches NCCL */
   REFUSED(mpu_comm_all_reduce(nc, host, dev, 16, MPU_FLOAT32, MPU_SUM), "send buffer");
-  RCHECK(has_words("host memory not registered", "NCCL on device"), "%s", mpu_last_error());
+  CHECK_OUT(has_words("host memory not registered", "NCCL on device"), "%s", mpu_last_error());
   REFUSED(mpu_comm_all_reduce(nc, dev, host, 16, MPU_FLOAT32, MPU_SUM), "recv buffer");
   REFUSED(mpu_comm_all_gather(nc, dev, host, 8, MPU_FLOAT32), "recv buffer");
   REFUSED(mpu_comm_broadcast(nc, host, 4, MPU_FLOAT32, 0), "data buffer");
@@ -150,26 +149,26 @@ static mpu_result_t check_rank(mpu_comm *world, void *arg) {
   cudaSetDevice(mine + n);
   cudaError_t e = cudaMalloc(&other, 64);
   cudaSetDevice(mine);
-  RCHECK(e == cudaSuccess, "cudaMalloc on another device");
+  CHECK_OUT(e == cudaSuccess, "cudaMalloc on another device");
   REFUSED(mpu_comm_all_reduce(nc, other, other, 4, MPU_FLOAT32, MPU_SUM), "device memory of device");
   /* nothing faulted, and the communicator works on device, managed and
    * registered host memory */
-  RCHECK(!double_fault_message()[0], "a fault: %s", double_fault_message());
+  CHECK_OUT(!double_fault_message()[0], "a fault: %s", double_fault_message());
   for (int i = 0; i < 16; i++) host[i] = (float)(me + i);
-  RCHECK(!mpu_comm_copy2d(nc, dev, 16 * sizeof *dev, host, 16 * sizeof *dev, 16 * sizeof *dev, 1),
+  CHECK_OUT(!mpu_comm_copy2d(nc, dev, 16 * sizeof *dev, host, 16 * sizeof *dev, 16 * sizeof *dev, 1),
          "copy in");
-  RCHECK(!mpu_comm_all_reduce(nc, dev, dev, 16, MPU_FLOAT32, MPU_SUM), "device: %s", mpu_last_error());
-  RCHECK(cudaMallocManaged((void **)&managed, 16 * sizeof *managed, cudaMemAttachGlobal) == 0, "managed");
-  RCHECK(!mpu_comm_copy2d(nc, managed, 64, dev, 64, 64, 1), "copy out");
+  CHECK_OUT(!mpu_comm_all_reduce(nc, dev, dev, 16, MPU_FLOAT32, MPU_SUM), "device: %s", mpu_last_error());
+  CHECK_OUT(cudaMallocManaged((void **)&managed, 16 * sizeof *managed, cudaMemAttachGlobal) == 0, "managed");
+  CHECK_OUT(!mpu_comm_copy2d(nc, managed, 64, dev, 64, 64, 1), "copy out");
   float want = (float)(n * (n - 1) / 2);
-  RCHECK(managed[0] == want && managed[15] == want + 15.0f * (float)n, "sum %g, want %g", managed[0], want);
-  RCHECK(!mpu_comm_all_reduce(nc, managed, managed, 16, MPU_FLOAT32, MPU_MAX), "managed: %s",
+  CHECK_OUT(managed[0] == want && managed[15] == want + 15.0f * (float)n, "sum %g, want %g", managed[0], want);
+  CHECK_OUT(!mpu_comm_all_reduce(nc, managed, managed, 16, MPU_FLOAT32, MPU_MAX), "managed: %s",
          mpu_last_error());
-  RCHECK(cudaHostRegister(host, 64 * sizeof *host, cudaHostRegisterDefault) == cudaSuccess, "register");
+  CHECK_OUT(cudaHostRegister(host, 64 * sizeof *host, cudaHostRegisterDefault) == cudaSuccess, "register");
   host[0] = 1;
   r = mpu_comm_all_reduce(nc, host, host, 1, MPU_FLOAT32, MPU_SUM);
   cudaHostUnregister(host);
-  RCHECK(!r && host[0] == (float)n, "registered: %s, %g", mpu_last_error(), host[0]);
+  CHECK_OUT(!r && host[0] == (float)n, "registered: %s, %g", mpu_last_error(), host[0]);
 out:
   cudaFree(other);
   cudaFree(managed);
@@ -199,12 +198,10 @@ static void host_buffers_refused(void **state) {
 static mpu_result_t layers_rank(mpu_comm *world, void *arg) {
   rank_msg *m = arg;
   int me = 0, n = 0;
-  mpu_comm_rank(world, &me);
-  mpu_comm_size(world, &n);
   mpu_comm *nc = NULL, *bare = NULL;
   mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
   o.keep_host = 0;
-  mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
+  mpu_result_t r = test_nccl_over(world, NULL, &me, &n, &nc);
   if (!r) r = mpu_comm_nccl_create(world, &o, &bare);
   if (r) {
     mpu_comm_destroy(nc);
@@ -216,15 +213,15 @@ static mpu_result_t layers_rank(mpu_comm *world, void *arg) {
   mpu_tensor t;
   memset(&t, 0, sizeof t);
   const char *keys[1] = {"tokens"};
-  if (me == 0) RCHECK(!mpu_tensor_init(&t, src, MPU_INT64, 1, shape), "tensor");
-  RCHECK(!mpu_broadcast_data(nc, 1, keys, &t), "broadcast_data on NCCL: %s", mpu_last_error());
-  RCHECK(t.ndim == 1 && t.shape[0] == 3 && ((int64_t *)t.data)[2] == 9, "broadcast_data result");
+  if (me == 0) CHECK_OUT(!mpu_tensor_init(&t, src, MPU_INT64, 1, shape), "tensor");
+  CHECK_OUT(!mpu_broadcast_data(nc, 1, keys, &t), "broadcast_data on NCCL: %s", mpu_last_error());
+  CHECK_OUT(t.ndim == 1 && t.shape[0] == 3 && ((int64_t *)t.data)[2] == 9, "broadcast_data result");
   if (me) mpu_tensor_free(&t);
   /* a column-parallel layer keeps the host twin for its host activations */
   mpu_column_linear l;
-  RCHECK(!mpu_column_linear_init(&l, nc, 4, 2 * n, 0, 1, 0, 1, 0.02f), "column linear: %s",
+  CHECK_OUT(!mpu_column_linear_init(&l, nc, 4, 2 * n, 0, 1, 0, 1, 0.02f), "column linear: %s",
          mpu_last_error());
-  RCHECK(l.tp != nc && !strcmp(mpu_comm_backend(l.tp), "threads"), "layer on %s",
+  CHECK_OUT(l.tp != nc && !strcmp(mpu_comm_backend(l.tp), "threads"), "layer on %s",
          mpu_comm_backend(l.tp));
   mpu_column_linear_free(&l);
   /* without a twin: a clear refusal, not a fault */
@@ -232,7 +229,7 @@ static mpu_result_t layers_rank(mpu_comm *world, void *arg) {
   if (me == 0) mpu_tensor_init(&t, src, MPU_INT64, 1, shape);
   REFUSED(mpu_broadcast_data(bare, 1, keys, &t), "no host twin");
   REFUSED(mpu_column_linear_init(&l, bare, 4, 2 * n, 0, 1, 0, 1, 0.02f), "no host twin");
-  RCHECK(!double_fault_message()[0], "a fault: %s", double_fault_message());
+  CHECK_OUT(!double_fault_message()[0], "a fault: %s", double_fault_message());
 out:
   mpu_comm_destroy(bare);
   mpu_comm_destroy(nc);

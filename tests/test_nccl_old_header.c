@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "mpu.h"
+#include "test_helpers.h"
 
 long double_call_count(const char *nccl_function); /* the double's counters */
 
@@ -27,10 +28,8 @@ typedef struct shared {
 static mpu_result_t rank_fn(mpu_comm *world, void *arg) {
   shared *sh = arg;
   int me = 0, n = 0;
-  mpu_comm_rank(world, &me);
-  mpu_comm_size(world, &n);
   mpu_comm *nc = NULL;
-  mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
+  mpu_result_t r = test_nccl_over(world, NULL, &me, &n, &nc);
   if (r) return r;
   enum { COUNT = 3 };
   size_t bytes = (size_t)n * COUNT * sizeof(int32_t);
