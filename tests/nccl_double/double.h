@@ -19,8 +19,13 @@
  *   - ncclCommAbort stops the communicator's pending work, and its peers'
  *     pending collectives end with ncclRemoteError (their async error), so a
  *     watchdog can recover from a peer that never comes.
- * Reductions fold in rank order (NCCL's own order is a ring or tree; tests of
- * the backend use exactly representable values).
+ *   - memory is what CUDA says it is (memory.c): an NCCL call outside device,
+ *     managed or registered memory faults, and the fault is sticky;
+ *   - reductions follow NCCL's kernels (fminf/fmaxf, integer avg in the
+ *     element type, pre-multiplied float avg, 16-bit rounding per step),
+ *     folded in rank order (NCCL's own order is a ring or tree; tests of the
+ *     backend use exactly representable values).
+ * Each forgiving shortcut is a switch (switches.h).
  */
 #ifndef MPU_TESTS_NCCL_DOUBLE_H
 #define MPU_TESTS_NCCL_DOUBLE_H
