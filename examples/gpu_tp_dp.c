@@ -32,6 +32,25 @@
 
 enum { HIDDEN = 1024 };
 
+/* sum of one double over comm: straight from host memory on a host
+ * communicator (the twin), through device memory on an NCCL one without a
+ * twin (a world from torchrun's variables): NCCL takes no host pointers. */
+static mpu_result_t host_sum(mpu_comm *comm, double *value) {
+  mpu_comm_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.size = sizeof caps;
+  CHECK(mpu_comm_capabilities(comm, &caps));
+  if (caps.memory == MPU_MEMORY_HOST)
+    return mpu_comm_all_reduce(comm, value, value, 1, MPU_FLOAT64, MPU_SUM);
+  double *dev = NULL;
+  CHECK(mpu_comm_mem_alloc(comm, sizeof *dev, (void **)&dev));
+  mpu_result_t r = mpu_comm_copy2d(comm, dev, sizeof *dev, value, sizeof *dev, sizeof *dev, 1);
+  if (!r) r = mpu_comm_all_reduce(comm, dev, dev, 1, MPU_FLOAT64, MPU_SUM);
+  if (!r) r = mpu_comm_copy2d(comm, value, sizeof *dev, dev, sizeof *dev, sizeof *dev, 1);
+  mpu_comm_mem_free(comm, dev);
+  return r;
+}
+
 /* One rank's step, on a parallel state whose groups are NCCL communicators. */
 static mpu_result_t step(mpu_state *s) {
   int rank, tp, dp;
@@ -65,8 +84,8 @@ static mpu_result_t step(mpu_state *s) {
 
   /* CPU-side work on the host twin: every rank agrees on a loss */
   CHECK(mpu_state_host_comm(s, MPU_GROUP_DP, &dp_host));
-  double loss = rank, total = 0;
-  CHECK(mpu_comm_all_reduce(dp_host, &loss, &total, 1, MPU_FLOAT64, MPU_SUM));
+  double total = rank;
+  CHECK(host_sum(dp_host, &total));
 
   CHECK(mpu_comm_copy2d(tp_comm, host, sizeof host, partial, sizeof host, sizeof host, 1));
   float got = host[0];

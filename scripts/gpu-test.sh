@@ -8,7 +8,7 @@
 #   4. mpu bench --backend nccl, nccl-tests' columns
 # and print a summary. Exit 1 if any step failed, 2 if there is no GPU.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-test: no NVIDIA GPU here (nvidia-smi finds none)" >&2
   exit 2

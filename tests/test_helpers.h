@@ -53,6 +53,17 @@ static inline __attribute__((unused)) mpu_tensor test_mat(float *d, int rows, in
   return t;
 }
 
+/* This thread rank's place in world and an NCCL communicator over it (world
+ * its host twin; options may be NULL). */
+static inline __attribute__((unused)) mpu_result_t test_nccl_over(mpu_comm *world,
+                                                                  const mpu_nccl_options *options,
+                                                                  int *rank, int *size,
+                                                                  mpu_comm **nc) {
+  mpu_comm_rank(world, rank);
+  mpu_comm_size(world, size);
+  return mpu_comm_nccl_create(world, options, nc);
+}
+
 /* monotonic seconds */
 static inline __attribute__((unused)) double test_now(void) {
   struct timespec ts;

@@ -244,6 +244,10 @@ typedef struct mpu_comm_caps {
   int groups_by_split;    /* groups come only from mpu_comm_split, collective over all ranks
                              (an NCCL world from the environment, without a host twin) */
   int device;             /* the device this rank's buffers live on; -1 for host memory */
+  int nan_propagates;     /* float min/max give NaN when any input is NaN (docs/api.md's rule);
+                             0: a NaN loses to a number (NCCL's fminf/fmaxf) */
+  int exact_int_avg;      /* integer avg divides the exact sum (docs/api.md's rule); 0: the
+                             sum wraps in the element type first (NCCL's) */
 } mpu_comm_caps;
 
 MPU_API mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps);

@@ -188,6 +188,33 @@ static mpu_result_t call(mpu_comm *c, const mpu_bench_config *cfg, void *send, v
 static mpu_result_t call_native(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
                                 size_t count, int rank, size_t es);
 
+/* The bench's own numbers (flags, times, error counts) live in host memory:
+ * on a device communicator they go through its host twin, or, without one
+ * (NCCL from torchrun's variables), through device memory and back. root
+ * >= 0: a broadcast from it; otherwise an all-reduce with op. */
+static mpu_result_t host_numbers(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, mpu_op op,
+                                 int root) {
+  mpu_comm_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.size = sizeof caps;
+  MPU_CHECK(mpu_comm_capabilities(c, &caps));
+  mpu_comm *twin = NULL;
+  if (caps.memory == MPU_MEMORY_HOST || mpu_comm_host_twin(c, &twin) == MPU_SUCCESS) {
+    mpu_comm *h = twin ? twin : c;
+    return root >= 0 ? mpu_comm_broadcast(h, buf, count, dt, root)
+                     : mpu_comm_all_reduce(h, buf, buf, count, dt, op);
+  }
+  size_t bytes = count * mpu_dtype_size(dt); /* the caller's own buffer: no overflow */
+  void *dev = NULL;
+  MPU_CHECK(mpu_comm_mem_alloc(c, bytes, &dev));
+  mpu_result_t r = mpu_comm_copy2d(c, dev, bytes, buf, bytes, bytes, 1);
+  if (!r) r = root >= 0 ? mpu_comm_broadcast(c, dev, count, dt, root)
+                        : mpu_comm_all_reduce(c, dev, dev, count, dt, op);
+  if (!r) r = mpu_comm_copy2d(c, buf, bytes, dev, bytes, bytes, 1);
+  mpu_result_t f = mpu_comm_mem_free(c, dev);
+  return r ? r : f;
+}
+
 /* Run the call once on known inputs; *wrong = wrong output elements on every
  * rank together (collective over c). */
 static mpu_result_t check_once(mpu_comm *c, const mpu_bench_config *cfg, int native,
@@ -237,7 +264,7 @@ static mpu_result_t check_once(mpu_comm *c, const mpu_bench_config *cfg, int nat
     }
     mine += memcmp(out + i * es, want, es) != 0;
   }
-  MPU_CHECK(mpu_comm_all_reduce(c, &mine, &mine, 1, MPU_INT64, MPU_SUM));
+  MPU_CHECK(host_numbers(c, &mine, 1, MPU_INT64, MPU_SUM, -1));
   *wrong = mine;
   return MPU_SUCCESS;
 }
@@ -348,7 +375,7 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   int32_t native = 0;
   if (cfg->native) {
     native = call_native(comms[0], cfg, send, recv, count, rank, es) == MPU_SUCCESS;
-    MPU_CHECK_GOTO(mpu_comm_all_reduce(comms[0], &native, &native, 1, MPU_INT32, MPU_MIN), r, out);
+    MPU_CHECK_GOTO(host_numbers(comms[0], &native, 1, MPU_INT32, MPU_MIN, -1), r, out);
   }
   int variants = ncomms + native;
   for (int i = -cfg->warmup; i < cfg->iters; i++) {
@@ -373,15 +400,16 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
     means[v] = sum / cfg->iters;
   }
   if (cfg->average == MPU_BENCH_RANK0)
-    MPU_CHECK_GOTO(mpu_comm_broadcast(comms[0], means, (size_t)variants, MPU_FLOAT64, 0), r, out);
+    MPU_CHECK_GOTO(host_numbers(comms[0], means, (size_t)variants, MPU_FLOAT64, MPU_SUM, 0), r, out);
   else if (cfg->average != MPU_BENCH_SLOWEST)
-    MPU_CHECK_GOTO(mpu_comm_all_reduce(comms[0], means, means, (size_t)variants, MPU_FLOAT64,
-                                       cfg->average == MPU_BENCH_AVG   ? MPU_AVG
-                                       : cfg->average == MPU_BENCH_MIN ? MPU_MIN
-                                                                       : MPU_MAX),
+    MPU_CHECK_GOTO(host_numbers(comms[0], means, (size_t)variants, MPU_FLOAT64,
+                                cfg->average == MPU_BENCH_AVG   ? MPU_AVG
+                                : cfg->average == MPU_BENCH_MIN ? MPU_MIN
+                                                                : MPU_MAX,
+                                -1),
                    r, out);
-  MPU_CHECK_GOTO(mpu_comm_all_reduce(comms[0], times, times,
-                                     (size_t)variants * (size_t)cfg->iters, MPU_FLOAT64, MPU_MAX),
+  MPU_CHECK_GOTO(host_numbers(comms[0], times, (size_t)variants * (size_t)cfg->iters, MPU_FLOAT64,
+                              MPU_MAX, -1),
                  r, out);
   /* the results, checked after the timing on every variant (nccl-tests -c 1) */
   long long wrong[MAX_VARIANTS];

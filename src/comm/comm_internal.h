@@ -66,6 +66,10 @@ typedef struct mpu__comm_ops {
   /* optional: a communicator made from a description lists its members'
    * world ranks on first need */
   mpu_result_t (*list_members)(const mpu_comm *c, int *world_ranks);
+  /* Optional, for device backends (NULL: any host memory will do): whether
+   * the bytes at p may be handed to the backend's calls; 0 with what the
+   * memory is and what the communicator takes written to why. */
+  int (*check_buffer)(const mpu_comm *c, const void *p, size_t bytes, char *why, size_t why_size);
 } mpu__comm_ops;
 
 struct mpu_comm {

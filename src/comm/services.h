@@ -6,6 +6,7 @@
 #ifndef MPU_COMM_SERVICES_H
 #define MPU_COMM_SERVICES_H
 
+#include "core/error.h"
 #include "mpu/comm.h"
 
 /* The backend library's own call (MPI_Allreduce, ncclAllReduce, ...) for a
@@ -22,5 +23,12 @@ mpu_result_t mpu__comm_native(mpu_comm *comm, mpu_collective kind, const void *s
 mpu_result_t mpu__comm_group_described(mpu_comm *comm, int pos, int size,
                                        mpu_result_t (*list)(const void *ctx, int *out, int size),
                                        void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out);
+
+/* The communicator for host buffers (layers, the optimizer, data broadcast
+ * compute on the host): comm itself on a host backend, its host twin on a
+ * device one (an NCCL group made over the threads or MPI backend). A device
+ * communicator without a twin (NCCL from torchrun's variables) is
+ * MPU_ERR_INVALID_ARGUMENT naming fn: host buffers would fault the GPU. */
+MPU_SIBLING_API mpu_result_t mpu__comm_for_host(mpu_comm *comm, const char *fn, mpu_comm **out);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/services.h"
 #include "core/error.h"
 #include "mpu/layers.h"
 
@@ -14,6 +15,7 @@ mpu_result_t mpu_broadcast_data(mpu_comm *tp, int nkeys, const char *const *keys
                                 mpu_tensor *tensors) {
   static const char fn[] = "mpu_broadcast_data";
   int rank;
+  MPU_CHECK(mpu__comm_for_host(tp, fn, &tp)); /* an NCCL group: its host twin */
   MPU_CHECK(mpu_comm_rank(tp, &rank));
   if (nkeys < 1 || !tensors)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d keys and no tensors", fn, nkeys);

@@ -7,7 +7,9 @@
 #include "mpu/layers.h"
 #include "mpu/state.h"
 
-mpu_result_t mpu__layer_comm(mpu_comm *tp, int *size, int *rank);
+/* The layer's tensor-parallel group for its host buffers (*tp becomes the
+ * host twin of an NCCL group: mpu__comm_for_host), its size and rank. */
+mpu_result_t mpu__layer_comm(const char *fn, mpu_comm **tp, int *size, int *rank);
 /* _initialize_affine_weight_cpu: the master (rows, cols) drawn by init from
  * a stream seeded by seed, split along dim in tp x stride pieces; this rank
  * keeps pieces rank, rank + tp, ... concatenated along dim; *keep_master (if

@@ -14,14 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/services.h"
 #include "core/error.h"
 #include "core/options.h"
 #include "layers/layers_internal.h"
 #include "mpu/layers.h"
 
-mpu_result_t mpu__layer_comm(mpu_comm *tp, int *size, int *rank) {
-  MPU_CHECK(mpu_comm_size(tp, size));
-  return mpu_comm_rank(tp, rank);
+mpu_result_t mpu__layer_comm(const char *fn, mpu_comm **tp, int *size, int *rank) {
+  MPU_CHECK(mpu__comm_for_host(*tp, fn, tp));
+  MPU_CHECK(mpu_comm_size(*tp, size));
+  return mpu_comm_rank(*tp, rank);
 }
 
 /* ---- initialisation ---------------------------------------------------------------------- */
@@ -134,7 +136,7 @@ mpu_result_t mpu_column_linear_create(mpu_column_linear *l, mpu_comm *tp, int in
   memset(l, 0, sizeof *l);
   mpu_linear_options o;
   MPU_CHECK(take_linear(fn, options, &o));
-  MPU_CHECK(mpu__layer_comm(tp, &l->tp_size, &l->tp_rank));
+  MPU_CHECK(mpu__layer_comm(fn, &tp, &l->tp_size, &l->tp_rank));
   if (in < 1 || out < 1 || out % l->tp_size || (out / l->tp_size) % o.stride)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: input_size %d, output_size %d (out must divide by the %d "
@@ -245,7 +247,7 @@ mpu_result_t mpu_row_linear_create(mpu_row_linear *l, mpu_comm *tp, int in, int 
   memset(l, 0, sizeof *l);
   mpu_linear_options o;
   MPU_CHECK(take_linear(fn, options, &o));
-  MPU_CHECK(mpu__layer_comm(tp, &l->tp_size, &l->tp_rank));
+  MPU_CHECK(mpu__layer_comm(fn, &tp, &l->tp_size, &l->tp_rank));
   if (in < 1 || out < 1 || in % l->tp_size || (in / l->tp_size) % o.stride)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: input_size %d, output_size %d (in must divide by the %d "

@@ -25,7 +25,7 @@ mpu_result_t mpu_vocab_embedding_create(mpu_vocab_embedding *e, mpu_comm *tp, in
   if ((o.weight == NULL) != (o.weight_grad == NULL))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: give the weight and its gradient as views "
                       "together (or neither)", fn);
-  MPU_CHECK(mpu__layer_comm(tp, &e->tp_size, &e->tp_rank));
+  MPU_CHECK(mpu__layer_comm(fn, &tp, &e->tp_size, &e->tp_rank));
   if (vocab < 1 || hidden < 1 || vocab % e->tp_size)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: vocab %d, hidden %d (vocab must divide by the %d tensor-parallel ranks)",
@@ -105,7 +105,7 @@ mpu_result_t mpu_vocab_cross_entropy_forward(mpu_vocab_cross_entropy *ce, mpu_co
                                              int vocab_local, float label_smoothing, float *loss) {
   static const char fn[] = "mpu_vocab_cross_entropy_forward";
   int T, r;
-  MPU_CHECK(mpu__layer_comm(tp, &T, &r));
+  MPU_CHECK(mpu__layer_comm(fn, &tp, &T, &r));
   if (!ce || !logits || !targets || !loss || n < 1 || vocab_local < 1)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument, %d rows, %d logits", fn, n,
                       vocab_local);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/services.h"
 #include "core/error.h"
 #include "core/simd.h"
 #include "core/options.h"
@@ -142,12 +143,15 @@ static void bucket_range(size_t numel, size_t bucket, size_t k, size_t *start, s
   *end = *start + bucket < numel ? *start + bucket : numel;
 }
 
-static mpu_result_t ready(const char *fn, const mpu_param_buffer *b, mpu_comm *dp, int *size,
+/* The buffer is ready and *dp is the group for its host memory (the host
+ * twin of an NCCL group). */
+static mpu_result_t ready(const char *fn, const mpu_param_buffer *b, mpu_comm **dp, int *size,
                           int *rank) {
-  if (!b || !dp) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL buffer or group", fn);
+  if (!b || !*dp) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL buffer or group", fn);
   if (!b->finalized) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: buffer not finalized", fn);
-  MPU_CHECK(mpu_comm_size(dp, size));
-  return mpu_comm_rank(dp, rank);
+  MPU_CHECK(mpu__comm_for_host(*dp, fn, dp));
+  MPU_CHECK(mpu_comm_size(*dp, size));
+  return mpu_comm_rank(*dp, rank);
 }
 
 mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
@@ -156,7 +160,7 @@ mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
   mpu_grad_sync_options o;
   int n, rank;
   MPU_CHECK(take_sync(fn, options, &o));
-  MPU_CHECK(ready(fn, b, dp, &n, &rank));
+  MPU_CHECK(ready(fn, b, &dp, &n, &rank));
   size_t bucket = o.bucket_bytes / sizeof(float), start, end;
   float scale = o.sum ? 1.0f : 1.0f / (float)n; /* Megatron scales, then sums */
   for (size_t k = 0; k * bucket < b->numel; k++) {
@@ -315,7 +319,7 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
   MPU_CHECK(take_sync(fn, &opt->o.sync, &sync));
   opt->o.sync = sync;
   MPU_CHECK(mpu__adamw_check(fn, &opt->o));
-  MPU_CHECK(ready(fn, b, dp, &opt->dp_size, &opt->dp_rank));
+  MPU_CHECK(ready(fn, b, &dp, &opt->dp_size, &opt->dp_rank));
   opt->b = b, opt->dp = dp, opt->distributed = distributed != 0;
   MPU_CHECK(mpu__adamw_agree(fn, dp, &opt->o, opt->o.sync.sum, opt->o.sync.bucket_bytes,
                              "distributed", opt->distributed, b));
@@ -440,6 +444,7 @@ static double held_squares(const mpu_optimizer *opt) {
 
 mpu_result_t mpu__grad_norm(const char *fn, double sq, mpu_comm *norm_group, float *grad_norm,
                            float *norm) {
+  if (norm_group) MPU_CHECK(mpu__comm_for_host(norm_group, fn, &norm_group));
   if (norm_group) MPU_CHECK(mpu_comm_all_reduce(norm_group, &sq, &sq, 1, MPU_FLOAT64, MPU_SUM));
   *norm = (float)sqrt(sq);
   if (grad_norm) *grad_norm = *norm;

@@ -51,6 +51,10 @@ mpu_result_t conf_edge_outputs(mpu_comm *world, char *buf, size_t cap, size_t *u
 extern void *(*conf_alloc)(size_t bytes);
 extern void (*conf_free)(void *p);
 
+/* managed.c (drivers on NCCL only): CUDA managed memory, zeroed. */
+void *conf_managed_alloc(size_t bytes);
+void conf_managed_free(void *p);
+
 /* Every case, ending with {NULL, NULL}. */
 extern const conf_case conf_cases[];
 

@@ -11,15 +11,6 @@
 
 #include "conformance/conformance.h"
 
-static void *managed(size_t bytes) {
-  void *p = NULL;
-  if (cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) != cudaSuccess) return NULL;
-  memset(p, 0, bytes ? bytes : 1);
-  return p;
-}
-
-static void managed_free(void *p) { cudaFree(p); }
-
 typedef struct run_arg {
   const conf_case *c;
   conf_suite *suite;
@@ -41,8 +32,8 @@ int main(void) {
     fprintf(stderr, "test_conformance_gpu: no CUDA device\n");
     return 1;
   }
-  conf_alloc = managed;
-  conf_free = managed_free;
+  conf_alloc = conf_managed_alloc;
+  conf_free = conf_managed_free;
   static conf_suite suite;
   int passed = 0, failed = 0, skipped = 0;
   unsigned cannot = CONF_NEEDS_EXACT | CONF_NEEDS_P2P_MATCH | CONF_NEEDS_EAGER_SEND |

@@ -2,6 +2,9 @@
  * collectives.c - NCCL's calls in the test double (double.h): reductions,
  * collectives that meet every rank's stream, point to point as a rendezvous.
  */
+#include <stdatomic.h>
+
+#include "comm/base/reduce.h"
 #include "nccl_double/double.h"
 
 static size_t type_size(ncclDataType_t t) {
@@ -43,75 +46,154 @@ static uint16_t narrow(float f, int bf) {
   return sign | (uint16_t)(((e + 14) << 10) | ((int)scaled - 1024));
 }
 
-static double load(ncclDataType_t t, const void *p, size_t i) {
-  switch (t) {
-  case ncclFloat32: return ((const float *)p)[i];
-  case ncclFloat64: return ((const double *)p)[i];
-  case ncclFloat16: return half_in(((const uint16_t *)p)[i]);
-  case ncclBfloat16: {
-    uint32_t x = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
+static float load16(ncclDataType_t t, const void *p, size_t i) {
+  uint16_t h = ((const uint16_t *)p)[i];
+  if (t == ncclFloat16) return half_in(h);
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+/* Integers as NCCL's kernels (src/device/reduce_kernel.h) treat them: the
+ * element's bits as an unsigned value of its width; sums and products wrap
+ * in that width, min and max compare as the type (signed or not). */
+static int is_signed(ncclDataType_t t) { return t == ncclInt8 || t == ncclInt32 || t == ncclInt64; }
+
+static uint64_t load_int(ncclDataType_t t, const void *p, size_t i) {
+  switch (type_size(t)) {
+  case 1: return ((const uint8_t *)p)[i];
+  case 4: return ((const uint32_t *)p)[i];
+  default: return ((const uint64_t *)p)[i];
   }
+}
+
+/* the bits of width(t) as a signed value (sign-extended) or not, in int64 /
+ * uint64 for comparing */
+static int64_t as_signed(ncclDataType_t t, uint64_t v) {
+  switch (type_size(t)) {
+  case 1: return (int8_t)(uint8_t)v;
+  case 4: return (int32_t)(uint32_t)v;
+  default: return (int64_t)v;
+  }
+}
+
+static uint64_t wrap(ncclDataType_t t, uint64_t v) {
+  return type_size(t) == 8 ? v : v & ((UINT64_C(1) << (8 * type_size(t))) - 1);
+}
+
+static void store_int(ncclDataType_t t, void *p, size_t i, uint64_t v) {
+  switch (type_size(t)) {
+  case 1: ((uint8_t *)p)[i] = (uint8_t)v; break;
+  case 4: ((uint32_t *)p)[i] = (uint32_t)v; break;
+  default: ((uint64_t *)p)[i] = v;
+  }
+}
+
+static uint64_t fold_int(ncclDataType_t t, ncclRedOp_t op, int n, const void *const *src, size_t i) {
+  uint64_t acc = load_int(t, src[0], i);
+  for (int k = 1; k < n; k++) {
+    uint64_t x = load_int(t, src[k], i);
+    if (op == ncclSum || op == ncclAvg) acc = wrap(t, acc + x);
+    else if (op == ncclProd) acc = wrap(t, acc * x);
+    else if (is_signed(t)) {
+      int less = as_signed(t, x) < as_signed(t, acc);
+      if (op == ncclMin ? less : as_signed(t, x) > as_signed(t, acc)) acc = x;
+    } else if (op == ncclMin ? x < acc : x > acc) {
+      acc = x;
+    }
+  }
+  if (op != ncclAvg) return acc;
+  /* ncclAvg on integers is FuncSumPostDiv: the wrapped sum divided by the
+   * rank count, truncated toward zero (signed: by magnitude) */
+  if (!is_signed(t)) return acc / (uint64_t)n;
+  return wrap(t, (uint64_t)(as_signed(t, acc) / n));
+}
+
+/* Floats as NCCL's kernels: every step in the element type (16-bit floats
+ * rounded after each step, as __hadd / __hmul), min and max as fminf /
+ * fmaxf (a NaN loses to a number), and ncclAvg as FuncPreMulSum: each input
+ * multiplied by 1/n in the element type, then summed. */
+static void fold_float(ncclDataType_t t, ncclRedOp_t op, int n, const void *const *src, void *out,
+                       size_t i) {
+  if (t == ncclFloat64) {
+    const double scale = 1.0 / n;
+    double acc = 0;
+    for (int k = 0; k < n; k++) {
+      double x = ((const double *)src[k])[i];
+      if (op == ncclAvg) x *= scale;
+      acc = !k                              ? x
+            : op == ncclSum || op == ncclAvg ? acc + x
+            : op == ncclProd                 ? acc * x
+            : op == ncclMin                  ? fmin(acc, x)
+                                             : fmax(acc, x);
+    }
+    ((double *)out)[i] = acc;
+    return;
+  }
+  int narrow16 = t != ncclFloat32, bf = t == ncclBfloat16;
+  float scale = 1.0f / (float)n;
+  if (narrow16) { /* the scalar itself is of the element type */
+    uint16_t h = narrow(scale, bf);
+    scale = load16(t, &h, 0);
+  }
+  float acc = 0;
+  for (int k = 0; k < n; k++) {
+    float x = narrow16 ? load16(t, src[k], i) : ((const float *)src[k])[i];
+    if (op == ncclAvg) {
+      x *= scale;
+      if (narrow16) {
+        uint16_t h = narrow(x, bf);
+        x = load16(t, &h, 0);
+      }
+    }
+    acc = !k                              ? x
+          : op == ncclSum || op == ncclAvg ? acc + x
+          : op == ncclProd                 ? acc * x
+          : op == ncclMin                  ? fminf(acc, x)
+                                           : fmaxf(acc, x);
+    if (narrow16) {
+      uint16_t h = narrow(acc, bf);
+      acc = load16(t, &h, 0);
+    }
+  }
+  if (narrow16) ((uint16_t *)out)[i] = narrow(acc, bf);
+  else ((float *)out)[i] = acc;
+}
+
+static int mpu_type(ncclDataType_t t, mpu_dtype *out) {
+  switch (t) {
+  case ncclInt8: *out = MPU_INT8; return 1;
+  case ncclUint8: *out = MPU_UINT8; return 1;
+  case ncclInt32: *out = MPU_INT32; return 1;
+  case ncclUint32: *out = MPU_UINT32; return 1;
+  case ncclInt64: *out = MPU_INT64; return 1;
+  case ncclUint64: *out = MPU_UINT64; return 1;
+  case ncclFloat16: *out = MPU_FLOAT16; return 1;
+  case ncclBfloat16: *out = MPU_BFLOAT16; return 1;
+  case ncclFloat32: *out = MPU_FLOAT32; return 1;
+  case ncclFloat64: *out = MPU_FLOAT64; return 1;
   default: return 0;
   }
 }
 
-/* out[i] = fold over ranks of src(k)[i] */
+/* out[i] = fold over ranks of src(k)[i], in rank order (NCCL's order is a
+ * ring or a tree; tests of the backend use values whose sums are exact).
+ * The "reductions" switch folds by mpu's own rules instead. */
 static void fold(ncclDataType_t t, ncclRedOp_t op, int n, const void *const *src, void *out,
                  size_t count) {
-  for (size_t i = 0; i < count; i++) {
-    if (t == ncclUint64) { /* unsigned: compared and divided as such */
-      uint64_t acc = 0, x;
-      for (int k = 0; k < n; k++) {
-        x = ((const uint64_t *)src[k])[i];
-        if (!k) acc = x;
-        else if (op == ncclSum || op == ncclAvg) acc += x;
-        else if (op == ncclProd) acc *= x;
-        else if (op == ncclMin) acc = x < acc ? x : acc;
-        else acc = x > acc ? x : acc;
-      }
-      if (op == ncclAvg) acc /= (uint64_t)n;
-      ((uint64_t *)out)[i] = acc;
-      continue;
-    }
-    if (t == ncclInt8 || t == ncclUint8 || t == ncclInt32 || t == ncclUint32 || t == ncclInt64) {
-      int64_t acc = 0, x;
-      for (int k = 0; k < n; k++) {
-        x = t == ncclInt8     ? ((const int8_t *)src[k])[i]
-            : t == ncclUint8  ? ((const uint8_t *)src[k])[i]
-            : t == ncclInt32  ? ((const int32_t *)src[k])[i]
-            : t == ncclUint32 ? ((const uint32_t *)src[k])[i]
-                              : ((const int64_t *)src[k])[i];
-        if (!k) acc = x;
-        else if (op == ncclSum || op == ncclAvg) acc = (int64_t)((uint64_t)acc + (uint64_t)x);
-        else if (op == ncclProd) acc = (int64_t)((uint64_t)acc * (uint64_t)x);
-        else if (op == ncclMin) acc = x < acc ? x : acc;
-        else acc = x > acc ? x : acc;
-      }
-      if (op == ncclAvg) acc /= n;
-      if (t == ncclInt32 || t == ncclUint32) ((uint32_t *)out)[i] = (uint32_t)(uint64_t)acc;
-      else if (t == ncclInt64) ((int64_t *)out)[i] = acc;
-      else ((uint8_t *)out)[i] = (uint8_t)(uint64_t)acc;
-      continue;
-    }
-    double acc = 0;
-    for (int k = 0; k < n; k++) {
-      double x = load(t, src[k], i);
-      if (!k) acc = x;
-      else if (op == ncclSum || op == ncclAvg) acc = t == ncclFloat64 ? acc + x : (double)((float)acc + (float)x);
-      else if (op == ncclProd) acc = t == ncclFloat64 ? acc * x : (double)((float)acc * (float)x);
-      else if (op == ncclMin) acc = x < acc ? x : acc;
-      else acc = x > acc ? x : acc;
-    }
-    if (op == ncclAvg) acc = t == ncclFloat64 ? acc / n : (double)((float)acc / (float)n);
-    if (t == ncclFloat32) ((float *)out)[i] = (float)acc;
-    else if (t == ncclFloat64) ((double *)out)[i] = acc;
-    else ((uint16_t *)out)[i] = narrow((float)acc, t == ncclBfloat16);
+  mpu_dtype dt;
+  if (double_forgives(DOUBLE_FORGIVE_REDUCTIONS) && mpu_type(t, &dt)) {
+    static const mpu_op ops[] = {[ncclSum] = MPU_SUM, [ncclProd] = MPU_PROD, [ncclMax] = MPU_MAX,
+                                 [ncclMin] = MPU_MIN, [ncclAvg] = MPU_AVG};
+    mpu__reduce(out, src, n, count, dt, ops[op], n);
+    return;
   }
+  int floating = t == ncclFloat16 || t == ncclBfloat16 || t == ncclFloat32 || t == ncclFloat64;
+  for (size_t i = 0; i < count; i++)
+    if (floating) fold_float(t, op, n, src, out, i);
+    else store_int(t, out, i, fold_int(t, op, n, src, i));
 }
-
 
 static void fail(ncclComm_t c, ncclResult_t r) {
   pthread_mutex_lock(&c->q->lock);
@@ -179,12 +261,49 @@ static void take(ncclComm_t c, int src, void *buf, size_t bytes) {
   fail(c, ncclRemoteError);
 }
 
+/* The spans one rank's call reads and writes, as NCCL's kernels touch them. */
+static int spans_usable(const coll_task *k, int n, int me) {
+  const slot *s = &k->s;
+  size_t bytes = s->count * type_size(s->type), all = bytes * (size_t)n;
+  size_t send = 0, recv = 0;
+  switch (s->kind) {
+  case K_ALL_REDUCE: send = recv = bytes; break;
+  case K_ALL_GATHER: send = bytes, recv = all; break;
+  case K_REDUCE_SCATTER: send = all, recv = bytes; break;
+  case K_BROADCAST: send = me == s->root ? bytes : 0, recv = bytes; break;
+  case K_REDUCE: send = bytes, recv = me == s->root ? bytes : 0; break;
+  case K_ALL_TO_ALL: send = recv = all; break;
+  case K_SEND: send = bytes; break;
+  default: recv = bytes; break;
+  }
+  return double_mem_usable(s->send, send) && double_mem_usable(s->recv, recv);
+}
+
+/* Before a rank's kernel runs: a buffer outside device, managed or
+ * registered memory faults as an illegal address (NCCL checks no pointers
+ * by default), and the device stays broken. 0 when the call may run. */
+static int faults(ncclComm_t c, coll_task *k) {
+  int device = c->q->devices[c->rank];
+  for (coll_task *g = k; g; g = g->more)
+    if (!spans_usable(g, c->q->n, c->rank)) {
+      char what[160];
+      snprintf(what, sizeof what, "an NCCL kernel of rank %d touched %p, outside device memory",
+               c->rank, g->s.send && !double_mem_usable(g->s.send, 1) ? g->s.send : (const void *)g->s.recv);
+      double_fault(device, what);
+      break;
+    }
+  if (!double_sticky(device)) return 0;
+  fail(c, ncclUnhandledCudaError);
+  return 1;
+}
+
 static void coll_run(task *t) {
   coll_task *k = (coll_task *)t;
   ncclComm_t c = t->comm;
   clique *q = c->q;
   int n = q->n, me = c->rank;
-  if (c->aborted || c->async) { /* work after a failure is dropped, as NCCL's */
+  if (c->aborted || c->async || faults(c, k)) { /* work after a failure is dropped, as NCCL's */
+    for (coll_task *g = k->more, *next; g; g = next) next = g->more, free(g);
     done(c);
     return;
   }
@@ -259,8 +378,30 @@ static void coll_run(task *t) {
   done(c);
 }
 
+/* How many of each call were enqueued (double_call_count), so a test can see
+ * which NCCL calls the backend chose. */
+static atomic_long counts[K_RECV + 1];
+
+long double_call_count(const char *nccl_function) {
+  static const char *const names[K_RECV + 1] = {
+      [K_ALL_REDUCE] = "ncclAllReduce", [K_ALL_GATHER] = "ncclAllGather",
+      [K_REDUCE_SCATTER] = "ncclReduceScatter", [K_BROADCAST] = "ncclBroadcast",
+      [K_REDUCE] = "ncclReduce", [K_ALL_TO_ALL] = "ncclAlltoAll", [K_SEND] = "ncclSend",
+      [K_RECV] = "ncclRecv"};
+  for (int k = 0; k <= K_RECV; k++)
+    if (!strcmp(names[k], nccl_function)) return atomic_load(&counts[k]);
+  return -1;
+}
+
 static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer) {
   if (!c || !stream) return ncclInvalidArgument;
+  if (double_sticky(c->q->devices[c->rank])) { /* the context is broken: no launch */
+    fail(c, ncclUnhandledCudaError);
+    snprintf(double_last_error, sizeof double_last_error, "Cuda failure '%s'",
+             cudaGetErrorString(cudaErrorIllegalAddress));
+    return ncclUnhandledCudaError;
+  }
+  atomic_fetch_add(&counts[s.kind], 1);
   if (s.count && ((!s.send && s.kind != K_RECV) || (!s.recv && s.kind != K_SEND && s.kind != K_REDUCE))) {
     snprintf(double_last_error, sizeof double_last_error, "NULL buffer");
     return ncclInvalidArgument;

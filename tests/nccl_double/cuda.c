@@ -64,29 +64,23 @@ const char *cudaGetErrorString(cudaError_t e) {
   case cudaErrorNotReady: return "device not ready";
   case cudaErrorMemoryAllocation: return "out of memory";
   case cudaErrorInvalidDevice: return "invalid device ordinal";
+  case cudaErrorInvalidValue: return "invalid argument";
+  case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+  case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+  case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
   default: return "error in the CUDA test double";
   }
 }
 
-cudaError_t cudaMalloc(void **p, size_t bytes) {
-  *p = calloc(bytes ? bytes : 1, 1);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-
-cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned int flags) {
-  (void)flags;
-  return cudaMalloc(p, bytes);
-}
-
-cudaError_t cudaFree(void *p) {
-  free(p);
-  return cudaSuccess;
-}
+/* memory: memory.c */
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
   (void)flags;
+  cudaError_t e = double_sticky(double_current_device());
+  if (e) return e;
   cudaStream_t s = calloc(1, sizeof *s);
   if (!s) return cudaErrorMemoryAllocation;
+  s->device = double_current_device();
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);
   if (pthread_create(&s->worker, NULL, worker_main, s)) {
@@ -98,6 +92,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t s) {
+  cudaError_t e = double_sticky(s->device);
+  if (e) return e;
   pthread_mutex_lock(&s->lock);
   int idle = !s->head && !s->busy;
   pthread_mutex_unlock(&s->lock);
@@ -135,6 +131,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  cudaError_t e = double_sticky(s->device);
+  if (e) return e;
   event_task *t = calloc(1, sizeof *t);
   if (!t) return cudaErrorMemoryAllocation;
   pthread_mutex_lock(&s->lock);
@@ -147,18 +145,24 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t ev) {
-  if (!ev->stream) return cudaSuccess;
+static int event_pending(cudaEvent_t ev) {
+  if (!ev->stream) return 0;
   pthread_mutex_lock(&ev->stream->lock);
   int pending = ev->pending;
   pthread_mutex_unlock(&ev->stream->lock);
-  return pending ? cudaErrorNotReady : cudaSuccess;
+  return pending;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t ev) {
+  cudaError_t e = ev->stream ? double_sticky(ev->stream->device) : cudaSuccess;
+  if (e) return e;
+  return event_pending(ev) ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t ev) {
   /* CUDA lets an event be destroyed while recorded work is pending; wait
    * here so the worker never touches freed memory */
-  while (cudaEventQuery(ev) == cudaErrorNotReady) sched_yield();
+  while (event_pending(ev)) sched_yield();
   free(ev);
   return cudaSuccess;
 }
@@ -180,6 +184,8 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
                               size_t width, size_t height, enum cudaMemcpyKind kind,
                               cudaStream_t s) {
   (void)kind;
+  cudaError_t e = double_sticky(s->device);
+  if (e) return e;
   if (dpitch < width || spitch < width) return cudaErrorInvalidValue;
   copy_task *t = calloc(1, sizeof *t);
   if (!t) return cudaErrorMemoryAllocation;

@@ -19,8 +19,13 @@
  *   - ncclCommAbort stops the communicator's pending work, and its peers'
  *     pending collectives end with ncclRemoteError (their async error), so a
  *     watchdog can recover from a peer that never comes.
- * Reductions fold in rank order (NCCL's own order is a ring or tree; tests of
- * the backend use exactly representable values).
+ *   - memory is what CUDA says it is (memory.c): an NCCL call outside device,
+ *     managed or registered memory faults, and the fault is sticky;
+ *   - reductions follow NCCL's kernels (fminf/fmaxf, integer avg in the
+ *     element type, pre-multiplied float avg, 16-bit rounding per step),
+ *     folded in rank order (NCCL's own order is a ring or tree; tests of the
+ *     backend use exactly representable values).
+ * Each forgiving shortcut is a switch (switches.h).
  */
 #ifndef MPU_TESTS_NCCL_DOUBLE_H
 #define MPU_TESTS_NCCL_DOUBLE_H
@@ -52,6 +57,7 @@ struct CUstream_st {
   task *head, *tail;
   int busy, stop;
   pthread_t worker;
+  int device; /* current when it was made: its faults are that device's (memory.c) */
 };
 
 struct CUevent_st {
@@ -115,11 +121,15 @@ typedef struct coll_task {
 } coll_task;
 
 extern __thread char double_last_error[256];
+/* How many calls of an NCCL function ("ncclAlltoAll", "ncclSend", ...) were
+ * enqueued in this process; -1 for a name it does not count. Exported. */
+long double_call_count(const char *nccl_function);
 int double_meet(clique *q);                              /* comm.c */
 void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
 /* inside ncclGroupStart/End, point-to-point calls are held (comm.c) */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
 
+#include "nccl_double/memory.h"
 #include "nccl_double/switches.h"
 
 #endif

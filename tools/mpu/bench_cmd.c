@@ -354,8 +354,9 @@ static mpu_result_t copy_rate(mpu_comm *world, const bench_run *run, double *cop
   return r;
 }
 
-static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
-  bench_run *run = arg;
+/* The rows on comm; host (comm itself on a host backend) carries the
+ * numbers the ranks agree on. */
+static mpu_result_t bench_rows(mpu_comm *world, mpu_comm *host, bench_run *run) {
   const bench_opts *o = run->o;
   int rank;
   double copy_gbps[MAX_SIZES] = {0}; /* all copiers together, for sizes[i]; 0: not yet */
@@ -387,7 +388,7 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
         row.res[ip] = res[0];
         row.checked[ip] = res[1];
       }
-      mpu_result_t r = copy_rate(world, run, copy_gbps, si, rank);
+      mpu_result_t r = copy_rate(host, run, copy_gbps, si, rank);
       if (r) return r;
       /* copy_gbps is what all copiers copy per second: 2x that in traffic */
       double traffic = mpu_bench_traffic(row.coll, run->ranks, row.res[0].bytes);
@@ -403,12 +404,15 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
   return MPU_SUCCESS;
 }
 
-/* --backend nccl: this thread rank's NCCL communicator, then the rows */
+static mpu_result_t bench_rank(mpu_comm *world, void *arg) { return bench_rows(world, world, arg); }
+
+/* --backend nccl: this thread rank's NCCL communicator (its buffers device
+ * memory: mpu_bench_collectives allocates them from it), then the rows */
 static mpu_result_t bench_rank_nccl(mpu_comm *world, void *arg) {
   mpu_comm *nc = NULL;
   mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
   if (r) return r;
-  r = bench_rank(nc, arg);
+  r = bench_rows(nc, world, arg);
   mpu_result_t d = mpu_comm_destroy(nc);
   return r ? r : d;
 }

@@ -120,10 +120,12 @@ static mpu_result_t check_bytes(const char *fn, size_t count, size_t blocks, mpu
   return MPU_SUCCESS;
 }
 
-/* A buffer of bytes for elements of dt: not NULL unless empty, and aligned to
- * the element size (the kernels load whole elements; mpu/comm.h says so). */
-static mpu_result_t check_buf(const char *fn, const char *what, const void *p, size_t bytes,
-                              mpu_dtype dt) {
+/* A buffer of bytes for elements of dt: not NULL unless empty, aligned to
+ * the element size (the kernels load whole elements; mpu/comm.h says so),
+ * and memory the communicator's calls can reach (a device backend's
+ * check_buffer: host memory handed to NCCL would fault on the GPU). */
+static mpu_result_t check_buf(const char *fn, const mpu_comm *c, const char *what, const void *p,
+                              size_t bytes, mpu_dtype dt) {
   if (!p && bytes)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s buffer is NULL for %zu bytes", fn, what,
                       bytes);
@@ -132,6 +134,10 @@ static mpu_result_t check_buf(const char *fn, const char *what, const void *p, s
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: %s buffer %p is not aligned to %zu bytes (the size of %s)", fn, what, p,
                       align, mpu_dtype_name(dt));
+  char why[256];
+  if (p && bytes && c->ops->check_buffer && !c->ops->check_buffer(c, p, bytes, why, sizeof why))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s buffer %p (%zu bytes) %s", fn, what, p,
+                      bytes, why);
   return MPU_SUCCESS;
 }
 
@@ -215,6 +221,12 @@ const char *mpu_comm_backend(const mpu_comm *comm) {
 
 /* ---- memory, streams, capabilities ----------------------------------------------- */
 
+/* base's defaults (a host backend's), then the backend's own fields */
+static void caps_of(const mpu_comm *comm, mpu_comm_caps *all) {
+  *all = (mpu_comm_caps){sizeof *all, MPU_MEMORY_HOST, 0, 0, 0, 0, 1, 1, 0, 0, -1, 1, 1};
+  if (comm->ops->caps) comm->ops->caps(comm, all);
+}
+
 mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps) {
   static const char fn[] = "mpu_comm_capabilities";
   MPU_CHECK(check_comm(fn, comm));
@@ -222,8 +234,8 @@ mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps) {
   if (caps->size == 0 || caps->size > sizeof *caps)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: caps.size is %zu (set it to sizeof, up to %zu)",
                       fn, caps->size, sizeof *caps);
-  mpu_comm_caps all = {sizeof all, MPU_MEMORY_HOST, 0, 0, 0, 0, 1, 1, 0, 0, -1};
-  if (comm->ops->caps) comm->ops->caps(comm, &all);
+  mpu_comm_caps all;
+  caps_of(comm, &all);
   size_t size = caps->size; /* a caller built against a shorter struct gets its part */
   memcpy(caps, &all, size);
   caps->size = size;
@@ -350,8 +362,8 @@ static mpu_result_t all_reduce(const char *fn, mpu_comm *comm, const void *send,
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_op(fn, op));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "send", send, bytes, dtype));
-  MPU_CHECK(check_buf(fn, "recv", recv, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
   MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
   mpu__call call = describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv);
   return mpu__submit(fn, comm, &call, req);
@@ -363,8 +375,8 @@ static mpu_result_t all_gather(const char *fn, mpu_comm *comm, const void *send,
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, "send", send, bytes, dtype));
-  MPU_CHECK(check_buf(fn, "recv", recv, total, dtype));
+  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "recv", recv, total, dtype));
   MPU_CHECK(check_overlap(fn, send, bytes, recv, total,
                           recv ? (const char *)recv + (size_t)comm->rank * bytes : NULL));
   mpu__call call = describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv);
@@ -378,8 +390,8 @@ static mpu_result_t reduce_scatter(const char *fn, mpu_comm *comm, const void *s
   MPU_CHECK(check_op(fn, op));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, "send", send, total, dtype));
-  MPU_CHECK(check_buf(fn, "recv", recv, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "send", send, total, dtype));
+  MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
   /* in place: recv is this rank's block of send */
   if (overlap(send, total, recv, bytes) &&
       (const char *)recv != (const char *)send + (size_t)comm->rank * bytes)
@@ -395,7 +407,7 @@ static mpu_result_t broadcast(const char *fn, mpu_comm *comm, void *buf, size_t 
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_rank(fn, "root", comm, root));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "data", buf, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "data", buf, bytes, dtype));
   mpu__call call = describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf);
   return mpu__submit(fn, comm, &call, req);
 }
@@ -407,9 +419,9 @@ static mpu_result_t reduce(const char *fn, mpu_comm *comm, const void *send, voi
   MPU_CHECK(check_op(fn, op));
   MPU_CHECK(check_rank(fn, "root", comm, root));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "send", send, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
   if (comm->rank == root) {
-    MPU_CHECK(check_buf(fn, "recv (at root)", recv, bytes, dtype));
+    MPU_CHECK(check_buf(fn, comm, "recv (at root)", recv, bytes, dtype));
     MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
   }
   mpu__call call = describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv);
@@ -421,8 +433,8 @@ static mpu_result_t all_to_all(const char *fn, mpu_comm *comm, const void *send,
   size_t total = 0;
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, "send", send, total, dtype));
-  MPU_CHECK(check_buf(fn, "recv", recv, total, dtype));
+  MPU_CHECK(check_buf(fn, comm, "send", send, total, dtype));
+  MPU_CHECK(check_buf(fn, comm, "recv", recv, total, dtype));
   if (overlap(send, total, recv, total))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: send and recv buffers overlap (all_to_all has no in-place form)", fn);
@@ -494,8 +506,8 @@ mpu_result_t mpu_comm_all_gather_v(mpu_comm *comm, const void *send, void *recv,
   MPU_CHECK(packed_lists(fn, comm->size, &at));
   mpu_result_t r = check_blocks(fn, "recv", comm->size, counts, displs, at, dtype, &extent, &total);
   size_t es = mpu_dtype_size(dtype), bytes = r ? 0 : counts[comm->rank] * es;
-  if (!r) r = check_buf(fn, "send", send, bytes, dtype);
-  if (!r) r = check_buf(fn, "recv", recv, extent, dtype);
+  if (!r) r = check_buf(fn, comm, "send", send, bytes, dtype);
+  if (!r) r = check_buf(fn, comm, "recv", recv, extent, dtype);
   if (!r) r = check_overlap(fn, send, bytes, recv, extent,
                             recv ? (const char *)recv + at[comm->rank] * es : NULL);
   if (!r) {
@@ -516,8 +528,8 @@ mpu_result_t mpu_comm_reduce_scatter_v(mpu_comm *comm, const void *send, void *r
   MPU_CHECK(check_op(fn, op));
   MPU_CHECK(check_blocks(fn, "send", comm->size, counts, NULL, NULL, dtype, &extent, &total));
   size_t bytes = counts[comm->rank] * mpu_dtype_size(dtype);
-  MPU_CHECK(check_buf(fn, "send", send, extent, dtype));
-  MPU_CHECK(check_buf(fn, "recv", recv, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "send", send, extent, dtype));
+  MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
   if (overlap(send, extent, recv, bytes))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
   mpu__call call = describe(MPU_COLL_REDUCE_SCATTER_V, total, dtype, op, -1, send, recv);
@@ -537,8 +549,8 @@ mpu_result_t mpu_comm_all_to_all_v(mpu_comm *comm, const void *send, const size_
   MPU_CHECK(packed_lists(fn, n, &at));
   mpu_result_t r = check_blocks(fn, "send", n, send_counts, send_displs, at, dtype, &sext, &stotal);
   if (!r) r = check_blocks(fn, "recv", n, recv_counts, recv_displs, at + n, dtype, &rext, &rtotal);
-  if (!r) r = check_buf(fn, "send", send, sext, dtype);
-  if (!r) r = check_buf(fn, "recv", recv, rext, dtype);
+  if (!r) r = check_buf(fn, comm, "send", send, sext, dtype);
+  if (!r) r = check_buf(fn, comm, "recv", recv, rext, dtype);
   if (!r && overlap(send, sext, recv, rext))
     r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
                    "%s: send and recv buffers overlap (all_to_all_v has no in-place form)", fn);
@@ -641,7 +653,7 @@ mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dt
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "send", buf, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "send", buf, bytes, dtype));
   double t0 = mpu__clock_start();
   mpu_result_t r = mpu__flush(comm);
   if (!r) r = comm->ops->send(comm, buf, count, dtype, peer);
@@ -654,7 +666,7 @@ mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dt
   CHECK_ENTRY(fn, comm, dtype);
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, "recv", buf, bytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "recv", buf, bytes, dtype));
   double t0 = mpu__clock_start();
   mpu_result_t r = mpu__flush(comm);
   if (!r) r = comm->ops->recv(comm, buf, count, dtype, peer);
@@ -670,8 +682,8 @@ mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendc
   MPU_CHECK(check_rank(fn, "src", comm, src));
   MPU_CHECK(check_bytes(fn, sendcount, 1, dtype, &sbytes));
   MPU_CHECK(check_bytes(fn, recvcount, 1, dtype, &rbytes));
-  MPU_CHECK(check_buf(fn, "send", sendbuf, sbytes, dtype));
-  MPU_CHECK(check_buf(fn, "recv", recvbuf, rbytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "send", sendbuf, sbytes, dtype));
+  MPU_CHECK(check_buf(fn, comm, "recv", recvbuf, rbytes, dtype));
   if (overlap(sendbuf, sbytes, recvbuf, rbytes))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
   double t0 = mpu__clock_start();
@@ -845,6 +857,19 @@ mpu_result_t mpu__comm_group_described(mpu_comm *comm, int pos, int size,
     return mpu__error(MPU_ERR_UNSUPPORTED, "the %s backend makes no groups from descriptions",
                       comm->ops->name);
   return comm->ops->group_described(comm, pos, size, list, ctx, free_ctx, out);
+}
+
+mpu_result_t mpu__comm_for_host(mpu_comm *comm, const char *fn, mpu_comm **out) {
+  MPU_CHECK(check_comm(fn, comm));
+  mpu_comm_caps caps;
+  caps_of(comm, &caps);
+  if (caps.memory == MPU_MEMORY_HOST) return *out = comm, MPU_SUCCESS;
+  if (comm->ops->host_twin && comm->ops->host_twin(comm, out) == MPU_SUCCESS) return MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "%s: the %s communicator takes device memory and has no host twin, and this "
+                    "computes on host buffers (make the communicator over a host one, "
+                    "mpu_comm_nccl_create, or pass a host group)",
+                    fn, comm->ops->name);
 }
 
 mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host) {

@@ -16,12 +16,24 @@
 #include "comm/nccl/backend.h"
 #include "core/error.h"
 
+/* ncclBfloat16 is 9 in every NCCL since 2.10, but nccl.h below 2.21 hides
+ * it from C behind cuda_bf16.h's C++ types: use the number there. */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 21, 0)
+#define NCCL_BF16 ncclBfloat16
+#else
+#define NCCL_BF16 ((ncclDataType_t)9)
+#endif
+
+/* ncclAlltoAll exists from NCCL 2.28.3; below it, all_to_all is one group of
+ * sends and receives (what ncclAlltoAll does inside). */
+#define HAVE_NCCL_ALLTOALL (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 3))
+
 static ncclDataType_t type_of(mpu_dtype dt) {
   switch (dt) {
   case MPU_FLOAT32: return ncclFloat32;
   case MPU_FLOAT64: return ncclFloat64;
   case MPU_FLOAT16: return ncclFloat16;
-  case MPU_BFLOAT16: return ncclBfloat16;
+  case MPU_BFLOAT16: return NCCL_BF16;
   case MPU_INT32: return ncclInt32;
   case MPU_INT64: return ncclInt64;
   case MPU_INT8: return ncclInt8;
@@ -92,6 +104,25 @@ static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *
   return MPU_SUCCESS;
 }
 
+#if !HAVE_NCCL_ALLTOALL
+/* all_to_all as one group: block p of send to rank p, block p of recv from
+ * it; this rank's own block too (NCCL copies a send to self in a group). */
+static mpu_result_t enqueue_all_to_all(mpu_comm *c, const mpu__call *k, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  size_t count = (size_t)k->sig.count, block = count * mpu_dtype_size((mpu_dtype)k->sig.dtype);
+  const char *send = k->send;
+  char *recv = k->recv;
+  ncclResult_t r = ncclGroupStart(), e;
+  for (int p = 0; p < c->size && r == ncclSuccess && count; p++) {
+    r = ncclSend(send + (size_t)p * block, count, t, p, m->comm, m->stream);
+    if (!r) r = ncclRecv(recv + (size_t)p * block, count, t, p, m->comm, m->stream);
+  }
+  e = ncclGroupEnd(); /* always closes the group it opened */
+  return mpu__nccl_error(r ? r : e, m->comm, fn);
+}
+#endif
+
 static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
   nccl_impl *m = impl_of(c);
   const mpu__sig *s = &k->sig;
@@ -112,10 +143,15 @@ static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
     r = ncclReduce(k->send, c->rank == s->root ? k->recv : (void *)(uintptr_t)k->send, n, t, op,
                    s->root, m->comm, m->stream);
     break;
+#if HAVE_NCCL_ALLTOALL
   case MPU_COLL_ALL_TO_ALL: r = ncclAlltoAll(k->send, k->recv, n, t, m->comm, m->stream); break;
+#endif
   case MPU_COLL_BARRIER: /* NCCL has no barrier: a one-int all-reduce is one */
     r = ncclAllReduce(m->one, m->one, 1, ncclInt32, ncclSum, m->comm, m->stream);
     break;
+#if !HAVE_NCCL_ALLTOALL
+  case MPU_COLL_ALL_TO_ALL: return enqueue_all_to_all(c, k, fn);
+#endif
   default: return enqueue_uneven(c, k, fn);
   }
   return mpu__nccl_error(r, m->comm, fn);
@@ -204,6 +240,46 @@ static void nccl_release(mpu_comm *c, void *handle) {
 
 /* ---- memory and streams ---------------------------------------------------------- */
 
+/* What the memory at p is, for a message; 1 when this rank's NCCL kernels
+ * may touch it: device memory of its device, managed memory, or host memory
+ * page-locked and mapped (cudaMallocHost, cudaHostRegister). */
+static int usable_at(const void *p, int device, char *what, size_t n) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    /* a broken context: the call goes on and reports the context's error */
+    cudaGetLastError();
+    return 1;
+  }
+  switch (a.type) {
+  case cudaMemoryTypeDevice:
+    if (a.device == device) return 1;
+    snprintf(what, n, "device memory of device %d", a.device);
+    return 0;
+  case cudaMemoryTypeManaged: return 1;
+  case cudaMemoryTypeHost:
+    if (a.devicePointer) return 1;
+    snprintf(what, n, "page-locked host memory that device %d cannot address", device);
+    return 0;
+  default: snprintf(what, n, "host memory not registered with CUDA"); return 0;
+  }
+}
+
+/* NCCL checks no pointers (NCCL_CHECK_POINTERS=0): a host buffer would fault
+ * the GPU and leave its context broken, so mpu asks CUDA first, about both
+ * ends of the span. */
+static int nccl_check_buffer(const mpu_comm *c, const void *p, size_t bytes, char *why, size_t n) {
+  int device = impl_of(c)->device;
+  char what[96];
+  const char *last = (const char *)p + bytes - 1;
+  int first_ok = usable_at(p, device, what, sizeof what);
+  if (first_ok && usable_at(last, device, what, sizeof what)) return 1;
+  snprintf(why, n,
+           "%s %s; NCCL on device %d takes device memory (mpu_comm_mem_alloc), managed or "
+           "registered host memory",
+           first_ok ? "runs past the end of its allocation into" : "is", what, device);
+  return 0;
+}
+
 static void nccl_caps(const mpu_comm *c, mpu_comm_caps *caps) {
   caps->device = impl_of(c)->device;
   caps->groups_by_split = !impl_of(c)->host; /* no twin to make groups among members */
@@ -213,6 +289,8 @@ static void nccl_caps(const mpu_comm *c, mpu_comm_caps *caps) {
   caps->fault_detection = 1; /* the watchdog and asynchronous errors */
   caps->call_checking = 0;   /* NCCL cannot compare calls across ranks */
   caps->exact_reductions = 0;
+  caps->nan_propagates = 0; /* NCCL's min/max are fminf/fmaxf */
+  caps->exact_int_avg = 0;  /* NCCL's integer avg divides the sum wrapped in the element type */
 }
 
 static void *nccl_get_stream(const mpu_comm *c) { return impl_of(c)->stream; }
@@ -274,4 +352,5 @@ const mpu__comm_ops mpu__nccl_ops = {
     .mem_free = nccl_mem_free,
     .copy2d = nccl_copy2d,
     .destroy = mpu__nccl_destroy,
+    .check_buffer = nccl_check_buffer,
 };

@@ -1,0 +1,23 @@
+# The NCCL version a nccl.h declares, and the oldest NCCL mpu's backend
+# builds against (docs/gpu.md, "NCCL versions"): ncclCommSplit, its config's
+# splitShare and ncclCommInitRankConfig's non-blocking mode are 2.18's.
+# Newer calls are used where the header has them: ncclAlltoAll from 2.28.3
+# (below it all_to_all is a group of ncclSend/ncclRecv), ncclBfloat16 by name
+# from 2.21 (older headers hide it from C; its value 9 is used).
+set(MPU_NCCL_MIN_VERSION 2.18.0)
+
+# out: "MAJOR.MINOR.PATCH" from header's NCCL_MAJOR/MINOR/PATCH, or "" when
+# it has none.
+function(mpu_nccl_header_version header out)
+  file(STRINGS "${header}" lines REGEX "^#define NCCL_(MAJOR|MINOR|PATCH)[ \t]+[0-9]+")
+  set(version "")
+  foreach(part MAJOR MINOR PATCH)
+    if(NOT lines MATCHES "NCCL_${part}[ \t]+([0-9]+)")
+      set(${out} "" PARENT_SCOPE)
+      return()
+    endif()
+    list(APPEND version ${CMAKE_MATCH_1})
+  endforeach()
+  string(REPLACE ";" "." version "${version}")
+  set(${out} "${version}" PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,182 @@
+/*
+ * memory.c - the test double's memory (memory.h): allocations by address
+ * range and kind, cudaPointerGetAttributes, and sticky faults per device.
+ */
+#include <stdatomic.h>
+
+#include "nccl_double/double.h"
+#include "nccl_double/memory.h"
+
+/* ---- the registry: a list under one lock (tests make few allocations) ------ */
+
+typedef struct entry {
+  struct entry *next;
+  double_alloc a;
+} entry;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static entry *allocs;
+
+static int holds(const double_alloc *a, const char *p, size_t bytes) {
+  if (p < a->base || p >= a->base + a->bytes) return 0;
+  return (size_t)(a->base + a->bytes - p) >= bytes;
+}
+
+int double_mem_find(const void *p, size_t bytes, double_alloc *out) {
+  int found = 0;
+  pthread_mutex_lock(&lock);
+  for (entry *e = allocs; e && !found; e = e->next)
+    if (holds(&e->a, p, bytes)) found = 1, *out = e->a;
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+int double_mem_usable(const void *p, size_t bytes) {
+  double_alloc a;
+  if (!bytes || double_forgives(DOUBLE_FORGIVE_POINTERS)) return 1;
+  return double_mem_find(p, bytes, &a);
+}
+
+static cudaError_t add(void *base, size_t bytes, enum cudaMemoryType type, int registered) {
+  entry *e = calloc(1, sizeof *e);
+  if (!e) return cudaErrorMemoryAllocation;
+  e->a = (double_alloc){base, bytes, type, double_current_device(), registered};
+  pthread_mutex_lock(&lock);
+  e->next = allocs;
+  allocs = e;
+  pthread_mutex_unlock(&lock);
+  return cudaSuccess;
+}
+
+/* Take the allocation that starts at p and is of one of the kinds asked for
+ * (mask of 1 << cudaMemoryType); 1, or 0 when there is none. */
+static int take(const void *p, unsigned kinds, int registered, double_alloc *out) {
+  int found = 0;
+  pthread_mutex_lock(&lock);
+  for (entry **e = &allocs; *e; e = &(*e)->next)
+    if ((*e)->a.base == p && (kinds >> (*e)->a.type & 1u) && (*e)->a.registered == registered) {
+      entry *gone = *e;
+      *e = gone->next;
+      *out = gone->a;
+      free(gone);
+      found = 1;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+/* ---- sticky faults ------------------------------------------------------------- */
+
+#define MAX_DEVICES 1024
+static atomic_int faulted[MAX_DEVICES];
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static char first_fault[256];
+
+void double_fault(int device, const char *what) {
+  if (device < 0 || device >= MAX_DEVICES) device = 0;
+  pthread_mutex_lock(&fault_lock);
+  if (!first_fault[0])
+    snprintf(first_fault, sizeof first_fault, "device %d: %s", device, what);
+  pthread_mutex_unlock(&fault_lock);
+  atomic_store(&faulted[device], 1);
+}
+
+cudaError_t double_sticky(int device) {
+  if (device < 0 || device >= MAX_DEVICES) return cudaSuccess;
+  return atomic_load(&faulted[device]) ? cudaErrorIllegalAddress : cudaSuccess;
+}
+
+const char *double_fault_message(void) { return first_fault; }
+
+void double_clear_faults(void) {
+  pthread_mutex_lock(&fault_lock);
+  first_fault[0] = 0;
+  pthread_mutex_unlock(&fault_lock);
+  for (int d = 0; d < MAX_DEVICES; d++) atomic_store(&faulted[d], 0);
+}
+
+/* ---- the runtime's allocation calls ------------------------------------------ */
+
+static cudaError_t alloc(void **p, size_t bytes, enum cudaMemoryType type) {
+  cudaError_t e = double_sticky(double_current_device());
+  if (e) return e;
+  if (!p) return cudaErrorInvalidValue;
+  *p = calloc(bytes ? bytes : 1, 1);
+  if (!*p) return cudaErrorMemoryAllocation;
+  if ((e = add(*p, bytes ? bytes : 1, type, 0))) free(*p), *p = NULL;
+  return e;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes) { return alloc(p, bytes, cudaMemoryTypeDevice); }
+
+cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned int flags) {
+  (void)flags;
+  return alloc(p, bytes, cudaMemoryTypeManaged);
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes) { return alloc(p, bytes, cudaMemoryTypeHost); }
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
+  (void)flags;
+  return alloc(p, bytes, cudaMemoryTypeHost);
+}
+
+/* Freeing after a fault reports the fault but still frees: a broken
+ * context's memory is gone either way, and the sanitizers see no leak. */
+static cudaError_t release(void *p, unsigned kinds) {
+  double_alloc a;
+  cudaError_t e = double_sticky(double_current_device());
+  if (!p) return e;
+  if (!take(p, kinds, 0, &a)) return e ? e : cudaErrorInvalidValue;
+  free(p);
+  return e;
+}
+
+cudaError_t cudaFree(void *p) {
+  return release(p, 1u << cudaMemoryTypeDevice | 1u << cudaMemoryTypeManaged);
+}
+
+cudaError_t cudaFreeHost(void *p) { return release(p, 1u << cudaMemoryTypeHost); }
+
+cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned int flags) {
+  (void)flags;
+  double_alloc a;
+  cudaError_t e = double_sticky(double_current_device());
+  if (e) return e;
+  if (!p || !bytes) return cudaErrorInvalidValue;
+  for (size_t at = 0; at < bytes; at += 4096) /* any page already known */
+    if (double_mem_find((char *)p + at, 1, &a)) return cudaErrorHostMemoryAlreadyRegistered;
+  if (double_mem_find((char *)p + bytes - 1, 1, &a)) return cudaErrorHostMemoryAlreadyRegistered;
+  return add(p, bytes, cudaMemoryTypeHost, 1);
+}
+
+cudaError_t cudaHostUnregister(void *p) {
+  double_alloc a;
+  cudaError_t e = double_sticky(double_current_device());
+  int known = take(p, 1u << cudaMemoryTypeHost, 1, &a);
+  return e ? e : known ? cudaSuccess : cudaErrorHostMemoryNotRegistered;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *p) {
+  double_alloc a;
+  cudaError_t e = double_sticky(double_current_device());
+  if (e) return e;
+  if (!attr) return cudaErrorInvalidValue;
+  memset(attr, 0, sizeof *attr);
+  if (!double_mem_find(p, 0, &a) && double_forgives(DOUBLE_FORGIVE_POINTERS)) {
+    a = (double_alloc){(char *)(uintptr_t)p, 1, cudaMemoryTypeDevice, double_current_device(), 0};
+  } else if (!double_mem_find(p, 0, &a)) { /* CUDA 11 onwards: plain host memory is no error */
+    attr->type = cudaMemoryTypeUnregistered;
+    attr->device = -2;
+    return cudaSuccess;
+  }
+  attr->type = a.type;
+  attr->device = a.device;
+  attr->devicePointer = (void *)(uintptr_t)p; /* unified addressing: one address */
+  attr->hostPointer = a.type == cudaMemoryTypeDevice ? NULL : (void *)(uintptr_t)p;
+  return cudaSuccess;
+}
+
+/* Sticky errors stay; the double keeps no other last error to clear. */
+cudaError_t cudaGetLastError(void) { return double_sticky(double_current_device()); }
