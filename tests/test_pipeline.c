@@ -10,6 +10,10 @@
  * (forward_backward_no_pipelining). Tolerance: none — each layer sees the
  * same inputs and accumulates its micro-batches in the same order, so the
  * floats are bitwise equal.
+ *
+ * Built with MPU_TEST_NCCL the pipeline runs over NCCL communicators on the
+ * test double: the callbacks get device buffers and copy them to and from
+ * the host with mpu_comm_copy2d, as a CUDA trainer's kernels would read them.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -76,32 +80,40 @@ static void layer_backward(layer *l, const float *x, const float *y, const float
 
 /* one rank's model: its chunks' layers and what backward needs */
 typedef struct model {
+  mpu_comm *dev; /* the pipeline's NCCL communicator: its buffers are device memory */
   int pp, vp, rank, V, forwards, backwards;
   layer layers[MAXV];               /* by chunk */
   float x[MAXM][MAXV][H], y[MAXM][MAXV][H];
 } model;
 
+/* H floats between the pipeline's buffers and the host */
+static mpu_result_t xfer(const model *m, void *dst, const void *src) {
+  if (!m->dev) return memcpy(dst, src, H * sizeof(float)), MPU_SUCCESS;
+  return mpu_comm_copy2d(m->dev, dst, H * sizeof(float), src, H * sizeof(float), H * sizeof(float), 1);
+}
+
 static mpu_result_t fwd(void *user, int mb, int chunk, const float *input, float *output) {
   model *m = user;
   int v = chunk * m->pp + m->rank;
-  if (input) memcpy(m->x[mb][chunk], input, sizeof m->x[mb][chunk]);
+  if (input) MPU_CHECK_R(xfer(m, m->x[mb][chunk], input));
   else input_of(mb, m->x[mb][chunk]);
   layer_forward(&m->layers[chunk], m->x[mb][chunk], m->y[mb][chunk]);
-  if (v < m->V - 1) memcpy(output, m->y[mb][chunk], H * sizeof(float));
+  if (v < m->V - 1) MPU_CHECK_R(xfer(m, output, m->y[mb][chunk]));
   m->forwards++;
   return MPU_SUCCESS;
 }
 
 static mpu_result_t bwd(void *user, int mb, int chunk, const float *grad_output, float *grad_input) {
   model *m = user;
-  float dy[H], t[H];
+  float dy[H], t[H], dx[H];
   if (grad_output) {
-    memcpy(dy, grad_output, sizeof dy);
+    MPU_CHECK_R(xfer(m, dy, grad_output));
   } else { /* the last layer: the loss 0.5 |y - t|^2 */
     target_of(mb, t);
     for (int i = 0; i < H; i++) dy[i] = m->y[mb][chunk][i] - t[i];
   }
-  layer_backward(&m->layers[chunk], m->x[mb][chunk], m->y[mb][chunk], dy, grad_input);
+  layer_backward(&m->layers[chunk], m->x[mb][chunk], m->y[mb][chunk], dy, grad_input ? dx : NULL);
+  if (grad_input) MPU_CHECK_R(xfer(m, grad_input, dx));
   m->backwards++;
   return MPU_SUCCESS;
 }
@@ -142,7 +154,16 @@ static mpu_result_t rank_fn(mpu_comm *world, void *arg) {
   size_t len = 0;
   FILE *trace = open_memstream(&text, &len);
   mpu_pipeline_callbacks cb = {fwd, bwd, m};
-  mpu_result_t r = mpu_pipeline_create(world, H, &p);
+  mpu_comm *group = world;
+#ifdef MPU_TEST_NCCL
+  mpu_result_t made = mpu_comm_nccl_create(world, NULL, &m->dev);
+  if (made) {
+    free(m);
+    return made;
+  }
+  group = m->dev;
+#endif
+  mpu_result_t r = mpu_pipeline_create(group, H, &p);
   if (!r) r = mpu_pipeline_run(p, &a->cfg, &cb, trace);
   fclose(trace);
   int lines = 0;
@@ -155,6 +176,7 @@ static mpu_result_t rank_fn(mpu_comm *world, void *arg) {
                  m->backwards);
   for (int c = 0; c < m->vp; c++) a->got[c * m->pp + rank] = m->layers[c];
   mpu_pipeline_free(p);
+  mpu_comm_destroy(m->dev);
   free(m);
   return r;
 }
@@ -165,6 +187,14 @@ static void check(mpu_schedule_kind kind, int pp, int vp, int M, int group) {
   c.kind = kind, c.pp = pp, c.vp = vp, c.microbatches = M, c.group_size = group;
   a->cfg = c;
   mpu_result_t r = mpu_launch(pp, rank_fn, a, NULL, NULL);
+#ifdef MPU_TEST_NCCL
+  if (kind == MPU_SCHEDULE_INTERLEAVED && group > pp) { /* refused: NCCL's sends would deadlock */
+    if (r != MPU_ERR_UNSUPPORTED || !strstr(mpu_last_error(), "at most pp"))
+      fail_msg("pp %d group %d on NCCL: %s (%s)", pp, group, mpu_result_name(r), mpu_last_error());
+    free(a);
+    return;
+  }
+#endif
   if (r) fail_msg("%s pp %d vp %d m %d: %s", mpu_schedule_name(kind), pp, vp, M, mpu_last_error());
   layer want[MAXV];
   reference(pp * vp, M, want);

@@ -211,6 +211,20 @@ MPU_API mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu
 /* The host twin of an NCCL communicator (same members, host memory). */
 MPU_API mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host);
 
+/*
+ * The ncclComm_t of an NCCL communicator, for NCCL calls mpu does not wrap
+ * (a C/CUDA trainer's own ncclAllReduce on a group, as llm.c makes). mpu owns
+ * it: never ncclCommDestroy, ncclCommAbort or ncclCommFinalize it (end it with
+ * mpu_comm_destroy / mpu_comm_abort); it is valid until then. Calls the
+ * caller enqueues on it are ordered with mpu's calls only through the stream
+ * they are enqueued on: enqueue them on mpu_comm_stream's stream (or order
+ * the streams with events) so they run in the same order on every rank.
+ * MPU_ERR_UNSUPPORTED for other backends; a broken communicator (aborted,
+ * timed out) gives its error, as its handle may be gone. *nccl_comm is NULL
+ * on failure.
+ */
+MPU_API mpu_result_t mpu_comm_nccl_handle(const mpu_comm *comm, void **nccl_comm);
+
 /* ---- facts about a communicator ----------------------------------------- */
 
 MPU_API mpu_result_t mpu_comm_rank(const mpu_comm *comm, int *rank);
@@ -405,6 +419,36 @@ MPU_API mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s
 /* *done = 1 if the call has completed: the request is then freed and its
  * result returned. *done = 0: still pending, MPU_SUCCESS. */
 MPU_API mpu_result_t mpu_request_test(mpu_request *req, int *done);
+
+/* ---- groups of calls ---------------------------------------------------------
+ *
+ * Calls issued between mpu_group_start and mpu_group_end on one thread, on
+ * any communicators and backends, are one step, like ncclGroupStart/End:
+ * on NCCL they are one NCCL group (launched together at the end); so a
+ * pipeline's send to the next stage and recv from the previous one, or
+ * all-reduces on several groups, cannot wait on each other.
+ *
+ * Inside a group a blocking call (collective, send, recv, sendrecv) only
+ * checks its arguments and posts the call: its return means "posted", and
+ * it completes at the outermost mpu_group_end, which returns the first
+ * failure of the group's calls (every call is still run). Buffers belong to
+ * the calls until then. A non-blocking call's request is waited for after
+ * the group ends (a wait or test inside the group that made it is
+ * MPU_ERR_INVALID_USAGE). Host backends (threads, MPI, fake) run the posted
+ * calls at mpu_group_end: every send first (host sends never wait for the
+ * recv), then receives and collectives in the order issued; so sends and
+ * receives may be issued in any order, and collectives on several
+ * communicators must be issued in the same order on every rank there (NCCL
+ * does not need that; a program that keeps it runs on every backend).
+ * Backends may be mixed in one group. Nesting is counted per thread, as
+ * NCCL's: only the outermost mpu_group_end runs the calls. Not allowed inside
+ * a group (MPU_ERR_INVALID_USAGE): mpu_comm_split, mpu_comm_create_group,
+ * mpu_comm_set_stream, and mpu_comm_destroy of a communicator the group
+ * holds a call on. A thread closes the groups it opens.
+ */
+MPU_API mpu_result_t mpu_group_start(void);
+/* MPU_ERR_INVALID_USAGE when no group is open on this thread. */
+MPU_API mpu_result_t mpu_group_end(void);
 
 /* ---- making and ending communicators -------------------------------------- */
 

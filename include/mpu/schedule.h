@@ -125,8 +125,11 @@ typedef struct mpu_pipeline mpu_pipeline;
  * activations of `count` float32 elements (Megatron's tensor_shape), over
  * two communicators of the group's members (one for activations, one for
  * gradients, so each direction between two ranks carries one stream in
- * order). Host communicators (threads, MPI), whose sends do not wait for the
- * receiver; MPU_ERR_UNSUPPORTED on NCCL.
+ * order). Any backend: a step's send and the next step's receive are one
+ * group (mpu_group_start/end), so NCCL's sends, which complete only when the
+ * peer receives, cannot wait on each other. The buffers are the group's
+ * memory (mpu_comm_mem_alloc): on an NCCL group the callbacks' input, output,
+ * grad_output and grad_input are device memory on the rank's GPU.
  */
 MPU_API mpu_result_t mpu_pipeline_create(mpu_comm *pp_group, size_t count, mpu_pipeline **out);
 

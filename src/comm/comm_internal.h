@@ -70,6 +70,16 @@ typedef struct mpu__comm_ops {
    * the bytes at p may be handed to the backend's calls; 0 with what the
    * memory is and what the communicator takes written to why. */
   int (*check_buffer)(const mpu_comm *c, const void *p, size_t bytes, char *why, size_t why_size);
+  /* Optional, backends with their own groups (NCCL; group.c): open and close
+   * the library's group on this thread; inside one, start and p2p_start only
+   * enqueue (the work launches at group_end) and hand back a handle for
+   * wait/release. */
+  mpu_result_t (*group_start)(void);
+  mpu_result_t (*group_end)(void);
+  mpu_result_t (*p2p_start)(mpu_comm *c, int is_send, void *buf, size_t count, mpu_dtype dt,
+                            int peer, void **handle);
+  /* Optional: the library's own communicator (an ncclComm_t) */
+  mpu_result_t (*native_handle)(const mpu_comm *c, void **out);
 } mpu__comm_ops;
 
 struct mpu_comm {

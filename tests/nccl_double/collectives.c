@@ -412,12 +412,10 @@ static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer)
   k->t.comm = c;
   k->s = s;
   k->peer = peer;
-  if (s.kind == K_SEND || s.kind == K_RECV) {
-    int held = 0;
-    ncclResult_t r = double_group_hold(k, stream, &held);
-    if (r != ncclSuccess) free(k);
-    if (r != ncclSuccess || held) return r;
-  }
+  int held = 0;
+  ncclResult_t r = double_group_hold(k, stream, &held);
+  if (r != ncclSuccess) free(k);
+  if (r != ncclSuccess || held) return r;
   double_submit(k, stream);
   return ncclSuccess;
 }

@@ -215,25 +215,39 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
   return ncclCommInitRank(out, size, id, rank);
 }
 
-/* Group calls: point-to-point calls issued between ncclGroupStart and
- * ncclGroupEnd on one thread are held and go to the stream as one task. */
-static __thread int depth;
-static __thread coll_task *held;
-static __thread cudaStream_t held_stream;
+/* Group calls: every call issued between ncclGroupStart and ncclGroupEnd on
+ * one thread is held, as NCCL holds it, and reaches its stream at
+ * ncclGroupEnd (an event recorded inside the group runs before it). Per
+ * communicator and stream, in issue order: the collectives one task each,
+ * then the point-to-point calls as one task whose sends and recvs progress
+ * together. Communicators on different streams progress independently. */
+typedef struct held_chain {
+  struct held_chain *next;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  coll_task *colls, *p2p; /* lists through ->more */
+} held_chain;
 
-/* Inside a group, hold a point-to-point call until ncclGroupEnd. */
+static __thread int depth;
+static __thread held_chain *chains;
+
+static void chain_append(coll_task **list, coll_task *k) {
+  while (*list) list = &(*list)->more;
+  *list = k;
+}
+
+/* Inside a group, hold a call until ncclGroupEnd. */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held) {
   *was_held = 0;
   if (depth == 0) return ncclSuccess;
-  if (held && (held->t.comm != k->t.comm || held_stream != stream)) {
-    snprintf(double_last_error, sizeof double_last_error,
-             "the double groups one communicator and stream");
-    return ncclInvalidUsage;
+  held_chain **p = &chains;
+  while (*p && ((*p)->comm != k->t.comm || (*p)->stream != stream)) p = &(*p)->next;
+  if (!*p) {
+    *p = calloc(1, sizeof **p);
+    if (!*p) return ncclSystemError;
+    (*p)->comm = k->t.comm, (*p)->stream = stream;
   }
-  coll_task **p = &held;
-  while (*p) p = &(*p)->more;
-  *p = k;
-  held_stream = stream;
+  chain_append(k->s.kind == K_SEND || k->s.kind == K_RECV ? &(*p)->p2p : &(*p)->colls, k);
   *was_held = 1;
   return ncclSuccess;
 }
@@ -245,11 +259,18 @@ ncclResult_t ncclGroupStart(void) {
 
 ncclResult_t ncclGroupEnd(void) {
   if (depth <= 0) return ncclInvalidUsage;
-  if (--depth == 0 && held) {
-    coll_task *k = held;
-    held = NULL;
-    double_submit(k, held_stream);
+  if (--depth > 0) return ncclSuccess;
+  for (held_chain *h = chains, *next; h; h = next) {
+    next = h->next;
+    for (coll_task *k = h->colls, *after; k; k = after) {
+      after = k->more;
+      k->more = NULL;
+      double_submit(k, h->stream);
+    }
+    if (h->p2p) double_submit(h->p2p, h->stream);
+    free(h);
   }
+  chains = NULL;
   return ncclSuccess;
 }
 

@@ -15,7 +15,8 @@
  *   - a collective completes when every rank's stream has reached it;
  *     in-place forms as NCCL defines them (recvbuff == sendbuff, and the
  *     rank's block for all_gather / reduce_scatter);
- *   - ncclSend/ncclRecv match per (peer, order); group calls may hold both;
+ *   - ncclSend/ncclRecv match per (peer, order); a group holds its calls
+ *     until ncclGroupEnd (sends and recvs of one communicator progress together);
  *   - ncclCommAbort stops the communicator's pending work, and its peers'
  *     pending collectives end with ncclRemoteError (their async error), so a
  *     watchdog can recover from a peer that never comes.
@@ -126,7 +127,7 @@ extern __thread char double_last_error[256];
 long double_call_count(const char *nccl_function);
 int double_meet(clique *q);                              /* comm.c */
 void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
-/* inside ncclGroupStart/End, point-to-point calls are held (comm.c) */
+/* inside ncclGroupStart/End, calls are held until the end (comm.c) */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
 
 #include "nccl_double/memory.h"

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "gpt_device.h"
 #include "cli.h"
 #include "gpt.h"
 #include "gpt_fsdp.h"
@@ -251,6 +252,8 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   mpu_pipeline *pipe = NULL;
   mpu_optimizer *opts = NULL, **optp = NULL;
   gpt_sharding sharding = {0, NULL, NULL};
+  gpt_device dev;
+  memset(&dev, 0, sizeof dev);
   TRY(gpt_ctx_init(&m.ctx, &cfg, tp, o->sp));
   m.chunks = calloc((size_t)m.vp, sizeof *m.chunks);
   opts = calloc((size_t)m.vp, sizeof *opts);
@@ -277,10 +280,12 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   double saved[3]; /* the same on every rank after the report's reduction */
   TRY(gpt_recompute_report(&m.ctx, m.chunks, m.vp, world, saved));
   if (rank == 0 || o->backend == TOOL_MPI) memcpy(run->saved, saved, sizeof saved);
-  TRY(mpu_pipeline_create(pp, act_size(&m), &pipe));
   mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
   sc.kind = run->kind, sc.pp = pp_size, sc.vp = m.vp, sc.microbatches = m.micro;
   mpu_pipeline_callbacks cb = {on_forward, on_backward, &m};
+  if (o->backend == TOOL_NCCL) /* the pipeline on NCCL's device buffers, staged for the host layers */
+    TRY(gpt_device_init(&dev, s, act_size(&m), &cb, &cb));
+  TRY(mpu_pipeline_create(o->backend == TOOL_NCCL ? dev.pp : pp, act_size(&m), &pipe));
   mpu_rng *dprng = NULL;
   TRY(mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dprng));
   int last_stage = m.chunks[m.vp - 1].last;
@@ -309,7 +314,8 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     else TRY(mpu_optimizer_step_all(optp, m.vp, opts[0].distributed ? world : mp, NULL));
     if (last_stage) {
       double loss = m.loss_sum / (double)(o->seq * m.micro);
-      TRY(mpu_comm_all_reduce(dpc, &loss, &loss, 1, MPU_FLOAT64, MPU_AVG));
+      if (o->backend == TOOL_NCCL) TRY(gpt_device_loss_avg(&dev, &loss));
+      else TRY(mpu_comm_all_reduce(dpc, &loss, &loss, 1, MPU_FLOAT64, MPU_AVG));
       if (tp_rank == 0 && m.dp_rank == 0) {
         run->loss[m.step] = loss;
         if (!run->quiet && (run->dp > 1 || o->tp * o->pp * o->dp == 1)) {
@@ -355,6 +361,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   }
 out:
   mpu_pipeline_free(pipe);
+  gpt_device_free(&dev);
   gpt_shard_free(&sharding);
   for (int c = 0; opts && c < m.vp; c++) mpu_optimizer_free(&opts[c]);
   for (int c = 0; m.chunks && c < m.vp; c++) gpt_chunk_free(&m.chunks[c]);
@@ -495,8 +502,9 @@ static void help(void) {
          "  --seed S                seed of parameters, data and dropout (default 1234)\n"
          "  --text FILE             train on FILE (its first MiB, one token per byte) instead of\n"
          "                          the bundled text\n"
-         "  --backend threads|mpi   thread ranks (default), or the processes of an MPI job\n"
-         "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi)\n"
+         "  --backend threads|mpi|nccl  thread ranks (default), the processes of an MPI job\n"
+         "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi), or thread\n"
+         "                          ranks with one GPU each: pipeline and loss on NCCL\n"
          "  --save DIR              save a checkpoint (mpu ckpt inspect DIR) after step N of\n"
          "                          --save-step N (default: after the last step)\n"
          "  --save-step N           the step after which --save saves\n"
@@ -605,7 +613,14 @@ int cmd_demo_gpt(int argc, char **argv) {
       if (cli_parse_format(optarg, &o.format))
         cli_usage_error("demo gpt", "--format wants text or json, not '%s'", optarg);
       break;
-    case 'B': o.backend = tool_parse_backend("demo gpt", optarg); break;
+    case 'B':
+      if (strcmp(optarg, "nccl")) {
+        o.backend = tool_parse_backend("demo gpt", optarg);
+      } else { /* thread ranks, one GPU and NCCL communicator each */
+        if (!mpu_nccl_available()) cli_usage_error("demo gpt", "%s", mpu_last_error());
+        o.backend = TOOL_NCCL;
+      }
+      break;
     case 'h': help(); return 0;
     case ':': cli_usage_error("demo gpt", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("demo gpt", "unknown option '%s'", argv[optind - 1]);
@@ -690,7 +705,8 @@ int cmd_demo_gpt(int argc, char **argv) {
   if (o.vp > 1) cfg.vp = (int)o.vp;
   gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}, 1, 0};
   int printer = 0;
-  if (!r) r = tool_run(o.backend, (int)world, &cfg, (uint64_t)o.seed, gpt_rank, &run, &printer);
+  if (!r) r = tool_run(o.backend == TOOL_NCCL ? TOOL_THREADS : o.backend, (int)world, &cfg,
+                       (uint64_t)o.seed, gpt_rank, &run, &printer);
   cli_progress_done();
   for (int i = 0; i < run1.nkeep; i++) free(kept[i].data);
   free(kept), free(text.ids);
@@ -728,6 +744,10 @@ int cmd_demo_gpt(int argc, char **argv) {
            mpu_schedule_name(kind), o.dp, data_parallel_name(&o), o.layers,
            o.hidden, o.heads, o.seq, o.micro, o.micro == 1 ? "" : "es", text.vocab,
            text.vocab_padded, o.dropout, o.lr, gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase2, sizeof phrase2));
+    if (o.backend == TOOL_NCCL)
+      printf("# nccl: pipeline sends/receives and the loss's all-reduce on device buffers (NCCL); "
+             "the layers and optimizer run on the CPU over the groups' host twins, and the "
+             "pipeline stages activations host<->device\n");
     gpt_recompute_print(run.saved, o.recompute);
     printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
            "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",

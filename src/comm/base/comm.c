@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "comm/base/signature.h"
+#include "comm/base/group.h"
 #include "comm/comm_internal.h"
 #include "comm/services.h"
 #include "core/clock.h"
@@ -251,11 +252,23 @@ mpu_result_t mpu_comm_stream(const mpu_comm *comm, void **stream) {
 
 mpu_result_t mpu_comm_set_stream(mpu_comm *comm, void *stream) {
   MPU_CHECK(check_comm("mpu_comm_set_stream", comm));
+  MPU_CHECK(mpu__group_refuse("mpu_comm_set_stream"));
   if (!comm->ops->set_stream)
     return mpu__error(MPU_ERR_UNSUPPORTED, "mpu_comm_set_stream: the %s backend has no streams",
                       comm->ops->name);
   MPU_CHECK(mpu__flush(comm));
   return comm->ops->set_stream(comm, stream);
+}
+
+mpu_result_t mpu_comm_nccl_handle(const mpu_comm *comm, void **nccl_comm) {
+  static const char fn[] = "mpu_comm_nccl_handle";
+  MPU_CHECK(check_comm(fn, comm));
+  if (!nccl_comm) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: nccl_comm is NULL", fn);
+  *nccl_comm = NULL;
+  if (!comm->ops->native_handle)
+    return mpu__error(MPU_ERR_UNSUPPORTED, "%s: a %s communicator has no NCCL communicator", fn,
+                      comm->ops->name);
+  return comm->ops->native_handle(comm, nccl_comm);
 }
 
 /* What mpu_comm_mem_alloc handed out, by address, with the backend that
@@ -654,6 +667,7 @@ mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dt
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_buf(fn, comm, "send", buf, bytes, dtype));
+  if (mpu__group_open()) return mpu__group_p2p(fn, comm, 1, (void *)(uintptr_t)buf, count, dtype, peer);
   double t0 = mpu__clock_start();
   mpu_result_t r = mpu__flush(comm);
   if (!r) r = comm->ops->send(comm, buf, count, dtype, peer);
@@ -667,6 +681,7 @@ mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dt
   MPU_CHECK(check_rank(fn, "peer", comm, peer));
   MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
   MPU_CHECK(check_buf(fn, comm, "recv", buf, bytes, dtype));
+  if (mpu__group_open()) return mpu__group_p2p(fn, comm, 0, buf, count, dtype, peer);
   double t0 = mpu__clock_start();
   mpu_result_t r = mpu__flush(comm);
   if (!r) r = comm->ops->recv(comm, buf, count, dtype, peer);
@@ -686,6 +701,10 @@ mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendc
   MPU_CHECK(check_buf(fn, comm, "recv", recvbuf, rbytes, dtype));
   if (overlap(sendbuf, sbytes, recvbuf, rbytes))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
+  if (mpu__group_open()) { /* inside a group a send and a recv already are one step */
+    MPU_CHECK(mpu__group_p2p(fn, comm, 1, (void *)(uintptr_t)sendbuf, sendcount, dtype, dst));
+    return mpu__group_p2p(fn, comm, 0, recvbuf, recvcount, dtype, src);
+  }
   double t0 = mpu__clock_start();
   mpu_result_t r = mpu__flush(comm);
   if (!r && comm->ops->sendrecv)
@@ -733,6 +752,7 @@ mpu_result_t mpu_comm_create_group(mpu_comm *comm, const int *members, int n, mp
   static const char fn[] = "mpu_comm_create_group";
   MPU_CHECK(check_comm(fn, comm));
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  MPU_CHECK(mpu__group_refuse(fn));
   if (!members || n <= 0 || n > comm->size)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d members (want 1..%d and a list)", fn, n,
                       comm->size);
@@ -806,6 +826,7 @@ mpu_result_t mpu_comm_split(mpu_comm *comm, int color, int key, mpu_comm **out) 
   static const char fn[] = "mpu_comm_split";
   MPU_CHECK(check_comm(fn, comm));
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  MPU_CHECK(mpu__group_refuse(fn));
   if (color < 0 && color != MPU_COMM_SPLIT_NOCOLOR)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: color %d is negative (use MPU_COMM_SPLIT_NOCOLOR to opt out)", fn,
@@ -817,6 +838,10 @@ mpu_result_t mpu_comm_split(mpu_comm *comm, int color, int key, mpu_comm **out) 
 
 mpu_result_t mpu_comm_destroy(mpu_comm *comm) {
   if (!comm) return MPU_SUCCESS;
+  if (mpu__group_holds(comm))
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "mpu_comm_destroy: the open mpu_group_start/end bracket holds a call on "
+                      "this communicator (mpu_group_end first)");
   int taken = live_take(comm, 1);
   if (taken < 0)
     return mpu__error(MPU_ERR_INVALID_USAGE,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/base/group.h"
 #include "comm/comm_internal.h"
 #include "core/error.h"
 #include "core/registry.h"
@@ -34,6 +35,7 @@ struct mpu_request {
   void *native;        /* STARTED: the backend's handle */
   mpu_request *next;   /* the communicator's queue */
   mpu_request *next_live;
+  uint64_t group;      /* the mpu_group_start bracket it was made in (0: none) */
 };
 
 /* ---- live requests: a wait on a freed or foreign pointer is caught --------- */
@@ -53,6 +55,11 @@ static mpu_result_t check_request(const char *fn, const mpu_request *r) {
     return mpu__error(MPU_ERR_INVALID_USAGE,
                       "%s: %p is not a pending request (completed already, or never issued)", fn,
                       (const void *)r);
+  if (r->group && r->group == mpu__group_serial())
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "%s: the request was made inside the open mpu_group_start/end bracket; "
+                      "its call starts at mpu_group_end (call that first)",
+                      fn);
   return MPU_SUCCESS;
 }
 
@@ -111,6 +118,10 @@ static void run_queue(mpu_comm *c, const mpu_request *until) {
   }
 }
 
+void mpu__request_run(mpu_request *r) {
+  if (r->state == QUEUED && r->comm) run_queue(r->comm, r);
+}
+
 mpu_result_t mpu__flush(mpu_comm *c) {
   if (c->queue_head && !c->ops->wait) run_queue(c, NULL);
   return MPU_SUCCESS;
@@ -147,6 +158,8 @@ void mpu__detach_requests(mpu_comm *c) {
 }
 
 mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu_request **req) {
+  MPU_CHECK(mpu__group_enter(c));
+  if (!req && mpu__group_open()) return mpu__group_call(fn, c, call);
   if (!req) { /* blocking: what was issued before runs first */
     double t0 = mpu__clock_start();
     mpu_result_t res = mpu__flush(c);
@@ -155,7 +168,8 @@ mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu
   }
   mpu_request *r = calloc(1, sizeof *r);
   if (!r) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", fn);
-  *r = (mpu_request){REQ_MAGIC, c, *call, fn, QUEUED, MPU_SUCCESS, "", NULL, NULL, NULL};
+  *r = (mpu_request){REQ_MAGIC, c, *call, fn, QUEUED, MPU_SUCCESS, "", NULL, NULL, NULL,
+                     mpu__group_serial()};
   if (c->ops->wait) {
     /* native: earlier queued calls cannot exist (nothing is ever queued) */
     mpu_result_t res = c->size == 1 ? alone(c, call) : c->ops->start(c, call, &r->native);
@@ -175,6 +189,14 @@ mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu
     c->queue_tail = r;
   } else {
     c->queue_head = c->queue_tail = r;
+  }
+  if (r->state == QUEUED && mpu__group_open()) { /* runs in order at the group's end */
+    mpu_result_t res = mpu__group_request(fn, c, r);
+    if (res) {
+      unlink_request(r);
+      free(r);
+      return res;
+    }
   }
   live_add(r);
   *req = r;

@@ -53,4 +53,17 @@ mpu_result_t mpu__nccl_create_group(mpu_comm *c, const int *members, int n, mpu_
 mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out);
 void mpu__nccl_destroy(mpu_comm *c);
 
+/* group.c: mpu_group_start/end's NCCL part, the handle; events of calls
+ * made inside a group are recorded after ncclGroupEnd */
+mpu_result_t mpu__nccl_group_start(void);
+mpu_result_t mpu__nccl_group_end(void);
+mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t count, mpu_dtype dt,
+                                 int peer, void **handle);
+mpu_result_t mpu__nccl_native_handle(const mpu_comm *c, void **out);
+mpu_result_t mpu__nccl_event_new(const char *fn, cudaEvent_t *ev);
+mpu_result_t mpu__nccl_event_record(mpu_comm *c, cudaEvent_t ev, const char *fn);
+
+/* calls.c */
+ncclDataType_t mpu__nccl_type(mpu_dtype dt);
+
 #endif

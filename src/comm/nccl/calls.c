@@ -43,6 +43,8 @@ static ncclDataType_t type_of(mpu_dtype dt) {
   }
 }
 
+ncclDataType_t mpu__nccl_type(mpu_dtype dt) { return type_of(dt); }
+
 static ncclRedOp_t op_of(mpu_op op) {
   switch (op) {
   case MPU_PROD: return ncclProd;
@@ -199,12 +201,11 @@ static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, 
 
 static mpu_result_t nccl_start(mpu_comm *c, const mpu__call *k, void **handle) {
   const char *fn = mpu_collective_name((mpu_collective)k->sig.kind);
-  nccl_impl *m = impl_of(c);
   cudaEvent_t ev;
   MPU_CHECK(mpu__nccl_usable(c, fn));
-  MPU_CHECK(mpu__nccl_cuda_error(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), fn));
+  MPU_CHECK(mpu__nccl_event_new(fn, &ev));
   mpu_result_t r = enqueue(c, k, fn);
-  if (!r) r = mpu__nccl_cuda_error(cudaEventRecord(ev, m->stream), fn);
+  if (!r) r = mpu__nccl_event_record(c, ev, fn); /* after ncclGroupEnd inside a group */
   if (r) {
     cudaEventDestroy(ev);
     return r;
@@ -353,4 +354,8 @@ const mpu__comm_ops mpu__nccl_ops = {
     .copy2d = nccl_copy2d,
     .destroy = mpu__nccl_destroy,
     .check_buffer = nccl_check_buffer,
+    .group_start = mpu__nccl_group_start,
+    .group_end = mpu__nccl_group_end,
+    .p2p_start = mpu__nccl_p2p_start,
+    .native_handle = mpu__nccl_native_handle,
 };

@@ -1,0 +1,88 @@
+/*
+ * group.c - the NCCL backend's part of mpu_group_start/end (the base's
+ * src/comm/base/group.c decides what a group means) and the ncclComm_t
+ * handed to callers.
+ *
+ * Inside ncclGroupStart/End NCCL only records calls: they reach the stream
+ * at ncclGroupEnd. An event recorded after a call inside the group would be
+ * on the stream before the call and complete at once, so a request's event
+ * made inside a group is recorded after ncclGroupEnd (per thread, like
+ * NCCL's group).
+ */
+#include <stdlib.h>
+
+#include "comm/nccl/backend.h"
+#include "core/error.h"
+
+typedef struct deferred {
+  cudaEvent_t event;
+  cudaStream_t stream;
+} deferred;
+
+static _Thread_local int open_group;
+static _Thread_local deferred *records;
+static _Thread_local size_t nrecords, cap_records;
+
+mpu_result_t mpu__nccl_event_new(const char *fn, cudaEvent_t *ev) {
+  return mpu__nccl_cuda_error(cudaEventCreateWithFlags(ev, cudaEventDisableTiming), fn);
+}
+
+mpu_result_t mpu__nccl_event_record(mpu_comm *c, cudaEvent_t ev, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  if (!open_group) return mpu__nccl_cuda_error(cudaEventRecord(ev, m->stream), fn);
+  if (nrecords == cap_records) {
+    size_t cap = cap_records ? 2 * cap_records : 16;
+    deferred *more = realloc(records, cap * sizeof *more);
+    if (!more) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu grouped calls", fn, cap);
+    records = more, cap_records = cap;
+  }
+  records[nrecords++] = (deferred){ev, m->stream};
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu__nccl_group_start(void) {
+  MPU_CHECK(mpu__nccl_error(ncclGroupStart(), NULL, "mpu_group_start"));
+  open_group = 1;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu__nccl_group_end(void) {
+  static const char fn[] = "mpu_group_end";
+  open_group = 0;
+  mpu_result_t r = mpu__nccl_error(ncclGroupEnd(), NULL, fn);
+  /* the events go after the launched calls; after a failed launch too, so a
+   * request's wait does not stay pending forever (the failure is the group's) */
+  for (size_t i = 0; i < nrecords; i++) {
+    mpu_result_t e = mpu__nccl_cuda_error(cudaEventRecord(records[i].event, records[i].stream), fn);
+    if (!r) r = e;
+  }
+  free(records);
+  records = NULL, nrecords = cap_records = 0;
+  return r;
+}
+
+mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t count,
+                                  mpu_dtype dt, int peer, void **handle) {
+  const char *fn = is_send ? "mpu_comm_send" : "mpu_comm_recv";
+  nccl_impl *m = impl_of(c);
+  cudaEvent_t ev;
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_event_new(fn, &ev));
+  ncclDataType_t t = mpu__nccl_type(dt);
+  ncclResult_t nr = is_send ? ncclSend(buf, count, t, peer, m->comm, m->stream)
+                            : ncclRecv(buf, count, t, peer, m->comm, m->stream);
+  mpu_result_t r = mpu__nccl_error(nr, m->comm, fn);
+  if (!r) r = mpu__nccl_event_record(c, ev, fn);
+  if (r) {
+    cudaEventDestroy(ev);
+    return r;
+  }
+  *handle = ev;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu__nccl_native_handle(const mpu_comm *c, void **out) {
+  MPU_CHECK(mpu__nccl_usable(c, "mpu_comm_nccl_handle"));
+  *out = impl_of(c)->comm;
+  return MPU_SUCCESS;
+}
