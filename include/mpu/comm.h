@@ -370,14 +370,18 @@ MPU_API void mpu_comm_clock_reset(void);
  * blocking and non-blocking, in the same order, and they happen in that
  * order whatever order the requests are waited in.
  *
- * The calls progress without a wait on every backend but fake (where
- * nothing moves and a call is done at once): threads runs a call when its
- * last member starts it (that member's start moves the data), MPI uses MPI's
- * own non-blocking calls, NCCL enqueues it on the stream. So a member that
+ * Where calls progress without a wait (threads: a call runs when its last
+ * member starts it, that member's start moving the data; NCCL: enqueued on
+ * the stream; fake: nothing moves, a call is done at once), a member that
  * started a call computes while it runs, and requests may be waited for in
- * any order, on one communicator or several. A request is completed and
- * freed by mpu_request_wait, by mpu_request_test when it sets *done, or
- * handed over by mpu_request_free; its result is the call's result.
+ * any order, on one communicator or several. The MPI backend queues the
+ * call and runs it at the first wait or test of it or of a later request on
+ * the communicator, or before the next blocking call on it (so test may
+ * block as the call would, and waits on two communicators must come in the
+ * same order on every rank). A blocking call sees the results of the
+ * non-blocking calls issued before it on its communicator. A request is
+ * completed and freed by mpu_request_wait, by mpu_request_test when it sets
+ * *done, or handed over by mpu_request_free; its result is the call's.
  *
  * Buffers (MPI's rule): from the start until the request completes the call
  * owns them: the caller must not write its inputs nor read or write its
