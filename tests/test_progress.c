@@ -26,6 +26,12 @@ long mpu__request_count(void);
     if (r_) return r_;            \
   } while (0)
 
+static int rank_of(mpu_comm *c) {
+  int r = -1;
+  mpu_comm_rank(c, &r);
+  return r;
+}
+
 static mpu_launch_options quick(double timeout_s) {
   mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
   o.timeout_s = timeout_s;
@@ -145,8 +151,7 @@ typedef struct handoff {
  * rank 0's first test finds it complete. */
 static mpu_result_t without_a_wait(mpu_comm *world, void *arg) {
   handoff *h = arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
+  int rank = rank_of(world);
   enum { N = 1 << 15 };
   float *s = malloc(N * sizeof *s), *r = malloc(N * sizeof *r);
   if (!s || !r) return free(s), free(r), MPU_ERR_OUT_OF_MEMORY;
@@ -186,8 +191,7 @@ static void test_progress_without_a_wait(void **state) {
  * communicator's timeout fails it and names the missing rank. */
 static mpu_result_t never_started(mpu_comm *world, void *arg) {
   (void)arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
+  int rank = rank_of(world);
   if (rank == 1) return MPU_SUCCESS; /* returns: its exit is seen */
   float x = 1, y = 0;
   mpu_request *q;
@@ -202,8 +206,7 @@ static mpu_result_t never_started(mpu_comm *world, void *arg) {
 
 static mpu_result_t late_start(mpu_comm *world, void *arg) {
   handoff *h = arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
+  int rank = rank_of(world);
   float x = (float)rank + 1, y = 0;
   mpu_request *q;
   if (rank == 1) {
@@ -224,8 +227,7 @@ static mpu_result_t late_start(mpu_comm *world, void *arg) {
 
 static mpu_result_t timed_out(mpu_comm *world, void *arg) {
   handoff *h = arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
+  int rank = rank_of(world);
   float x = 1, y = 0;
   mpu_request *q;
   if (rank == 1) { /* comes after rank 0 gave up: finds the call failed */
@@ -259,8 +261,7 @@ static void test_pending_failures(void **state) {
 /* A mismatch found when the last member starts the call fails it for all. */
 static mpu_result_t mismatched(mpu_comm *world, void *arg) {
   (void)arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
+  int rank = rank_of(world);
   float x[4] = {1, 2, 3, 4}, y[4];
   mpu_request *q;
   CHECK(mpu_comm_iall_reduce(world, x, y, rank ? 4 : 3, MPU_FLOAT32, MPU_SUM, &q));
@@ -286,8 +287,7 @@ typedef struct freed {
  * alive stays bounded (a barrier every 1000 keeps the ranks within reach). */
 static mpu_result_t free_many(mpu_comm *world, void *arg) {
   freed *f = arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
+  int rank = rank_of(world);
   float x = (float)rank, y = 0;
   for (long i = 0; i < f->calls; i++) {
     mpu_request *q;
@@ -326,8 +326,7 @@ static void test_free_many_threads(void **state) {
 /* Freed requests whose communicator goes first: destroy releases them. */
 static mpu_result_t free_then_destroy(mpu_comm *world, void *arg) {
   (void)arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
+  int rank = rank_of(world);
   mpu_comm *c;
   CHECK(mpu_comm_split(world, 0, rank, &c));
   float x = 1, y[3];
