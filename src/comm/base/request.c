@@ -136,8 +136,9 @@ static void run_queue(mpu_comm *c, const mpu_request *until) {
     r->next = NULL;
     finish(r, mpu__run_call(c, &r->call));
     r->comm = NULL; /* off the list: nothing of the communicator is needed any more */
-    if (r->freed) request_delete(r); /* nobody waits for it (never `until`) */
-    else if (r == until) break;
+    int last = r == until;
+    if (r->freed) request_delete(r); /* nobody waits for it */
+    if (last) break;
   }
 }
 
@@ -309,7 +310,10 @@ mpu_result_t mpu_request_free(mpu_request *req) {
     request_delete(req);
     return MPU_SUCCESS;
   }
-  if (req->state == QUEUED) return MPU_SUCCESS; /* runs with the queue, then goes */
+  if (req->state == QUEUED) { /* queued backends run it now, as a test would: then it goes */
+    run_queue(c, req);
+    return MPU_SUCCESS;
+  }
   unlink_request(req);
   req->comm = c;
   if (c->freed_tail) c->freed_tail->next = req;
