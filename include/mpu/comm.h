@@ -384,12 +384,23 @@ MPU_API void mpu_comm_clock_reset(void);
  * blocking and non-blocking, in the same order, and they happen in that
  * order whatever order the requests are waited in.
  *
- * Backends with native non-blocking calls (NCCL: enqueued on the stream)
- * make progress on their own; the others (threads, fake, MPI) queue the call
- * and run it at the first wait or test of it or of a later request on the
- * communicator, or before the next blocking call on it (so test may block as
- * the call would). A request is completed and freed by mpu_request_wait, or
- * by mpu_request_test when it sets *done; its result is the call's result.
+ * Where calls progress without a wait (threads: a call runs when its last
+ * member starts it, that member's start moving the data; NCCL: enqueued on
+ * the stream; fake: nothing moves, a call is done at once), a member that
+ * started a call computes while it runs, and requests may be waited for in
+ * any order, on one communicator or several. The MPI backend queues the
+ * call and runs it at the first wait or test of it or of a later request on
+ * the communicator, or before the next blocking call on it (so test may
+ * block as the call would, and waits on two communicators must come in the
+ * same order on every rank). A blocking call sees the results of the
+ * non-blocking calls issued before it on its communicator. A request is
+ * completed and freed by mpu_request_wait, by mpu_request_test when it sets
+ * *done, or handed over by mpu_request_free; its result is the call's.
+ *
+ * Buffers (MPI's rule): from the start until the request completes the call
+ * owns them: the caller must not write its inputs nor read or write its
+ * outputs (peers may read the inputs in place), and mpu never touches them
+ * after the call completed.
  */
 MPU_API mpu_result_t mpu_comm_iall_reduce(mpu_comm *comm, const void *send, void *recv,
                                           size_t count, mpu_dtype dtype, mpu_op op,
@@ -419,6 +430,14 @@ MPU_API mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s
 /* *done = 1 if the call has completed: the request is then freed and its
  * result returned. *done = 0: still pending, MPU_SUCCESS. */
 MPU_API mpu_result_t mpu_request_test(mpu_request *req, int *done);
+
+/* MPI_Request_free: nobody will wait for this request. It completes on its
+ * own and releases itself (on a later call on its communicator, or its
+ * destroy); req must not be used again, and the call's result is lost. The
+ * buffers stay the call's until it completes: the caller knows it has when
+ * a later request on the same communicator completed (requests complete in
+ * the order they were issued), or when the communicator was destroyed. */
+MPU_API mpu_result_t mpu_request_free(mpu_request *req);
 
 /* ---- groups of calls ---------------------------------------------------------
  *

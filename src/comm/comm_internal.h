@@ -80,6 +80,10 @@ typedef struct mpu__comm_ops {
                             int peer, void **handle);
   /* Optional: the library's own communicator (an ncclComm_t) */
   mpu_result_t (*native_handle)(const mpu_comm *c, void **out);
+  /* Optional: start a non-blocking call that then progresses without a wait
+   * (handle for test, wait and release; NULL: it completed already). NULL:
+   * non-blocking calls use start (native where wait is set, else queued). */
+  mpu_result_t (*start_nb)(mpu_comm *c, const mpu__call *call, void **handle);
 } mpu__comm_ops;
 
 struct mpu_comm {
@@ -94,6 +98,7 @@ struct mpu_comm {
   void *impl;            /* the backend's state */
   mpu_comm *next_live;   /* comm.c's registry of live handles (catches double destroy) */
   mpu_request *queue_head, *queue_tail; /* requests not yet run (request.c) */
+  mpu_request *freed_head, *freed_tail; /* mpu_request_free'd, not yet complete (request.c) */
 };
 
 /* A new base communicator. world_ranks (size entries, or NULL for the
@@ -129,6 +134,8 @@ mpu_result_t mpu__flush(mpu_comm *comm);
  * call that communicates, add after it. */
 double mpu__clock_start(void);
 mpu_result_t mpu__clock_add(double start, mpu_result_t result);
+/* The same, adding the time but not a call (a non-blocking start). */
+mpu_result_t mpu__clock_add_time(double start, mpu_result_t result);
 
 /* comm is going away: its queued requests fail when waited for. */
 void mpu__detach_requests(mpu_comm *comm);
@@ -136,6 +143,9 @@ void mpu__detach_requests(mpu_comm *comm);
 /* Run one checked call to its end: a group of one answered here, the
  * others by the backend's start and wait. */
 mpu_result_t mpu__run_call(mpu_comm *comm, const mpu__call *call);
+
+/* Requests allocated and not yet freed, in the whole process (tests). */
+MPU_SIBLING_API long mpu__request_count(void);
 
 /* Make c->world_ranks real where the backend listed them lazily. */
 mpu_result_t mpu__comm_members(mpu_comm *c);

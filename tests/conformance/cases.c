@@ -762,6 +762,35 @@ out:
   return res;
 }
 
+/* mpu_request_free: freed calls still run, in order, and a later request's
+ * completion says their buffers are the caller's again. */
+static mpu_result_t case_request_free(mpu_comm *world, void *suite) {
+  mpu_result_t res = MPU_SUCCESS;
+  int rank, n;
+  mpu_comm_rank(world, &rank);
+  mpu_comm_size(world, &n);
+  int64_t a = rank + 1, x[3] = {0, 0, 0};
+  mpu_request *q = NULL;
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(mpu_comm_iall_reduce(world, &a, &x[i], 1, MPU_INT64, MPU_SUM, &q));
+    CHECK_OK(mpu_request_free(q));
+    CHECK_ERR(MPU_ERR_INVALID_USAGE, mpu_request_wait(q)); /* compared, never read */
+    q = NULL;
+  }
+  CHECK_OK(mpu_comm_iall_reduce(world, &a, &x[2], 1, MPU_INT64, MPU_SUM, &q));
+  CHECK_OK(mpu_request_wait(q));
+  q = NULL;
+  int64_t sum = (int64_t)n * (n + 1) / 2;
+  for (int i = 0; i < 3; i++)
+    CHECK(x[i] == sum, "call %d: %lld, want %lld", i, (long long)x[i], (long long)sum);
+  CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_request_free(NULL));
+  CHECK_OK(mpu_comm_barrier(world));
+out:
+  if (q) mpu_request_wait(q);
+  (void)suite;
+  return res;
+}
+
 /* ---- uneven collectives ------------------------------------------------------
  * Counts per rank with zeros for some ranks, one rank holding everything
  * (past every staging threshold), all different; blocks packed in rank order
@@ -1054,5 +1083,6 @@ const conf_case conf_cases[] = {
     {"edge_values", conf_case_edge_values, CONF_NEEDS_EXACT},
     {"nonblocking", case_nonblocking, 0},
     {"nonblocking_order", case_nonblocking_order, CONF_NEEDS_HOST_MEMORY},
+    {"request_free", case_request_free, CONF_NEEDS_HOST_MEMORY},
     {NULL, NULL, 0},
 };

@@ -734,6 +734,13 @@ mpu_result_t mpu__clock_add(double start, mpu_result_t result) {
   return result;
 }
 
+mpu_result_t mpu__clock_add_time(double start, mpu_result_t result) {
+  uint64_t calls = clock_calls;
+  mpu__clock_add(start, result);
+  clock_calls = calls;
+  return result;
+}
+
 void mpu_comm_clock(double *seconds, uint64_t *calls) {
   if (seconds) *seconds = clock_seconds;
   if (calls) *calls = clock_calls;

@@ -2,14 +2,22 @@
  * request.c - non-blocking collectives: requests, their queue per
  * communicator, and the order every backend keeps.
  *
- * A backend with native non-blocking calls (NCCL) starts the call at once and
- * its request wraps the backend's handle. For the others the request holds
- * the call, queued on its communicator; the queue runs in order at a wait or
- * test, and before any blocking call on the communicator, so calls happen in
- * the order they were issued on every rank (the rule MPI and NCCL have), and
- * a rank blocked in a later call never waits for peers stuck behind an
- * earlier one that was never run.
+ * A backend whose non-blocking calls progress on their own (threads: the last
+ * member to start a call runs it; MPI: MPI's I-collectives; NCCL: the
+ * stream) starts the call at once and its request wraps the backend's
+ * handle. For the others the request holds the call, queued on its
+ * communicator; the queue runs in order at a wait or test, and before any
+ * blocking call on the communicator, so calls happen in the order they were
+ * issued on every rank (the rule MPI and NCCL have), and a rank blocked in a
+ * later call never waits for peers stuck behind an earlier one that was never
+ * run.
+ *
+ * mpu_request_free hands a request over: it moves to its communicator's
+ * freed list, which every later call on the communicator (and its destroy)
+ * reaps from the front, releasing what has completed, so requests nobody
+ * waits for do not pile up.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +41,31 @@ struct mpu_request {
   mpu_result_t result; /* when DONE */
   char message[512];   /* the failure's message, handed back at wait */
   void *native;        /* STARTED: the backend's handle */
-  mpu_request *next;   /* the communicator's queue */
+  mpu_request *next;   /* the communicator's queue, or its freed list */
   mpu_request *next_live;
   uint64_t group;      /* the mpu_group_start bracket it was made in (0: none) */
+  int freed;           /* mpu_request_free'd: nobody will wait for it */
 };
+
+static _Atomic long allocated; /* requests alive in the process (mpu__request_count) */
+
+long mpu__request_count(void) { return atomic_load(&allocated); }
+
+static mpu_request *request_new(void) {
+  mpu_request *r = calloc(1, sizeof *r);
+  if (r) atomic_fetch_add(&allocated, 1);
+  return r;
+}
+
+static void request_delete(mpu_request *r) {
+  r->magic = 0;
+  free(r);
+  atomic_fetch_sub(&allocated, 1);
+}
+
+/* Whether c's non-blocking calls are started at once (a backend handle, or
+ * done already), never queued. */
+static int starts_at_once(const mpu_comm *c) { return c->ops->start_nb || c->ops->wait; }
 
 /* ---- live requests: a wait on a freed or foreign pointer is caught --------- */
 
@@ -114,7 +143,9 @@ static void run_queue(mpu_comm *c, const mpu_request *until) {
     r->next = NULL;
     finish(r, mpu__run_call(c, &r->call));
     r->comm = NULL; /* off the list: nothing of the communicator is needed any more */
-    if (r == until) break;
+    int last = r == until;
+    if (r->freed) request_delete(r); /* nobody waits for it */
+    if (last) break;
   }
 }
 
@@ -123,7 +154,7 @@ void mpu__request_run(mpu_request *r) {
 }
 
 mpu_result_t mpu__flush(mpu_comm *c) {
-  if (c->queue_head && !c->ops->wait) run_queue(c, NULL);
+  if (c->queue_head && !starts_at_once(c)) run_queue(c, NULL);
   return MPU_SUCCESS;
 }
 
@@ -142,7 +173,24 @@ static void unlink_request(mpu_request *r) {
   r->next = NULL;
 }
 
+/* Release the freed requests of c that have completed, oldest first, up to
+ * the first still running (all of them with `all`: the communicator goes). */
+static void reap(mpu_comm *c, int all) {
+  while (c->freed_head) {
+    mpu_request *r = c->freed_head;
+    if (!all && r->state == STARTED) {
+      int fin = 0;
+      if (!c->ops->test(c, r->native, &fin) && !fin) break; /* a failure ends it too */
+    }
+    c->freed_head = r->next;
+    if (!c->freed_head) c->freed_tail = NULL;
+    if (r->state == STARTED) c->ops->release(c, r->native);
+    request_delete(r);
+  }
+}
+
 void mpu__detach_requests(mpu_comm *c) {
+  reap(c, 1);
   for (mpu_request *r = c->queue_head, *next; r; r = next) {
     next = r->next;
     if (r->state == STARTED) c->ops->release(c, r->native);
@@ -150,6 +198,10 @@ void mpu__detach_requests(mpu_comm *c) {
     r->next = NULL;
     r->comm = NULL;
     r->state = DONE;
+    if (r->freed) { /* nobody will ask */
+      request_delete(r);
+      continue;
+    }
     r->result = MPU_ERR_INVALID_USAGE;
     snprintf(r->message, sizeof r->message,
              "%s: the communicator was destroyed before the call ran", r->fn);
@@ -160,21 +212,27 @@ void mpu__detach_requests(mpu_comm *c) {
 mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu_request **req) {
   MPU_CHECK(mpu__group_enter(c));
   if (!req && mpu__group_open()) return mpu__group_call(fn, c, call);
+  if (c->freed_head) reap(c, 0);
   if (!req) { /* blocking: what was issued before runs first */
     double t0 = mpu__clock_start();
     mpu_result_t res = mpu__flush(c);
     if (!res) res = mpu__run_call(c, call);
     return mpu__clock_add(t0, res);
   }
-  mpu_request *r = calloc(1, sizeof *r);
+  mpu_request *r = request_new();
   if (!r) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", fn);
   *r = (mpu_request){REQ_MAGIC, c, *call, fn, QUEUED, MPU_SUCCESS, "", NULL, NULL, NULL,
-                     mpu__group_serial()};
-  if (c->ops->wait) {
-    /* native: earlier queued calls cannot exist (nothing is ever queued) */
-    mpu_result_t res = c->size == 1 ? alone(c, call) : c->ops->start(c, call, &r->native);
+                     mpu__group_serial(), 0};
+  if (starts_at_once(c)) {
+    /* earlier queued calls cannot exist (nothing is ever queued). The start
+     * may move data (the threads backend's last member): it is on the clock */
+    double t0 = mpu__clock_start();
+    mpu_result_t res = c->size == 1      ? alone(c, call)
+                       : c->ops->start_nb ? c->ops->start_nb(c, call, &r->native)
+                                          : c->ops->start(c, call, &r->native);
+    res = mpu__clock_add_time(t0, res);
     if (res) {
-      free(r);
+      request_delete(r);
       return res;
     }
     if (r->native) r->state = STARTED;
@@ -194,7 +252,7 @@ mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu
     mpu_result_t res = mpu__group_request(fn, c, r);
     if (res) {
       unlink_request(r);
-      free(r);
+      request_delete(r);
       return res;
     }
   }
@@ -211,8 +269,7 @@ static mpu_result_t complete(mpu_request *r) {
   if (res) mpu__error(res, "%s", r->message);
   if (r->native && r->comm) r->comm->ops->release(r->comm, r->native);
   unlink_request(r);
-  r->magic = 0;
-  free(r);
+  request_delete(r);
   return res;
 }
 
@@ -264,4 +321,26 @@ mpu_result_t mpu_request_test(mpu_request *req, int *done) {
   double t0 = mpu__clock_start();
   MPU_CHECK(mpu__clock_add(t0, progress(req, 0, 0, done)));
   return *done ? complete(req) : MPU_SUCCESS;
+}
+
+mpu_result_t mpu_request_free(mpu_request *req) {
+  MPU_CHECK(check_request("mpu_request_free", req));
+  live_find(req, 1); /* the caller's handle is gone from here on */
+  mpu_comm *c = req->comm;
+  req->freed = 1;
+  if (req->state == DONE) { /* a group of one, or already detached */
+    request_delete(req);
+    return MPU_SUCCESS;
+  }
+  if (req->state == QUEUED) { /* queued backends run it now, as a test would: then it goes */
+    run_queue(c, req);
+    return MPU_SUCCESS;
+  }
+  unlink_request(req);
+  req->comm = c;
+  if (c->freed_tail) c->freed_tail->next = req;
+  else c->freed_head = req;
+  c->freed_tail = req;
+  reap(c, 0);
+  return MPU_SUCCESS;
 }

@@ -32,12 +32,7 @@
 #include "comm/threads/threads.h"
 #include "core/error.h"
 
-/* Every member runs this on the same descriptions, so all reach one verdict. */
-static mpu_result_t compare_calls(const tcomm *tc, int parity, const char *fn) {
-  const tgroup *g = tc->g;
-  return mpu__sig_compare(fn, &g->calls[parity][0].sig, sizeof(mpu__call), g->n, g->members,
-                          g->world->check_calls ? MPU__CHECK_ALL : MPU__CHECK_SAFETY);
-}
+static const mpu__call *g_calls(const tcomm *tc, int parity) { return tc->g->calls[parity]; }
 
 static char *scratch_of(const tgroup *g, int parity, int member) {
   return g->scratch[parity] + (size_t)member * MPU_THREADS_SCRATCH;
@@ -54,7 +49,7 @@ static mpu_result_t enter(tcomm *tc, const mpu__call *call, const void *stage, s
   if (stage_bytes) memcpy(scratch_of(g, p, tc->me), stage, stage_bytes);
   atomic_store(&g->entered[tc->me], seq);
   MPU_CHECK(mpu__tbarrier(tc, 1, fn));
-  MPU_CHECK(compare_calls(tc, p, fn));
+  MPU_CHECK(mpu__tcheck(tc, g->calls[p], fn));
   *parity = p;
   return MPU_SUCCESS;
 }
@@ -81,6 +76,142 @@ static int streams(size_t a, size_t b, size_t c, size_t d) {
        (tc)->me < step_ && k < (tc)->g->n; k += step_)
 
 
+/* ---- the tasks: the data movement of a call every member has entered ----
+ * Task t of n, from the members' descriptions `calls`. Which thread runs a
+ * task does not matter: a blocking call's members run their own (see the top
+ * of the file), a non-blocking call's last member to start it runs them all
+ * (progress.c). Each reads and writes only the buffers the members handed
+ * over, so the tasks of one call may run in any order. */
+
+static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t) {
+  const mpu__call *k = &calls[0];
+  int n = tc->g->n;
+  mpu_dtype dt = (mpu_dtype)k->sig.dtype;
+  size_t count = (size_t)k->sig.count, es = mpu_dtype_size(dt), bytes = count * es;
+  int stream = streams(bytes, (size_t)n, bytes, (size_t)n); /* n inputs, n outputs */
+  /* task t: reduce chunk t of every input into chunk t of every output */
+  size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
+  for (int m = 0; m < n; m++) {
+    tc->ptrs[m] = (const char *)calls[m].send + lo * es;
+    tc->dsts[m] = (char *)calls[m].recv + lo * es;
+  }
+  mpu__reduce_to(tc->dsts, n, tc->ptrs, n, hi - lo, dt, (mpu_op)k->sig.op, n, stream);
+}
+
+static void task_all_gather(tcomm *tc, const mpu__call *calls, int t) {
+  int n = tc->g->n;
+  size_t bytes = (size_t)calls[0].sig.count * mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
+  if (!bytes) return;
+  int stream = streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n); /* n inputs, n outputs */
+  if (!stream) { /* in cache: task t pulls every input into rank t's output, so each output
+                    is written by one core and its lines do not bounce between caches */
+    for (int k = 0; k < n; k++) {
+      char *dst = (char *)calls[t].recv + (size_t)k * bytes;
+      if (dst != calls[k].send) mpu__copy(dst, calls[k].send, bytes, 0);
+    }
+    return;
+  }
+  /* past the cache: task t pushes rank t's input into every output, a slice
+   * at a time, so that each input is read from memory once */
+  for (int k = 0; k < n; k++) {
+    char *dst = (char *)calls[k].recv + (size_t)t * bytes;
+    tc->dsts[k] = dst == calls[t].send ? NULL : dst; /* in place: already there */
+  }
+  mpu__copy_to(tc->dsts, n, calls[t].send, bytes, stream);
+}
+
+static void task_reduce_scatter(tcomm *tc, const mpu__call *calls, int t) {
+  const mpu__call *k0 = &calls[0];
+  int n = tc->g->n;
+  mpu_dtype dt = (mpu_dtype)k0->sig.dtype;
+  size_t count = (size_t)k0->sig.count, bytes = count * mpu_dtype_size(dt);
+  size_t total = bytes * (size_t)n;
+  /* task t: reduce block t of every input into rank t's output */
+  for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + (size_t)t * bytes;
+  mpu__reduce_to(&calls[t].recv, 1, tc->ptrs, n, count, dt, (mpu_op)k0->sig.op, n,
+                 streams(total, (size_t)n, bytes, (size_t)n));
+}
+
+static void task_broadcast(tcomm *tc, const mpu__call *calls, int t) {
+  /* chunk t of the root's buffer is pushed to every other rank. Without call
+   * checking the roots named may differ: each member's description names the
+   * root it was given, and the root's own description is what is read, which
+   * is wrong data but stays within buffers of the checked count. */
+  int n = tc->g->n, root = calls[0].sig.root;
+  mpu_dtype dt = (mpu_dtype)calls[0].sig.dtype;
+  size_t count = (size_t)calls[0].sig.count, es = mpu_dtype_size(dt), bytes = count * es;
+  size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
+  for (int k = 0; k < n; k++) tc->dsts[k] = k == root ? NULL : (char *)calls[k].recv + lo * es;
+  mpu__copy_to(tc->dsts, n, (const char *)calls[root].send + lo * es, (hi - lo) * es,
+               streams(bytes, (size_t)n, 0, 0));
+}
+
+static void task_reduce(tcomm *tc, const mpu__call *calls, int t) {
+  int n = tc->g->n, root = calls[0].sig.root;
+  mpu_dtype dt = (mpu_dtype)calls[0].sig.dtype;
+  size_t count = (size_t)calls[0].sig.count, es = mpu_dtype_size(dt), bytes = count * es;
+  /* the root's description must say it is the root (unchecked calls may not) */
+  if (calls[root].sig.kind != MPU_COLL_REDUCE || calls[root].sig.root != root) return;
+  /* task t reduces chunk t straight into the root's output */
+  size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
+  for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
+  void *dst = (char *)calls[root].recv + lo * es;
+  mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, (mpu_op)calls[0].sig.op, n,
+                 streams(bytes, (size_t)n + 1, 0, 0));
+}
+
+static void task_all_to_all(tcomm *tc, const mpu__call *calls, int t) {
+  int n = tc->g->n;
+  size_t bytes = (size_t)calls[0].sig.count * mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
+  size_t total = bytes * (size_t)n;
+  int stream = streams(total, (size_t)n, total, (size_t)n); /* n inputs, n outputs */
+  /* task t: fill rank t's output, block k from rank k's input */
+  for (int k = 0; k < n; k++)
+    mpu__copy((char *)calls[t].recv + (size_t)k * bytes,
+              (const char *)calls[k].send + (size_t)t * bytes, bytes, stream);
+  if (stream) mpu__copy_fence();
+}
+
+/* Task t of an uneven collective: member t pulls its own output. */
+static void task_uneven(tcomm *tc, const mpu__call *calls, int t) {
+  int n = tc->g->n;
+  const mpu__call *call = &calls[t];
+  mpu_dtype dt = (mpu_dtype)call->sig.dtype;
+  size_t es = mpu_dtype_size(dt);
+  char *recv = call->recv;
+  switch (call->sig.kind) {
+  case MPU_COLL_ALL_GATHER_V:
+    for (int k = 0; k < n; k++)
+      if (recv + call->displs[k] * es != calls[k].send) /* in place: already there */
+        mpu__copy(recv + call->displs[k] * es, calls[k].send, call->counts[k] * es, 0);
+    break;
+  case MPU_COLL_REDUCE_SCATTER_V: {
+    size_t off = 0;
+    for (int k = 0; k < t; k++) off += call->counts[k];
+    for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + off * es;
+    mpu__reduce(recv, tc->ptrs, n, call->counts[t], dt, (mpu_op)call->sig.op, n);
+    break;
+  }
+  default:
+    for (int k = 0; k < n; k++)
+      mpu__copy(recv + call->rdispls[k] * es,
+                (const char *)calls[k].send + calls[k].displs[t] * es, call->rcounts[k] * es, 0);
+  }
+}
+
+void mpu__ttask(tcomm *tc, const mpu__call *calls, int t) {
+  switch (calls[0].sig.kind) {
+  case MPU_COLL_ALL_REDUCE: task_all_reduce(tc, calls, t); break;
+  case MPU_COLL_ALL_GATHER: task_all_gather(tc, calls, t); break;
+  case MPU_COLL_REDUCE_SCATTER: task_reduce_scatter(tc, calls, t); break;
+  case MPU_COLL_BROADCAST: task_broadcast(tc, calls, t); break;
+  case MPU_COLL_REDUCE: task_reduce(tc, calls, t); break;
+  case MPU_COLL_ALL_TO_ALL: task_all_to_all(tc, calls, t); break;
+  case MPU_COLL_BARRIER: break;
+  default: task_uneven(tc, calls, t);
+  }
+}
+
 static mpu_result_t all_reduce(tcomm *tc, const mpu__call *call) {
   MPU__CALL_ARGS(call);
   static const char fn[] = "mpu_comm_all_reduce";
@@ -94,17 +225,7 @@ static mpu_result_t all_reduce(tcomm *tc, const mpu__call *call) {
     mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   }
-  /* task t: reduce chunk t of every input into chunk t of every output */
-  const mpu__call *calls = g->calls[p];
-  int stream = streams(bytes, (size_t)n, bytes, (size_t)n); /* n inputs, n outputs */
-  FOR_EACH_TASK(t, tc) {
-    size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
-    for (int k = 0; k < n; k++) {
-      tc->ptrs[k] = (const char *)calls[k].send + lo * es;
-      tc->dsts[k] = (char *)calls[k].recv + lo * es;
-    }
-    mpu__reduce_to(tc->dsts, n, tc->ptrs, n, hi - lo, dt, op, n, stream);
-  }
+  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
   return leave(tc, fn);
 }
 
@@ -124,28 +245,7 @@ static mpu_result_t all_gather(tcomm *tc, const mpu__call *call) {
         memcpy(out + (size_t)k * bytes, scratch_of(g, p, k), bytes);
     return MPU_SUCCESS;
   }
-  /* task t: copy rank t's input into block t of every output */
-  const mpu__call *calls = g->calls[p];
-  int stream = streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n); /* n inputs, n outputs */
-  if (!stream) { /* in cache: task t pulls every input into rank t's output, so each output
-                    is written by one core and its lines do not bounce between caches */
-    FOR_EACH_TASK(t, tc) {
-      for (int k = 0; k < n; k++) {
-        char *dst = (char *)calls[t].recv + (size_t)k * bytes;
-        if (dst != calls[k].send) mpu__copy(dst, calls[k].send, bytes, 0);
-      }
-    }
-    return leave(tc, fn);
-  }
-  /* past the cache: task t pushes rank t's input into every output, a slice
-   * at a time, so that each input is read from memory once */
-  FOR_EACH_TASK(t, tc) {
-    for (int k = 0; k < n; k++) {
-      char *dst = (char *)calls[k].recv + (size_t)t * bytes;
-      tc->dsts[k] = dst == calls[t].send ? NULL : dst; /* in place: already there */
-    }
-    mpu__copy_to(tc->dsts, n, calls[t].send, bytes, stream);
-  }
+  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
   return leave(tc, fn);
 }
 
@@ -162,13 +262,7 @@ static mpu_result_t reduce_scatter(tcomm *tc, const mpu__call *call) {
     mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   }
-  /* task t: reduce block t of every input into rank t's output */
-  const mpu__call *calls = g->calls[p];
-  FOR_EACH_TASK(t, tc) {
-    for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + (size_t)t * bytes;
-    mpu__reduce_to(&calls[t].recv, 1, tc->ptrs, n, count, dt, op, n,
-                   streams(total, (size_t)n, bytes, (size_t)n));
-  }
+  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
   return leave(tc, fn);
 }
 
@@ -184,19 +278,7 @@ static mpu_result_t broadcast(tcomm *tc, const mpu__call *call) {
     if (tc->me != root && bytes) memcpy(recv, scratch_of(g, p, root), bytes);
     return MPU_SUCCESS;
   }
-  /* chunk k of the root's buffer is pushed by rank k to every other rank.
-   * Without call checking the roots named may differ: each rank then pushes
-   * from the root it named, which is wrong data but stays within buffers of
-   * the checked count. */
-  const mpu__call *calls = g->calls[p];
-  size_t es = mpu_dtype_size(dt);
-  FOR_EACH_TASK(t, tc) { /* task t: chunk t of the root's buffer to every other rank */
-    size_t lo = mpu__chunk_lo(count, g->n, t), hi = mpu__chunk_lo(count, g->n, t + 1);
-    for (int k = 0; k < g->n; k++)
-      tc->dsts[k] = k == root ? NULL : (char *)calls[k].recv + lo * es;
-    mpu__copy_to(tc->dsts, g->n, (const char *)calls[root].send + lo * es, (hi - lo) * es,
-                 streams(bytes, (size_t)g->n, 0, 0));
-  }
+  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
   return leave(tc, fn);
 }
 
@@ -208,21 +290,13 @@ static mpu_result_t reduce(tcomm *tc, const mpu__call *call) {
   size_t es = mpu_dtype_size(dt), bytes = count * es;
   int small = bytes <= MPU_THREADS_SCRATCH;
   MPU_CHECK(enter(tc, call, send, small ? bytes : 0, fn, &p));
-  const mpu__call *calls = g->calls[p];
   if (small) {
     if (me != root) return MPU_SUCCESS;
     for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k);
     mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   }
-  /* large: task t reduces chunk t straight into the root's output */
-  if (calls[root].sig.kind == MPU_COLL_REDUCE && calls[root].sig.root == root) FOR_EACH_TASK(t, tc) {
-      size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
-      for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
-      void *dst = (char *)calls[root].recv + lo * es;
-      mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, op, n,
-                     streams(bytes, (size_t)n + 1, 0, 0));
-    }
+  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
   return leave(tc, fn);
 }
 
@@ -239,13 +313,7 @@ static mpu_result_t all_to_all(tcomm *tc, const mpu__call *call) {
       memcpy((char *)recv + (size_t)k * bytes, scratch_of(g, p, k) + (size_t)me * bytes, bytes);
     return MPU_SUCCESS;
   }
-  const mpu__call *calls = g->calls[p];
-  int stream = streams(total, (size_t)n, total, (size_t)n); /* n inputs, n outputs */
-  FOR_EACH_TASK(t, tc) /* task t: fill rank t's output, block k from rank k's input */
-  for (int k = 0; k < n; k++)
-    mpu__copy((char *)calls[t].recv + (size_t)k * bytes,
-              (const char *)calls[k].send + (size_t)t * bytes, bytes, stream);
-  if (stream) mpu__copy_fence();
+  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
   return leave(tc, fn);
 }
 
@@ -253,6 +321,7 @@ mpu_result_t mpu__tstart(mpu_comm *c, const mpu__call *call, void **handle) {
   tcomm *tc = c->impl;
   int p;
   *handle = NULL; /* the threads backend runs every call to its end */
+  if (tc->nb_seq != tc->nb_settled) MPU_CHECK(mpu__tsettle(tc, mpu__tcall_name(call->sig.kind)));
   switch (call->sig.kind) {
   case MPU_COLL_ALL_REDUCE: return all_reduce(tc, call);
   case MPU_COLL_ALL_GATHER: return all_gather(tc, call);
@@ -290,35 +359,35 @@ static mpu_result_t uneven_counts_agree(const tcomm *tc, const mpu__call *calls,
   return MPU_SUCCESS;
 }
 
+const char *mpu__tcall_name(int kind) {
+  switch (kind) {
+  case MPU_COLL_ALL_REDUCE: return "mpu_comm_all_reduce";
+  case MPU_COLL_ALL_GATHER: return "mpu_comm_all_gather";
+  case MPU_COLL_REDUCE_SCATTER: return "mpu_comm_reduce_scatter";
+  case MPU_COLL_BROADCAST: return "mpu_comm_broadcast";
+  case MPU_COLL_REDUCE: return "mpu_comm_reduce";
+  case MPU_COLL_ALL_TO_ALL: return "mpu_comm_all_to_all";
+  case MPU_COLL_BARRIER: return "mpu_comm_barrier";
+  case MPU_COLL_ALL_GATHER_V: return "mpu_comm_all_gather_v";
+  case MPU_COLL_REDUCE_SCATTER_V: return "mpu_comm_reduce_scatter_v";
+  default: return "mpu_comm_all_to_all_v";
+  }
+}
+
+mpu_result_t mpu__tcheck(const tcomm *tc, const mpu__call *calls, const char *fn) {
+  const tgroup *g = tc->g;
+  MPU_CHECK(mpu__sig_compare(fn, &calls[0].sig, sizeof(mpu__call), g->n, g->members,
+                             g->world->check_calls ? MPU__CHECK_ALL : MPU__CHECK_SAFETY));
+  int kind = calls[0].sig.kind;
+  if (kind == MPU_COLL_ALL_GATHER_V || kind == MPU_COLL_REDUCE_SCATTER_V ||
+      kind == MPU_COLL_ALL_TO_ALL_V)
+    return uneven_counts_agree(tc, calls, fn);
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu__tuneven(tcomm *tc, const mpu__call *call) {
-  const char *fn = call->sig.kind == MPU_COLL_ALL_GATHER_V       ? "mpu_comm_all_gather_v"
-                   : call->sig.kind == MPU_COLL_REDUCE_SCATTER_V ? "mpu_comm_reduce_scatter_v"
-                                                                 : "mpu_comm_all_to_all_v";
-  tgroup *g = tc->g;
-  int n = g->n, me = tc->me, p;
-  mpu_dtype dt = (mpu_dtype)call->sig.dtype;
-  size_t es = mpu_dtype_size(dt);
-  MPU_CHECK(enter(tc, call, NULL, 0, fn, &p));
-  const mpu__call *calls = g->calls[p];
-  MPU_CHECK(uneven_counts_agree(tc, calls, fn));
-  char *recv = call->recv;
-  switch (call->sig.kind) {
-  case MPU_COLL_ALL_GATHER_V:
-    for (int k = 0; k < n; k++)
-      if (recv + call->displs[k] * es != calls[k].send) /* in place: already there */
-        mpu__copy(recv + call->displs[k] * es, calls[k].send, call->counts[k] * es, 0);
-    break;
-  case MPU_COLL_REDUCE_SCATTER_V: {
-    size_t off = 0;
-    for (int k = 0; k < me; k++) off += call->counts[k];
-    for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + off * es;
-    mpu__reduce(recv, tc->ptrs, n, call->counts[me], dt, (mpu_op)call->sig.op, n);
-    break;
-  }
-  default:
-    for (int k = 0; k < n; k++)
-      mpu__copy(recv + call->rdispls[k] * es,
-                (const char *)calls[k].send + calls[k].displs[me] * es, call->rcounts[k] * es, 0);
-  }
-  return leave(tc, fn);
+  int p;
+  MPU_CHECK(enter(tc, call, NULL, 0, mpu__tcall_name(call->sig.kind), &p));
+  task_uneven(tc, g_calls(tc, p), tc->me);
+  return leave(tc, mpu__tcall_name(call->sig.kind));
 }

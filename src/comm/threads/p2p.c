@@ -59,8 +59,7 @@ static tmsg *take(tmailbox *box, uint64_t group, int src) {
   return NULL;
 }
 
-/* The monotonic clock's time `seconds` from now, for pthread_cond_timedwait. */
-static struct timespec abs_after(double seconds) {
+struct timespec mpu__tabs_after(double seconds) {
   double t = mpu__now() + seconds;
   struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
   return ts;
@@ -100,7 +99,7 @@ mpu_result_t mpu__trecv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int 
                      src, w->timeout_s);
       break;
     }
-    struct timespec until = abs_after(SLICE_S);
+    struct timespec until = mpu__tabs_after(SLICE_S);
     pthread_cond_timedwait(&box->cond, &box->lock, &until);
   }
   pthread_mutex_unlock(&box->lock);

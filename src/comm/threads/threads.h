@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "comm/base/signature.h"
 #include "comm/comm_internal.h"
@@ -57,6 +58,20 @@ typedef struct tbarrier {
 
 typedef struct tworld tworld;
 
+/* A non-blocking call of a group (progress.c): each member's description,
+ * and its state. It runs when its last member starts it. */
+typedef struct top {
+  struct top *next;
+  uint64_t seq;          /* the members' seq-th non-blocking call on the group */
+  int state;             /* TOP_PENDING, TOP_RUNNING, TOP_DONE */
+  int posted;            /* members that started it */
+  int released;          /* members done with it (their handle released) */
+  mpu_result_t result;   /* TOP_DONE */
+  char message[1024];    /* the failure's message, for every member */
+  mpu__call *calls;      /* [member] */
+  char *has;             /* [member]: started it */
+} top;
+
 typedef struct tgroup {
   uint64_t id;
   tworld *world;
@@ -72,6 +87,9 @@ typedef struct tgroup {
   _Atomic uint32_t departures;  /* how many handles were destroyed: a waiter rescans the
                                    members only when this (or the world's exits) moved */
   _Atomic int *cpu;             /* [member]: the CPU it last arrived from (a hint for waiting) */
+  pthread_mutex_t ops_lock;     /* guards ops and every top on it */
+  pthread_cond_t ops_cond;      /* a top of this group finished */
+  top *ops;                     /* non-blocking calls not yet released by every member */
 } tgroup;
 
 /* One rank's handle: the impl of an mpu_comm of the threads backend. */
@@ -79,6 +97,8 @@ typedef struct tcomm {
   tgroup *g;
   int me;
   uint64_t seq;        /* calls made on this group */
+  uint64_t nb_seq;     /* non-blocking calls started on this group */
+  uint64_t nb_settled; /* ... of which the first nb_settled are known complete */
   long spin;           /* this rank's spin budget now: adapts between SPIN_MIN and the world's */
   unsigned shared_waits; /* waits that found a peer on this CPU (sync.c) */
   const void **ptrs;   /* [n] scratch for the kernels' source lists ... */
@@ -147,11 +167,41 @@ void mpu__treason_text(uint64_t reason, char *buf, size_t len);
  * end (*handle = NULL). */
 mpu_result_t mpu__tstart(mpu_comm *c, const mpu__call *call, void **handle);
 
-/* The uneven collectives (uneven.c). */
+/* The uneven collectives. */
 mpu_result_t mpu__tuneven(tcomm *tc, const mpu__call *call);
+
+/* Task t (0..n-1) of the call the members described in calls[0..n-1]: all n
+ * tasks together move all its data, in any order, on any thread. */
+void mpu__ttask(tcomm *tc, const mpu__call *calls, int t);
+
+/* The verdict every member reaches on the members' descriptions of a call. */
+mpu_result_t mpu__tcheck(const tcomm *tc, const mpu__call *calls, const char *fn);
+
+/* The public name of a call kind, for messages. */
+const char *mpu__tcall_name(int kind);
+
+/* ---- progress.c: non-blocking calls ---- */
+
+mpu_result_t mpu__tstart_nb(mpu_comm *c, const mpu__call *call, void **handle);
+mpu_result_t mpu__ttest(mpu_comm *c, void *handle, int *done);
+mpu_result_t mpu__twait(mpu_comm *c, void *handle, double timeout_s);
+void mpu__trelease(mpu_comm *c, void *handle);
+
+/* Before a blocking collective: wait until this member's earlier
+ * non-blocking calls on the group completed (a blocking call sees their
+ * results); their failure is the call's. */
+mpu_result_t mpu__tsettle(tcomm *tc, const char *fn);
+
+/* Set up / tear down a group's non-blocking state. */
+void mpu__tops_init(tgroup *g);
+void mpu__tops_free(tgroup *g);
 
 mpu_result_t mpu__tsend(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
 mpu_result_t mpu__trecv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
+
+/* The monotonic clock's time `seconds` from now, for pthread_cond_timedwait
+ * on a condition variable of CLOCK_MONOTONIC. */
+struct timespec mpu__tabs_after(double seconds);
 
 /* Free every message still queued (world teardown). */
 void mpu__tmailbox_drain(tmailbox *box);

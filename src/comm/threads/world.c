@@ -36,6 +36,7 @@ static const mpu__comm_ops threads_ops;
 
 static void group_free(tgroup *g) {
   if (!g) return;
+  mpu__tops_free(g);
   free(g->members);
   free(g->calls[0]);
   free(g->calls[1]);
@@ -51,6 +52,7 @@ static void group_free(tgroup *g) {
 static tgroup *group_new(tworld *w, const int *members, int n) {
   tgroup *g = calloc(1, sizeof *g);
   if (!g) return NULL;
+  mpu__tops_init(g);
   g->world = w;
   g->n = n;
   g->id = ++w->next_id;
@@ -209,6 +211,7 @@ static void world_free(tworld *w) {
   }
   while (w->handles) { /* handles the ranks left behind */
     mpu_comm *c = w->handles->base;
+    mpu__detach_requests(c); /* while the handle still is */
     handle_release(w->handles);
     mpu__comm_free(c);
   }
@@ -374,6 +377,7 @@ out:
 
 static void threads_caps(const mpu_comm *c, mpu_comm_caps *caps) {
   const tcomm *tc = c->impl;
+  caps->native_nonblocking = 1; /* a call runs when its last member starts it */
   caps->fault_detection = 1; /* aborts, failures, exits and timeouts break the waits */
   caps->call_checking = tc->g->world->check_calls;
 }
@@ -381,6 +385,10 @@ static void threads_caps(const mpu_comm *c, mpu_comm_caps *caps) {
 static const mpu__comm_ops threads_ops = {
     .name = "threads",
     .start = mpu__tstart,
+    .start_nb = mpu__tstart_nb,
+    .test = mpu__ttest,
+    .wait = mpu__twait,
+    .release = mpu__trelease,
     .send = mpu__tsend,
     .recv = mpu__trecv,
     .create_group = threads_create_group,

@@ -1,0 +1,290 @@
+/*
+ * progress.c - the threads backend's non-blocking calls: they progress
+ * without a wait.
+ *
+ * A non-blocking call is an op of its group, found by its number among the
+ * group's non-blocking calls (every member issues them in the same order).
+ * Starting one describes this member's call in the op and returns at once;
+ * the member that starts it last moves all of its data, in its start (every
+ * member's buffers are known by then: collectives need nothing else), so the
+ * call has completed when its last member has started it, whatever the
+ * others are doing: computing, waiting on another request, or blocked in a
+ * call on another communicator. Waits in any order therefore complete, and
+ * a member that started early computes while the call runs.
+ *
+ * Measured against a progress thread per world (docs/design.md, "progress
+ * without a wait"): on a machine whose cores all run ranks, a progress thread
+ * takes a core from a rank exactly when it has work, and each call pays two
+ * hand-offs; the last member's start does the same work with no hand-off.
+ *
+ * Buffers: an op reads and writes the members' buffers only between its last
+ * member's start and its completion, and never afterwards; a member must not
+ * touch them from its start until its wait (or test) says the call completed
+ * (mpu_request_free: until a later completed call on the communicator).
+ *
+ * An op either completes for every member or fails for every member: a
+ * member that waits past the communicator's timeout, sees the world poisoned
+ * or a missing member gone fails the pending op for all; one that is still
+ * running always completes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/threads/threads.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+#define SLICE_S 0.01
+
+enum { TOP_PENDING, TOP_RUNNING, TOP_DONE };
+
+void mpu__tops_init(tgroup *g) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&g->ops_lock, NULL);
+  pthread_cond_init(&g->ops_cond, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
+static void op_free(top *op) {
+  free(op->calls);
+  free(op->has);
+  free(op);
+}
+
+void mpu__tops_free(tgroup *g) {
+  while (g->ops) {
+    top *op = g->ops;
+    g->ops = op->next;
+    op_free(op);
+  }
+  pthread_mutex_destroy(&g->ops_lock);
+  pthread_cond_destroy(&g->ops_cond);
+}
+
+/* The op numbered seq, made if no member has started it yet. Caller holds
+ * the lock. NULL: out of memory. */
+static top *op_find(tgroup *g, uint64_t seq) {
+  top **link = &g->ops;
+  for (; *link; link = &(*link)->next)
+    if ((*link)->seq == seq) return *link;
+  top *op = calloc(1, sizeof *op);
+  mpu__call *calls = calloc((size_t)g->n, sizeof *calls);
+  char *has = calloc((size_t)g->n, 1);
+  if (!op || !calls || !has) {
+    free(op), free(calls), free(has);
+    return NULL;
+  }
+  *op = (top){.seq = seq, .state = TOP_PENDING, .calls = calls, .has = has};
+  *link = op;
+  return op;
+}
+
+/* End op with result and message, for every member. Caller holds the lock. */
+static void op_finish(tgroup *g, top *op, mpu_result_t result, const char *message) {
+  op->state = TOP_DONE;
+  op->result = result;
+  snprintf(op->message, sizeof op->message, "%s", result ? message : "");
+  pthread_cond_broadcast(&g->ops_cond);
+}
+
+/* Move the op's data: every member has started it. Runs without the lock:
+ * nothing in the op changes while it runs. */
+static void op_run(tcomm *tc, top *op) {
+  tgroup *g = tc->g;
+  /* after every earlier call: one may read what an earlier one writes. They
+   * all run already (op's members started them first), so this ends soon */
+  pthread_mutex_lock(&g->ops_lock);
+  for (const top *p = g->ops; p != op;) {
+    if (p->state == TOP_DONE) {
+      p = p->next;
+      continue;
+    }
+    struct timespec until = mpu__tabs_after(SLICE_S);
+    pthread_cond_timedwait(&g->ops_cond, &g->ops_lock, &until);
+    p = g->ops; /* the list may have changed meanwhile */
+  }
+  pthread_mutex_unlock(&g->ops_lock);
+  const char *fn = mpu__tcall_name(op->calls[0].sig.kind);
+  mpu_result_t r = mpu__tcheck(tc, op->calls, fn);
+  if (!r)
+    for (int t = 0; t < g->n; t++) mpu__ttask(tc, op->calls, t);
+  pthread_mutex_lock(&g->ops_lock);
+  op_finish(g, op, r, r ? mpu_last_error() : "");
+  pthread_mutex_unlock(&g->ops_lock);
+}
+
+mpu_result_t mpu__tstart_nb(mpu_comm *c, const mpu__call *call, void **handle) {
+  tcomm *tc = c->impl;
+  tgroup *g = tc->g;
+  pthread_mutex_lock(&g->ops_lock);
+  top *op = op_find(g, tc->nb_seq + 1);
+  if (!op) {
+    pthread_mutex_unlock(&g->ops_lock);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a non-blocking call of %d ranks",
+                      mpu__tcall_name(call->sig.kind), g->n);
+  }
+  tc->nb_seq++;
+  op->calls[tc->me] = *call;
+  op->has[tc->me] = 1;
+  int run = ++op->posted == g->n && op->state == TOP_PENDING;
+  if (run) op->state = TOP_RUNNING;
+  pthread_mutex_unlock(&g->ops_lock);
+  if (run) op_run(tc, op);
+  *handle = op;
+  return MPU_SUCCESS;
+}
+
+/* Why a pending op cannot complete (a reason word, 0: it still may). Caller
+ * holds the lock. */
+static uint64_t op_failure(const tgroup *g, const top *op) {
+  tworld *w = g->world;
+  uint64_t poison = atomic_load(&w->poison);
+  if (poison) return poison;
+  for (int m = 0; m < g->n; m++) {
+    if (op->has[m]) continue;
+    if (atomic_load(&g->departed[m])) return tc_pack(TC_DESTROYED, MPU_ERR_ABORTED, g->members[m]);
+    if (atomic_load(&w->gone[g->members[m]]))
+      return tc_pack(TC_EXITED, MPU_ERR_ABORTED, g->members[m]);
+  }
+  return 0;
+}
+
+/* Fail a pending op for every member, for `reason`. Caller holds the lock. */
+static void op_fail(tgroup *g, top *op, uint64_t reason, const char *detail) {
+  char text[200], msg[1024];
+  mpu__treason_text(reason, text, sizeof text);
+  snprintf(msg, sizeof msg, "%s: communicator of %d ranks is broken: %s%s",
+           mpu__tcall_name(op->calls[0].sig.kind), g->n, text, detail);
+  op_finish(g, op, (tcause)(reason >> 48) == TC_TIMEOUT ? MPU_ERR_TIMEOUT : MPU_ERR_ABORTED, msg);
+}
+
+/* The members that have not started op, for a timeout's message. */
+static void missing(const tgroup *g, const top *op, char *buf, size_t len, int *first) {
+  size_t used = (size_t)snprintf(buf, len, "; missing ranks of this communicator:");
+  *first = -1;
+  for (int m = 0; m < g->n && used < len; m++)
+    if (!op->has[m]) {
+      used += (size_t)snprintf(buf + used, len - used, " %d (world %d)", m, g->members[m]);
+      if (*first < 0) *first = g->members[m];
+    }
+}
+
+/* Whether op is done, and so is every earlier op of the group: calls complete
+ * in order, so a completed request says the buffers of every earlier call on
+ * the communicator (freed requests' too) are the owner's again. Earlier ops
+ * still running end soon: op's last member started them all before it.
+ * Caller holds the lock. */
+static int op_settled(const tgroup *g, const top *op) {
+  if (op->state != TOP_DONE) return 0;
+  for (const top *p = g->ops; p != op; p = p->next)
+    if (p->state != TOP_DONE) return 0;
+  return 1;
+}
+
+/* The op's result for this member, as the call's error. Caller holds the lock. */
+static mpu_result_t op_result(const top *op) {
+  return op->result ? mpu__error(op->result, "%s", op->message) : MPU_SUCCESS;
+}
+
+mpu_result_t mpu__ttest(mpu_comm *c, void *handle, int *done) {
+  tgroup *g = ((tcomm *)c->impl)->g;
+  top *op = handle;
+  mpu_result_t r = MPU_SUCCESS;
+  pthread_mutex_lock(&g->ops_lock);
+  if (op->state == TOP_PENDING) {
+    uint64_t reason = op_failure(g, op);
+    if (reason) op_fail(g, op, reason, "");
+  }
+  *done = op_settled(g, op);
+  if (*done) {
+    r = op_result(op);
+    tcomm *tc = c->impl;
+    if (op->seq > tc->nb_settled) tc->nb_settled = op->seq;
+  }
+  pthread_mutex_unlock(&g->ops_lock);
+  return r;
+}
+
+/* Wait for op to settle, up to timeout_s (< 0: the communicator's timeout,
+ * which fails the op for every member). Caller holds the lock. */
+static mpu_result_t wait_locked(tcomm *tc, top *op, double timeout_s) {
+  tgroup *g = tc->g;
+  double limit = timeout_s < 0 ? g->world->timeout_s : timeout_s;
+  double deadline = mpu__now() + limit;
+  while (!op_settled(g, op)) {
+    if (op->state == TOP_PENDING) {
+      uint64_t reason = op_failure(g, op);
+      if (reason) {
+        op_fail(g, op, reason, "");
+        continue;
+      }
+      if (mpu__now() >= deadline) {
+        char detail[400];
+        int first;
+        missing(g, op, detail, sizeof detail, &first);
+        if (timeout_s >= 0) /* the caller's own limit: the call stays pending */
+          return mpu__error(MPU_ERR_TIMEOUT, "%s: not complete after %.3g s%s",
+                            mpu__tcall_name(op->calls[tc->me].sig.kind), limit, detail);
+        op_fail(g, op, tc_pack(TC_TIMEOUT, MPU_ERR_TIMEOUT, first), detail);
+        continue;
+      }
+    } /* running (or an earlier op is): its last member moves the data and finishes */
+    struct timespec until = mpu__tabs_after(SLICE_S);
+    pthread_cond_timedwait(&g->ops_cond, &g->ops_lock, &until);
+  }
+  if (op->seq > tc->nb_settled) tc->nb_settled = op->seq;
+  return op_result(op);
+}
+
+mpu_result_t mpu__twait(mpu_comm *c, void *handle, double timeout_s) {
+  tcomm *tc = c->impl;
+  pthread_mutex_lock(&tc->g->ops_lock);
+  mpu_result_t r = wait_locked(tc, handle, timeout_s);
+  pthread_mutex_unlock(&tc->g->ops_lock);
+  return r;
+}
+
+mpu_result_t mpu__tsettle(tcomm *tc, const char *fn) {
+  tgroup *g = tc->g;
+  mpu_result_t r = MPU_SUCCESS;
+  pthread_mutex_lock(&g->ops_lock);
+  top *op = g->ops;
+  while (op && op->seq != tc->nb_seq) op = op->next;
+  if (op) r = wait_locked(tc, op, -1); /* absent: every member released it, so done */
+  else tc->nb_settled = tc->nb_seq;
+  pthread_mutex_unlock(&g->ops_lock);
+  if (r) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s: an earlier non-blocking call failed: %s", fn, mpu_last_error());
+    mpu__error(r, "%s", msg);
+  }
+  return r;
+}
+
+void mpu__trelease(mpu_comm *c, void *handle) {
+  tcomm *tc = c->impl;
+  tgroup *g = tc->g;
+  top *op = handle;
+  pthread_mutex_lock(&g->ops_lock);
+  if (op->state == TOP_PENDING) { /* leaving before it ran: its buffers go too */
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "%s: world rank %d released the call (destroyed its communicator) before it ran",
+             mpu__tcall_name(op->calls[tc->me].sig.kind), g->members[tc->me]);
+    op_finish(g, op, MPU_ERR_ABORTED, msg);
+  }
+  while (op->state != TOP_DONE) { /* running: it reads our buffers until it is done */
+    struct timespec until = mpu__tabs_after(SLICE_S);
+    pthread_cond_timedwait(&g->ops_cond, &g->ops_lock, &until);
+  }
+  if (++op->released == g->n) { /* every member is done with it */
+    top **link = &g->ops;
+    while (*link != op) link = &(*link)->next;
+    *link = op->next;
+    op_free(op);
+  }
+  pthread_mutex_unlock(&g->ops_lock);
+}
