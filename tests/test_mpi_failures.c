@@ -113,6 +113,10 @@ static void test_timeout(void) {
     double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT, "absent rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
     CHECK(took >= timeout && took < timeout + 1.0, "absent rank: failed after %.3f s", took);
+    /* the message names the one rank that never came, and no other */
+    char want[64];
+    snprintf(want, sizeof want, ": rank %d did not arrive)", size - 1);
+    CHECK(strstr(mpu_last_error(), want) != NULL, "no '%s' in: %s", want, mpu_last_error());
     /* broken: later calls fail at once */
     t0 = test_now();
     r = mpu_comm_barrier(c);
@@ -127,6 +131,10 @@ static void test_timeout(void) {
     double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT, "late rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
     CHECK(took < timeout + 1.0, "late rank: failed after %.3f s", took);
+    /* it names the others as having given up, not as missing */
+    CHECK(strstr(mpu_last_error(), "had given up (timed out) before") != NULL &&
+              strstr(mpu_last_error(), "did not arrive") == NULL,
+          "late rank: %s", mpu_last_error());
   }
   double t0 = test_now();
   mpu_comm_destroy(c);
