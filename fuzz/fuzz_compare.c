@@ -16,6 +16,7 @@
 
 #include "../tools/mpu/plan_compare.h"
 #include "checkpoint/json.h"
+#include "fuzz_text.h"
 #include "mpu.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -70,11 +71,8 @@ static void check_kind(const json *k, int64_t world, int listed, unsigned char *
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
   char text[512];
-  size_t n = size - 1 < sizeof text - 1 ? size - 1 : sizeof text - 1;
-  memcpy(text, data + 1, n);
-  text[n] = '\0';
+  if (!fuzz_text_after_first(data, size, text, sizeof text)) return 0;
   int as_json = data[0] & 1;
   mpu_layout_config cfg;
   if (mpu_layout_config_parse(text, &cfg) != MPU_SUCCESS) return 0;
