@@ -12,16 +12,14 @@
 #include <string.h>
 
 #include "../tools/mpu/cli.h"
+#include "fuzz_text.h"
 #include "mpu.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
   char text[256];
-  size_t n = size - 1 < sizeof text - 1 ? size - 1 : sizeof text - 1;
-  memcpy(text, data + 1, n);
-  text[n] = '\0';
+  if (!fuzz_text_after_first(data, size, text, sizeof text)) return 0;
   size_t bytes;
   long v, r, s, list[8];
   int count;

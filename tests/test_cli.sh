@@ -291,6 +291,34 @@ expect_usage_error plan --compare --world-size 8 --tp 3
 "$mpu" plan --compare --world-size 32 --tp 2 --pp 2 --cp 2 --ep 2 >"$tmp/cmp"
 [ "$(grep -c refuses "$tmp/cmp")" -eq 1 ] && ok || bad "plan --compare says a flavour's refusal more than once"
 ! grep -q '\.\.\.\|…' "$tmp/cmp" && grep -q "\[30, 31\]" "$tmp/cmp" && ok || bad "plan --compare cuts a kind's groups"
+# --compare answers at once on any world: past 4,096 ranks each kind's count, size and first group
+timeout 10 "$mpu" plan --compare --world-size 1073741824 --tp 1073741824 >"$tmp/cmpbig" &&
+  [ "$(wc -c <"$tmp/cmpbig")" -lt 20000 ] && grep -q "too many groups to list" "$tmp/cmpbig" &&
+  grep -q "^  core       1 group of 1073741824; rank 0's: \[0, \.\.\.\]" "$tmp/cmpbig" \
+  && ok || bad "plan --compare of a billion ranks (tp a billion): $(head -c 300 "$tmp/cmpbig")"
+timeout 10 "$mpu" plan --compare --world-size 1073741824 --tp 1024 --pp 1024 --format json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["world_size"] == 1073741824 and "summary" in d, d
+for f in ("deepspeed", "core", "core-0.19"):
+    tp = d["flavors"][f]["tensor parallel"]
+    assert tp == {"groups": 1048576, "size": 1024, "rank": 0, "first_members": list(range(12))}, (f, tp)
+    pp = d["flavors"][f]["pipeline"]
+    assert pp["groups"] == 1048576 and pp["size"] == 1024 and pp["first_members"][:2] == [0, 1048576], (f, pp)
+' && ok || bad "plan --compare json summary of a billion ranks"
+timeout 10 "$mpu" plan --world-size 1073741824 --tp 1073741824 --format svg >"$tmp/bigtp.svg" &&
+  grep -q "size 1073741824 \[0, \.\.\.\]" "$tmp/bigtp.svg" && ok || bad "plan svg of a billion-rank tensor-parallel group"
+# an option the chosen plan does not use is refused, naming it
+for a in "--format svg" "--format html" "--rank 3" "--flavor deepspeed" "--per-rank" "--schedule 1f1b" "--micro-batches 4"; do
+  expect_usage_error plan --compare --world-size 8 --tp 2 $a
+  w=${a%% *}
+  grep -q -- "--compare .*${w#--}" "$tmp/err" && ok || bad "plan --compare $a: $(cat "$tmp/err")"
+done
+expect_usage_error plan --world-size 8 --micro-batches 4
+grep -q -- "--micro-batches (it is for --schedule)" "$tmp/err" && ok || bad "plan --micro-batches without --schedule: $(cat "$tmp/err")"
+expect_usage_error plan --schedule 1f1b --pp 2 --world-size 8
+expect_usage_error plan --schedule 1f1b --pp 2 --rank 1
+expect_usage_error plan --bench --world-size 8
 # the rank grid names its rows' groups: dp_cp where cp is not 1
 "$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 | grep -q "data- and context-parallel group (dp_cp" && ok || bad "plan's rank grid with cp 2"
 ! "$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 | grep -q "form a data-parallel group" && ok || bad "plan's rank grid calls dp_cp rows data-parallel"

@@ -113,6 +113,10 @@ static void test_timeout(void) {
     double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT, "absent rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
     CHECK(took >= timeout && took < timeout + 1.0, "absent rank: failed after %.3f s", took);
+    /* the message names the one rank that never came, and no other */
+    char want[64];
+    snprintf(want, sizeof want, ": rank %d did not arrive)", size - 1);
+    CHECK(strstr(mpu_last_error(), want) != NULL, "no '%s' in: %s", want, mpu_last_error());
     /* broken: later calls fail at once */
     t0 = test_now();
     r = mpu_comm_barrier(c);
@@ -127,10 +131,64 @@ static void test_timeout(void) {
     double took = test_now() - t0;
     CHECK(r == MPU_ERR_TIMEOUT, "late rank: %s, want MPU_ERR_TIMEOUT", mpu_result_name(r));
     CHECK(took < timeout + 1.0, "late rank: failed after %.3f s", took);
+    /* it names the others as having given up, not as missing */
+    CHECK(strstr(mpu_last_error(), "had given up (timed out) before") != NULL &&
+              strstr(mpu_last_error(), "did not arrive") == NULL,
+          "late rank: %s", mpu_last_error());
   }
   double t0 = test_now();
   mpu_comm_destroy(c);
   CHECK(test_now() - t0 < 1.0, "destroying a timed-out communicator took %.3f s", test_now() - t0);
+}
+
+/* In a communicator whose ranks are not the world's (reversed by the split's
+ * key), the absent rank is named by both: its rank here and in the world. */
+static void test_timeout_in_group(void) {
+  mpu_comm *w = fresh(0.5, MPU_CHECKS_ON), *c = NULL;
+  mpu_result_t r = mpu_comm_split(w, 0, size - 1 - rank, &c);
+  CHECK(r == MPU_SUCCESS && c, "split: %s", mpu_result_name(r));
+  int32_t x = 1, y = 0;
+  sync_all();
+  if (c && rank != size - 1) { /* world rank size - 1 is rank 0 here */
+    r = mpu_comm_all_reduce(c, &x, &y, 1, MPU_INT32, MPU_SUM);
+    char want[64];
+    snprintf(want, sizeof want, ": rank 0 (world %d) did not arrive)", size - 1);
+    CHECK(r == MPU_ERR_TIMEOUT && strstr(mpu_last_error(), want) != NULL, "in a group: %s, no '%s'",
+          mpu_result_name(r), want);
+  }
+  sync_all();
+  mpu_comm_destroy(c);
+  mpu_comm_destroy(w);
+}
+
+/* Calls that wait long but complete send the notes a timeout would read;
+ * nothing of them may reach the communicators made after (Open MPI reuses a
+ * freed communicator's id): each round's late calls, destroy, a new
+ * communicator and many fast calls, whose sums must be right. */
+static void test_slow_calls_then_new_communicators(void) {
+  for (int round = 0; round < 3; round++) {
+    mpu_comm *c = fresh(10, MPU_CHECKS_ON);
+    for (int i = 0; i < 3; i++) {
+      int32_t one = 1, sum = 0;
+      if (rank == round % size) /* the others wait, and send notes */
+        nanosleep(&(struct timespec){0, 120000000}, NULL);
+      mpu_result_t r = mpu_comm_all_reduce(c, &one, &sum, 1, MPU_INT32, MPU_SUM);
+      CHECK(r == MPU_SUCCESS && sum == size, "slow call %d.%d: %s, sum %d", round, i,
+            mpu_result_name(r), sum);
+    }
+    mpu_comm_destroy(c);
+    c = fresh(10, MPU_CHECKS_ON);
+    int bad = 0;
+    for (int i = 0; i < 200 && c; i++) {
+      int32_t v = rank + i, sum = 0;
+      if (mpu_comm_all_reduce(c, &v, &sum, 1, MPU_INT32, MPU_SUM) ||
+          sum != size * i + size * (size - 1) / 2)
+        bad++;
+    }
+    CHECK(bad == 0, "round %d: %d of 200 fast calls after slow ones failed or were wrong", round,
+          bad);
+    mpu_comm_destroy(c);
+  }
 }
 
 /* ---- point to point ------------------------------------------------------------- */
@@ -187,6 +245,8 @@ int main(int argc, char **argv) {
   test_mismatches(0);
   test_mismatches(INFINITY);
   test_timeout();
+  test_timeout_in_group();
+  test_slow_calls_then_new_communicators();
   test_p2p();
   int32_t total = 0;
   mpu_comm_all_reduce(ctl, &failures, &total, 1, MPU_INT32, MPU_SUM);

@@ -10,6 +10,7 @@
 #include "plan_names.h"
 #include "mpu.h"
 #include "picture.h"
+#include "plan_compare.h"
 #include "schedule_cmd.h"
 
 
@@ -22,6 +23,7 @@ typedef struct plan_opts {
   int per_rank;
   int bench;
   cli_format format;
+  char given[64];               /* the options given, by their short letters */
 } plan_opts;
 
 static void help(void) {
@@ -31,7 +33,9 @@ static void help(void) {
          "each kind with its groups and a picture of the rank grid, one rank's answers to every\n"
          "parallel_state getter (--rank or --per-rank), or the whole plan as JSON, an SVG\n"
          "picture or an HTML page. An invalid layout exits with status 2 and the original's\n"
-         "message for the check that failed.\n"
+         "message for the check that failed; so does an option the chosen plan does not\n"
+         "use (--flavor, --rank or --format svg with --compare, --micro-batches without\n"
+         "--schedule, ...).\n"
          "\n"
          "options:\n"
          "  --flavor deepspeed|core|core-0.19\n"
@@ -71,6 +75,8 @@ static void help(void) {
          "  --forward-only            forwards only (evaluation)\n"
          "  --compare                 the same sizes in the three flavours side by side: each\n"
          "                            kind of group they share, and what a flavour refuses\n"
+         "                            (text or json; past 4,096 ranks each kind's number of\n"
+         "                            groups, their size and rank 0's group)\n"
          "  --bench                   time one rank's groups and getters at 4,096 and 1,048,576\n"
          "                            ranks, and initialising the state of 64 thread ranks\n"
          "                            (tp 4, pp 4, dp 4) against every rank creating every group\n"
@@ -83,6 +89,27 @@ static void help(void) {
          "  mpu plan --flavor core-0.19 --world-size 64 --tp 2 --pp 4 --ep 4 --format html >plan.html\n"
          "  mpu plan --schedule interleaved --pp 4 --vp 2 --micro-batches 8 --format svg >schedule.svg\n"
          "  mpu plan --compare --world-size 16 --tp 2 --pp 2 --cp 2\n");
+}
+
+/* The options each way of planning reads, by short letter: one it does not
+ * read is refused (exit 2, naming it), never silently dropped. */
+#define LAYOUT_SIZES "wtpvks8ceoEHDGOL"
+static void refuse_unread(const plan_opts *o, const struct option *longs) {
+  const char *mode = "a layout plan", *reads = LAYOUT_SIZES "frRF";
+  if (o->bench) mode = "--bench", reads = "B";
+  else if (o->compare) mode = "--compare", reads = LAYOUT_SIZES "CF";
+  else if (o->has_schedule) mode = "--schedule", reads = "SpvMNYF";
+  for (const char *g = o->given; *g; g++) {
+    if (*g == 'h' || strchr(reads, *g)) continue;
+    const char *name = "?";
+    for (const struct option *l = longs; l->name; l++)
+      if (l->val == *g) name = l->name;
+    cli_usage_error("plan", "%s does not use --%s%s", mode, name,
+                    strchr("MNY", *g) ? " (it is for --schedule)" : "");
+  }
+  if (o->compare && o->format != CLI_TEXT && o->format != CLI_JSON)
+    cli_usage_error("plan", "--compare prints text or json, not --format %s",
+                    o->format == CLI_SVG ? "svg" : "html");
 }
 
 static void parse(int argc, char **argv, plan_opts *o) {
@@ -113,6 +140,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
   o->schedule = sc;
   o->has_schedule = 0;
   o->compare = 0;
+  memset(o->given, 0, sizeof o->given);
   opterr = 0;
   optind = 1;
   int c;
@@ -120,6 +148,9 @@ static void parse(int argc, char **argv, plan_opts *o) {
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
     int *field = NULL;
     const char *what = NULL;
+    size_t ngiven = strlen(o->given);
+    if (c != ':' && c != '?' && !strchr(o->given, c) && ngiven + 1 < sizeof o->given)
+      o->given[ngiven] = (char)c;
     switch (c) {
     case 'f':
       if (mpu_flavor_from_name(optarg, &o->cfg.flavor))
@@ -188,6 +219,7 @@ static void parse(int argc, char **argv, plan_opts *o) {
     }
   }
   if (optind < argc) cli_usage_error("plan", "unexpected argument '%s'", argv[optind]);
+  refuse_unread(o, longs);
   if (o->has_schedule) {
     if (o->format == CLI_HTML) cli_usage_error("plan", "--schedule draws text, json or svg");
     o->schedule.pp = o->cfg.pp;
@@ -527,8 +559,6 @@ static void picture(const mpu_layout *l, int *buf) {
   free(row), free(col), free(tpg), free(at);
 }
 
-#define SVG_MAX_RANKS 4096
-
 /* "core layout: world 16 = tp 2 x cp 2 x pp 2 x dp 2 (ep 2 within dp), ...":
  * every size, so that the product is the world */
 static void layout_title(const mpu_layout *l, char *t, size_t len) {
@@ -608,7 +638,6 @@ static void layout_picture(const mpu_layout *l, const mpu_group_kind *kinds, int
  * cheap: say the sizes and show rank 0's groups, a bounded amount of work. */
 typedef struct summary_args {
   const mpu_layout *l;
-  int *buf;
   const mpu_group_kind *kinds;
   int nkinds;
 } summary_args;
@@ -624,16 +653,16 @@ static void svg_summary(void *arg, FILE *f) {
          "fill=\"#fff\"/>\n", 90 + 20 * a->nkinds);
   fprintf(f, "<text x=\"10\" y=\"%d\" font-weight=\"bold\">%s</text>\n", 20 + 20 * line++, title);
   fprintf(f, "<text x=\"10\" y=\"%d\">more than %d ranks: too many to draw; rank 0's "
-         "groups (first 12 members)</text>\n", 20 + 20 * line++, SVG_MAX_RANKS);
+         "groups (first 12 members)</text>\n", 20 + 20 * line++, PLAN_LIST_MAX_RANKS);
   for (int k = 0; k < a->nkinds; k++) {
-    int n = 0;
-    if (!mpu_layout_has(a->l, a->kinds[k]) ||
-        mpu_layout_group(a->l, a->kinds[k], 0, a->buf, (size_t)c->world_size + 3, &n) || !n)
+    plan_group_peek peek;
+    if (!mpu_layout_has(a->l, a->kinds[k]) || plan_group_peek_of(a->l, a->kinds[k], &peek) ||
+        !peek.size || peek.up_to)
       continue;
     fprintf(f, "<text x=\"10\" y=\"%d\">%-20s size %-8d [", 20 + 20 * line++,
-           mpu_group_kind_name(c->flavor, a->kinds[k]), n);
-    for (int i = 0; i < n && i < 12; i++) fprintf(f, "%s%d", i ? ", " : "", a->buf[i]);
-    fprintf(f, "%s]</text>\n", n > 12 ? ", ..." : "");
+           mpu_group_kind_name(c->flavor, a->kinds[k]), peek.size);
+    for (int i = 0; i < peek.listed; i++) fprintf(f, "%s%d", i ? ", " : "", peek.members[i]);
+    fprintf(f, "%s]</text>\n", peek.listed < peek.size ? ", ..." : "");
   }
   fprintf(f, "</svg>\n");
 }
@@ -771,102 +800,11 @@ static int bench(void) {
   return 0;
 }
 
-/* ---- --compare ---------------------------------------------------------------------- */
-
-/* The kinds the three flavours share (by meaning), each flavour's kind for it. */
-static const struct {
-  const char *what;
-  mpu_group_kind kind[3]; /* deepspeed, core, core-0.19; MPU_GROUP_KIND_COUNT: none */
-} shared_kinds[] = {
-    {"data parallel", {MPU_GROUP_DP, MPU_GROUP_DP, MPU_GROUP_DP}},
-    {"tensor parallel", {MPU_GROUP_TP, MPU_GROUP_TP, MPU_GROUP_TP}},
-    {"pipeline", {MPU_GROUP_PP, MPU_GROUP_PP, MPU_GROUP_PP}},
-    {"model parallel", {MPU_GROUP_MP, MPU_GROUP_MP, MPU_GROUP_MP}},
-    {"embedding", {MPU_GROUP_EMBEDDING, MPU_GROUP_EMBEDDING, MPU_GROUP_EMBEDDING}},
-    {"sequence parallel (Ulysses)", {MPU_GROUP_SP, MPU_GROUP_KIND_COUNT, MPU_GROUP_KIND_COUNT}},
-    {"context parallel", {MPU_GROUP_KIND_COUNT, MPU_GROUP_CP, MPU_GROUP_CP}},
-    {"expert parallel", {MPU_GROUP_KIND_COUNT, MPU_GROUP_EP, MPU_GROUP_EP}},
-    {"expert data parallel", {MPU_GROUP_KIND_COUNT, MPU_GROUP_DP_MODULO_EP, MPU_GROUP_DP_MODULO_EP}},
-};
-
-static int compare(const plan_opts *o) {
-  const mpu_flavor flavors[3] = {MPU_FLAVOR_DEEPSPEED, MPU_FLAVOR_CORE, MPU_FLAVOR_CORE_019};
-  mpu_layout *l[3] = {NULL, NULL, NULL};
-  char why[3][256] = {"", "", ""};
-  int any = 0;
-  for (int f = 0; f < 3; f++) {
-    mpu_layout_config c = o->cfg;
-    c.flavor = flavors[f];
-    if (mpu_layout_create(&c, &l[f])) snprintf(why[f], sizeof why[f], "%s", mpu_last_error());
-    else any = 1;
-  }
-  if (!any) {
-    fprintf(stderr, "mpu plan: every flavour refuses it (core-0.19: %s)\n", why[2]);
-    return CLI_USAGE_EXIT;
-  }
-  int W = o->cfg.world_size, *buf = malloc(((size_t)W + 3) * sizeof(int));
-  if (!buf) fail("out of memory");
-  if (o->format == CLI_JSON) printf("{\"world_size\": %d, \"flavors\": {", W);
-  else printf("the same sizes in the three flavours (world %d, tp %d, pp %d, cp %d, ep %d, sp %d):\n",
-              W, o->cfg.tp, o->cfg.pp, o->cfg.cp, o->cfg.ep, o->cfg.sp);
-  for (int f = 0; f < 3 && o->format == CLI_JSON; f++) {
-    printf("%s\n  \"%s\": ", f ? "," : "", mpu_flavor_name(flavors[f]));
-    if (!l[f]) {
-      printf("{\"refused\": \"");
-      for (const char *p = why[f]; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-      printf("\"}");
-      continue;
-    }
-    printf("{");
-    int first = 1;
-    for (size_t k = 0; k < sizeof shared_kinds / sizeof shared_kinds[0]; k++) {
-      mpu_group_kind kind = shared_kinds[k].kind[f];
-      if (kind == MPU_GROUP_KIND_COUNT || !mpu_layout_has(l[f], kind)) continue;
-      printf("%s\"%s\": [", first ? "" : ", ", shared_kinds[k].what);
-      print_groups(l[f], kind, 1, buf);
-      printf("]");
-      first = 0;
-    }
-    printf("}");
-  }
-  if (o->format == CLI_JSON) printf("\n}}\n");
-  for (int f = 0; f < 3 && o->format != CLI_JSON; f++) /* a refusal once, not under every kind */
-    if (!l[f]) printf("\n%s refuses: %s\n", mpu_flavor_name(flavors[f]), why[f]);
-  for (size_t k = 0; k < sizeof shared_kinds / sizeof shared_kinds[0] && o->format != CLI_JSON; k++) {
-    printf("\n%s\n", shared_kinds[k].what);
-    for (int f = 0; f < 3; f++) {
-      mpu_group_kind kind = shared_kinds[k].kind[f];
-      if (!l[f]) continue;
-      printf("  %-10s", mpu_flavor_name(flavors[f]));
-      if (kind == MPU_GROUP_KIND_COUNT) printf(" (no such group)\n");
-      else { /* every group, wrapped under the first */
-        int count = 0, n, col = 12;
-        mpu_layout_num_groups(l[f], kind, &count);
-        for (int g = 0; g < count; g++) {
-          if (mpu_layout_group_at(l[f], kind, g, buf, (size_t)W + 3, &n)) fail("groups");
-          qsort(buf, (size_t)n, sizeof(int), cmp_int);
-          int width = 3;
-          for (int i = 0; i < n; i++) width += snprintf(NULL, 0, "%d", buf[i]) + (i ? 2 : 0);
-          if (g && col + width > 100) printf("\n%12s", ""), col = 12;
-          printf(" [");
-          print_ranks(buf, n);
-          printf("]");
-          col += width;
-        }
-        printf("\n");
-      }
-    }
-  }
-  free(buf);
-  for (int f = 0; f < 3; f++) mpu_layout_free(l[f]);
-  return 0;
-}
-
 int cmd_plan(int argc, char **argv) {
   plan_opts o;
   parse(argc, argv, &o);
   if (o.bench) return bench();
-  if (o.compare) return compare(&o);
+  if (o.compare) return plan_compare(stdout, stderr, &o.cfg, o.format == CLI_JSON);
   if (o.has_schedule) return plan_schedule(&o.schedule, o.format);
   mpu_layout *l = NULL;
   if (mpu_layout_create(&o.cfg, &l)) {
@@ -901,8 +839,8 @@ int cmd_plan(int argc, char **argv) {
                     "--rank-offset and --local-world-size)", o.format == CLI_SVG ? "svg" : "html");
   }
   mpu_rank_info info = MPU_RANK_INFO_INIT;
-  if ((o.format == CLI_SVG || o.format == CLI_HTML) && c->world_size > SVG_MAX_RANKS) {
-    summary_args a = {l, buf, kinds, nkinds};
+  if ((o.format == CLI_SVG || o.format == CLI_HTML) && c->world_size > PLAN_LIST_MAX_RANKS) {
+    summary_args a = {l, kinds, nkinds};
     char title[512];
     layout_title(l, title, sizeof title);
     if (o.format == CLI_HTML) pic_html_summary(stdout, title, svg_summary, &a);
