@@ -70,6 +70,9 @@ typedef struct mpu__comm_ops {
    * the bytes at p may be handed to the backend's calls; 0 with what the
    * memory is and what the communicator takes written to why. */
   int (*check_buffer)(const mpu_comm *c, const void *p, size_t bytes, char *why, size_t why_size);
+  /* optional, with wait: make `stream` wait for a started handle and return
+   * at once (NULL: request.c waits on the host instead) */
+  mpu_result_t (*stream_wait)(mpu_comm *c, void *handle, void *stream);
 } mpu__comm_ops;
 
 struct mpu_comm {
