@@ -183,7 +183,8 @@ MPU_API int mpu_nccl_available(void);
 typedef struct mpu_nccl_options {
   size_t size;      /* sizeof(mpu_nccl_options), set by the initializer */
   int device;       /* this rank's CUDA device; -1: the local rank modulo the GPUs */
-  void *stream;     /* a cudaStream_t to order work on; NULL: the communicator makes one */
+  void *stream;     /* a cudaStream_t to run the work on, as mpu_comm_set_stream; NULL: the
+                       communicator makes one, ordered after the legacy default stream */
   double timeout_s; /* the watchdog: waits fail (and NCCL aborts) after this; <= 0: MPU_TIMEOUT */
   int keep_host;    /* 1: keep the host communicator as the twin (default); 0: do not
                        (groups then come from ncclCommSplit, as from the environment) */
@@ -266,8 +267,32 @@ typedef struct mpu_comm_caps {
 
 MPU_API mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps);
 
-/* The stream the communicator orders its work on (a cudaStream_t for NCCL);
- * NULL on host backends. set_stream: MPU_ERR_UNSUPPORTED on host backends. */
+/* The stream the communicator's work runs on (a cudaStream_t for NCCL);
+ * NULL on host backends.
+ *
+ * NCCL, by default: a stream of the communicator's own (non-blocking), and
+ * before every call an event recorded on the legacy default stream
+ * (cudaStreamLegacy, where a plain C/CUDA program's kernels run) that this
+ * stream waits for (PyTorch's ProcessGroupNCCL does the same with the
+ * current stream), so buffers written by the caller's earlier kernels on the
+ * default stream are safe. Kernels on other streams must be ordered by the
+ * caller (an event) or the host (a synchronisation) before the call.
+ *
+ * set_stream(comm, stream): from now on the work runs on `stream` itself, in
+ * its order, with no event of mpu's: the caller's earlier work on it comes
+ * first and its later work after, and ordering against other streams is the
+ * caller's. The work issued so far is waited for first. NULL: back to the
+ * default (a new stream of the communicator's own). Run the legacy default
+ * stream itself with cudaStreamLegacy.
+ *
+ * Either way a blocking call returns after the host waited for it (an event
+ * recorded after the call, never the whole stream), so its results are
+ * visible to the host and to any work launched afterwards on any stream. A
+ * non-blocking call's results are visible after mpu_request_wait or a
+ * completed mpu_request_test, to later work on `stream` after
+ * mpu_request_stream_wait(req, stream), and, in the set_stream mode, to
+ * later work on the communicator's stream at once.
+ * set_stream: MPU_ERR_UNSUPPORTED on host backends. */
 MPU_API mpu_result_t mpu_comm_stream(const mpu_comm *comm, void **stream);
 MPU_API mpu_result_t mpu_comm_set_stream(mpu_comm *comm, void *stream);
 
@@ -430,6 +455,16 @@ MPU_API mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s
 /* *done = 1 if the call has completed: the request is then freed and its
  * result returned. *done = 0: still pending, MPU_SUCCESS. */
 MPU_API mpu_result_t mpu_request_test(mpu_request *req, int *done);
+
+/* Order later work on `stream` (a cudaStream_t; NULL: the legacy default
+ * stream) after the request's call, without waiting on the host: on NCCL,
+ * cudaStreamWaitEvent on the request's event, returning at once (kernels
+ * the caller then launches on `stream` see the results). Backends without
+ * streams (threads, MPI, fake) wait for the call on the host here and ignore
+ * `stream`, so one program is correct on both. The request stays pending:
+ * mpu_request_wait or mpu_request_test still complete and free it and
+ * return the call's result (the host's watchdog only runs there). */
+MPU_API mpu_result_t mpu_request_stream_wait(mpu_request *req, void *stream);
 
 /* MPI_Request_free: nobody will wait for this request. It completes on its
  * own and releases itself (on a later call on its communicator, or its

@@ -84,6 +84,9 @@ typedef struct mpu__comm_ops {
    * (handle for test, wait and release; NULL: it completed already). NULL:
    * non-blocking calls use start (native where wait is set, else queued). */
   mpu_result_t (*start_nb)(mpu_comm *c, const mpu__call *call, void **handle);
+  /* optional, with wait: make `stream` wait for a started handle and return
+   * at once (NULL: request.c waits on the host instead) */
+  mpu_result_t (*stream_wait)(mpu_comm *c, void *handle, void *stream);
 } mpu__comm_ops;
 
 struct mpu_comm {

@@ -302,7 +302,10 @@ static void coll_run(task *t) {
   ncclComm_t c = t->comm;
   clique *q = c->q;
   int n = q->n, me = c->rank;
-  if (c->aborted || c->async || faults(c, k)) { /* work after a failure is dropped, as NCCL's */
+  pthread_mutex_lock(&q->lock); /* ncclCommAbort sets them from another thread */
+  int dropped = c->aborted || c->async;
+  pthread_mutex_unlock(&q->lock);
+  if (dropped || faults(c, k)) { /* work after a failure is dropped, as NCCL's */
     for (coll_task *g = k->more, *next; g; g = next) next = g->more, free(g);
     done(c);
     return;
@@ -394,6 +397,7 @@ long double_call_count(const char *nccl_function) {
 }
 
 static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer) {
+  stream = double_stream(stream); /* NULL: the legacy default stream, as NCCL's */
   if (!c || !stream) return ncclInvalidArgument;
   if (double_sticky(c->q->devices[c->rank])) { /* the context is broken: no launch */
     fail(c, ncclUnhandledCudaError);
@@ -406,6 +410,9 @@ static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer)
     snprintf(double_last_error, sizeof double_last_error, "NULL buffer");
     return ncclInvalidArgument;
   }
+  if (double_order_nccl(stream->order, s.kind, s.send, s.recv, s.count, type_size(s.type), c->q->n,
+                        c->rank, s.root))
+    return ncclInvalidUsage; /* a stream-order violation (order.c), named in the last error */
   coll_task *k = calloc(1, sizeof *k);
   if (!k) return ncclSystemError;
   k->t.run = coll_run;

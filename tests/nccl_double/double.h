@@ -59,13 +59,27 @@ struct CUstream_st {
   int busy, stop;
   pthread_t worker;
   int device; /* current when it was made: its faults are that device's (memory.c) */
+  unsigned flags;              /* cudaStreamNonBlocking or not */
+  int legacy;                  /* the device's legacy default stream */
+  long queries;                /* cudaStreamQuery calls on it (under lock) */
+  struct order_actor *order;   /* its clock (order.h) */
+  struct CUstream_st *next;    /* every stream, for the legacy stream's implicit waits */
 };
+
+/* A recorded event: done when the stream reaches it. Shared by the event and
+ * the streams that wait for it, so an event may be destroyed or recorded
+ * again while they wait, as CUDA allows. */
+typedef struct double_mark {
+  int refs, done; /* under the double's mark lock */
+} double_mark;
 
 struct CUevent_st {
-  int pending; /* atomics not needed: set under the stream lock, read under it */
-  cudaStream_t stream;
+  double_mark *mark;          /* the last record; NULL before the first */
+  struct order_clock *order;  /* the recording stream's clock then */
 };
 
+/* NULL, cudaStreamLegacy and cudaStreamPerThread as the streams they name. */
+cudaStream_t double_stream(cudaStream_t s);
 void double_push(cudaStream_t s, task *t);
 int double_current_device(void);
 
@@ -131,6 +145,7 @@ void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
 
 #include "nccl_double/memory.h"
+#include "nccl_double/order.h"
 #include "nccl_double/switches.h"
 
 #endif

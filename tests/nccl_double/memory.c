@@ -105,6 +105,7 @@ static cudaError_t alloc(void **p, size_t bytes, enum cudaMemoryType type) {
   *p = calloc(bytes ? bytes : 1, 1);
   if (!*p) return cudaErrorMemoryAllocation;
   if ((e = add(*p, bytes ? bytes : 1, type, 0))) free(*p), *p = NULL;
+  else if (type != cudaMemoryTypeHost) double_order_alloc(*p, bytes); /* order.c */
   return e;
 }
 
@@ -129,6 +130,8 @@ static cudaError_t release(void *p, unsigned kinds) {
   cudaError_t e = double_sticky(double_current_device());
   if (!p) return e;
   if (!take(p, kinds, 0, &a)) return e ? e : cudaErrorInvalidValue;
+  double_order_host_after_device(double_current_device()); /* cudaFree synchronises the device */
+  double_order_free(p);
   free(p);
   return e;
 }

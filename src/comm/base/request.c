@@ -344,3 +344,19 @@ mpu_result_t mpu_request_free(mpu_request *req) {
   reap(c, 0);
   return MPU_SUCCESS;
 }
+
+/* A device backend makes the stream wait for the request's event and returns
+ * at once; the others have no stream, so the host waits for the call (a
+ * program written once for both then reads correct results either way). The
+ * request stays pending: mpu_request_wait or _test still free it. */
+mpu_result_t mpu_request_stream_wait(mpu_request *req, void *stream) {
+  static const char fn[] = "mpu_request_stream_wait";
+  int done;
+  MPU_CHECK(check_request(fn, req));
+  if (req->state == STARTED && req->comm->ops->stream_wait)
+    return req->comm->ops->stream_wait(req->comm, req->native, stream);
+  double t0 = mpu__clock_start();
+  MPU_CHECK(mpu__clock_add(t0, progress(req, 1, -1, &done)));
+  if (req->result) return mpu__error(req->result, "%s", req->message);
+  return MPU_SUCCESS;
+}

@@ -32,6 +32,9 @@ typedef struct nccl_impl {
   int (*oob_poll_abort)(void *ctx, int *who, char *why, size_t len);
   void (*oob_free)(void *ctx);
   void *oob_ctx;
+  int on_user_stream; /* the work runs on the caller's stream (set_stream, options.stream) */
+  cudaEvent_t ordered; /* default: recorded on the legacy default stream before each call */
+  cudaEvent_t done;    /* recorded after a blocking call: what its wait polls */
 } nccl_impl;
 
 extern const mpu__comm_ops mpu__nccl_ops;
@@ -47,6 +50,9 @@ mpu_result_t mpu__nccl_watch(mpu_comm *c, cudaEvent_t event, double timeout_s, i
 mpu_result_t mpu__nccl_usable(const mpu_comm *c, const char *fn);
 mpu_result_t mpu__nccl_abort(mpu_comm *c);
 
+/* calls.c */
+void mpu__nccl_stream_free(nccl_impl *m);
+
 /* create.c */
 mpu_result_t mpu__nccl_host_twin(const mpu_comm *comm, mpu_comm **host);
 mpu_result_t mpu__nccl_create_group(mpu_comm *c, const int *members, int n, mpu_comm **out);
@@ -61,6 +67,8 @@ mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t cou
                                  int peer, void **handle);
 mpu_result_t mpu__nccl_native_handle(const mpu_comm *c, void **out);
 mpu_result_t mpu__nccl_event_new(const char *fn, cudaEvent_t *ev);
+/* calls.c: a call may be issued (not broken, on the rank's device, after the caller's work) */
+mpu_result_t mpu__nccl_begin(mpu_comm *c, const char *fn);
 mpu_result_t mpu__nccl_event_record(mpu_comm *c, cudaEvent_t ev, const char *fn);
 
 /* calls.c */

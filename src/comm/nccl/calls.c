@@ -1,7 +1,8 @@
 /*
  * calls.c - the NCCL backend's calls. Every call is enqueued on the
- * communicator's stream; the blocking forms then wait for the stream, the
- * non-blocking ones record an event that their request waits for (watch.c).
+ * communicator's stream, after the caller's work (below); the blocking forms
+ * then wait for an event recorded after the call, the non-blocking ones
+ * record an event that their request waits for (watch.c).
  *
  * Reductions are NCCL's own (ring or tree order, its NaN rules; 16-bit floats
  * reduced natively): results equal mpu's rule for exactly representable sums
@@ -159,11 +160,50 @@ static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
   return mpu__nccl_error(r, m->comm, fn);
 }
 
-/* A blocking call: enqueue, then wait for the stream under the watchdog. */
-static mpu_result_t run(mpu_comm *c, const mpu__call *k, const char *fn) {
+/* ---- ordering against the caller's work ----------------------------------------- */
+
+/* By default the communicator's own stream (non-blocking, so the legacy
+ * default stream does not wait for NCCL's work) is ordered after the
+ * caller's: before each call an event recorded on the legacy default stream,
+ * where a plain C/CUDA program's kernels run, is waited for on the
+ * communicator's stream (ProcessGroupNCCL's syncStream). On the caller's own
+ * stream (mpu_comm_set_stream) stream order does it. */
+static mpu_result_t after_caller(mpu_comm *c, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  if (m->on_user_stream) return MPU_SUCCESS;
+  if (!m->ordered)
+    MPU_CHECK(mpu__nccl_cuda_error(cudaEventCreateWithFlags(&m->ordered, cudaEventDisableTiming), fn));
+  MPU_CHECK(mpu__nccl_cuda_error(cudaEventRecord(m->ordered, cudaStreamLegacy), fn));
+  return mpu__nccl_cuda_error(cudaStreamWaitEvent(m->stream, m->ordered, 0), fn);
+}
+
+/* The host waits for what was enqueued so far: an event recorded now, not
+ * the stream, which may hold the caller's later kernels (set_stream). */
+static mpu_result_t wait_enqueued(mpu_comm *c, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  if (!m->done)
+    MPU_CHECK(mpu__nccl_cuda_error(cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming), fn));
+  MPU_CHECK(mpu__nccl_cuda_error(cudaEventRecord(m->done, m->stream), fn));
+  return mpu__nccl_watch(c, m->done, -1, 0, fn);
+}
+
+void mpu__nccl_stream_free(nccl_impl *m) {
+  if (m->ordered) cudaEventDestroy(m->ordered);
+  if (m->done) cudaEventDestroy(m->done);
+  m->ordered = m->done = NULL;
+}
+
+/* A call can be issued: not broken, on the rank's device, after the caller's work. */
+mpu_result_t mpu__nccl_begin(mpu_comm *c, const char *fn) {
   MPU_CHECK(mpu__nccl_usable(c, fn));
+  return after_caller(c, fn);
+}
+
+/* A blocking call: enqueue, then wait for it under the watchdog. */
+static mpu_result_t run(mpu_comm *c, const mpu__call *k, const char *fn) {
+  MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(enqueue(c, k, fn));
-  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+  return wait_enqueued(c, fn);
 }
 
 /* Point to point is NCCL's: a send completes when the peer receives (no
@@ -171,30 +211,30 @@ static mpu_result_t run(mpu_comm *c, const mpu__call *k, const char *fn) {
 static mpu_result_t nccl_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
   static const char fn[] = "mpu_comm_send";
   nccl_impl *m = impl_of(c);
-  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_error(ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), m->comm, fn));
-  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+  return wait_enqueued(c, fn);
 }
 
 static mpu_result_t nccl_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
   static const char fn[] = "mpu_comm_recv";
   nccl_impl *m = impl_of(c);
-  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_error(ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), m->comm, fn));
-  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+  return wait_enqueued(c, fn);
 }
 
 static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, int dst,
                                   void *rbuf, size_t rcount, int src, mpu_dtype dt) {
   static const char fn[] = "mpu_comm_sendrecv";
   nccl_impl *m = impl_of(c);
-  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_begin(c, fn));
   ncclResult_t r = ncclGroupStart();
   ncclResult_t s = r ? r : ncclSend(sbuf, scount, type_of(dt), dst, m->comm, m->stream);
   ncclResult_t v = r || s ? ncclSuccess : ncclRecv(rbuf, rcount, type_of(dt), src, m->comm, m->stream);
   ncclResult_t e = r ? ncclSuccess : ncclGroupEnd(); /* always closes the group it opened */
   MPU_CHECK(mpu__nccl_error(r ? r : s ? s : v ? v : e, m->comm, fn));
-  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+  return wait_enqueued(c, fn);
 }
 
 /* ---- non-blocking: requests are events -------------------------------------------- */
@@ -202,7 +242,7 @@ static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, 
 static mpu_result_t nccl_start(mpu_comm *c, const mpu__call *k, void **handle) {
   const char *fn = mpu_collective_name((mpu_collective)k->sig.kind);
   cudaEvent_t ev;
-  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_event_new(fn, &ev));
   mpu_result_t r = enqueue(c, k, fn);
   if (!r) r = mpu__nccl_event_record(c, ev, fn); /* after ncclGroupEnd inside a group */
@@ -237,6 +277,13 @@ static mpu_result_t nccl_wait(mpu_comm *c, void *handle, double timeout_s) {
 static void nccl_release(mpu_comm *c, void *handle) {
   (void)c;
   cudaEventDestroy((cudaEvent_t)handle);
+}
+
+/* The caller's stream waits for the request's event; the host does not. */
+static mpu_result_t nccl_stream_wait(mpu_comm *c, void *handle, void *stream) {
+  static const char fn[] = "mpu_request_stream_wait";
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  return mpu__nccl_cuda_error(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)handle, 0), fn);
 }
 
 /* ---- memory and streams ---------------------------------------------------------- */
@@ -296,13 +343,21 @@ static void nccl_caps(const mpu_comm *c, mpu_comm_caps *caps) {
 
 static void *nccl_get_stream(const mpu_comm *c) { return impl_of(c)->stream; }
 
+/* A stream: run the communicator's work on it, in its order, with no event
+ * of mpu's in between. NULL: back to the default, a stream of the
+ * communicator's own ordered after the legacy default stream. */
 static mpu_result_t nccl_set_stream(mpu_comm *c, void *stream) {
+  static const char fn[] = "mpu_comm_set_stream";
   nccl_impl *m = impl_of(c);
-  MPU_CHECK(mpu__nccl_usable(c, "mpu_comm_set_stream"));
-  MPU_CHECK(mpu__nccl_watch(c, NULL, -1, 0, "mpu_comm_set_stream")); /* finish the old stream's work */
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(wait_enqueued(c, fn)); /* the work issued so far ends on the old stream */
+  if (!stream && !m->on_user_stream) return MPU_SUCCESS;
+  cudaStream_t own = NULL;
+  if (!stream) MPU_CHECK(mpu__nccl_cuda_error(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), fn));
   if (m->own_stream) cudaStreamDestroy(m->stream);
-  m->own_stream = 0;
-  m->stream = stream;
+  m->stream = stream ? (cudaStream_t)stream : own;
+  m->own_stream = !stream;
+  m->on_user_stream = stream != NULL;
   return MPU_SUCCESS;
 }
 
@@ -320,11 +375,11 @@ static mpu_result_t nccl_copy2d(mpu_comm *c, void *dst, size_t dpitch, const voi
                                 size_t spitch, size_t width, size_t height) {
   static const char fn[] = "mpu_comm_copy2d";
   nccl_impl *m = impl_of(c);
-  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_cuda_error(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
                                          cudaMemcpyDefault, m->stream),
                        fn));
-  return mpu__nccl_watch(c, NULL, -1, 0, fn);
+  return wait_enqueued(c, fn);
 }
 
 static mpu_result_t nccl_native(mpu_comm *c, const mpu__call *k) {
@@ -358,4 +413,5 @@ const mpu__comm_ops mpu__nccl_ops = {
     .group_end = mpu__nccl_group_end,
     .p2p_start = mpu__nccl_p2p_start,
     .native_handle = mpu__nccl_native_handle,
+    .stream_wait = nccl_stream_wait,
 };

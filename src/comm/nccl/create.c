@@ -45,6 +45,7 @@ static void impl_free(nccl_impl *m) {
   if (m->oob_free) m->oob_free(m->oob_ctx);
   if (m->comm) ncclCommDestroy(m->comm);
   if (m->one) cudaFree(m->one);
+  mpu__nccl_stream_free(m);
   if (m->own_stream && m->stream) cudaStreamDestroy(m->stream);
   if (m->own_host) mpu_comm_destroy(m->host);
   free(m);
@@ -62,7 +63,7 @@ static mpu_result_t make(int rank, int n, const ncclUniqueId *id, int device, vo
   m->host = host;
   m->own_host = own_host;
   mpu_result_t r = mpu__nccl_cuda_error(cudaSetDevice(device), fn);
-  if (!r && stream) m->stream = stream;
+  if (!r && stream) m->stream = stream, m->on_user_stream = 1;
   if (!r && !stream) {
     r = mpu__nccl_cuda_error(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), fn);
     m->own_stream = !r;
@@ -236,7 +237,7 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
   if (!r) r = mpu__nccl_error(ncclCommUserRank(nc, &rank), nc, fn);
   if (!r) r = mpu__nccl_error(ncclCommCount(nc, &size), nc, fn);
   *nm = (nccl_impl){nc,         m->device, NULL, 0,    NULL, 0,   m->timeout_s,
-                    MPU_SUCCESS, "",       NULL, NULL, NULL, NULL, NULL};
+                    MPU_SUCCESS, "",       NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL};
   if (!r) r = mpu__nccl_cuda_error(cudaStreamCreateWithFlags(&nm->stream, cudaStreamNonBlocking), fn);
   nm->own_stream = !r;
   if (!r) r = mpu__nccl_cuda_error(cudaMalloc((void **)&nm->one, sizeof(int)), fn);

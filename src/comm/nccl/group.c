@@ -66,7 +66,7 @@ mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t cou
   const char *fn = is_send ? "mpu_comm_send" : "mpu_comm_recv";
   nccl_impl *m = impl_of(c);
   cudaEvent_t ev;
-  MPU_CHECK(mpu__nccl_usable(c, fn));
+  MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_event_new(fn, &ev));
   ncclDataType_t t = mpu__nccl_type(dt);
   ncclResult_t nr = is_send ? ncclSend(buf, count, t, peer, m->comm, m->stream)
