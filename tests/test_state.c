@@ -262,6 +262,7 @@ static mpu_result_t state_over_nccl_world(mpu_comm *threads_world, void *arg) {
   const mpu_layout_config *cfg = arg;
   mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
   o.keep_host = 0;
+  o.timeout_s = 20; /* a split a rank never joins fails after this, it does not hang */
   mpu_comm *world = NULL;
   mpu_state *s = NULL;
   mpu_result_t r = mpu_comm_nccl_create(threads_world, &o, &world);
@@ -304,6 +305,25 @@ static void test_state_by_split(void **state) {
       fail_msg("layout %zu: %s", i, mpu_last_error());
     }
   }
+}
+
+/* A core-0.19 grid of 2 at rank offset 2 of a 4-rank NCCL world without a
+ * host twin: ranks 0 and 1, outside the grid, take part in every split with
+ * MPU_COMM_SPLIT_NOCOLOR (NCCL's split is collective over the parent), so
+ * every rank initialises, well within the communicator's deadline. */
+static void test_grid_at_offset_by_split(void **state) {
+  (void)state;
+  mpu_layout_config c = core19(2, 1, 1, 1, 0, 1, NULL);
+  c.rank_offset = 2, c.local_world_size = 2, c.gloo = 0;
+  memset(messages, 0, sizeof messages);
+  double t0 = test_now();
+  mpu_result_t results[4];
+  mpu_result_t r = mpu_launch(4, state_over_nccl_world, &c, results, NULL);
+  double took = test_now() - t0;
+  for (int k = 0; k < 4; k++)
+    if (results[k]) print_error("rank %d: %s %s\n", k, mpu_result_name(results[k]), messages[k]);
+  if (r) fail_msg("grid at offset 2: %s", mpu_last_error());
+  assert_true(took < 20);
 }
 #endif
 
@@ -864,6 +884,7 @@ int main(void) {
       cmocka_unit_test(test_with_state_on), cmocka_unit_test(test_core019_sweep),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
+      cmocka_unit_test(test_grid_at_offset_by_split),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

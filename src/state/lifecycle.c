@@ -243,8 +243,9 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
    * collective over every rank, each naming its group by its least member. */
   int by_split = caps.groups_by_split;
   /* every rank walks the kinds in one order, so the members of each group
-   * make their communicator together */
-  for (int k = 0; k < MPU_GROUP_KIND_COUNT && s->base.in_grid; k++) {
+   * make their communicator together; a split is collective over the whole
+   * world, so ranks outside a core-0.19 grid take part too, with no color */
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT && (s->base.in_grid || by_split); k++) {
     int n = 0;
     if (!mpu_layout_has(s->layout, (mpu_group_kind)k)) continue;
     mpu_group_kind alias = mpu_layout_alias_of(s->layout, (mpu_group_kind)k);
@@ -259,8 +260,9 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
                      fail);
       continue;
     }
-    MPU_CHECK_GOTO(mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, cap, &n), r,
-                   fail);
+    if (s->base.in_grid)
+      MPU_CHECK_GOTO(mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, cap, &n), r,
+                     fail);
     if (k == MPU_GROUP_PP) memcpy(s->pipe, members, (size_t)n * sizeof(int));
     if (by_split) {
       int color = MPU_COMM_SPLIT_NOCOLOR, key = 0;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "comm/nccl/backend.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 /* ncclBfloat16 is 9 in every NCCL since 2.10, but nccl.h below 2.21 hides
@@ -200,42 +201,42 @@ static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, 
 static mpu_result_t nccl_start(mpu_comm *c, const mpu__call *k, void **handle) {
   const char *fn = mpu_collective_name((mpu_collective)k->sig.kind);
   nccl_impl *m = impl_of(c);
-  cudaEvent_t ev;
   MPU_CHECK(mpu__nccl_usable(c, fn));
-  MPU_CHECK(mpu__nccl_cuda_error(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), fn));
-  mpu_result_t r = enqueue(c, k, fn);
-  if (!r) r = mpu__nccl_cuda_error(cudaEventRecord(ev, m->stream), fn);
+  nccl_request *q = calloc(1, sizeof *q);
+  if (!q) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: request", fn);
+  q->start = mpu__now(); /* mpu_request_test's watchdog counts from here */
+  mpu_result_t r = mpu__nccl_cuda_error(cudaEventCreateWithFlags(&q->event, cudaEventDisableTiming), fn);
   if (r) {
-    cudaEventDestroy(ev);
+    free(q);
     return r;
   }
-  *handle = ev;
+  r = enqueue(c, k, fn);
+  if (!r) r = mpu__nccl_cuda_error(cudaEventRecord(q->event, m->stream), fn);
+  if (r) {
+    cudaEventDestroy(q->event);
+    free(q);
+    return r;
+  }
+  *handle = q;
   return MPU_SUCCESS;
 }
 
 static mpu_result_t nccl_test(mpu_comm *c, void *handle, int *done) {
-  static const char fn[] = "mpu_request_test";
-  nccl_impl *m = impl_of(c);
-  if (m->broken) return mpu__nccl_broken_error(m, fn);
-  cudaError_t e = cudaEventQuery((cudaEvent_t)handle);
-  *done = e == cudaSuccess;
-  if (e != cudaSuccess && e != cudaErrorNotReady) return mpu__nccl_cuda_error(e, fn);
-  ncclResult_t async = ncclSuccess;
-  ncclCommGetAsyncError(m->comm, &async);
-  if (async != ncclSuccess && async != ncclInProgress) return mpu__nccl_watch(c, handle, 0, 0, fn);
-  return MPU_SUCCESS;
+  return mpu__nccl_test(c, handle, done);
 }
 
 static mpu_result_t nccl_wait(mpu_comm *c, void *handle, double timeout_s) {
   static const char fn[] = "mpu_request_wait";
-  nccl_impl *m = impl_of(c);
-  if (m->broken) return mpu__nccl_broken_error(m, fn);
-  return mpu__nccl_watch(c, (cudaEvent_t)handle, timeout_s, timeout_s >= 0, fn);
+  const nccl_request *q = handle;
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  return mpu__nccl_watch(c, q->event, timeout_s, timeout_s >= 0, fn);
 }
 
 static void nccl_release(mpu_comm *c, void *handle) {
   (void)c;
-  cudaEventDestroy((cudaEvent_t)handle);
+  nccl_request *q = handle;
+  cudaEventDestroy(q->event);
+  free(q);
 }
 
 /* ---- memory and streams ---------------------------------------------------------- */
