@@ -403,7 +403,9 @@ MPU_API mpu_result_t mpu_request_wait(mpu_request *req);
 MPU_API mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s);
 
 /* *done = 1 if the call has completed: the request is then freed and its
- * result returned. *done = 0: still pending, MPU_SUCCESS. */
+ * result returned. *done = 0: still pending, MPU_SUCCESS. NCCL: a request
+ * still pending after the communicator's timeout, counted from the call's
+ * start, fails like a wait would (MPU_ERR_TIMEOUT, the communicator broken). */
 MPU_API mpu_result_t mpu_request_test(mpu_request *req, int *done);
 
 /* ---- making and ending communicators -------------------------------------- */
@@ -433,8 +435,12 @@ MPU_API mpu_result_t mpu_comm_destroy(mpu_comm *comm);
 /*
  * Declare this rank failed, like ncclCommAbort: every pending and later call of
  * every rank of the world that involves it fails with MPU_ERR_ABORTED naming
- * it. Safe to call from another thread while this rank waits in a collective.
+ * it. Safe to call from another thread while this rank waits in a collective:
+ * that wait then returns MPU_ERR_ABORTED, never success with partial output.
  * The handle stays allocated until mpu_comm_destroy (or the launcher) frees it.
+ * NCCL (whose own transports tell peers only over sockets and IB): the peers
+ * learn of it through an out-of-band channel where the communicator has one
+ * (members in one process); the others end by their watchdog (MPU_ERR_TIMEOUT).
  */
 MPU_API mpu_result_t mpu_comm_abort(mpu_comm *comm);
 
