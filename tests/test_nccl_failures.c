@@ -216,6 +216,41 @@ static mpu_result_t split_missing(mpu_comm *world, void *arg) {
   return MPU_SUCCESS;
 }
 
+/* A communicator running on the caller's stream hands it on: its splits
+ * and groups run on that stream too (with a host twin and without). */
+static mpu_result_t keeps_stream(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm_rank(world, &me);
+  mpu_comm *a = NULL, *b = NULL, *bare = NULL, *child = NULL, *group = NULL, *bare_child = NULL;
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.keep_host = 0;
+  RCHECK(!make(world, 30, &a) && !make(world, 30, &b), "create: %s", mpu_last_error());
+  RCHECK(!mpu_comm_nccl_create(world, &o, &bare), "create bare: %s", mpu_last_error());
+  void *user = NULL, *got = NULL; /* a's own stream plays the caller's */
+  RCHECK(!mpu_comm_stream(a, &user) && user, "stream");
+  RCHECK(!mpu_comm_set_stream(b, user) && !mpu_comm_set_stream(bare, user), "set_stream: %s",
+         mpu_last_error());
+  int members[2] = {1, 0};
+  RCHECK(!mpu_comm_split(b, 0, 1 - me, &child), "split: %s", mpu_last_error());
+  RCHECK(!mpu_comm_create_group(b, members, 2, &group), "group: %s", mpu_last_error());
+  RCHECK(!mpu_comm_split(bare, 0, me, &bare_child), "bare split: %s", mpu_last_error());
+  RCHECK(!mpu_comm_stream(child, &got) && got == user, "the split dropped the stream");
+  RCHECK(!mpu_comm_stream(group, &got) && got == user, "the group dropped the stream");
+  RCHECK(!mpu_comm_stream(bare_child, &got) && got == user, "the bare split dropped the stream");
+  int rank = -1;
+  RCHECK(!mpu_comm_rank(child, &rank) && rank == 1 - me, "split order: rank %d", rank);
+  float x = (float)(me + 1), y = 0;
+  RCHECK(!mpu_comm_all_reduce(child, &x, &y, 1, MPU_FLOAT32, MPU_SUM) && y == 3, "sum %g", y);
+  mpu_comm_destroy(bare_child);
+  mpu_comm_destroy(group);
+  mpu_comm_destroy(child);
+  mpu_comm_destroy(bare);
+  mpu_comm_destroy(b);
+  mpu_comm_destroy(a); /* the stream's owner last */
+  return MPU_SUCCESS;
+}
+
 static void run(mpu_rank_fn fn) {
   memset(messages, 0, sizeof messages);
   mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
@@ -233,6 +268,7 @@ static void test_aborted(void **state) { (void)state; run(aborted); }
 static void test_late(void **state) { (void)state; run(late); }
 static void test_request_test_deadline(void **state) { (void)state; run(test_deadline); }
 static void test_split_missing(void **state) { (void)state; run(split_missing); }
+static void test_keeps_stream(void **state) { (void)state; run(keeps_stream); }
 
 static void test_abort_from_thread(void **state) {
   (void)state;
@@ -250,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_abort_from_thread),
       cmocka_unit_test(test_request_test_deadline),
       cmocka_unit_test(test_split_missing),
+      cmocka_unit_test(test_keeps_stream),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

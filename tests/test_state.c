@@ -14,6 +14,9 @@
 #include <cmocka.h>
 
 #include "mpu.h"
+#ifdef MPU_TEST_NCCL
+#include "nccl_double/switches.h" /* double_count */
+#endif
 
 static mpu_layout_config ds(int tp, int pp, int sp, int vp, int split, int fp8) {
   mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
@@ -305,6 +308,52 @@ static void test_state_by_split(void **state) {
       fail_msg("layout %zu: %s", i, mpu_last_error());
     }
   }
+}
+
+/* mpu_state_enable_nccl bootstraps NCCL once (a world communicator per
+ * rank) and makes every group by ncclCommSplit of it with splitShare, not
+ * one bootstrap per group; the groups are still Megatron's exactly. */
+static mpu_result_t enable_by_split(mpu_state *s, void *arg) {
+  (void)arg;
+  RCHECK(!mpu_state_enable_nccl(s, NULL), "enable NCCL: %s", mpu_last_error());
+  int rank = state_rank(s), members[64], n;
+  const mpu_layout *l = mpu_state_layout(s);
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
+    mpu_comm *c = NULL;
+    if (!mpu_layout_has(l, (mpu_group_kind)k) || mpu_group_kind_is_gloo((mpu_group_kind)k))
+      continue;
+    RCHECK(!mpu_layout_group(l, (mpu_group_kind)k, rank, members, 64, &n), "group");
+    if (!n) continue;
+    RCHECK(!mpu_state_comm(s, (mpu_group_kind)k, &c), "kind %d: %s", k, mpu_last_error());
+    int gr = -1, size = 0;
+    RCHECK(!mpu_comm_rank(c, &gr) && !mpu_comm_size(c, &size) && size == n && members[gr] == rank,
+           "kind %d: rank %d of %d", k, gr, size);
+    int64_t mine = rank, sum = 0, want = 0;
+    for (int i = 0; i < n; i++) want += members[i];
+    RCHECK(!mpu_comm_all_reduce(c, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want,
+           "kind %d: sum %lld want %lld", k, (long long)sum, (long long)want);
+  }
+  return MPU_SUCCESS;
+}
+
+static void test_enable_nccl_by_split(void **state) {
+  (void)state;
+  long inits = double_count("init"), splits = double_count("split");
+  long shared = double_count("split_shared");
+  memset(messages, 0, sizeof messages);
+  mpu_layout_config c = core(2, 2, 2, 1, NULL);
+  if (mpu_with_state(8, &c, 42, enable_by_split, NULL, NULL, NULL)) {
+    for (int k = 0; k < 8; k++)
+      if (messages[k][0]) print_error("rank %d: %s\n", k, messages[k]);
+    fail_msg("%s", mpu_last_error());
+  }
+  inits = double_count("init") - inits;
+  splits = double_count("split") - splits;
+  shared = double_count("split_shared") - shared;
+  print_message("enable_nccl over 8 ranks: %ld NCCL bootstraps, %ld splits (%ld sharing)\n", inits,
+                splits, shared);
+  assert_int_equal(inits, 8); /* one world communicator per rank */
+  assert_true(splits >= 8 * 4 && shared == splits);
 }
 
 /* A core-0.19 grid of 2 at rank offset 2 of a 4-rank NCCL world without a
@@ -885,6 +934,7 @@ int main(void) {
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
       cmocka_unit_test(test_grid_at_offset_by_split),
+      cmocka_unit_test(test_enable_nccl_by_split),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

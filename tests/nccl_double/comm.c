@@ -8,6 +8,14 @@
 #include "nccl_double/double.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_long inits, splits, shared_splits; /* double_count() */
+
+long double_count(const char *name) {
+  return !strcmp(name, "init")           ? atomic_load(&inits)
+         : !strcmp(name, "split")        ? atomic_load(&splits)
+         : !strcmp(name, "split_shared") ? atomic_load(&shared_splits)
+                                         : -1;
+}
 static clique *cliques;
 static void release(ncclComm_t c);
 
@@ -226,11 +234,13 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
+  atomic_fetch_add(&inits, 1);
   return init_rank(out, nranks, id, rank, NULL);
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t *cfg) {
+  atomic_fetch_add(&inits, 1);
   return init_rank(out, nranks, id, rank, cfg);
 }
 
@@ -363,6 +373,8 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
   if (!c || !out) return ncclInvalidArgument;
   int nb = nonblocking(cfg);
   if (nb < 0) return ncclInvalidArgument;
+  atomic_fetch_add(&splits, 1);
+  if (cfg && cfg->splitShare == 1) atomic_fetch_add(&shared_splits, 1);
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
     double_set_error("ncclCommSplit: color %d", color);
     return ncclInvalidArgument;
@@ -388,7 +400,7 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
   ncclUniqueId id;
   ncclResult_t r = split_meet(c, c, color, key, &size, &rank, &id);
   if (r != ncclSuccess || color == NCCL_SPLIT_NOCOLOR) return r;
-  return ncclCommInitRank(out, size, id, rank);
+  return init_rank(out, size, id, rank, NULL);
 }
 
 /* Group calls: point-to-point calls issued between ncclGroupStart and

@@ -48,6 +48,7 @@ typedef struct nccl_impl {
   void (*oob_free)(void *ctx);
   void *oob_ctx;
   atomic_int breaking; /* claimed by the one who breaks it, so why is written once */
+  int splits;         /* mpu_comm_split calls so far: names the children's boards */
 } nccl_impl;
 
 /* A request of the NCCL backend: the event recorded after the call, and
@@ -75,6 +76,7 @@ mpu_result_t mpu__nccl_await(mpu_comm *c, ncclComm_t comm, ncclComm_t parent, do
 void mpu__nccl_end_handle(nccl_impl *m);
 mpu_result_t mpu__nccl_oob_join(nccl_impl *m, const ncclUniqueId *id);
 void mpu__nccl_oob_leave(nccl_impl *m);
+int mpu__nccl_oob_is_board(const nccl_impl *m);
 
 /* create.c */
 mpu_result_t mpu__nccl_host_twin(const mpu_comm *comm, mpu_comm **host);

@@ -245,29 +245,31 @@ mpu_result_t mpu__nccl_create_group(mpu_comm *c, const int *members, int n, mpu_
   return make_over(twin, 1, m->device, user_stream(m), m->timeout_s, out);
 }
 
-/* Collective over c, like ncclCommSplit: works without a host twin. */
+/* Collective over c, like ncclCommSplit (NCCL's own split, sharing the
+ * parent's resources where NCCL has splitShare); the host twin, if any, is
+ * split alike, so the new communicator has one. */
 mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
   static const char fn[] = "mpu_comm_split";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_usable(c, fn));
-  if (m->host) { /* split the twin as well, so the new communicator has one */
-    mpu_comm *twin = NULL;
-    MPU_CHECK(mpu_comm_split(m->host, color, key, &twin));
-    if (!twin) {
-      *out = NULL;
-      return MPU_SUCCESS;
-    }
-    return make_over(twin, 1, m->device, user_stream(m), m->timeout_s, out);
-  }
+  mpu_comm *twin = NULL;
+  if (m->host) MPU_CHECK(mpu_comm_split(m->host, color, key, &twin));
+  int split_no = ++m->splits; /* the same on every member: splits are collective */
   nccl_impl *nm = calloc(1, sizeof *nm);
-  if (!nm) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  if (!nm) {
+    mpu_comm_destroy(twin);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  }
+  nm->host = twin;
+  nm->own_host = twin != NULL;
   /* every rank of c takes part, NOCOLOR ones too (they get no communicator):
    * NCCL's split is collective over the parent */
   ncclConfig_t cfg = nonblocking_config();
   ncclComm_t nc = NULL;
   int nocolor = color == MPU_COMM_SPLIT_NOCOLOR;
   ncclResult_t q = ncclCommSplit(m->comm, nocolor ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &cfg);
-  mpu_result_t r = q == ncclInProgress ? MPU_SUCCESS : mpu__nccl_error(q, m->comm, fn);
+  mpu_result_t r = q == ncclInProgress || q == ncclSuccess ? MPU_SUCCESS
+                                                            : mpu__nccl_error(q, m->comm, fn);
   if (!r) {
     char who[200];
     snprintf(who, sizeof who,
@@ -280,7 +282,7 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
       mpu__nccl_abort(c);
   }
   if (!r && !nc) {
-    free(nm);
+    impl_free(nm);
     *out = NULL;
     return MPU_SUCCESS;
   }
@@ -297,7 +299,24 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
     nm->own_stream = !r;
   }
   if (!r) r = mpu__nccl_cuda_error(cudaMalloc((void **)&nm->one, sizeof(int)), fn);
-  mpu_comm *nc_comm = r ? NULL : mpu__comm_new(&mpu__nccl_ops, rank, size, NULL, nm);
+  if (!r && mpu__nccl_oob_is_board(m) && twin) {
+    /* the members in this process share the parent's board: name the
+     * child's after it, the split and the color */
+    ncclUniqueId board;
+    memset(&board, 0, sizeof board);
+    uint64_t name[3] = {(uint64_t)(uintptr_t)m->oob_ctx, (uint64_t)split_no, (uint64_t)(unsigned)color};
+    memcpy(board.internal, name, sizeof name);
+    board.internal[sizeof name] = 2; /* never an NCCL id */
+    r = mpu__nccl_oob_join(nm, &board);
+  }
+  int *world = NULL;
+  if (!r && twin) {
+    world = malloc((size_t)size * sizeof(int));
+    if (!world) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+    for (int k = 0; !r && k < size; k++) world[k] = mpu__comm_world_rank(twin, k);
+  }
+  mpu_comm *nc_comm = r ? NULL : mpu__comm_new(&mpu__nccl_ops, rank, size, world, nm);
+  free(world);
   if (!r && !nc_comm) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   if (r) {
     impl_free(nm);

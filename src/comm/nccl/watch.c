@@ -298,3 +298,6 @@ void mpu__nccl_oob_leave(nccl_impl *m) {
   m->oob_free = NULL;
   m->oob_ctx = NULL;
 }
+
+/* Whether m's channel is the in-process board (its children get one too). */
+int mpu__nccl_oob_is_board(const nccl_impl *m) { return m->oob_post_abort == board_post; }
