@@ -34,13 +34,25 @@ static mpu_result_t make(mpu_comm *world, double timeout, mpu_comm **nc) {
   return mpu_comm_nccl_create(world, &o, nc);
 }
 
+/* a rank function's start: its rank and an NCCL communicator over world */
+static mpu_result_t join(mpu_comm *world, double timeout, int *me, mpu_comm **nc) {
+  mpu_comm_rank(world, me);
+  return make(world, timeout, nc);
+}
+
+/* ... and its end: nobody leaves before the others are done with it */
+static mpu_result_t leave(mpu_comm *world, mpu_comm *nc) {
+  mpu_comm_barrier(world);
+  mpu_comm_destroy(nc);
+  return MPU_SUCCESS;
+}
+
 /* rank 1 never makes the call */
 static mpu_result_t absent(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
-  mpu_comm_rank(world, &me);
-  RCHECK(!make(world, 0.5, &nc), "create: %s", mpu_last_error());
+  RCHECK(!join(world, 0.5, &me, &nc), "create: %s", mpu_last_error());
   float x[4] = {1, 2, 3, 4}, y[4];
   if (me == 0) {
     double t0 = test_now();
@@ -53,9 +65,7 @@ static mpu_result_t absent(mpu_comm *world, void *arg) {
     r = mpu_comm_barrier(nc);
     RCHECK(r == MPU_ERR_TIMEOUT && test_now() - t0 < 0.1, "broken: %s", mpu_result_name(r));
   }
-  mpu_comm_barrier(world); /* rank 1 leaves only after rank 0 gave up */
-  mpu_comm_destroy(nc);
-  return MPU_SUCCESS;
+  return leave(world, nc); /* rank 1 leaves only after rank 0 gave up */
 }
 
 /* rank 1 aborts while rank 0 waits */
@@ -63,8 +73,7 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
-  mpu_comm_rank(world, &me);
-  RCHECK(!make(world, 30, &nc), "create: %s", mpu_last_error());
+  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
   float x[4] = {1, 2, 3, 4}, y[4];
   if (me == 1) {
     sleep_ms(100);
@@ -82,9 +91,7 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
     RCHECK(strstr(mpu_last_error(), "rank 1 of this communicator"), "message: %s",
            mpu_last_error());
   }
-  mpu_comm_barrier(world);
-  mpu_comm_destroy(nc);
-  return MPU_SUCCESS;
+  return leave(world, nc);
 }
 
 /* a request outlives a wait_timeout */
@@ -92,8 +99,7 @@ static mpu_result_t late(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
-  mpu_comm_rank(world, &me);
-  RCHECK(!make(world, 30, &nc), "create: %s", mpu_last_error());
+  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
   float x[4] = {1, 2, 3, 4}, y[4] = {0};
   mpu_request *req = NULL;
   if (me == 0) {
@@ -137,8 +143,7 @@ static mpu_result_t abort_from_thread(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
-  mpu_comm_rank(world, &me);
-  RCHECK(!make(world, 30, &nc), "create: %s", mpu_last_error());
+  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
   float x[4] = {1, 2, 3, 4}, y[4] = {0};
   mpu_result_t r;
   double t0 = test_now();
@@ -155,9 +160,7 @@ static mpu_result_t abort_from_thread(mpu_comm *world, void *arg) {
   RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 5, "rank %d: %s after %.3f s: %s", me,
          mpu_result_name(r), test_now() - t0, mpu_last_error());
   RCHECK(mpu_comm_barrier(nc) == MPU_ERR_ABORTED, "broken after the abort");
-  mpu_comm_barrier(world);
-  mpu_comm_destroy(nc);
-  return MPU_SUCCESS;
+  return leave(world, nc);
 }
 
 /* mpu_request_test has a deadline too: tested again and again against a
@@ -167,8 +170,7 @@ static mpu_result_t test_deadline(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
-  mpu_comm_rank(world, &me);
-  RCHECK(!make(world, 0.3, &nc), "create: %s", mpu_last_error());
+  RCHECK(!join(world, 0.3, &me, &nc), "create: %s", mpu_last_error());
   if (me == 0) {
     float x[4] = {1, 2, 3, 4}, y[4];
     mpu_request *req = NULL;
@@ -185,9 +187,7 @@ static mpu_result_t test_deadline(mpu_comm *world, void *arg) {
            mpu_result_name(r), took);
     if (!done && !r) mpu_request_wait_timeout(req, 0);
   }
-  mpu_comm_barrier(world); /* rank 1 leaves only after rank 0 gave up */
-  mpu_comm_destroy(nc);
-  return MPU_SUCCESS;
+  return leave(world, nc); /* rank 1 leaves only after rank 0 gave up */
 }
 
 /* ncclCommSplit is collective over the parent: a rank that never calls it
@@ -211,9 +211,7 @@ static mpu_result_t split_missing(mpu_comm *world, void *arg) {
     RCHECK(strstr(mpu_last_error(), "never called mpu_comm_split"), "message: %s",
            mpu_last_error());
   }
-  mpu_comm_barrier(world);
-  mpu_comm_destroy(nc);
-  return MPU_SUCCESS;
+  return leave(world, nc);
 }
 
 /* A communicator running on the caller's stream hands it on: its splits
