@@ -425,7 +425,8 @@ static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer)
     if (r != ncclSuccess || held) return r;
   }
   double_submit(k, stream);
-  return ncclSuccess;
+  /* as NCCL's may (see double.h); inside a group, ncclGroupEnd says it */
+  return c->nonblocking && !double_group_depth() ? ncclInProgress : ncclSuccess;
 }
 
 void double_submit(coll_task *k, cudaStream_t stream) {

@@ -221,6 +221,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
       return ncclSystemError;
     }
     *j = (init_job){c, double_current_device(), NULL, 0, 0};
+    c->nonblocking = 1;
     *out = c; /* NCCL hands out the handle at once: poll it, or abort it */
     return launch(c, j);
   }
@@ -393,6 +394,7 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
       return launch(c, j);
     }
     *j = (init_job){child, double_current_device(), c, color, key};
+    child->nonblocking = 1;
     *out = child;
     return launch(child, j);
   }
@@ -425,6 +427,8 @@ ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held)
   return ncclSuccess;
 }
 
+int double_group_depth(void) { return depth; }
+
 ncclResult_t ncclGroupStart(void) {
   depth++;
   return ncclSuccess;
@@ -435,7 +439,9 @@ ncclResult_t ncclGroupEnd(void) {
   if (--depth == 0 && held) {
     coll_task *k = held;
     held = NULL;
+    int nb = k->t.comm->nonblocking;
     double_submit(k, held_stream);
+    if (nb) return ncclInProgress; /* enqueued already: its async state says so */
   }
   return ncclSuccess;
 }

@@ -20,7 +20,9 @@
  *     every member came; with config->blocking = 0 they return ncclInProgress
  *     at once and finish in the background (ncclCommGetAsyncError says
  *     ncclInProgress until then), and ncclCommAbort ends one still in progress;
- *     a config not made with NCCL_CONFIG_INITIALIZER is refused;
+ *     a config not made with NCCL_CONFIG_INITIALIZER is refused; calls on
+ *     such a communicator (a collective, ncclGroupEnd) return ncclInProgress
+ *     as NCCL's may, the work enqueued once ncclCommGetAsyncError says so;
  *   - ncclCommAbort stops only this rank's communicator: as on NVLink, P2P or
  *     SHM its peers are not told and hang in the collective until their own
  *     watchdog aborts them (switch "abort": they fail with ncclRemoteError);
@@ -122,6 +124,7 @@ struct ncclComm {
   int inflight; /* tasks queued or running, under q->lock */
   pthread_t joiner;            /* the background init of a non-blocking config */
   int has_joiner;
+  int nonblocking;             /* made with blocking = 0: calls may say ncclInProgress */
 };
 enum { K_ALL_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALL_TO_ALL, K_SEND, K_RECV };
 
@@ -142,6 +145,7 @@ int double_stopped(ncclComm_t c);  /* aborted here (or, switch "abort", anywhere
 void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
 /* inside ncclGroupStart/End, point-to-point calls are held (comm.c) */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
+int double_group_depth(void); /* this thread's ncclGroupStart nesting */
 
 #include "nccl_double/memory.h"
 #include "nccl_double/switches.h"

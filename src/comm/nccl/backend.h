@@ -71,6 +71,10 @@ mpu_result_t mpu__nccl_watch(mpu_comm *c, cudaEvent_t event, double timeout_s, i
 mpu_result_t mpu__nccl_usable(const mpu_comm *c, const char *fn);
 mpu_result_t mpu__nccl_abort(mpu_comm *c);
 mpu_result_t mpu__nccl_test(mpu_comm *c, const nccl_request *q, int *done);
+/* Every NCCL call's result goes through this: communicators are made
+ * non-blocking, so a call (or ncclGroupEnd) may return ncclInProgress while
+ * NCCL still enqueues it; it waits until that is done, under the deadline. */
+mpu_result_t mpu__nccl_issued(mpu_comm *c, ncclResult_t r, const char *fn);
 mpu_result_t mpu__nccl_await(mpu_comm *c, ncclComm_t comm, ncclComm_t parent, double timeout_s,
                              const char *fn, const char *who);
 void mpu__nccl_end_handle(nccl_impl *m);

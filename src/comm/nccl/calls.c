@@ -89,7 +89,7 @@ static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *
     }
   }
   e = ncclGroupEnd(); /* always closes the group it opened */
-  MPU_CHECK(mpu__nccl_error(r ? r : e, m->comm, fn));
+  MPU_CHECK(mpu__nccl_issued(c, r ? r : e, fn));
   /* the own block: a copy on the same stream */
   const void *from = NULL;
   void *to = NULL;
@@ -155,7 +155,7 @@ static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
 #endif
   default: return enqueue_uneven(c, k, fn);
   }
-  return mpu__nccl_error(r, m->comm, fn);
+  return mpu__nccl_issued(c, r, fn);
 }
 
 /* A blocking call: enqueue, then wait for the stream under the watchdog. */
@@ -171,7 +171,7 @@ static mpu_result_t nccl_send(mpu_comm *c, const void *buf, size_t count, mpu_dt
   static const char fn[] = "mpu_comm_send";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_usable(c, fn));
-  MPU_CHECK(mpu__nccl_error(ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), m->comm, fn));
+  MPU_CHECK(mpu__nccl_issued(c, ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), fn));
   return mpu__nccl_watch(c, NULL, -1, 0, fn);
 }
 
@@ -179,7 +179,7 @@ static mpu_result_t nccl_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt
   static const char fn[] = "mpu_comm_recv";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_usable(c, fn));
-  MPU_CHECK(mpu__nccl_error(ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), m->comm, fn));
+  MPU_CHECK(mpu__nccl_issued(c, ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), fn));
   return mpu__nccl_watch(c, NULL, -1, 0, fn);
 }
 
@@ -192,7 +192,7 @@ static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, 
   ncclResult_t s = r ? r : ncclSend(sbuf, scount, type_of(dt), dst, m->comm, m->stream);
   ncclResult_t v = r || s ? ncclSuccess : ncclRecv(rbuf, rcount, type_of(dt), src, m->comm, m->stream);
   ncclResult_t e = r ? ncclSuccess : ncclGroupEnd(); /* always closes the group it opened */
-  MPU_CHECK(mpu__nccl_error(r ? r : s ? s : v ? v : e, m->comm, fn));
+  MPU_CHECK(mpu__nccl_issued(c, r ? r : s ? s : v ? v : e, fn));
   return mpu__nccl_watch(c, NULL, -1, 0, fn);
 }
 

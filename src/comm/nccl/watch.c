@@ -175,6 +175,35 @@ mpu_result_t mpu__nccl_test(mpu_comm *c, const nccl_request *q, int *done) {
   return r;
 }
 
+/* A call on a non-blocking communicator that returned ncclInProgress is
+ * still being enqueued by NCCL: wait until ncclCommGetAsyncError says it is
+ * on the stream (or failed) before anything is recorded after it. */
+mpu_result_t mpu__nccl_issued(mpu_comm *c, ncclResult_t r, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  if (r != ncclInProgress) return mpu__nccl_error(r, m->comm, fn);
+  double start = mpu__now();
+  for (long spins = 0;; spins++) {
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(m->comm, &async);
+    if (async != ncclInProgress) {
+      if (async == ncclSuccess) return MPU_SUCCESS;
+      mpu_result_t e = mpu__nccl_error(async, m->comm, fn);
+      if (mark_broken(c, e, "%s", mpu_last_error())) return leave_fresh(c);
+      return leave_broken(c, fn);
+    }
+    if ((spins & 255) == 255) {
+      if (atomic_load(&m->broken)) return leave_broken(c, fn);
+      if (mpu__now() - start > m->timeout_s) {
+        if (mark_broken(c, MPU_ERR_TIMEOUT, "%s: NCCL still enqueuing after %.3g s (NCCL aborted)",
+                        fn, m->timeout_s))
+          return leave_fresh(c);
+        return leave_broken(c, fn);
+      }
+      sched_yield();
+    }
+  }
+}
+
 mpu_result_t mpu__nccl_usable(const mpu_comm *c, const char *fn) {
   nccl_impl *m = impl_of(c);
   if (peer_aborted((mpu_comm *)c, fn) > 0) return leave_fresh((mpu_comm *)c);
