@@ -440,7 +440,8 @@ MPU_API mpu_result_t mpu_comm_destroy(mpu_comm *comm);
  * The handle stays allocated until mpu_comm_destroy (or the launcher) frees it.
  * NCCL (whose own transports tell peers only over sockets and IB): the peers
  * learn of it through an out-of-band channel where the communicator has one
- * (members in one process); the others end by their watchdog (MPU_ERR_TIMEOUT).
+ * (members in one process, or made from the environment: the store); the
+ * others end by their watchdog (MPU_ERR_TIMEOUT).
  */
 MPU_API mpu_result_t mpu_comm_abort(mpu_comm *comm);
 

@@ -120,7 +120,7 @@ static mpu_result_t enqueue_all_to_all(mpu_comm *c, const mpu__call *k, const ch
     if (!r) r = ncclRecv(recv + (size_t)p * block, count, t, p, m->comm, m->stream);
   }
   e = ncclGroupEnd(); /* always closes the group it opened */
-  return mpu__nccl_error(r ? r : e, m->comm, fn);
+  return mpu__nccl_issued(c, r ? r : e, fn);
 }
 #endif
 
