@@ -120,8 +120,12 @@ static mpu_result_t group_cases(mpu_comm *c) {
   ROK(mpu_comm_stream(c, &stream));
   for (int k = 0; k < N; k++) host[k] = 1;
   ROK(put(c, x, host));
-  RCHECK(ncclAllReduce(x, y, N, ncclFloat32, ncclSum, (ncclComm_t)h, (cudaStream_t)stream) == ncclSuccess,
-         "raw all-reduce");
+  /* mpu's communicators are non-blocking ones (config.blocking = 0): a raw
+   * call may answer ncclInProgress, and ncclCommGetAsyncError says when it
+   * is enqueued, as NCCL documents */
+  ncclResult_t raw = ncclAllReduce(x, y, N, ncclFloat32, ncclSum, (ncclComm_t)h, (cudaStream_t)stream);
+  while (raw == ncclInProgress) ncclCommGetAsyncError((ncclComm_t)h, &raw);
+  RCHECK(raw == ncclSuccess, "raw all-reduce: %d", (int)raw);
   ROK(mpu_comm_all_reduce(c, y, z, N, MPU_FLOAT32, MPU_SUM)); /* after it, on the same stream */
   ROK(get(c, out, z));
   RCHECK(out[0] == (float)(n * n), "raw then mpu: %g", out[0]);

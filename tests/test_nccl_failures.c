@@ -6,7 +6,9 @@
  * request's wait_timeout leaves it pending and a later wait completes it;
  * NCCL errors come back as mpu's codes with NCCL's message; capabilities.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -32,13 +34,25 @@ static mpu_result_t make(mpu_comm *world, double timeout, mpu_comm **nc) {
   return mpu_comm_nccl_create(world, &o, nc);
 }
 
+/* a rank function's start: its rank and an NCCL communicator over world */
+static mpu_result_t join(mpu_comm *world, double timeout, int *me, mpu_comm **nc) {
+  mpu_comm_rank(world, me);
+  return make(world, timeout, nc);
+}
+
+/* ... and its end: nobody leaves before the others are done with it */
+static mpu_result_t leave(mpu_comm *world, mpu_comm *nc) {
+  mpu_comm_barrier(world);
+  mpu_comm_destroy(nc);
+  return MPU_SUCCESS;
+}
+
 /* rank 1 never makes the call */
 static mpu_result_t absent(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
-  mpu_comm_rank(world, &me);
-  RCHECK(!make(world, 0.5, &nc), "create: %s", mpu_last_error());
+  RCHECK(!join(world, 0.5, &me, &nc), "create: %s", mpu_last_error());
   float x[4] = {1, 2, 3, 4}, y[4];
   if (me == 0) {
     double t0 = test_now();
@@ -51,9 +65,7 @@ static mpu_result_t absent(mpu_comm *world, void *arg) {
     r = mpu_comm_barrier(nc);
     RCHECK(r == MPU_ERR_TIMEOUT && test_now() - t0 < 0.1, "broken: %s", mpu_result_name(r));
   }
-  mpu_comm_barrier(world); /* rank 1 leaves only after rank 0 gave up */
-  mpu_comm_destroy(nc);
-  return MPU_SUCCESS;
+  return leave(world, nc); /* rank 1 leaves only after rank 0 gave up */
 }
 
 /* rank 1 aborts while rank 0 waits */
@@ -61,8 +73,7 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
-  mpu_comm_rank(world, &me);
-  RCHECK(!make(world, 30, &nc), "create: %s", mpu_last_error());
+  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
   float x[4] = {1, 2, 3, 4}, y[4];
   if (me == 1) {
     sleep_ms(100);
@@ -70,15 +81,17 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
     RCHECK(mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM) == MPU_ERR_ABORTED,
            "after abort: %s", mpu_last_error());
   } else {
+    /* NCCL does not tell the peers of an aborted rank (on NVLink, P2P, SHM;
+     * nor does the double): the abort reaches rank 0 through the host twin,
+     * within a second, long before the 30 s watchdog */
     double t0 = test_now();
     mpu_result_t r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
-    RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 5, "peer aborted: %s after %.3f s (%s)",
+    RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 1.1, "peer aborted: %s after %.3f s (%s)",
            mpu_result_name(r), test_now() - t0, mpu_last_error());
-    RCHECK(strstr(mpu_last_error(), "NCCL error 6"), "message: %s", mpu_last_error());
+    RCHECK(strstr(mpu_last_error(), "rank 1 of this communicator"), "message: %s",
+           mpu_last_error());
   }
-  mpu_comm_barrier(world);
-  mpu_comm_destroy(nc);
-  return MPU_SUCCESS;
+  return leave(world, nc);
 }
 
 /* a request outlives a wait_timeout */
@@ -86,8 +99,7 @@ static mpu_result_t late(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
-  mpu_comm_rank(world, &me);
-  RCHECK(!make(world, 30, &nc), "create: %s", mpu_last_error());
+  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
   float x[4] = {1, 2, 3, 4}, y[4] = {0};
   mpu_request *req = NULL;
   if (me == 0) {
@@ -114,6 +126,129 @@ static mpu_result_t late(mpu_comm *world, void *arg) {
   return MPU_SUCCESS;
 }
 
+/* mpu_comm_abort from a helper thread while rank 0 waits in a collective
+ * rank 1 has not joined: the wait ends in MPU_ERR_ABORTED (never success
+ * with partial output), NCCL is aborted once, by the waiting thread; rank 1,
+ * calling after the abort, learns of it through the host twin at once. */
+static atomic_int abort_done;
+
+static void *abort_soon(void *p) {
+  sleep_ms(20);
+  mpu_comm_abort(p);
+  atomic_store(&abort_done, 1);
+  return NULL;
+}
+
+static mpu_result_t abort_from_thread(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm *nc = NULL;
+  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
+  float x[4] = {1, 2, 3, 4}, y[4] = {0};
+  mpu_result_t r;
+  double t0 = test_now();
+  if (me == 0) {
+    pthread_t helper;
+    RCHECK(!pthread_create(&helper, NULL, abort_soon, nc), "helper thread");
+    r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
+    pthread_join(helper, NULL);
+  } else {
+    while (!atomic_load(&abort_done) && test_now() - t0 < 20) sleep_ms(1);
+    t0 = test_now();
+    r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
+  }
+  RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 5, "rank %d: %s after %.3f s: %s", me,
+         mpu_result_name(r), test_now() - t0, mpu_last_error());
+  RCHECK(mpu_comm_barrier(nc) == MPU_ERR_ABORTED, "broken after the abort");
+  return leave(world, nc);
+}
+
+/* mpu_request_test has a deadline too: tested again and again against a
+ * peer that never comes, the request fails after the watchdog's timeout,
+ * counted from the call's start. */
+static mpu_result_t test_deadline(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm *nc = NULL;
+  RCHECK(!join(world, 0.3, &me, &nc), "create: %s", mpu_last_error());
+  if (me == 0) {
+    float x[4] = {1, 2, 3, 4}, y[4];
+    mpu_request *req = NULL;
+    double t0 = test_now();
+    RCHECK(!mpu_comm_iall_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM, &req), "start");
+    mpu_result_t r = MPU_SUCCESS;
+    int done = 0;
+    while (!r && !done && test_now() - t0 < 10) {
+      r = mpu_request_test(req, &done);
+      sleep_ms(1);
+    }
+    double took = test_now() - t0;
+    RCHECK(r == MPU_ERR_TIMEOUT && took >= 0.3 && took < 5, "test: %s after %.3f s",
+           mpu_result_name(r), took);
+    if (!done && !r) mpu_request_wait_timeout(req, 0);
+  }
+  return leave(world, nc); /* rank 1 leaves only after rank 0 gave up */
+}
+
+/* ncclCommSplit is collective over the parent: a rank that never calls it
+ * ends the others' split in MPU_ERR_TIMEOUT at the deadline (the split is
+ * non-blocking and polled), saying so, instead of a hang. */
+static mpu_result_t split_missing(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm *nc = NULL, *sub = NULL;
+  mpu_comm_rank(world, &me);
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.timeout_s = 0.5;
+  o.keep_host = 0; /* no twin: groups by ncclCommSplit */
+  RCHECK(!mpu_comm_nccl_create(world, &o, &nc), "create: %s", mpu_last_error());
+  if (me == 0) {
+    double t0 = test_now();
+    mpu_result_t r = mpu_comm_split(nc, 0, 0, &sub);
+    double took = test_now() - t0;
+    RCHECK(r == MPU_ERR_TIMEOUT && took >= 0.5 && took < 5 && !sub, "split: %s after %.3f s",
+           mpu_result_name(r), took);
+    RCHECK(strstr(mpu_last_error(), "never called mpu_comm_split"), "message: %s",
+           mpu_last_error());
+  }
+  return leave(world, nc);
+}
+
+/* A communicator running on the caller's stream hands it on: its splits
+ * and groups run on that stream too (with a host twin and without). */
+static mpu_result_t keeps_stream(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm_rank(world, &me);
+  mpu_comm *a = NULL, *b = NULL, *bare = NULL, *child = NULL, *group = NULL, *bare_child = NULL;
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.keep_host = 0;
+  RCHECK(!make(world, 30, &a) && !make(world, 30, &b), "create: %s", mpu_last_error());
+  RCHECK(!mpu_comm_nccl_create(world, &o, &bare), "create bare: %s", mpu_last_error());
+  void *user = NULL, *got = NULL; /* a's own stream plays the caller's */
+  RCHECK(!mpu_comm_stream(a, &user) && user, "stream");
+  RCHECK(!mpu_comm_set_stream(b, user) && !mpu_comm_set_stream(bare, user), "set_stream: %s",
+         mpu_last_error());
+  int members[2] = {1, 0};
+  RCHECK(!mpu_comm_split(b, 0, 1 - me, &child), "split: %s", mpu_last_error());
+  RCHECK(!mpu_comm_create_group(b, members, 2, &group), "group: %s", mpu_last_error());
+  RCHECK(!mpu_comm_split(bare, 0, me, &bare_child), "bare split: %s", mpu_last_error());
+  RCHECK(!mpu_comm_stream(child, &got) && got == user, "the split dropped the stream");
+  RCHECK(!mpu_comm_stream(group, &got) && got == user, "the group dropped the stream");
+  RCHECK(!mpu_comm_stream(bare_child, &got) && got == user, "the bare split dropped the stream");
+  int rank = -1;
+  RCHECK(!mpu_comm_rank(child, &rank) && rank == 1 - me, "split order: rank %d", rank);
+  float x = (float)(me + 1), y = 0;
+  RCHECK(!mpu_comm_all_reduce(child, &x, &y, 1, MPU_FLOAT32, MPU_SUM) && y == 3, "sum %g", y);
+  mpu_comm_destroy(bare_child);
+  mpu_comm_destroy(group);
+  mpu_comm_destroy(child);
+  mpu_comm_destroy(bare);
+  mpu_comm_destroy(b);
+  mpu_comm_destroy(a); /* the stream's owner last */
+  return MPU_SUCCESS;
+}
+
 static void run(mpu_rank_fn fn) {
   memset(messages, 0, sizeof messages);
   mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
@@ -129,12 +264,27 @@ static void run(mpu_rank_fn fn) {
 static void test_absent(void **state) { (void)state; run(absent); }
 static void test_aborted(void **state) { (void)state; run(aborted); }
 static void test_late(void **state) { (void)state; run(late); }
+static void test_request_test_deadline(void **state) { (void)state; run(test_deadline); }
+static void test_split_missing(void **state) { (void)state; run(split_missing); }
+static void test_keeps_stream(void **state) { (void)state; run(keeps_stream); }
+
+static void test_abort_from_thread(void **state) {
+  (void)state;
+  for (int i = 0; i < 20; i++) {
+    atomic_store(&abort_done, 0);
+    run(abort_from_thread);
+  }
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_absent),
       cmocka_unit_test(test_aborted),
       cmocka_unit_test(test_late),
+      cmocka_unit_test(test_abort_from_thread),
+      cmocka_unit_test(test_request_test_deadline),
+      cmocka_unit_test(test_split_missing),
+      cmocka_unit_test(test_keeps_stream),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

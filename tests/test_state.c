@@ -14,6 +14,9 @@
 #include <cmocka.h>
 
 #include "mpu.h"
+#ifdef MPU_TEST_NCCL
+#include "nccl_double/switches.h" /* double_count */
+#endif
 
 static mpu_layout_config ds(int tp, int pp, int sp, int vp, int split, int fp8) {
   mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
@@ -262,6 +265,7 @@ static mpu_result_t state_over_nccl_world(mpu_comm *threads_world, void *arg) {
   const mpu_layout_config *cfg = arg;
   mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
   o.keep_host = 0;
+  o.timeout_s = 20; /* a split a rank never joins fails after this, it does not hang */
   mpu_comm *world = NULL;
   mpu_state *s = NULL;
   mpu_result_t r = mpu_comm_nccl_create(threads_world, &o, &world);
@@ -304,6 +308,71 @@ static void test_state_by_split(void **state) {
       fail_msg("layout %zu: %s", i, mpu_last_error());
     }
   }
+}
+
+/* mpu_state_enable_nccl bootstraps NCCL once (a world communicator per
+ * rank) and makes every group by ncclCommSplit of it with splitShare, not
+ * one bootstrap per group; the groups are still Megatron's exactly. */
+static mpu_result_t enable_by_split(mpu_state *s, void *arg) {
+  (void)arg;
+  RCHECK(!mpu_state_enable_nccl(s, NULL), "enable NCCL: %s", mpu_last_error());
+  int rank = state_rank(s), members[64], n;
+  const mpu_layout *l = mpu_state_layout(s);
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT; k++) {
+    mpu_comm *c = NULL;
+    if (!mpu_layout_has(l, (mpu_group_kind)k) || mpu_group_kind_is_gloo((mpu_group_kind)k))
+      continue;
+    RCHECK(!mpu_layout_group(l, (mpu_group_kind)k, rank, members, 64, &n), "group");
+    if (!n) continue;
+    RCHECK(!mpu_state_comm(s, (mpu_group_kind)k, &c), "kind %d: %s", k, mpu_last_error());
+    int gr = -1, size = 0;
+    RCHECK(!mpu_comm_rank(c, &gr) && !mpu_comm_size(c, &size) && size == n && members[gr] == rank,
+           "kind %d: rank %d of %d", k, gr, size);
+    int64_t mine = rank, sum = 0, want = 0;
+    for (int i = 0; i < n; i++) want += members[i];
+    RCHECK(!mpu_comm_all_reduce(c, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want,
+           "kind %d: sum %lld want %lld", k, (long long)sum, (long long)want);
+  }
+  return MPU_SUCCESS;
+}
+
+static void test_enable_nccl_by_split(void **state) {
+  (void)state;
+  long inits = double_count("init"), splits = double_count("split");
+  long shared = double_count("split_shared");
+  memset(messages, 0, sizeof messages);
+  mpu_layout_config c = core(2, 2, 2, 1, NULL);
+  if (mpu_with_state(8, &c, 42, enable_by_split, NULL, NULL, NULL)) {
+    for (int k = 0; k < 8; k++)
+      if (messages[k][0]) print_error("rank %d: %s\n", k, messages[k]);
+    fail_msg("%s", mpu_last_error());
+  }
+  inits = double_count("init") - inits;
+  splits = double_count("split") - splits;
+  shared = double_count("split_shared") - shared;
+  print_message("enable_nccl over 8 ranks: %ld NCCL bootstraps, %ld splits (%ld sharing)\n", inits,
+                splits, shared);
+  assert_int_equal(inits, 8); /* one world communicator per rank */
+  assert_true(splits >= 8 * 4 && shared == splits);
+}
+
+/* A core-0.19 grid of 2 at rank offset 2 of a 4-rank NCCL world without a
+ * host twin: ranks 0 and 1, outside the grid, take part in every split with
+ * MPU_COMM_SPLIT_NOCOLOR (NCCL's split is collective over the parent), so
+ * every rank initialises, well within the communicator's deadline. */
+static void test_grid_at_offset_by_split(void **state) {
+  (void)state;
+  mpu_layout_config c = core19(2, 1, 1, 1, 0, 1, NULL);
+  c.rank_offset = 2, c.local_world_size = 2, c.gloo = 0;
+  memset(messages, 0, sizeof messages);
+  double t0 = test_now();
+  mpu_result_t results[4];
+  mpu_result_t r = mpu_launch(4, state_over_nccl_world, &c, results, NULL);
+  double took = test_now() - t0;
+  for (int k = 0; k < 4; k++)
+    if (results[k]) print_error("rank %d: %s %s\n", k, mpu_result_name(results[k]), messages[k]);
+  if (r) fail_msg("grid at offset 2: %s", mpu_last_error());
+  assert_true(took < 20);
 }
 #endif
 
@@ -864,6 +933,8 @@ int main(void) {
       cmocka_unit_test(test_with_state_on), cmocka_unit_test(test_core019_sweep),
 #ifdef MPU_TEST_NCCL
       cmocka_unit_test(test_state_by_split),
+      cmocka_unit_test(test_grid_at_offset_by_split),
+      cmocka_unit_test(test_enable_nccl_by_split),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

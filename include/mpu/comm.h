@@ -220,6 +220,9 @@ MPU_API mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host);
  * caller enqueues on it are ordered with mpu's calls only through the stream
  * they are enqueued on: enqueue them on mpu_comm_stream's stream (or order
  * the streams with events) so they run in the same order on every rank.
+ * It is a non-blocking NCCL communicator (made with config.blocking = 0, so
+ * creation has a deadline): a raw call may return ncclInProgress, and is
+ * enqueued once ncclCommGetAsyncError no longer says ncclInProgress.
  * MPU_ERR_UNSUPPORTED for other backends; a broken communicator (aborted,
  * timed out) gives its error, as its handle may be gone. *nccl_comm is NULL
  * on failure.
@@ -453,7 +456,9 @@ MPU_API mpu_result_t mpu_request_wait(mpu_request *req);
 MPU_API mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s);
 
 /* *done = 1 if the call has completed: the request is then freed and its
- * result returned. *done = 0: still pending, MPU_SUCCESS. */
+ * result returned. *done = 0: still pending, MPU_SUCCESS. NCCL: a request
+ * still pending after the communicator's timeout, counted from the call's
+ * start, fails like a wait would (MPU_ERR_TIMEOUT, the communicator broken). */
 MPU_API mpu_result_t mpu_request_test(mpu_request *req, int *done);
 
 /* Order later work on `stream` (a cudaStream_t; NULL: the legacy default
@@ -531,8 +536,13 @@ MPU_API mpu_result_t mpu_comm_destroy(mpu_comm *comm);
 /*
  * Declare this rank failed, like ncclCommAbort: every pending and later call of
  * every rank of the world that involves it fails with MPU_ERR_ABORTED naming
- * it. Safe to call from another thread while this rank waits in a collective.
+ * it. Safe to call from another thread while this rank waits in a collective:
+ * that wait then returns MPU_ERR_ABORTED, never success with partial output.
  * The handle stays allocated until mpu_comm_destroy (or the launcher) frees it.
+ * NCCL (whose own transports tell peers only over sockets and IB): the peers
+ * learn of it through an out-of-band channel where the communicator has one
+ * (members in one process, or made from the environment: the store); the
+ * others end by their watchdog (MPU_ERR_TIMEOUT).
  */
 MPU_API mpu_result_t mpu_comm_abort(mpu_comm *comm);
 

@@ -187,6 +187,18 @@ static mpu_result_t described_group(mpu_comm *world, const mpu_layout *l, mpu_gr
   return r;
 }
 
+/* A group made by splitting the world: its color is its least member (no
+ * color for a rank in no group), its key the rank's place in Megatron's
+ * member order. */
+static void split_color(const int *members, int n, int rank, int *color, int *key) {
+  *color = MPU_COMM_SPLIT_NOCOLOR;
+  *key = 0;
+  for (int i = 0; i < n; i++) {
+    if (*color < 0 || members[i] < *color) *color = members[i];
+    if (members[i] == rank) *key = i;
+  }
+}
+
 mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_state **out) {
   static const char fn[] = "mpu_state_init";
   int size, rank;
@@ -243,8 +255,9 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
    * collective over every rank, each naming its group by its least member. */
   int by_split = caps.groups_by_split;
   /* every rank walks the kinds in one order, so the members of each group
-   * make their communicator together */
-  for (int k = 0; k < MPU_GROUP_KIND_COUNT && s->base.in_grid; k++) {
+   * make their communicator together; a split is collective over the whole
+   * world, so ranks outside a core-0.19 grid take part too, with no color */
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT && (s->base.in_grid || by_split); k++) {
     int n = 0;
     if (!mpu_layout_has(s->layout, (mpu_group_kind)k)) continue;
     mpu_group_kind alias = mpu_layout_alias_of(s->layout, (mpu_group_kind)k);
@@ -259,15 +272,13 @@ mpu_result_t mpu_state_init(mpu_comm *world, const mpu_layout_config *cfg, mpu_s
                      fail);
       continue;
     }
-    MPU_CHECK_GOTO(mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, cap, &n), r,
-                   fail);
+    if (s->base.in_grid)
+      MPU_CHECK_GOTO(mpu_layout_group(s->layout, (mpu_group_kind)k, rank, members, cap, &n), r,
+                     fail);
     if (k == MPU_GROUP_PP) memcpy(s->pipe, members, (size_t)n * sizeof(int));
     if (by_split) {
-      int color = MPU_COMM_SPLIT_NOCOLOR, key = 0;
-      for (int i = 0; i < n; i++) {
-        if (color < 0 || members[i] < color) color = members[i];
-        if (members[i] == rank) key = i; /* Megatron's member order */
-      }
+      int color, key;
+      split_color(members, n, rank, &color, &key);
       MPU_CHECK_GOTO(mpu_comm_split(world, color, key, &s->comms[k]), r, fail);
     } else if (n) {
       MPU_CHECK_GOTO(mpu_comm_create_group(world, members, n, &s->comms[k]), r, fail);
@@ -301,21 +312,32 @@ mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options
     memcpy(&o, options, options->size);
     o.size = sizeof o;
   }
-  mpu_comm *probe = NULL;
-  mpu_result_t r = MPU_SUCCESS;
-  if (o.device < 0) { /* the world's NCCL communicator knows the local rank's device */
-    MPU_CHECK(mpu_comm_nccl_create(st->world, &o, &probe));
-    mpu_comm_caps caps = {.size = sizeof caps};
-    r = mpu_comm_capabilities(probe, &caps);
-    o.device = caps.device;
-    mpu_comm_destroy(probe);
-    if (r) return r;
+  /* One NCCL communicator over the world, and every group an ncclCommSplit of
+   * it (sharing its resources where NCCL has splitShare) instead of a
+   * bootstrap of its own. Every rank walks the kinds in init's order and
+   * takes part in every split: a rank in no group of a kind (outside a
+   * core-0.19 grid, or in no embedding group) with no color. Gloo twins stay
+   * host groups (that is what they are for). */
+  mpu_comm *world = NULL;
+  int rank = 0, size = 0;
+  MPU_CHECK(mpu_comm_rank(st->world, &rank));
+  MPU_CHECK(mpu_comm_size(st->world, &size));
+  int *members = malloc(((size_t)size + 3) * sizeof(int)); /* embedding groups: up to 3 more */
+  if (!members) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  mpu_result_t r = mpu_comm_nccl_create(st->world, &o, &world);
+  for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++) {
+    if (!mpu_layout_has(st->layout, (mpu_group_kind)k) ||
+        (int)mpu_layout_alias_of(st->layout, (mpu_group_kind)k) != k ||
+        mpu_group_kind_is_gloo((mpu_group_kind)k))
+      continue;
+    int n = 0, color, key;
+    if (st->base.in_grid)
+      r = mpu_layout_group(st->layout, (mpu_group_kind)k, rank, members, size + 3, &n);
+    split_color(members, n, rank, &color, &key);
+    if (!r) r = mpu_comm_split(world, color, key, &st->nccl[k]);
   }
-  /* every rank walks the kinds in init's order, so groups form together;
-   * gloo twins stay host groups (that is what they are for) */
-  for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++)
-    if (st->comms[k] && !st->borrowed[k] && !mpu_group_kind_is_gloo((mpu_group_kind)k))
-      r = mpu_comm_nccl_create(st->comms[k], &o, &st->nccl[k]);
+  free(members);
+  mpu_comm_destroy(world); /* the groups keep what they share with it */
   for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++)
     if (st->borrowed[k]) st->nccl[k] = st->nccl[mpu_layout_alias_of(st->layout, (mpu_group_kind)k)];
   if (r)

@@ -223,7 +223,7 @@ static void post(ncclComm_t c, offer *o, int peer) {
 static void await_taken(ncclComm_t c, offer *o, int peer) {
   clique *q = c->q;
   pthread_mutex_lock(&q->lock);
-  while (!o->taken && !q->aborted) pthread_cond_wait(&q->cond, &q->lock);
+  while (!o->taken && !double_stopped(c)) pthread_cond_wait(&q->cond, &q->lock);
   if (!o->taken) { /* aborted: withdraw it */
     for (offer **p = &q->boxes[peer]; *p; p = &(*p)->next)
       if (*p == o) {
@@ -245,8 +245,15 @@ static void take(ncclComm_t c, int src, void *buf, size_t bytes) {
     while (*p && (*p)->src != src) p = &(*p)->next;
     if (*p) {
       offer *o = *p;
+      int ok = o->bytes == bytes;
+      /* a size mismatch is undefined in NCCL: the pair never completes and
+       * the watchdog ends it (switch "p2p_size": the double reports it) */
+      if (!ok && !double_forgives(DOUBLE_FORGIVE_P2P_SIZE)) {
+        if (double_stopped(c)) break;
+        pthread_cond_wait(&q->cond, &q->lock);
+        continue;
+      }
       *p = o->next;
-      int ok = o->bytes == bytes; /* NCCL's behaviour is undefined; the double reports it */
       if (ok) memcpy(buf, o->data, bytes);
       o->taken = ok ? 1 : -1; /* the sender may free o as soon as the lock is dropped */
       pthread_cond_broadcast(&q->cond);
@@ -254,7 +261,7 @@ static void take(ncclComm_t c, int src, void *buf, size_t bytes) {
       if (!ok) fail(c, ncclInvalidUsage);
       return;
     }
-    if (q->aborted) break;
+    if (double_stopped(c)) break;
     pthread_cond_wait(&q->cond, &q->lock);
   }
   pthread_mutex_unlock(&q->lock);
@@ -338,7 +345,7 @@ static void coll_run(task *t) {
     return;
   }
   q->slots[me] = k->s;
-  if (double_meet(q)) {
+  if (double_meet(c, q)) {
     fail(c, ncclRemoteError);
     done(c);
     return;
@@ -373,7 +380,7 @@ static void coll_run(task *t) {
   } else {
     fail(c, ncclSystemError);
   }
-  int bad = double_meet(q); /* nobody writes before everyone has read (in-place forms) */
+  int bad = double_meet(c, q); /* nobody writes before everyone has read (in-place forms) */
   if (write && !bad && out_bytes) memcpy(s->recv, tmp, out_bytes);
   if (bad) fail(c, ncclRemoteError);
   free(tmp);
@@ -401,13 +408,12 @@ static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer)
   if (!c || !stream) return ncclInvalidArgument;
   if (double_sticky(c->q->devices[c->rank])) { /* the context is broken: no launch */
     fail(c, ncclUnhandledCudaError);
-    snprintf(double_last_error, sizeof double_last_error, "Cuda failure '%s'",
-             cudaGetErrorString(cudaErrorIllegalAddress));
+    double_set_error("Cuda failure '%s'", cudaGetErrorString(cudaErrorIllegalAddress));
     return ncclUnhandledCudaError;
   }
   atomic_fetch_add(&counts[s.kind], 1);
   if (s.count && ((!s.send && s.kind != K_RECV) || (!s.recv && s.kind != K_SEND && s.kind != K_REDUCE))) {
-    snprintf(double_last_error, sizeof double_last_error, "NULL buffer");
+    double_set_error("NULL buffer");
     return ncclInvalidArgument;
   }
   if (double_order_nccl(stream->order, s.kind, s.send, s.recv, s.count, type_size(s.type), c->q->n,
@@ -424,7 +430,8 @@ static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer)
   if (r != ncclSuccess) free(k);
   if (r != ncclSuccess || held) return r;
   double_submit(k, stream);
-  return ncclSuccess;
+  /* as NCCL's may (see double.h); inside a group, ncclGroupEnd says it */
+  return c->nonblocking && !double_group_depth() ? ncclInProgress : ncclSuccess;
 }
 
 void double_submit(coll_task *k, cudaStream_t stream) {

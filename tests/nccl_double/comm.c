@@ -3,13 +3,39 @@
  * init (blocking until every rank joined), split, abort, destroy, errors,
  * groups.
  */
+#include <stdarg.h>
+
 #include "nccl_double/double.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_long inits, splits, shared_splits; /* double_count() */
+
+long double_count(const char *name) {
+  return !strcmp(name, "init")           ? atomic_load(&inits)
+         : !strcmp(name, "split")        ? atomic_load(&splits)
+         : !strcmp(name, "split_shared") ? atomic_load(&shared_splits)
+                                         : -1;
+}
 static clique *cliques;
 static void release(ncclComm_t c);
-__thread char double_last_error[256];
 
+/* NCCL keeps one static last-error string for the whole process (debug.cc's
+ * ncclLastError, written under its debug lock): any thread's or
+ * communicator's failure overwrites it. The reader gets a snapshot taken
+ * under the lock (NCCL hands out the buffer itself; a copy keeps the
+ * double's readers free of data races). */
+static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_error[1024];
+static __thread char last_error_seen[1024];
+
+void double_set_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pthread_mutex_lock(&last_error_lock);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  pthread_mutex_unlock(&last_error_lock);
+  va_end(ap);
+}
 
 const char *ncclGetErrorString(ncclResult_t r) {
   switch (r) {
@@ -26,8 +52,11 @@ const char *ncclGetErrorString(ncclResult_t r) {
 }
 
 const char *ncclGetLastError(ncclComm_t comm) {
-  (void)comm;
-  return double_last_error;
+  (void)comm; /* NCCL ignores it too */
+  pthread_mutex_lock(&last_error_lock);
+  memcpy(last_error_seen, last_error, sizeof last_error_seen);
+  pthread_mutex_unlock(&last_error_lock);
+  return last_error_seen;
 }
 
 ncclResult_t ncclGetVersion(int *version) {
@@ -46,16 +75,25 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
-  if (nranks < 1 || rank < 0 || rank >= nranks) {
-    snprintf(double_last_error, sizeof double_last_error, "rank %d of %d", rank, nranks);
-    return ncclInvalidArgument;
-  }
-  ncclComm_t c = calloc(1, sizeof *c);
-  if (!c) return ncclSystemError;
+int double_stopped(ncclComm_t c) {
+  return atomic_load(&c->aborted) || (c->q && c->q->aborted); /* q->aborted: switch "abort" only */
+}
+
+/* Wait on q's condition, but wake now and then: an abort of a communicator
+ * still being made may not know which clique its joiner waits on. */
+static void wait_a_while(clique *q) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += 20 * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_cond_timedwait(&q->cond, &q->lock, &ts);
+}
+
+/* Find or make the clique of id and count c in it (NCCL's bootstrap). */
+static ncclResult_t enter(ncclComm_t c, int nranks, const ncclUniqueId *id, int rank) {
   pthread_mutex_lock(&registry_lock);
   clique *q = cliques;
-  while (q && memcmp(&q->id, &id, sizeof id)) q = q->next;
+  while (q && memcmp(&q->id, id, sizeof *id)) q = q->next;
   if (!q) {
     q = calloc(1, sizeof *q);
     if (q) {
@@ -66,11 +104,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     if (!q || !q->slots || !q->boxes || !q->devices) {
       if (q) free(q->slots), free(q->boxes), free(q->devices);
       free(q);
-      free(c);
       pthread_mutex_unlock(&registry_lock);
       return ncclSystemError;
     }
-    q->id = id;
+    q->id = *id;
     q->n = nranks;
     for (int i = 0; i < nranks; i++) q->devices[i] = -1;
     pthread_mutex_init(&q->lock, NULL);
@@ -80,57 +117,161 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
   }
   if (q->n != nranks) {
     pthread_mutex_unlock(&registry_lock);
-    free(c);
-    snprintf(double_last_error, sizeof double_last_error, "nranks %d differs from the id's %d", nranks, q->n);
+    double_set_error("nranks %d differs from the id's %d", nranks, q->n);
     return ncclInvalidUsage;
   }
   q->refs++;
   pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_lock(&q->lock);
   c->q = q;
   c->rank = rank;
-  pthread_mutex_lock(&q->lock); /* block until every rank has joined, as NCCL */
+  pthread_mutex_unlock(&q->lock);
+  return ncclSuccess;
+}
+
+/* Block until every rank of c's clique joined (or c is aborted). */
+static ncclResult_t join(ncclComm_t c, int device) {
+  clique *q = c->q;
+  pthread_mutex_lock(&q->lock);
   for (int i = 0; i < q->n; i++)
-    if (q->devices[i] == double_current_device()) q->duplicate = 1;
-  q->devices[rank] = double_current_device();
+    if (q->devices[i] == device) q->duplicate = 1;
+  q->devices[c->rank] = device;
   q->joined++;
   pthread_cond_broadcast(&q->cond);
-  while (q->joined < q->n) pthread_cond_wait(&q->cond, &q->lock);
-  int dup = q->duplicate;
+  while (q->joined < q->n && !atomic_load(&c->aborted)) wait_a_while(q);
+  int gave_up = q->joined < q->n, dup = q->duplicate;
+  if (gave_up) q->joined--; /* an aborted rank never completes the bootstrap */
   pthread_mutex_unlock(&q->lock);
+  if (gave_up) return ncclRemoteError;
   if (dup) {
-    snprintf(double_last_error, sizeof double_last_error,
-             "Duplicate GPU detected: two ranks of one communicator on one device");
-    release(c);
+    double_set_error("Duplicate GPU detected: two ranks of one communicator on one device");
     return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+/* Whether a config asks for a non-blocking communicator; -1 if it was not
+ * made with NCCL_CONFIG_INITIALIZER (NCCL refuses it). */
+static int nonblocking(const ncclConfig_t *cfg) {
+  if (!cfg) return 0;
+  if (cfg->magic != 0xcafebeef || cfg->size == 0 || cfg->size > sizeof *cfg) {
+    double_set_error("config not initialized with NCCL_CONFIG_INITIALIZER");
+    return -1;
+  }
+  return cfg->blocking == 0; /* NCCL_CONFIG_UNDEF_INT: blocking, NCCL's default */
+}
+
+typedef struct init_job {
+  ncclComm_t c;
+  int device;
+  ncclComm_t parent; /* a split: the parent's ranks meet first */
+  int color, key;
+} init_job;
+
+static ncclResult_t split_meet(ncclComm_t parent, ncclComm_t c, int color, int key, int *size,
+                               int *rank, ncclUniqueId *id);
+
+static void *init_main(void *p) {
+  init_job *j = p;
+  ncclComm_t c = j->c;
+  ncclResult_t r = ncclSuccess;
+  if (j->parent) {
+    int size = 0, rank = 0;
+    ncclUniqueId id;
+    r = split_meet(j->parent, c, j->color, j->key, &size, &rank, &id);
+    if (r == ncclSuccess && j->color != NCCL_SPLIT_NOCOLOR) r = enter(c, size, &id, rank);
+  }
+  if (r == ncclSuccess && (!j->parent || j->color != NCCL_SPLIT_NOCOLOR)) r = join(c, j->device);
+  free(j);
+  atomic_store(&c->async, r);
+  return NULL;
+}
+
+/* Start the background part of a non-blocking init or split. */
+static ncclResult_t launch(ncclComm_t c, init_job *j) {
+  atomic_store(&c->async, ncclInProgress);
+  if (pthread_create(&c->joiner, NULL, init_main, j)) {
+    free(j);
+    atomic_store(&c->async, ncclSystemError);
+    return ncclSystemError;
+  }
+  c->has_joiner = 1;
+  return ncclInProgress;
+}
+
+static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
+                              ncclConfig_t *cfg) {
+  int nb = nonblocking(cfg);
+  if (nb < 0) return ncclInvalidArgument;
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    double_set_error("rank %d of %d", rank, nranks);
+    return ncclInvalidArgument;
+  }
+  ncclComm_t c = calloc(1, sizeof *c);
+  if (!c) return ncclSystemError;
+  ncclResult_t r = enter(c, nranks, &id, rank);
+  if (r != ncclSuccess) {
+    free(c);
+    return r;
+  }
+  if (nb) {
+    init_job *j = calloc(1, sizeof *j);
+    if (!j) {
+      release(c);
+      return ncclSystemError;
+    }
+    *j = (init_job){c, double_current_device(), NULL, 0, 0};
+    c->nonblocking = 1;
+    *out = c; /* NCCL hands out the handle at once: poll it, or abort it */
+    return launch(c, j);
+  }
+  r = join(c, double_current_device()); /* blocks until every rank came, as NCCL's */
+  if (r != ncclSuccess) {
+    release(c);
+    return r;
   }
   *out = c;
   return ncclSuccess;
 }
 
+ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
+  atomic_fetch_add(&inits, 1);
+  return init_rank(out, nranks, id, rank, NULL);
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *cfg) {
+  atomic_fetch_add(&inits, 1);
+  return init_rank(out, nranks, id, rank, cfg);
+}
+
 static void release(ncclComm_t c) {
   clique *q = c->q;
-  pthread_mutex_lock(&registry_lock);
-  int last = --q->refs == 0;
-  if (last)
-    for (clique **p = &cliques; *p; p = &(*p)->next)
-      if (*p == q) {
-        *p = q->next;
-        break;
-      }
-  pthread_mutex_unlock(&registry_lock);
-  if (last) {
-    free(q->boxes); /* offers live on their senders' stacks */
-    free(q->devices);
-    free(q->slots);
-    pthread_mutex_destroy(&q->lock);
-    pthread_cond_destroy(&q->cond);
-    free(q);
+  if (q) {
+    pthread_mutex_lock(&registry_lock);
+    int last = --q->refs == 0;
+    if (last)
+      for (clique **p = &cliques; *p; p = &(*p)->next)
+        if (*p == q) {
+          *p = q->next;
+          break;
+        }
+    pthread_mutex_unlock(&registry_lock);
+    if (last) {
+      free(q->boxes); /* offers live on their senders' stacks */
+      free(q->devices);
+      free(q->slots);
+      pthread_mutex_destroy(&q->lock);
+      pthread_cond_destroy(&q->cond);
+      free(q);
+    }
   }
   free(c);
 }
 
 /* Wait until this communicator's tasks have all run. */
 static void drain(ncclComm_t c) {
+  if (!c->q) return;
   pthread_mutex_lock(&c->q->lock);
   while (c->inflight) pthread_cond_wait(&c->q->cond, &c->q->lock);
   pthread_mutex_unlock(&c->q->lock);
@@ -138,19 +279,30 @@ static void drain(ncclComm_t c) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   if (!c) return ncclInvalidArgument;
+  if (atomic_load(&c->async) == ncclInProgress) {
+    double_set_error("ncclCommDestroy: the communicator is still being made (abort it)");
+    return ncclInvalidUsage;
+  }
+  if (c->has_joiner) pthread_join(c->joiner, NULL);
   drain(c);
   release(c);
   return ncclSuccess;
 }
 
+/* Stop this rank's communicator. As NCCL on NVLink, P2P and SHM, the peers
+ * are not told: their pending work waits for this rank until their own
+ * watchdog aborts them (switch "abort": they fail with ncclRemoteError). */
 ncclResult_t ncclCommAbort(ncclComm_t c) {
   if (!c) return ncclSuccess;
+  atomic_store(&c->aborted, 1);
+  if (c->has_joiner) pthread_join(c->joiner, NULL); /* ends an init in progress */
   clique *q = c->q;
-  pthread_mutex_lock(&q->lock);
-  c->aborted = 1;
-  q->aborted = 1; /* peers blocked on this rank give up with ncclRemoteError */
-  pthread_cond_broadcast(&q->cond);
-  pthread_mutex_unlock(&q->lock);
+  if (q) {
+    pthread_mutex_lock(&q->lock);
+    if (double_forgives(DOUBLE_FORGIVE_ABORT)) q->aborted = 1;
+    pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+  }
   drain(c);
   release(c);
   return ncclSuccess;
@@ -158,32 +310,35 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err) {
   if (!c || !err) return ncclInvalidArgument;
-  pthread_mutex_lock(&c->q->lock);
-  *err = c->async;
-  pthread_mutex_unlock(&c->q->lock);
+  *err = atomic_load(&c->async);
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t c, int *count) {
+  if (!c || !count) return ncclInvalidArgument;
+  if (atomic_load(&c->async) == ncclInProgress || !c->q) return ncclInProgress;
   *count = c->q->n;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) {
+  if (!c || !rank) return ncclInvalidArgument;
+  if (atomic_load(&c->async) == ncclInProgress || !c->q) return ncclInProgress;
   *rank = c->rank;
   return ncclSuccess;
 }
 
-/* Split: every rank of the parent calls it (collective, in order); ranks of
- * one color form a new clique ordered by key, then parent rank. */
-ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *cfg) {
-  (void)cfg;
-  if (!c || !out) return ncclInvalidArgument;
-  clique *q = c->q;
-  int n = q->n, me = c->rank;
+/* The collective part of a split: every rank of the parent (NOCOLOR ones
+ * too) hands in its color and key; ranks of one color form a new clique
+ * ordered by key, then parent rank. stop: the child being made (its abort
+ * ends the wait). */
+static ncclResult_t split_meet(ncclComm_t parent, ncclComm_t stop, int color, int key, int *size,
+                               int *rank, ncclUniqueId *id) {
+  clique *q = parent->q;
+  int n = q->n, me = parent->rank;
   /* the host thread meets its peers through the slots, as the workers do */
   q->slots[me] = (slot){-1, NULL, NULL, (size_t)(unsigned)color, ncclInt32, ncclSum, key};
-  if (double_meet(q)) return ncclRemoteError;
+  if (double_meet(stop, q)) return ncclRemoteError;
   int *colors = malloc((size_t)n * sizeof(int)), *keys = malloc((size_t)n * sizeof(int));
   if (!colors || !keys) {
     free(colors), free(keys);
@@ -191,28 +346,63 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
   }
   for (int r = 0; r < n; r++) colors[r] = (int)(unsigned)q->slots[r].count, keys[r] = q->slots[r].root;
   uint64_t split_no = q->generation; /* the same on every rank: names the new cliques */
-  if (double_meet(q)) {
+  if (double_meet(stop, q)) {
     free(colors), free(keys);
     return ncclRemoteError;
   }
-  *out = NULL;
-  if (color == NCCL_SPLIT_NOCOLOR) {
-    free(colors), free(keys);
-    return ncclSuccess;
-  }
-  int size = 0, rank = 0;
+  *size = *rank = 0;
   for (int r = 0; r < n; r++) {
     if (colors[r] != color) continue;
-    size++;
-    if (keys[r] < key || (keys[r] == key && r < me)) rank++;
+    ++*size;
+    if (keys[r] < key || (keys[r] == key && r < me)) ++*rank;
   }
   free(colors), free(keys);
-  ncclUniqueId id;
-  memset(&id, 0, sizeof id);
+  memset(id, 0, sizeof *id);
   uint64_t name[3] = {(uint64_t)(uintptr_t)q, split_no, (uint64_t)(unsigned)color};
-  memcpy(id.internal, name, sizeof name);
-  id.internal[sizeof name] = 1; /* never equal to an id from ncclGetUniqueId */
-  return ncclCommInitRank(out, size, id, rank);
+  memcpy(id->internal, name, sizeof name);
+  id->internal[sizeof name] = 1; /* never equal to an id from ncclGetUniqueId */
+  return ncclSuccess;
+}
+
+/* Split: collective over every rank of the parent, NCCL_SPLIT_NOCOLOR ones
+ * included (they get NULL). Blocks until every rank of the parent came and
+ * the new communicator is made, unless the config (or the parent's) is
+ * non-blocking: then it returns ncclInProgress with the new handle to poll;
+ * a NOCOLOR rank's part then runs on the parent, whose async error says
+ * ncclInProgress until it is done. */
+ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *cfg) {
+  if (!c || !out) return ncclInvalidArgument;
+  int nb = nonblocking(cfg);
+  if (nb < 0) return ncclInvalidArgument;
+  atomic_fetch_add(&splits, 1);
+  if (cfg && cfg->splitShare == 1) atomic_fetch_add(&shared_splits, 1);
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+    double_set_error("ncclCommSplit: color %d", color);
+    return ncclInvalidArgument;
+  }
+  *out = NULL;
+  if (nb) {
+    init_job *j = calloc(1, sizeof *j);
+    ncclComm_t child = color == NCCL_SPLIT_NOCOLOR ? NULL : calloc(1, sizeof *child);
+    if (!j || (color != NCCL_SPLIT_NOCOLOR && !child)) {
+      free(j), free(child);
+      return ncclSystemError;
+    }
+    if (!child) { /* NOCOLOR: the work is the parent's */
+      if (c->has_joiner) pthread_join(c->joiner, NULL), c->has_joiner = 0;
+      *j = (init_job){c, double_current_device(), c, color, key};
+      return launch(c, j);
+    }
+    *j = (init_job){child, double_current_device(), c, color, key};
+    child->nonblocking = 1;
+    *out = child;
+    return launch(child, j);
+  }
+  int size = 0, rank = 0;
+  ncclUniqueId id;
+  ncclResult_t r = split_meet(c, c, color, key, &size, &rank, &id);
+  if (r != ncclSuccess || color == NCCL_SPLIT_NOCOLOR) return r;
+  return init_rank(out, size, id, rank, NULL);
 }
 
 /* Group calls: every call issued between ncclGroupStart and ncclGroupEnd on
@@ -252,6 +442,8 @@ ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held)
   return ncclSuccess;
 }
 
+int double_group_depth(void) { return depth; }
+
 ncclResult_t ncclGroupStart(void) {
   depth++;
   return ncclSuccess;
@@ -260,6 +452,7 @@ ncclResult_t ncclGroupStart(void) {
 ncclResult_t ncclGroupEnd(void) {
   if (depth <= 0) return ncclInvalidUsage;
   if (--depth > 0) return ncclSuccess;
+  int nonblocking = 0;
   for (held_chain *h = chains, *next; h; h = next) {
     next = h->next;
     for (coll_task *k = h->colls, *after; k; k = after) {
@@ -268,14 +461,17 @@ ncclResult_t ncclGroupEnd(void) {
       double_submit(k, h->stream);
     }
     if (h->p2p) double_submit(h->p2p, h->stream);
+    nonblocking |= h->comm->nonblocking;
     free(h);
   }
   chains = NULL;
-  return ncclSuccess;
+  /* enqueued already; a non-blocking communicator's async state says so */
+  return nonblocking ? ncclInProgress : ncclSuccess;
 }
 
-/* Meet every rank of the clique; 0, or -1 if the clique was aborted. */
-int double_meet(clique *q) {
+/* Meet every rank of the clique; 0, or -1 if c was aborted first (or, with
+ * switch "abort", any rank of the clique). */
+int double_meet(ncclComm_t c, clique *q) {
   pthread_mutex_lock(&q->lock);
   uint64_t gen = q->generation;
   if (++q->arrived == q->n) {
@@ -283,9 +479,10 @@ int double_meet(clique *q) {
     q->generation++;
     pthread_cond_broadcast(&q->cond);
   } else {
-    while (gen == q->generation && !q->aborted) pthread_cond_wait(&q->cond, &q->lock);
+    while (gen == q->generation && !atomic_load(&c->aborted) && !q->aborted) wait_a_while(q);
   }
-  int bad = q->aborted && gen == q->generation;
+  int bad = gen == q->generation;
+  if (bad) q->arrived--; /* gave up: it never met them */
   pthread_mutex_unlock(&q->lock);
   return bad ? -1 : 0;
 }

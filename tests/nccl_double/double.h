@@ -17,9 +17,20 @@
  *     rank's block for all_gather / reduce_scatter);
  *   - ncclSend/ncclRecv match per (peer, order); a group holds its calls
  *     until ncclGroupEnd (sends and recvs of one communicator progress together);
- *   - ncclCommAbort stops the communicator's pending work, and its peers'
- *     pending collectives end with ncclRemoteError (their async error), so a
- *     watchdog can recover from a peer that never comes.
+ *   - ncclCommInitRank, ncclCommInitRankConfig and ncclCommSplit block until
+ *     every member came; with config->blocking = 0 they return ncclInProgress
+ *     at once and finish in the background (ncclCommGetAsyncError says
+ *     ncclInProgress until then), and ncclCommAbort ends one still in progress;
+ *     a config not made with NCCL_CONFIG_INITIALIZER is refused; calls on
+ *     such a communicator (a collective, ncclGroupEnd) return ncclInProgress
+ *     as NCCL's may, the work enqueued once ncclCommGetAsyncError says so;
+ *   - ncclCommAbort stops only this rank's communicator: as on NVLink, P2P or
+ *     SHM its peers are not told and hang in the collective until their own
+ *     watchdog aborts them (switch "abort": they fail with ncclRemoteError);
+ *   - the last error is one string for the whole process, as NCCL's (one
+ *     static buffer, whichever thread or communicator wrote it last);
+ *   - a send/recv pair whose sizes differ is undefined in NCCL: it hangs
+ *     until the watchdog (switch "p2p_size": it fails at once);
  *   - memory is what CUDA says it is (memory.c): an NCCL call outside device,
  *     managed or registered memory faults, and the fault is sticky;
  *   - reductions follow NCCL's kernels (fminf/fmaxf, integer avg in the
@@ -35,6 +46,7 @@
 #include <math.h>
 #include <nccl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -120,11 +132,14 @@ typedef struct clique {
 } clique;
 
 struct ncclComm {
-  clique *q;
+  clique *q;                   /* NULL while a non-blocking split has not found it */
   int rank;
-  int aborted;
-  ncclResult_t async;
+  atomic_int aborted;          /* this rank's ncclCommAbort */
+  _Atomic ncclResult_t async;  /* ncclInProgress while a non-blocking init runs */
   int inflight; /* tasks queued or running, under q->lock */
+  pthread_t joiner;            /* the background init of a non-blocking config */
+  int has_joiner;
+  int nonblocking;             /* made with blocking = 0: calls may say ncclInProgress */
 };
 enum { K_ALL_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALL_TO_ALL, K_SEND, K_RECV };
 
@@ -135,14 +150,17 @@ typedef struct coll_task {
   struct coll_task *more; /* a group: the calls issued between ncclGroupStart and End */
 } coll_task;
 
-extern __thread char double_last_error[256];
 /* How many calls of an NCCL function ("ncclAlltoAll", "ncclSend", ...) were
  * enqueued in this process; -1 for a name it does not count. Exported. */
 long double_call_count(const char *nccl_function);
-int double_meet(clique *q);                              /* comm.c */
+/* NCCL's last error: one string for the process (comm.c) */
+void double_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int double_meet(ncclComm_t c, clique *q);                /* comm.c */
+int double_stopped(ncclComm_t c);  /* aborted here (or, switch "abort", anywhere in its clique) */
 void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
 /* inside ncclGroupStart/End, calls are held until the end (comm.c) */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
+int double_group_depth(void); /* this thread's ncclGroupStart nesting */
 
 #include "nccl_double/memory.h"
 #include "nccl_double/order.h"

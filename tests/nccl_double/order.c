@@ -226,7 +226,7 @@ static void violation(const char *fmt, ...) {
   vsnprintf(last_message, sizeof last_message, fmt, ap);
   va_end(ap);
   violations++;
-  snprintf(double_last_error, sizeof double_last_error, "%.255s", last_message);
+  double_set_error("%.255s", last_message);
   fprintf(stderr, "nccl double: stream-order violation: %s\n", last_message);
 }
 

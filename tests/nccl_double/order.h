@@ -44,7 +44,7 @@ order_actor *double_order_stream_new(int device, int blocking, int legacy);
 void double_order_stream_gone(order_actor *a);
 
 /* Work on stream a that reads and writes the given spans (what: the call's
- * name). 0, or -1 with the violation in double_last_error (the work must
+ * name). 0, or -1 with the violation in the double's last error (the work must
  * then not be enqueued). */
 int double_order_access(order_actor *a, const char *what, const double_span *reads, int nr,
                         const double_span *writes, int nw);

@@ -27,4 +27,10 @@ int double_forgive(const char *names, int on);
 /* Whether a shortcut is on (the environment is read on first use). */
 int double_forgives(double_switch s);
 
+/* What the double counted since the process started, for tests that check
+ * how communicators are made: "init" (bootstraps by ncclCommInitRank or
+ * ncclCommInitRankConfig), "split" (ncclCommSplit calls), "split_shared"
+ * (those whose config asked for splitShare = 1). -1 for an unknown name. */
+long double_count(const char *name);
+
 #endif

@@ -10,6 +10,8 @@
 #ifndef MPU_COMM_NCCL_BACKEND_H
 #define MPU_COMM_NCCL_BACKEND_H
 
+#include <stdatomic.h>
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -23,11 +25,24 @@ typedef struct nccl_impl {
   mpu_comm *host;     /* the twin: same members, host memory; NULL from env */
   int own_host;
   double timeout_s;
-  mpu_result_t broken;
-  char why[320];
+  _Atomic mpu_result_t broken; /* set once (watch.c's mark_broken), read by any thread */
+  char why[320];      /* written before broken is published */
   int *one;           /* a device int for barrier */
-  /* the out-of-band abort channel: a rank that breaks posts, every wait of a
-   * peer polls (watch.c); for communicators from the environment, the store */
+  /*
+   * The out-of-band abort channel (watch.c). NCCL tells an aborted rank's
+   * peers only on its socket and IB transports; on NVLink, P2P and SHM they
+   * spin until their own watchdog. So a rank that breaks (mpu_comm_abort, a
+   * timeout, an error) also posts it here, and every wait of every peer polls
+   * it. oob_post_abort(ctx, rank, why): this rank gave up, with its reason;
+   * it may run on any thread (mpu_comm_abort from a helper), so it must be
+   * thread-safe. oob_poll_abort(ctx, &who, why, len): nonzero once a peer
+   * posted, with its rank and reason; called from the waiting thread every
+   * few hundred spins of the watch loop, it must return at once (one backed by
+   * a network rate-limits itself). oob_free(ctx) when the communicator ends.
+   * NULL hooks: no channel; waits then end by the watchdog only. Set by the
+   * maker of the communicator: create.c through the host twin (ranks in one
+   * process), the store for communicators from the environment.
+   */
   void (*oob_post_abort)(void *ctx, int rank, const char *why);
   int (*oob_poll_abort)(void *ctx, int *who, char *why, size_t len);
   void (*oob_free)(void *ctx);
@@ -35,7 +50,16 @@ typedef struct nccl_impl {
   int on_user_stream; /* the work runs on the caller's stream (set_stream, options.stream) */
   cudaEvent_t ordered; /* default: recorded on the legacy default stream before each call */
   cudaEvent_t done;    /* recorded after a blocking call: what its wait polls */
+  atomic_int breaking; /* claimed by the one who breaks it, so why is written once */
+  int splits;         /* mpu_comm_split calls so far: names the children's boards */
 } nccl_impl;
+
+/* A request of the NCCL backend: the event recorded after the call, and
+ * when it started (mpu_request_test's deadline counts from there). */
+typedef struct nccl_request {
+  cudaEvent_t event;
+  double start;
+} nccl_request;
 
 extern const mpu__comm_ops mpu__nccl_ops;
 
@@ -49,6 +73,17 @@ mpu_result_t mpu__nccl_watch(mpu_comm *c, cudaEvent_t event, double timeout_s, i
                              const char *fn);
 mpu_result_t mpu__nccl_usable(const mpu_comm *c, const char *fn);
 mpu_result_t mpu__nccl_abort(mpu_comm *c);
+mpu_result_t mpu__nccl_test(mpu_comm *c, const nccl_request *q, int *done);
+/* Every NCCL call's result goes through this: communicators are made
+ * non-blocking, so a call (or ncclGroupEnd) may return ncclInProgress while
+ * NCCL still enqueues it; it waits until that is done, under the deadline. */
+mpu_result_t mpu__nccl_issued(mpu_comm *c, ncclResult_t r, const char *fn);
+mpu_result_t mpu__nccl_await(mpu_comm *c, ncclComm_t comm, ncclComm_t parent, double timeout_s,
+                             const char *fn, const char *who);
+void mpu__nccl_end_handle(nccl_impl *m);
+mpu_result_t mpu__nccl_oob_join(nccl_impl *m, const ncclUniqueId *id);
+void mpu__nccl_oob_leave(nccl_impl *m);
+int mpu__nccl_oob_is_board(const nccl_impl *m);
 
 /* calls.c */
 void mpu__nccl_stream_free(nccl_impl *m);
@@ -66,7 +101,8 @@ mpu_result_t mpu__nccl_group_end(void);
 mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t count, mpu_dtype dt,
                                  int peer, void **handle);
 mpu_result_t mpu__nccl_native_handle(const mpu_comm *c, void **out);
-mpu_result_t mpu__nccl_event_new(const char *fn, cudaEvent_t *ev);
+mpu_result_t mpu__nccl_request_new(const char *fn, nccl_request **out);
+void mpu__nccl_request_free(nccl_request *q);
 /* calls.c: a call may be issued (not broken, on the rank's device, after the caller's work) */
 mpu_result_t mpu__nccl_begin(mpu_comm *c, const char *fn);
 mpu_result_t mpu__nccl_event_record(mpu_comm *c, cudaEvent_t ev, const char *fn);

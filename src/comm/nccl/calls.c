@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm/nccl/backend.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 /* ncclBfloat16 is 9 in every NCCL since 2.10, but nccl.h below 2.21 hides
@@ -91,7 +92,7 @@ static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *
     }
   }
   e = ncclGroupEnd(); /* always closes the group it opened */
-  MPU_CHECK(mpu__nccl_error(r ? r : e, m->comm, fn));
+  MPU_CHECK(mpu__nccl_issued(c, r ? r : e, fn));
   /* the own block: a copy on the same stream */
   const void *from = NULL;
   void *to = NULL;
@@ -122,7 +123,7 @@ static mpu_result_t enqueue_all_to_all(mpu_comm *c, const mpu__call *k, const ch
     if (!r) r = ncclRecv(recv + (size_t)p * block, count, t, p, m->comm, m->stream);
   }
   e = ncclGroupEnd(); /* always closes the group it opened */
-  return mpu__nccl_error(r ? r : e, m->comm, fn);
+  return mpu__nccl_issued(c, r ? r : e, fn);
 }
 #endif
 
@@ -157,7 +158,7 @@ static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
 #endif
   default: return enqueue_uneven(c, k, fn);
   }
-  return mpu__nccl_error(r, m->comm, fn);
+  return mpu__nccl_issued(c, r, fn);
 }
 
 /* ---- ordering against the caller's work ----------------------------------------- */
@@ -212,7 +213,7 @@ static mpu_result_t nccl_send(mpu_comm *c, const void *buf, size_t count, mpu_dt
   static const char fn[] = "mpu_comm_send";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_error(ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), m->comm, fn));
+  MPU_CHECK(mpu__nccl_issued(c, ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), fn));
   return wait_enqueued(c, fn);
 }
 
@@ -220,7 +221,7 @@ static mpu_result_t nccl_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt
   static const char fn[] = "mpu_comm_recv";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_error(ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), m->comm, fn));
+  MPU_CHECK(mpu__nccl_issued(c, ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), fn));
   return wait_enqueued(c, fn);
 }
 
@@ -233,7 +234,7 @@ static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, 
   ncclResult_t s = r ? r : ncclSend(sbuf, scount, type_of(dt), dst, m->comm, m->stream);
   ncclResult_t v = r || s ? ncclSuccess : ncclRecv(rbuf, rcount, type_of(dt), src, m->comm, m->stream);
   ncclResult_t e = r ? ncclSuccess : ncclGroupEnd(); /* always closes the group it opened */
-  MPU_CHECK(mpu__nccl_error(r ? r : s ? s : v ? v : e, m->comm, fn));
+  MPU_CHECK(mpu__nccl_issued(c, r ? r : s ? s : v ? v : e, fn));
   return wait_enqueued(c, fn);
 }
 
@@ -241,49 +242,40 @@ static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, 
 
 static mpu_result_t nccl_start(mpu_comm *c, const mpu__call *k, void **handle) {
   const char *fn = mpu_collective_name((mpu_collective)k->sig.kind);
-  cudaEvent_t ev;
+  nccl_request *q = NULL;
   MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_event_new(fn, &ev));
+  MPU_CHECK(mpu__nccl_request_new(fn, &q));
   mpu_result_t r = enqueue(c, k, fn);
-  if (!r) r = mpu__nccl_event_record(c, ev, fn); /* after ncclGroupEnd inside a group */
+  if (!r) r = mpu__nccl_event_record(c, q->event, fn); /* after ncclGroupEnd inside a group */
   if (r) {
-    cudaEventDestroy(ev);
+    mpu__nccl_request_free(q);
     return r;
   }
-  *handle = ev;
+  *handle = q;
   return MPU_SUCCESS;
 }
 
 static mpu_result_t nccl_test(mpu_comm *c, void *handle, int *done) {
-  static const char fn[] = "mpu_request_test";
-  nccl_impl *m = impl_of(c);
-  if (m->broken) return mpu__nccl_broken_error(m, fn);
-  cudaError_t e = cudaEventQuery((cudaEvent_t)handle);
-  *done = e == cudaSuccess;
-  if (e != cudaSuccess && e != cudaErrorNotReady) return mpu__nccl_cuda_error(e, fn);
-  ncclResult_t async = ncclSuccess;
-  ncclCommGetAsyncError(m->comm, &async);
-  if (async != ncclSuccess && async != ncclInProgress) return mpu__nccl_watch(c, handle, 0, 0, fn);
-  return MPU_SUCCESS;
+  return mpu__nccl_test(c, handle, done);
 }
 
 static mpu_result_t nccl_wait(mpu_comm *c, void *handle, double timeout_s) {
   static const char fn[] = "mpu_request_wait";
-  nccl_impl *m = impl_of(c);
-  if (m->broken) return mpu__nccl_broken_error(m, fn);
-  return mpu__nccl_watch(c, (cudaEvent_t)handle, timeout_s, timeout_s >= 0, fn);
+  const nccl_request *q = handle;
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  return mpu__nccl_watch(c, q->event, timeout_s, timeout_s >= 0, fn);
 }
 
 static void nccl_release(mpu_comm *c, void *handle) {
   (void)c;
-  cudaEventDestroy((cudaEvent_t)handle);
+  mpu__nccl_request_free(handle);
 }
 
 /* The caller's stream waits for the request's event; the host does not. */
 static mpu_result_t nccl_stream_wait(mpu_comm *c, void *handle, void *stream) {
   static const char fn[] = "mpu_request_stream_wait";
   MPU_CHECK(mpu__nccl_usable(c, fn));
-  return mpu__nccl_cuda_error(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)handle, 0), fn);
+  return mpu__nccl_cuda_error(cudaStreamWaitEvent((cudaStream_t)stream, ((const nccl_request *)handle)->event, 0), fn);
 }
 
 /* ---- memory and streams ---------------------------------------------------------- */

@@ -40,15 +40,53 @@ static mpu_result_t local_rank_of(mpu_comm *host, int *local) {
   return r;
 }
 
+/* The caller's stream a communicator runs on, or NULL if it has its own. */
+static void *user_stream(const nccl_impl *m) { return m->on_user_stream ? m->stream : NULL; }
+
 static void impl_free(nccl_impl *m) {
   if (!m) return;
-  if (m->oob_free) m->oob_free(m->oob_ctx);
+  mpu__nccl_oob_leave(m);
   if (m->comm) ncclCommDestroy(m->comm);
   if (m->one) cudaFree(m->one);
   mpu__nccl_stream_free(m);
   if (m->own_stream && m->stream) cudaStreamDestroy(m->stream);
   if (m->own_host) mpu_comm_destroy(m->host);
   free(m);
+}
+
+/* A config for a communicator made without blocking: init and split return
+ * ncclInProgress and the caller polls ncclCommGetAsyncError against its own
+ * deadline (a blocking one would wait forever for a member that never
+ * comes). splitShare: children share the parent's resources. */
+static ncclConfig_t nonblocking_config(void) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+  cfg.splitShare = 1;
+#endif
+  return cfg;
+}
+
+/* ncclCommInitRankConfig without blocking, polled until the deadline. */
+static mpu_result_t init_under_deadline(nccl_impl *m, int rank, int n, const ncclUniqueId *id,
+                                        double timeout_s, const char *fn) {
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t comm = NULL;
+  ncclResult_t q = ncclCommInitRankConfig(&comm, n, *id, rank, &cfg);
+  if (q != ncclSuccess && q != ncclInProgress) return mpu__nccl_error(q, NULL, fn);
+  char who[160];
+  snprintf(who, sizeof who,
+           "of its %d members, some never called it (each member of the host communicator makes "
+           "it together)",
+           n);
+  mpu_result_t r = mpu__nccl_await(NULL, comm, comm, timeout_s, fn, who);
+  if (r == MPU_ERR_TIMEOUT) return r; /* aborted there */
+  if (r) {
+    ncclCommAbort(comm);
+    return r;
+  }
+  m->comm = comm;
+  return MPU_SUCCESS;
 }
 
 /* Join an NCCL communicator of n ranks as `rank` with the given id. */
@@ -69,7 +107,8 @@ static mpu_result_t make(int rank, int n, const ncclUniqueId *id, int device, vo
     m->own_stream = !r;
   }
   if (!r) r = mpu__nccl_cuda_error(cudaMalloc((void **)&m->one, sizeof(int)), fn);
-  if (!r) r = mpu__nccl_error(ncclCommInitRank(&m->comm, n, *id, rank), NULL, fn);
+  if (!r) r = init_under_deadline(m, rank, n, id, timeout_s, fn);
+  if (!r && host) r = mpu__nccl_oob_join(m, id); /* aborts reach the members in this process */
   mpu_comm *c = r ? NULL : mpu__comm_new(&mpu__nccl_ops, rank, n, world, m);
   if (!r && !c) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   if (r) {
@@ -204,44 +243,82 @@ mpu_result_t mpu__nccl_create_group(mpu_comm *c, const int *members, int n, mpu_
                       fn);
   mpu_comm *twin = NULL;
   MPU_CHECK(mpu_comm_create_group(m->host, members, n, &twin));
-  return make_over(twin, 1, m->device, NULL, m->timeout_s, out);
+  return make_over(twin, 1, m->device, user_stream(m), m->timeout_s, out);
 }
 
-/* Collective over c, like ncclCommSplit: works without a host twin. */
+/* Collective over c, like ncclCommSplit (NCCL's own split, sharing the
+ * parent's resources where NCCL has splitShare); the host twin, if any, is
+ * split alike, so the new communicator has one. */
 mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
   static const char fn[] = "mpu_comm_split";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_usable(c, fn));
-  if (m->host) { /* split the twin as well, so the new communicator has one */
-    mpu_comm *twin = NULL;
-    MPU_CHECK(mpu_comm_split(m->host, color, key, &twin));
-    if (!twin) {
-      *out = NULL;
-      return MPU_SUCCESS;
-    }
-    return make_over(twin, 1, m->device, NULL, m->timeout_s, out);
-  }
+  mpu_comm *twin = NULL;
+  if (m->host) MPU_CHECK(mpu_comm_split(m->host, color, key, &twin));
+  int split_no = ++m->splits; /* the same on every member: splits are collective */
   nccl_impl *nm = calloc(1, sizeof *nm);
-  if (!nm) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  if (!nm) {
+    mpu_comm_destroy(twin);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  }
+  nm->host = twin;
+  nm->own_host = twin != NULL;
+  /* every rank of c takes part, NOCOLOR ones too (they get no communicator):
+   * NCCL's split is collective over the parent */
+  ncclConfig_t cfg = nonblocking_config();
   ncclComm_t nc = NULL;
-  mpu_result_t r = mpu__nccl_error(
-      ncclCommSplit(m->comm, color == MPU_COMM_SPLIT_NOCOLOR ? NCCL_SPLIT_NOCOLOR : color, key, &nc,
-                    NULL),
-      m->comm, fn);
+  int nocolor = color == MPU_COMM_SPLIT_NOCOLOR;
+  ncclResult_t q = ncclCommSplit(m->comm, nocolor ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &cfg);
+  mpu_result_t r = q == ncclInProgress || q == ncclSuccess ? MPU_SUCCESS
+                                                            : mpu__nccl_error(q, m->comm, fn);
+  if (!r) {
+    char who[200];
+    snprintf(who, sizeof who,
+             "a rank of the parent communicator of %d ranks never called mpu_comm_split (every "
+             "rank takes part, those with MPU_COMM_SPLIT_NOCOLOR too)",
+             c->size);
+    r = mpu__nccl_await(c, nc, nc ? nc : m->comm, m->timeout_s, fn, who);
+    if (r && r != MPU_ERR_TIMEOUT && nc) ncclCommAbort(nc);
+    if (r && nocolor) /* the parent took part in the failed split: it cannot go on */
+      mpu__nccl_abort(c);
+  }
   if (!r && !nc) {
-    free(nm);
+    impl_free(nm);
     *out = NULL;
     return MPU_SUCCESS;
   }
+  if (r) nc = NULL;
   int rank = 0, size = 0;
   if (!r) r = mpu__nccl_error(ncclCommUserRank(nc, &rank), nc, fn);
   if (!r) r = mpu__nccl_error(ncclCommCount(nc, &size), nc, fn);
-  *nm = (nccl_impl){nc,         m->device, NULL, 0,    NULL, 0,   m->timeout_s,
-                    MPU_SUCCESS, "",       NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL};
-  if (!r) r = mpu__nccl_cuda_error(cudaStreamCreateWithFlags(&nm->stream, cudaStreamNonBlocking), fn);
-  nm->own_stream = !r;
+  nm->comm = nc;
+  nm->device = m->device;
+  nm->timeout_s = m->timeout_s;
+  nm->stream = user_stream(m); /* a parent on the caller's stream: the child too */
+  nm->on_user_stream = nm->stream != NULL;
+  if (!r && !nm->stream) {
+    r = mpu__nccl_cuda_error(cudaStreamCreateWithFlags(&nm->stream, cudaStreamNonBlocking), fn);
+    nm->own_stream = !r;
+  }
   if (!r) r = mpu__nccl_cuda_error(cudaMalloc((void **)&nm->one, sizeof(int)), fn);
-  mpu_comm *nc_comm = r ? NULL : mpu__comm_new(&mpu__nccl_ops, rank, size, NULL, nm);
+  if (!r && mpu__nccl_oob_is_board(m) && twin) {
+    /* the members in this process share the parent's board: name the
+     * child's after it, the split and the color */
+    ncclUniqueId board;
+    memset(&board, 0, sizeof board);
+    uint64_t name[3] = {(uint64_t)(uintptr_t)m->oob_ctx, (uint64_t)split_no, (uint64_t)(unsigned)color};
+    memcpy(board.internal, name, sizeof name);
+    board.internal[sizeof name] = 2; /* never an NCCL id */
+    r = mpu__nccl_oob_join(nm, &board);
+  }
+  int *world = NULL;
+  if (!r && twin) {
+    world = malloc((size_t)size * sizeof(int));
+    if (!world) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+    for (int k = 0; !r && k < size; k++) world[k] = mpu__comm_world_rank(twin, k);
+  }
+  mpu_comm *nc_comm = r ? NULL : mpu__comm_new(&mpu__nccl_ops, rank, size, world, nm);
+  free(world);
   if (!r && !nc_comm) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   if (r) {
     impl_free(nm);
@@ -254,12 +331,11 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
 void mpu__nccl_destroy(mpu_comm *c) {
   nccl_impl *m = c->impl;
   cudaSetDevice(m->device);
-  if (m->comm && !m->broken && cudaStreamQuery(m->stream) == cudaSuccess) {
+  if (m->comm && !atomic_load(&m->broken) && cudaStreamQuery(m->stream) == cudaSuccess) {
     ncclCommDestroy(m->comm); /* nothing pending: the orderly way */
-  } else if (m->comm) {
-    ncclCommAbort(m->comm); /* work still queued: do not wait for it */
+    m->comm = NULL;
   }
-  m->comm = NULL;
+  mpu__nccl_end_handle(m); /* work still queued, or broken: do not wait for it */
   impl_free(m);
 }
 

@@ -12,19 +12,38 @@
 #include <stdlib.h>
 
 #include "comm/nccl/backend.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 typedef struct deferred {
   cudaEvent_t event;
   cudaStream_t stream;
+  mpu_comm *comm;
 } deferred;
 
 static _Thread_local int open_group;
 static _Thread_local deferred *records;
 static _Thread_local size_t nrecords, cap_records;
 
-mpu_result_t mpu__nccl_event_new(const char *fn, cudaEvent_t *ev) {
-  return mpu__nccl_cuda_error(cudaEventCreateWithFlags(ev, cudaEventDisableTiming), fn);
+/* A request: its event (recorded after the call, or after ncclGroupEnd) and
+ * when it started, from which mpu_request_test's deadline counts. */
+mpu_result_t mpu__nccl_request_new(const char *fn, nccl_request **out) {
+  nccl_request *q = calloc(1, sizeof *q);
+  if (!q) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", fn);
+  q->start = mpu__now();
+  mpu_result_t r = mpu__nccl_cuda_error(cudaEventCreateWithFlags(&q->event, cudaEventDisableTiming), fn);
+  if (r) {
+    free(q);
+    return r;
+  }
+  *out = q;
+  return MPU_SUCCESS;
+}
+
+void mpu__nccl_request_free(nccl_request *q) {
+  if (!q) return;
+  cudaEventDestroy(q->event);
+  free(q);
 }
 
 mpu_result_t mpu__nccl_event_record(mpu_comm *c, cudaEvent_t ev, const char *fn) {
@@ -36,7 +55,7 @@ mpu_result_t mpu__nccl_event_record(mpu_comm *c, cudaEvent_t ev, const char *fn)
     if (!more) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu grouped calls", fn, cap);
     records = more, cap_records = cap;
   }
-  records[nrecords++] = (deferred){ev, m->stream};
+  records[nrecords++] = (deferred){ev, m->stream, c};
   return MPU_SUCCESS;
 }
 
@@ -49,7 +68,14 @@ mpu_result_t mpu__nccl_group_start(void) {
 mpu_result_t mpu__nccl_group_end(void) {
   static const char fn[] = "mpu_group_end";
   open_group = 0;
-  mpu_result_t r = mpu__nccl_error(ncclGroupEnd(), NULL, fn);
+  ncclResult_t end = ncclGroupEnd();
+  mpu_result_t r = end == ncclInProgress ? MPU_SUCCESS : mpu__nccl_error(end, NULL, fn);
+  /* non-blocking communicators may still be enqueuing: each waits that out
+   * (under its own deadline) before its events go on the stream */
+  for (size_t i = 0; end == ncclInProgress && i < nrecords; i++) {
+    mpu_result_t e = mpu__nccl_issued(records[i].comm, ncclInProgress, fn);
+    if (!r) r = e;
+  }
   /* the events go after the launched calls; after a failed launch too, so a
    * request's wait does not stay pending forever (the failure is the group's) */
   for (size_t i = 0; i < nrecords; i++) {
@@ -65,19 +91,19 @@ mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t cou
                                   mpu_dtype dt, int peer, void **handle) {
   const char *fn = is_send ? "mpu_comm_send" : "mpu_comm_recv";
   nccl_impl *m = impl_of(c);
-  cudaEvent_t ev;
+  nccl_request *q = NULL;
   MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_event_new(fn, &ev));
+  MPU_CHECK(mpu__nccl_request_new(fn, &q));
   ncclDataType_t t = mpu__nccl_type(dt);
   ncclResult_t nr = is_send ? ncclSend(buf, count, t, peer, m->comm, m->stream)
                             : ncclRecv(buf, count, t, peer, m->comm, m->stream);
-  mpu_result_t r = mpu__nccl_error(nr, m->comm, fn);
-  if (!r) r = mpu__nccl_event_record(c, ev, fn);
+  mpu_result_t r = mpu__nccl_issued(c, nr, fn);
+  if (!r) r = mpu__nccl_event_record(c, q->event, fn);
   if (r) {
-    cudaEventDestroy(ev);
+    mpu__nccl_request_free(q);
     return r;
   }
-  *handle = ev;
+  *handle = q;
   return MPU_SUCCESS;
 }
 
