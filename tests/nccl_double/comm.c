@@ -108,6 +108,8 @@ static ncclResult_t enter(ncclComm_t c, int nranks, const ncclUniqueId *id, int 
       return ncclSystemError;
     }
     q->id = *id;
+    static uint64_t cliques_made; /* under registry_lock */
+    q->serial = ++cliques_made;
     q->n = nranks;
     for (int i = 0; i < nranks; i++) q->devices[i] = -1;
     pthread_mutex_init(&q->lock, NULL);
@@ -358,7 +360,7 @@ static ncclResult_t split_meet(ncclComm_t parent, ncclComm_t stop, int color, in
   }
   free(colors), free(keys);
   memset(id, 0, sizeof *id);
-  uint64_t name[3] = {(uint64_t)(uintptr_t)q, split_no, (uint64_t)(unsigned)color};
+  uint64_t name[3] = {q->serial, split_no, (uint64_t)(unsigned)color};
   memcpy(id->internal, name, sizeof name);
   id->internal[sizeof name] = 1; /* never equal to an id from ncclGetUniqueId */
   return ncclSuccess;

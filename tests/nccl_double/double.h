@@ -126,6 +126,7 @@ typedef struct clique {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   uint64_t generation;
+  uint64_t serial; /* unique in the process: names the cliques split from it (an address may be reused) */
   int arrived;
   slot *slots;
   offer **boxes; /* [n]: sends waiting for rank i to receive them */

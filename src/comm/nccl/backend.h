@@ -84,6 +84,7 @@ void mpu__nccl_end_handle(nccl_impl *m);
 mpu_result_t mpu__nccl_oob_join(nccl_impl *m, const ncclUniqueId *id);
 void mpu__nccl_oob_leave(nccl_impl *m);
 int mpu__nccl_oob_is_board(const nccl_impl *m);
+uint64_t mpu__nccl_oob_board_serial(const nccl_impl *m);
 
 /* calls.c */
 void mpu__nccl_stream_free(nccl_impl *m);

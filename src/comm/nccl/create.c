@@ -306,7 +306,7 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
      * child's after it, the split and the color */
     ncclUniqueId board;
     memset(&board, 0, sizeof board);
-    uint64_t name[3] = {(uint64_t)(uintptr_t)m->oob_ctx, (uint64_t)split_no, (uint64_t)(unsigned)color};
+    uint64_t name[3] = {mpu__nccl_oob_board_serial(m), (uint64_t)split_no, (uint64_t)(unsigned)color};
     memcpy(board.internal, name, sizeof name);
     board.internal[sizeof name] = 2; /* never an NCCL id */
     r = mpu__nccl_oob_join(nm, &board);

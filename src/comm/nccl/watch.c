@@ -257,6 +257,7 @@ mpu_result_t mpu__nccl_await(mpu_comm *c, ncclComm_t comm, ncclComm_t poll, doub
 typedef struct oob_board {
   struct oob_board *next;
   ncclUniqueId id;
+  uint64_t serial;   /* unique in the process: names its children (an address may be reused) */
   int refs;
   atomic_int posted; /* the rank that posted + 1 */
   char why[256];     /* written before posted */
@@ -306,6 +307,8 @@ mpu_result_t mpu__nccl_oob_join(nccl_impl *m, const ncclUniqueId *id) {
   oob_board *b = boards;
   while (b && memcmp(&b->id, id, sizeof *id)) b = b->next;
   if (!b && (b = calloc(1, sizeof *b)) != NULL) {
+    static uint64_t boards_made; /* under boards_lock */
+    b->serial = ++boards_made;
     b->id = *id;
     b->next = boards;
     boards = b;
@@ -330,3 +333,7 @@ void mpu__nccl_oob_leave(nccl_impl *m) {
 
 /* Whether m's channel is the in-process board (its children get one too). */
 int mpu__nccl_oob_is_board(const nccl_impl *m) { return m->oob_post_abort == board_post; }
+
+uint64_t mpu__nccl_oob_board_serial(const nccl_impl *m) {
+  return mpu__nccl_oob_is_board(m) ? ((const oob_board *)m->oob_ctx)->serial : 0;
+}
