@@ -17,10 +17,11 @@
  *
  * Safety (call checking, on by default): each collective first all_gathers
  * its signature in a small fixed-size block, so mismatched calls fail on
- * every rank with MPU_ERR_MISMATCH. Without a timeout (the default: MPI has
- * none) the exchange is a blocking MPI_Allgather and an 8-byte call's input
- * rides in the same block, so such a call costs one MPI call, as unchecked.
- * With a timeout the exchange is an MPI_Iallgather polled against it, so a
+ * every rank with MPU_ERR_MISMATCH. The exchange is an MPI_Iallgather,
+ * polled (while it waits, the rank starts the data phases of its non-blocking
+ * calls, see below). Without a timeout (the default: MPI has none) an 8-byte
+ * call's input rides in the same block, so such a call costs one MPI call.
+ * With a timeout the polling is bounded, so a
  * rank that never comes ends the wait with MPU_ERR_TIMEOUT; the data phase
  * then also runs non-blocking under the timeout (a rank that arrives after
  * its peers gave up must not hang either), which is why the data never rides
@@ -143,10 +144,15 @@ typedef struct mpi_impl {
   int *v;             /* [4 * size]: counts and displacements of the v-collectives */
   const void **ptrs;  /* [size]: the local reduction's sources */
   struct roll *roll;  /* timed: who a timeout missed (NULL: the message cannot say) */
+  MPI_Comm nb;        /* checked, 2+ ranks: a duplicate where non-blocking data phases run */
+  uint64_t nb_issued; /* checked non-blocking calls issued, */
+  uint64_t nb_next;   /* and the next whose data phase may start */
+  int orphaned;       /* non-blocking calls released while MPI still ran them */
 } mpi_impl;
 
 static const mpu__comm_ops mpi_ops;
 static int we_initialised;
+static void drive(void);
 
 static mpi_impl *impl_of(const mpu_comm *c) { return c->impl; }
 static MPI_Comm comm_of(const mpu_comm *c) { return impl_of(c)->comm; }
@@ -420,6 +426,7 @@ static mpu_result_t wait_for(mpu_comm *c, MPI_Request *req, const char *fn, cons
     int done = 0;
     MPU_CHECK(check(MPI_Test(req, &done, MPI_STATUS_IGNORE), fn));
     if (done) return MPU_SUCCESS;
+    drive(); /* a peer may wait for a non-blocking call only this rank can start */
     if ((spins & 63) == 63) {
       double waited = MPI_Wtime() - start;
       if (waited > m->timeout_s) break;
@@ -438,6 +445,30 @@ static mpu_result_t wait_for(mpu_comm *c, MPI_Request *req, const char *fn, cons
   orphan_add(*req, m->blk, m->scratch, m->v, NULL); /* MPI may still write them */
   m->blk = NULL, m->scratch = NULL, m->v = NULL, m->scratch_cap = 0;
   return mpu__error(MPU_ERR_TIMEOUT, "%s", m->why);
+}
+
+/* A blocking call begins after the non-blocking calls issued before it on
+ * its communicator completed (it may read their outputs), driving every
+ * pending call meanwhile, under the communicator's timeout. */
+static mpu_result_t settle(mpu_comm *c, const char *fn) {
+  mpi_impl *m = impl_of(c);
+  double start = MPI_Wtime();
+  for (long spins = 0; m->nb_next != m->nb_issued; spins++) {
+    drive();
+    if (m->broken) return broken_error(m, fn);
+    if ((spins & 63) == 63) {
+      if (MPI_Wtime() - start > m->timeout_s) {
+        snprintf(m->why, sizeof m->why,
+                 "%s timed out after %.3g s waiting for the non-blocking calls issued before it "
+                 "(communicator of %d ranks)",
+                 fn, m->timeout_s, c->size);
+        m->broken = MPU_ERR_TIMEOUT;
+        return mpu__error(MPU_ERR_TIMEOUT, "%s", m->why);
+      }
+      sched_yield();
+    }
+  }
+  return MPU_SUCCESS;
 }
 
 /* The bytes of this rank's input a call carries in its signature block, or
@@ -468,6 +499,7 @@ static mpu_result_t enter(mpu_comm *c, const mpu__call *k, const char *fn, int *
   *done = 0;
   if (m->broken) return broken_error(m, fn);
   if (orphans) orphans_progress(0);
+  MPU_CHECK(settle(c, fn));
   if (!m->checked || c->size == 1) return MPU_SUCCESS;
   if (m->roll) roll_enter(m->roll);
   size_t carried = m->timed ? SIZE_MAX : carried_bytes(c, k);
@@ -478,17 +510,13 @@ static mpu_result_t enter(mpu_comm *c, const mpu__call *k, const char *fn, int *
     if (k->sig.kind != MPU_COLL_BROADCAST || c->rank == k->sig.root)
       memcpy(mine->data, src, carried);
   }
-  if (!m->timed) {
-    MPU_CHECK(check(MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, &m->blk[1],
-                                  (int)sizeof *mine, MPI_BYTE, m->comm),
-                    fn));
-  } else {
-    MPI_Request req;
-    MPU_CHECK(check(MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, &m->blk[1],
-                                   (int)sizeof *mine, MPI_BYTE, m->comm, &req),
-                    fn));
-    MPU_CHECK(wait_for(c, &req, fn, "waiting for every rank to enter the call"));
-  }
+  /* polled, never MPI's blocking call: while it waits, this rank starts the
+   * data phases of its non-blocking calls that peers may be waiting for */
+  MPI_Request req;
+  MPU_CHECK(check(MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, &m->blk[1],
+                                 (int)sizeof *mine, MPI_BYTE, m->comm, &req),
+                  fn));
+  MPU_CHECK(wait_for(c, &req, fn, "waiting for every rank to enter the call"));
   for (int p = 0; p < c->size; p++) /* the common case: every block says the same */
     if (memcmp(&m->blk[1 + p].sig, &mine->sig, sizeof mine->sig)) {
       MPU_CHECK(mpu__sig_compare(fn, &m->blk[1], sizeof *mine, c->size, c->world_ranks,
@@ -500,7 +528,7 @@ static mpu_result_t enter(mpu_comm *c, const mpu__call *k, const char *fn, int *
 }
 
 /* Complete a call whose inputs all arrived in the signature blocks. */
-static mpu_result_t finish_carried(mpu_comm *c, const mpu__call *k) {
+static mpu_result_t finish_carried(mpu_comm *c, const mpu__call *k, const carrier *blk) {
   MPU__CALL_ARGS(k);
   mpi_impl *m = impl_of(c);
   int n = c->size, me = c->rank;
@@ -510,23 +538,23 @@ static mpu_result_t finish_carried(mpu_comm *c, const mpu__call *k) {
   case MPU_COLL_ALL_REDUCE:
   case MPU_COLL_REDUCE:
     if (k->sig.kind == MPU_COLL_REDUCE && me != root) return MPU_SUCCESS;
-    for (int p = 0; p < n; p++) ptrs[p] = m->blk[1 + p].data;
+    for (int p = 0; p < n; p++) ptrs[p] = blk[1 + p].data;
     mpu__reduce(recv, ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   case MPU_COLL_REDUCE_SCATTER:
-    for (int p = 0; p < n; p++) ptrs[p] = m->blk[1 + p].data + (size_t)me * bytes;
+    for (int p = 0; p < n; p++) ptrs[p] = blk[1 + p].data + (size_t)me * bytes;
     mpu__reduce(recv, ptrs, n, count, dt, op, n);
     return MPU_SUCCESS;
   case MPU_COLL_ALL_GATHER:
     for (int p = 0; p < n && bytes; p++)
-      memcpy((char *)recv + (size_t)p * bytes, m->blk[1 + p].data, bytes);
+      memcpy((char *)recv + (size_t)p * bytes, blk[1 + p].data, bytes);
     return MPU_SUCCESS;
   case MPU_COLL_ALL_TO_ALL:
     for (int p = 0; p < n && bytes; p++)
-      memcpy((char *)recv + (size_t)p * bytes, m->blk[1 + p].data + (size_t)me * bytes, bytes);
+      memcpy((char *)recv + (size_t)p * bytes, blk[1 + p].data + (size_t)me * bytes, bytes);
     return MPU_SUCCESS;
   case MPU_COLL_BROADCAST:
-    if (me != root && bytes) memcpy(recv, m->blk[1 + root].data, bytes);
+    if (me != root && bytes) memcpy(recv, blk[1 + root].data, bytes);
     return MPU_SUCCESS;
   default: return MPU_SUCCESS; /* barrier: the exchange was the barrier */
   }
@@ -642,7 +670,7 @@ static mpu_result_t mpi_all_reduce(mpu_comm *c, const mpu__call *k) {
   size_t es = mpu_dtype_size(dt), bytes = count * es;
   int done;
   MPU_CHECK(enter(c, k, fn, &done));
-  if (done) return finish_carried(c, k);
+  if (done) return finish_carried(c, k, impl_of(c)->blk);
   MPU_CHECK(fits(fn, count, n));
   char *stacked = NULL;
   if (bytes * (size_t)n <= SMALL_BYTES) {
@@ -673,7 +701,7 @@ static mpu_result_t mpi_reduce_scatter(mpu_comm *c, const mpu__call *k) {
   size_t bytes = count * mpu_dtype_size(dt);
   int done;
   MPU_CHECK(enter(c, k, fn, &done));
-  if (done) return finish_carried(c, k);
+  if (done) return finish_carried(c, k, impl_of(c)->blk);
   MPU_CHECK(fits(fn, count, n));
   char *stacked = NULL;
   MPU_CHECK(scratch(c, bytes * (size_t)n + 1, fn, &stacked));
@@ -748,7 +776,7 @@ static mpu_result_t mpi_reduce(mpu_comm *c, const mpu__call *k) {
   size_t es = mpu_dtype_size(dt), bytes = count * es;
   int done;
   MPU_CHECK(enter(c, k, fn, &done));
-  if (done) return finish_carried(c, k);
+  if (done) return finish_carried(c, k, impl_of(c)->blk);
   MPU_CHECK(fits(fn, count, n));
   if (n == 2) return reduce_pair(c, fn, send, recv, count, dt, op, root);
   char *stacked = NULL;
@@ -796,7 +824,7 @@ static mpu_result_t mpi_uneven(mpu_comm *c, const mpu__call *k) {
   size_t es = mpu_dtype_size(dt);
   int done;
   MPU_CHECK(enter(c, k, fn, &done));
-  if (done) return finish_carried(c, k);
+  if (done) return finish_carried(c, k, impl_of(c)->blk);
   MPU_CHECK(ints(c, fn, k->counts, v));
   if (k->sig.kind == MPU_COLL_ALL_GATHER_V) {
     MPU_CHECK(ints(c, fn, k->displs, v + n));
@@ -828,6 +856,344 @@ static mpu_result_t mpi_uneven(mpu_comm *c, const mpu__call *k) {
   return MPU_SUCCESS;
 }
 
+/* ---- non-blocking calls: started at issue, progressed by every wait ---------
+ *
+ * A non-blocking call starts when it is issued, so it progresses while its
+ * caller waits for something else (a wait in any order completes, as with
+ * MPI's own I-calls). Unchecked, the call is one MPI I-call at once (the
+ * reductions gather the inputs into the request's own buffer and reduce them
+ * in rank order when it completes: mpu's bits). Checked, the signature
+ * MPI_Iallgather starts at once on the communicator, in issue order with the
+ * blocking calls' signatures; the data phase, the same single I-call, starts
+ * once the signatures matched, on a duplicate of the communicator (`nb`),
+ * where data phases start in issue order on every rank (MPI's rule for a
+ * communicator's collectives). Only mpu code can start a data phase, so every
+ * wait, test, recv and blocking call's signature exchange drives every pending
+ * call of the process (drive). The backend is FUNNELED: one thread calls MPI,
+ * so the list needs no lock. */
+
+enum { NB_SIG, NB_READY, NB_DATA, NB_DONE };
+
+typedef struct nbreq {
+  struct nbreq *next; /* every pending call of the process, in issue order */
+  mpu_comm *c;
+  mpu__call call;
+  const char *fn;
+  int phase;
+  int counted;       /* its turn in the communicator's data-phase order is taken */
+  uint64_t seq;      /* issue number among the communicator's checked calls */
+  MPI_Request req;
+  mpu_result_t result;
+  char message[512];
+  carrier *blk;      /* [1 + size]: the signatures (checked) */
+  char *buf;         /* the gathered inputs of a reduction */
+  int *v;            /* [4 * size]: the v-calls' counts and displacements */
+  const void **ptrs; /* [size]: the reduction's sources */
+} nbreq;
+
+static nbreq *nb_head, *nb_tail;
+
+static const char *coll_fn(int kind) {
+  static const char *const names[MPU_COLL_KINDS] = {
+      "mpu_comm_iall_reduce", "mpu_comm_iall_gather", "mpu_comm_ireduce_scatter",
+      "mpu_comm_ibroadcast", "mpu_comm_ireduce", "mpu_comm_iall_to_all", "mpu_comm_ibarrier",
+      "mpu_comm_iall_gather_v", "mpu_comm_ireduce_scatter_v", "mpu_comm_iall_to_all_v"};
+  return kind >= 0 && kind < MPU_COLL_KINDS ? names[kind] : "mpu non-blocking call";
+}
+
+static void nb_fail(nbreq *q, mpu_result_t r) {
+  q->phase = NB_DONE;
+  q->result = r;
+  snprintf(q->message, sizeof q->message, "%s", mpu_last_error());
+}
+
+static int nb_finished(const nbreq *q) { return q->phase == NB_DONE && q->counted; }
+
+static void nb_free_bufs(nbreq *q) {
+  free(q->blk), free(q->buf), free(q->v), free(q->ptrs);
+  q->blk = NULL, q->buf = NULL, q->v = NULL, q->ptrs = NULL;
+}
+
+/* The data phase: one MPI I-call over `w` (the caller's buffers, or the
+ * request's own where a reduction follows). */
+static mpu_result_t nb_data_start(nbreq *q, MPI_Comm w) {
+  mpu__call *k = &q->call;
+  MPU__CALL_ARGS(k);
+  mpu_comm *c = q->c;
+  const char *fn = q->fn;
+  int n = c->size, me = c->rank, *v = q->v;
+  size_t es = mpu_dtype_size(dt), bytes = count * es;
+  MPI_Datatype t = bits_of(dt);
+  switch (k->sig.kind) {
+  case MPU_COLL_ALL_REDUCE:
+    MPU_CHECK(fits(fn, count, n));
+    return check(MPI_Iallgather(send, (int)count, t, q->buf, (int)count, t, w, &q->req), fn);
+  case MPU_COLL_ALL_GATHER: {
+    const char *in_place = (const char *)recv + (size_t)me * bytes;
+    MPU_CHECK(fits(fn, count, n));
+    return check(MPI_Iallgather(send == in_place ? MPI_IN_PLACE : send, (int)count, t, recv,
+                                (int)count, t, w, &q->req),
+                 fn);
+  }
+  case MPU_COLL_REDUCE_SCATTER:
+    MPU_CHECK(fits(fn, count, n));
+    return check(MPI_Ialltoall(send, (int)count, t, q->buf, (int)count, t, w, &q->req), fn);
+  case MPU_COLL_BROADCAST:
+    MPU_CHECK(fits(fn, count, 1));
+    return check(MPI_Ibcast(recv, (int)count, t, root, w, &q->req), fn);
+  case MPU_COLL_REDUCE:
+    MPU_CHECK(fits(fn, count, n));
+    if (n == 2) { /* one combine in rank order: MPI's reduce with mpu's kernel */
+      MPU_CHECK(pair_setup(fn));
+      const void *s = me == root && send == recv ? MPI_IN_PLACE : send;
+      return check(MPI_Ireduce(s, me == root ? recv : NULL, (int)count, pair_types[dt], pair_ops[op],
+                               root, w, &q->req),
+                   fn);
+    }
+    return check(MPI_Igather(send, (int)count, t, q->buf, (int)count, t, root, w, &q->req), fn);
+  case MPU_COLL_ALL_TO_ALL:
+    MPU_CHECK(fits(fn, count, n));
+    return check(MPI_Ialltoall(send, (int)count, t, recv, (int)count, t, w, &q->req), fn);
+  case MPU_COLL_BARRIER: return check(MPI_Ibarrier(w, &q->req), fn);
+  case MPU_COLL_ALL_GATHER_V: {
+    char *mine = (char *)recv + k->displs[me] * es;
+    if (mine != send && k->counts[me]) memcpy(mine, send, k->counts[me] * es);
+    return check(MPI_Iallgatherv(MPI_IN_PLACE, 0, t, recv, v, v + n, t, w, &q->req), fn);
+  }
+  case MPU_COLL_ALL_TO_ALL_V:
+    return check(MPI_Ialltoallv(send, v, v + n, t, recv, v + 2 * n, v + 3 * n, t, w, &q->req), fn);
+  default: /* reduce_scatter_v: block k of every input to rank k, stacked */
+    return check(MPI_Ialltoallv(send, v, v + n, t, q->buf, v + 2 * n, v + 3 * n, t, w, &q->req),
+                 fn);
+  }
+}
+
+/* The data phase completed: the reductions reduce in rank order. */
+static void nb_data_finish(nbreq *q) {
+  mpu__call *k = &q->call;
+  MPU__CALL_ARGS(k);
+  int n = q->c->size;
+  size_t es = mpu_dtype_size(dt), per = count;
+  switch (k->sig.kind) {
+  case MPU_COLL_REDUCE:
+    if (n == 2 || q->c->rank != root) return;
+    break;
+  case MPU_COLL_REDUCE_SCATTER_V: per = k->counts[q->c->rank]; break;
+  case MPU_COLL_ALL_REDUCE: case MPU_COLL_REDUCE_SCATTER: break;
+  default: return;
+  }
+  for (int p = 0; p < n; p++) q->ptrs[p] = q->buf + (size_t)p * per * es;
+  mpu__reduce(recv, q->ptrs, n, per, dt, op, n);
+}
+
+/* Buffers and int counts for the data phase (checked where a call can
+ * fail, before anything starts). */
+static mpu_result_t nb_prepare(nbreq *q) {
+  mpu__call *k = &q->call;
+  mpu_comm *c = q->c;
+  const char *fn = q->fn;
+  int n = c->size, kind = k->sig.kind;
+  size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype), count = (size_t)k->sig.count, stack = 0;
+  q->v = calloc(4 * (size_t)n, sizeof *q->v);
+  q->ptrs = calloc((size_t)n, sizeof *q->ptrs);
+  if (!q->v || !q->ptrs) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", fn);
+  int *v = q->v;
+  if (kind == MPU_COLL_ALL_GATHER_V || kind == MPU_COLL_ALL_TO_ALL_V) {
+    MPU_CHECK(ints(c, fn, k->counts, v));
+    MPU_CHECK(ints(c, fn, k->displs, v + n));
+    if (kind == MPU_COLL_ALL_TO_ALL_V) {
+      MPU_CHECK(ints(c, fn, k->rcounts, v + 2 * n));
+      MPU_CHECK(ints(c, fn, k->rdispls, v + 3 * n));
+    }
+  } else if (kind == MPU_COLL_REDUCE_SCATTER_V) {
+    size_t mine = k->counts[c->rank], off = 0;
+    MPU_CHECK(ints(c, fn, k->counts, v));
+    for (int p = 0; p < n; p++) {
+      if (off > (size_t)INT_MAX) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: offset %zu", fn, off);
+      v[n + p] = (int)off;
+      off += k->counts[p];
+    }
+    MPU_CHECK(fits(fn, mine, n));
+    for (int p = 0; p < n; p++) v[2 * n + p] = (int)mine, v[3 * n + p] = (int)((size_t)p * mine);
+    stack = mine;
+  } else if (kind == MPU_COLL_ALL_REDUCE || kind == MPU_COLL_REDUCE_SCATTER ||
+             (kind == MPU_COLL_REDUCE && n > 2 && c->rank == k->sig.root)) {
+    MPU_CHECK(fits(fn, count, n));
+    stack = count;
+  }
+  if (stack) {
+    size_t bytes;
+    if (__builtin_mul_overflow(stack * es, (size_t)n, &bytes))
+      return mpu__error(MPU_ERR_UNSUPPORTED, "%s: %zu elements x %d ranks", fn, stack, n);
+    q->buf = malloc(bytes);
+    if (!q->buf) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, bytes);
+  }
+  return MPU_SUCCESS;
+}
+
+/* Start the data phase of q (its turn has come), or finish it. */
+static void nb_begin_data(nbreq *q) {
+  mpi_impl *m = impl_of(q->c);
+  mpu_result_t r = m->broken ? broken_error(m, q->fn) : nb_data_start(q, m->checked ? m->nb : m->comm);
+  if (r) nb_fail(q, r);
+  else q->phase = NB_DATA;
+}
+
+/* One pass over every pending call of the process, in issue order. */
+static void drive(void) {
+  for (nbreq *q = nb_head; q; q = q->next) {
+    mpu_comm *c = q->c;
+    mpi_impl *m = impl_of(c);
+    if (m->broken && !nb_finished(q)) { /* a timeout broke it: MPI keeps the call */
+      q->phase = NB_DONE, q->counted = 1, q->result = m->broken;
+      snprintf(q->message, sizeof q->message, "%s: communicator is broken: %s", q->fn, m->why);
+      continue;
+    }
+    if (q->phase == NB_SIG || q->phase == NB_DATA) {
+      int done = 0;
+      mpu_result_t r = check(MPI_Test(&q->req, &done, MPI_STATUS_IGNORE), q->fn);
+      if (r) {
+        nb_fail(q, r);
+      } else if (done && q->phase == NB_DATA) {
+        nb_data_finish(q);
+        q->phase = NB_DONE;
+      } else if (done) { /* the signatures came */
+        q->phase = NB_READY;
+        for (int p = 0; p < c->size; p++)
+          if (memcmp(&q->blk[1 + p].sig, &q->blk[0].sig, sizeof q->blk[0].sig)) {
+            r = mpu__sig_compare(q->fn, &q->blk[1], sizeof *q->blk, c->size, c->world_ranks,
+                                 MPU__CHECK_ALL);
+            if (r) nb_fail(q, r);
+            break;
+          }
+        if (q->phase == NB_READY && carried_bytes(c, &q->call) != SIZE_MAX && !m->timed) {
+          /* the inputs rode with the signatures */
+          finish_carried(c, &q->call, q->blk);
+          q->phase = NB_DONE;
+        }
+      }
+    }
+    /* the communicator's calls run one after the other in issue order, as
+     * the blocking ones do (a later call may read an earlier one's output):
+     * a data phase starts when the one before it completed (a failed or
+     * carried call takes its turn without one, on every rank alike) */
+    if (!q->counted && q->seq == m->nb_next) {
+      if (q->phase == NB_READY) nb_begin_data(q);
+      if (q->phase == NB_DONE) q->counted = 1, m->nb_next++;
+    }
+  }
+}
+
+static void nb_unlink(nbreq *q) {
+  nbreq *prev = NULL;
+  for (nbreq *p = nb_head; p; prev = p, p = p->next)
+    if (p == q) {
+      if (prev) prev->next = q->next;
+      else nb_head = q->next;
+      if (nb_tail == q) nb_tail = prev;
+      return;
+    }
+}
+
+
+static mpu_result_t mpi_start_nb(mpu_comm *c, const mpu__call *call, void **handle) {
+  mpi_impl *m = impl_of(c);
+  *handle = NULL;
+  nbreq *q = calloc(1, sizeof *q);
+  if (!q) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", coll_fn(call->sig.kind));
+  q->c = c, q->call = *call, q->fn = coll_fn(call->sig.kind), q->req = MPI_REQUEST_NULL;
+  mpu_result_t r = m->broken ? broken_error(m, q->fn) : nb_prepare(q);
+  if (!r && orphans) orphans_progress(0);
+  if (!r && m->checked) {
+    size_t carried = m->timed ? SIZE_MAX : carried_bytes(c, call);
+    q->blk = calloc((size_t)c->size + 1, sizeof *q->blk);
+    if (!q->blk) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a request", q->fn);
+    if (!r) {
+      q->blk[0].sig = call->sig;
+      if (carried != SIZE_MAX && carried &&
+          (call->sig.kind != MPU_COLL_BROADCAST || c->rank == call->sig.root))
+        memcpy(q->blk[0].data, call->sig.kind == MPU_COLL_BROADCAST ? call->recv : call->send,
+               carried);
+      r = check(MPI_Iallgather(&q->blk[0], (int)sizeof *q->blk, MPI_BYTE, &q->blk[1],
+                               (int)sizeof *q->blk, MPI_BYTE, m->comm, &q->req),
+                q->fn);
+      q->phase = NB_SIG;
+      q->seq = m->nb_issued++;
+    }
+  } else if (!r) { /* unchecked: the data phase at once where no earlier call is pending */
+    q->phase = NB_READY;
+    q->seq = m->nb_issued++;
+  }
+  if (r) { /* nothing was started */
+    nb_free_bufs(q);
+    free(q);
+    return r;
+  }
+  if (nb_tail) nb_tail->next = q;
+  else nb_head = q;
+  nb_tail = q;
+  drive();
+  *handle = q;
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t nb_result(nbreq *q) {
+  if (!q->result) return MPU_SUCCESS;
+  return mpu__error(q->result, "%s", q->message);
+}
+
+static mpu_result_t mpi_test(mpu_comm *c, void *handle, int *done) {
+  (void)c;
+  nbreq *q = handle;
+  drive();
+  *done = nb_finished(q);
+  return *done ? nb_result(q) : MPU_SUCCESS;
+}
+
+/* Polls every pending call until q completes. timeout_s < 0: the
+ * communicator's timeout, after which it is broken (as a blocking call);
+ * otherwise q stays pending. */
+static mpu_result_t mpi_wait(mpu_comm *c, void *handle, double timeout_s) {
+  nbreq *q = handle;
+  mpi_impl *m = impl_of(c);
+  double limit = timeout_s < 0 ? m->timeout_s : timeout_s, start = MPI_Wtime();
+  for (long spins = 0;; spins++) {
+    drive();
+    if (nb_finished(q)) return nb_result(q);
+    if ((spins & 63) == 63) {
+      if (MPI_Wtime() - start > limit) break;
+      sched_yield(); /* ranks may outnumber cores: let the late one run */
+    }
+  }
+  if (timeout_s >= 0)
+    return mpu__error(MPU_ERR_TIMEOUT, "%s: not complete within %.3g s", q->fn, timeout_s);
+  snprintf(m->why, sizeof m->why,
+           "%s timed out after %.3g s %s (communicator of %d ranks: MPI cannot name the missing "
+           "ones of a non-blocking call)",
+           q->fn, limit,
+           q->phase == NB_SIG ? "waiting for every rank to enter the call" : DATA_PHASE, c->size);
+  m->broken = MPU_ERR_TIMEOUT;
+  return mpu__error(MPU_ERR_TIMEOUT, "%s", m->why);
+}
+
+/* Never blocks: a call MPI still runs keeps its buffers in the orphans. */
+static void mpi_release(mpu_comm *c, void *handle) {
+  (void)c;
+  nbreq *q = handle;
+  nb_unlink(q);
+  if (q->req != MPI_REQUEST_NULL) {
+    int done = 0;
+    MPI_Test(&q->req, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      impl_of(q->c)->orphaned++;
+      orphan_add(q->req, q->blk, q->buf, q->v, (void *)q->ptrs);
+      q->blk = NULL, q->buf = NULL, q->v = NULL, q->ptrs = NULL;
+    }
+  }
+  nb_free_bufs(q);
+  free(q);
+}
+
 /* The backend's start: every call runs to its end here. */
 static mpu_result_t mpi_all_gather(mpu_comm *c, const mpu__call *k);
 static mpu_result_t mpi_broadcast(mpu_comm *c, const mpu__call *k);
@@ -853,7 +1219,7 @@ static mpu_result_t mpi_all_gather(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_all_gather";
   int done;
   MPU_CHECK(enter(c, k, fn, &done));
-  if (done) return finish_carried(c, k);
+  if (done) return finish_carried(c, k, impl_of(c)->blk);
   MPU_CHECK(fits(fn, count, c->size));
   const char *in_place = (const char *)recv + (size_t)c->rank * count * mpu_dtype_size(dt);
   return x_allgather(c, fn, send == in_place ? MPI_IN_PLACE : send, recv, (int)count,
@@ -865,7 +1231,7 @@ static mpu_result_t mpi_broadcast(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_broadcast";
   int done;
   MPU_CHECK(enter(c, k, fn, &done));
-  if (done) return finish_carried(c, k);
+  if (done) return finish_carried(c, k, impl_of(c)->blk);
   MPU_CHECK(fits(fn, count, 1));
   return x_bcast(c, fn, recv, (int)count, bits_of(dt), root);
 }
@@ -875,7 +1241,7 @@ static mpu_result_t mpi_all_to_all(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_all_to_all";
   int done;
   MPU_CHECK(enter(c, k, fn, &done));
-  if (done) return finish_carried(c, k);
+  if (done) return finish_carried(c, k, impl_of(c)->blk);
   MPU_CHECK(fits(fn, count, c->size));
   return x_alltoall(c, fn, send, recv, (int)count, bits_of(dt));
 }
@@ -885,7 +1251,7 @@ static mpu_result_t mpi_barrier(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_barrier";
   int done;
   MPU_CHECK(enter(c, k, fn, &done));
-  if (done) return finish_carried(c, k);
+  if (done) return finish_carried(c, k, impl_of(c)->blk);
   return check(MPI_Barrier(comm_of(c)), fn);
 }
 
@@ -944,6 +1310,7 @@ static mpu_result_t mpi_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt,
     int found = 0;
     MPU_CHECK(check(MPI_Improbe(peer, MPI_ANY_TAG, m->comm, &found, &msg, &st), fn));
     if (found) break;
+    drive(); /* the sender may wait for a non-blocking call of ours first */
     if ((spins & 63) == 63) {
       if (MPI_Wtime() - start > m->timeout_s) {
         /* nothing of ours is pending: the communicator stays usable */
@@ -980,10 +1347,17 @@ static mpu_result_t wrap(MPI_Comm newcomm, int checked, double timeout_s, mpu_co
   MPI_Comm notes = MPI_COMM_NULL; /* the roll's, first: MPI_Comm_dup is collective */
   if (checked && isfinite(timeout_s) && size > 1 && MPI_Comm_dup(newcomm, &notes) != MPI_SUCCESS)
     notes = MPI_COMM_NULL;
+  MPI_Comm nb = MPI_COMM_NULL; /* where checked non-blocking calls move their data */
+  if (checked && size > 1 && MPI_Comm_dup(newcomm, &nb) != MPI_SUCCESS) {
+    if (notes != MPI_COMM_NULL) MPI_Comm_free(&notes);
+    MPI_Comm_free(&newcomm);
+    return mpu__error(MPU_ERR_BACKEND, "%s: MPI_Comm_dup failed", fn);
+  }
   mpi_impl *impl = calloc(1, sizeof *impl);
   int *mine = malloc((size_t)size * sizeof(int)), *world = malloc((size_t)size * sizeof(int));
   mpu_comm *c = NULL;
   if (impl) {
+    impl->nb = MPI_COMM_NULL;
     impl->blk = calloc((size_t)size + 1, sizeof *impl->blk);
     impl->v = calloc(4 * (size_t)size, sizeof(int));
     impl->ptrs = calloc((size_t)size, sizeof *impl->ptrs);
@@ -1002,12 +1376,16 @@ static mpu_result_t wrap(MPI_Comm newcomm, int checked, double timeout_s, mpu_co
     impl->timed = checked && isfinite(timeout_s);
     impl->roll = roll_make(notes, size, rank, timeout_s);
     notes = MPI_COMM_NULL;
+    impl->nb = nb;
+    nb = MPI_COMM_NULL;
     c = mpu__comm_new(&mpi_ops, rank, size, world, impl);
   }
   free(mine);
   free(world);
   if (notes != MPI_COMM_NULL) MPI_Comm_free(&notes);
   if (!c) {
+    if (impl && impl->nb != MPI_COMM_NULL) MPI_Comm_free(&impl->nb);
+    if (nb != MPI_COMM_NULL) MPI_Comm_free(&nb);
     if (impl) free(impl->blk), free(impl->v), free(impl->ptrs), roll_free(impl->roll);
     free(impl);
     MPI_Comm_free(&newcomm);
@@ -1021,6 +1399,7 @@ static mpu_result_t mpi_create_group(mpu_comm *c, const int *members, int n, mpu
   static const char fn[] = "mpu_comm_create_group";
   mpi_impl *m = impl_of(c);
   if (m->broken) return broken_error(m, fn);
+  MPU_CHECK(settle(c, fn)); /* a collective of the communicator: after the calls before it */
   MPI_Group parent, group;
   MPI_Comm newcomm = MPI_COMM_NULL;
   MPU_CHECK(check(MPI_Comm_group(comm_of(c), &parent), fn));
@@ -1036,6 +1415,7 @@ static mpu_result_t mpi_split(mpu_comm *c, int color, int key, mpu_comm **out) {
   static const char fn[] = "mpu_comm_split";
   mpi_impl *m = impl_of(c);
   if (m->broken) return broken_error(m, fn);
+  MPU_CHECK(settle(c, fn)); /* a collective of the communicator: after the calls before it */
   MPI_Comm newcomm = MPI_COMM_NULL;
   MPU_CHECK(check(MPI_Comm_split(comm_of(c), color == MPU_COMM_SPLIT_NOCOLOR ? MPI_UNDEFINED : color,
                                  key, &newcomm),
@@ -1070,7 +1450,14 @@ static void mpi_destroy(mpu_comm *c) {
   free(m->v);
   free(m->ptrs);
   roll_free(m->roll);
-  MPI_Comm_free(&m->comm); /* local in MPI: pending requests still complete */
+  if (m->orphaned) {
+    /* Open MPI's non-blocking collectives crash when their communicator is
+     * freed under them: a communicator with calls still running stays with
+     * MPI until it finalizes */
+  } else {
+    if (m->nb != MPI_COMM_NULL) MPI_Comm_free(&m->nb);
+    MPI_Comm_free(&m->comm); /* local in MPI: pending requests still complete */
+  }
   free(m);
 }
 
@@ -1140,6 +1527,10 @@ static void mpi_caps(const mpu_comm *c, mpu_comm_caps *caps) {
 static const mpu__comm_ops mpi_ops = {
     .name = "mpi",
     .start = mpi_start,
+    .start_nb = mpi_start_nb,
+    .test = mpi_test,
+    .wait = mpi_wait,
+    .release = mpi_release,
     .send = mpi_send,
     .recv = mpi_recv,
     .create_group = mpi_create_group,
