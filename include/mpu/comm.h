@@ -416,11 +416,11 @@ MPU_API void mpu_comm_clock_reset(void);
  * member starts it, that member's start moving the data; NCCL: enqueued on
  * the stream; fake: nothing moves, a call is done at once), a member that
  * started a call computes while it runs, and requests may be waited for in
- * any order, on one communicator or several. The MPI backend queues the
- * call and runs it at the first wait or test of it or of a later request on
- * the communicator, or before the next blocking call on it (so test may
- * block as the call would, and waits on two communicators must come in the
- * same order on every rank). A blocking call sees the results of the
+ * any order, on one communicator or several. On MPI a call starts at issue
+ * (MPI's I-calls) and every wait, test, recv or checked call of the process
+ * moves the pending ones on, so waits may come in any order there too (a
+ * rank inside an unchecked blocking MPI call starts nothing meanwhile). A
+ * blocking call sees the results of the
  * non-blocking calls issued before it on its communicator. A request is
  * completed and freed by mpu_request_wait, by mpu_request_test when it sets
  * *done, or handed over by mpu_request_free; its result is the call's.
