@@ -38,6 +38,18 @@ static __attribute__((unused)) char messages[TEST_MAX_RANKS][512];
     RCHECK(!e_, "%s: %s", #call, mpu_last_error());                          \
   } while (0)
 
+/* The MPI process tests' check: prints the failure with the process's
+ * `rank` and counts it in `failures` (both in scope), and goes on. */
+#define MCHECK(cond, ...)                                                    \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);         \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, " (last error: %s)\n", mpu_last_error());              \
+      failures++;                                                            \
+    }                                                                        \
+  } while (0)
+
 /* float32 views of n elements and of rows x cols */
 static inline __attribute__((unused)) mpu_tensor test_vec(float *d, int n) {
   mpu_tensor t;

@@ -14,18 +14,11 @@
 #include <string.h>
 
 #include "mpu.h"
+#include "test_helpers.h"
 
 static int rank, size, failures;
 
-#define CHECK(cond, ...)                                                 \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);     \
-      fprintf(stderr, __VA_ARGS__);                                      \
-      fprintf(stderr, " (last error: %s)\n", mpu_last_error());          \
-      failures++;                                                        \
-    }                                                                    \
-  } while (0)
+#define CHECK MCHECK
 
 static mpu_comm *fresh(int checks) {
   mpu_mpi_options o = MPU_MPI_OPTIONS_INIT;
