@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "comm/mpi_internal.h"
 #include "core/error.h"
 #include "core/options.h"
 
@@ -358,9 +359,10 @@ static void drain(MPI_Comm comm) {
   for (;;) {
     int flag = 0;
     MPI_Status st;
-    note n;
+    int64_t late[MPU__MPI_LATE_WORDS]; /* a note, or an abort channel's message */
     if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &st) != MPI_SUCCESS || !flag) return;
-    MPI_Recv(&n, 2, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, comm, MPI_STATUS_IGNORE);
+    MPI_Recv(late, MPU__MPI_LATE_WORDS, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, comm,
+             MPI_STATUS_IGNORE);
   }
 }
 
@@ -376,6 +378,10 @@ static void retire(MPI_Comm comm) {
   }
   retired[nretired++] = comm;
 }
+
+void mpu__mpi_retire(MPI_Comm comm) { retire(comm); }
+
+void mpu__mpi_orphan_add(MPI_Request req, void *buf) { orphan_add(req, buf, NULL, NULL, NULL); }
 
 /* At finalize: every late note read, every duplicate freed. */
 static void retired_free(void) {
@@ -1148,7 +1154,13 @@ static const mpu__comm_ops mpi_ops = {
     .native = mpi_native,
     .caps = mpi_caps,
     .destroy = mpi_destroy,
+    .oob_open = mpu__mpi_oob_open,
+    .oob_post = mpu__mpi_oob_post,
+    .oob_poll = mpu__mpi_oob_poll,
+    .oob_close = mpu__mpi_oob_close,
 };
+
+MPI_Comm mpu__mpi_comm_of(const mpu_comm *c) { return impl_of(c)->comm; }
 
 /* ---- entry points --------------------------------------------------------------- */
 
