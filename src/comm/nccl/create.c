@@ -89,6 +89,15 @@ static mpu_result_t init_under_deadline(nccl_impl *m, int rank, int n, const ncc
   return MPU_SUCCESS;
 }
 
+/* The twin's out-of-band channel (opened collectively over host) as m's:
+ * aborts reach members in other processes. */
+static void attach_channel(nccl_impl *m, const mpu_comm *host, void *channel) {
+  m->oob_post_abort = host->ops->oob_post;
+  m->oob_poll_abort = host->ops->oob_poll;
+  m->oob_free = host->ops->oob_close;
+  m->oob_ctx = channel;
+}
+
 /* Join an NCCL communicator of n ranks as `rank` with the given id. */
 static mpu_result_t make(int rank, int n, const ncclUniqueId *id, int device, void *stream,
                          double timeout_s, mpu_comm *host, int own_host, const int *world,
@@ -99,12 +108,7 @@ static mpu_result_t make(int rank, int n, const ncclUniqueId *id, int device, vo
     if (channel) host->ops->oob_close(channel);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   }
-  if (channel) { /* the twin's channel: aborts reach members in other processes */
-    m->oob_post_abort = host->ops->oob_post;
-    m->oob_poll_abort = host->ops->oob_poll;
-    m->oob_free = host->ops->oob_close;
-    m->oob_ctx = channel;
-  }
+  if (channel) attach_channel(m, host, channel);
   m->device = device;
   m->timeout_s = timeout_s;
   m->host = host;
@@ -273,14 +277,26 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
   MPU_CHECK(mpu__nccl_usable(c, fn));
   mpu_comm *twin = NULL;
   if (m->host) MPU_CHECK(mpu_comm_split(m->host, color, key, &twin));
+  /* a twin spanning processes lends its channel: opened first, collective
+   * over the twin's members, before anything that can fail on one alone */
+  void *channel = NULL;
+  if (twin && twin->ops->oob_open) {
+    mpu_result_t ro = twin->ops->oob_open(twin, &channel);
+    if (ro) {
+      mpu_comm_destroy(twin);
+      return ro;
+    }
+  }
   int split_no = ++m->splits; /* the same on every member: splits are collective */
   nccl_impl *nm = calloc(1, sizeof *nm);
   if (!nm) {
+    if (channel) twin->ops->oob_close(channel);
     mpu_comm_destroy(twin);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   }
   nm->host = twin;
   nm->own_host = twin != NULL;
+  if (channel) attach_channel(nm, twin, channel);
   /* every rank of c takes part, NOCOLOR ones too (they get no communicator):
    * NCCL's split is collective over the parent */
   ncclConfig_t cfg = nonblocking_config();
