@@ -32,6 +32,18 @@ static __attribute__((unused)) char messages[TEST_MAX_RANKS][512];
     }                                                                        \
   } while (0)
 
+/* A check in a program of its own (under mpirun): says what failed on which
+ * rank, counts it in the program's `failures`, and goes on. */
+#define PCHECK(cond, ...)                                                    \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "rank %d: %s:%d: ", (TEST_RANK), __FILE__, __LINE__);  \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, " (last error: %s)\n", mpu_last_error());             \
+      failures++;                                                            \
+    }                                                                        \
+  } while (0)
+
 #define ROK(call)                                                            \
   do {                                                                       \
     mpu_result_t e_ = (call);                                                \

@@ -23,15 +23,7 @@
 static int rank, size, failures;
 static mpu_comm *ctl;
 
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fprintf(stderr, " (last error: %s)\n", mpu_last_error());   \
-      failures++;                                                 \
-    }                                                             \
-  } while (0)
+#define CHECK PCHECK
 
 
 static mpu_comm *fresh(double timeout_s, int checks) {

@@ -13,18 +13,11 @@
 
 #include "comm/comm_internal.h"
 #include "mpu.h"
+#include "test_helpers.h"
 
 static int rank, size, failures;
 
-#define CHECK(cond, ...)                                             \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                  \
-      fprintf(stderr, " (last error: %s)\n", mpu_last_error());      \
-      failures++;                                                    \
-    }                                                                \
-  } while (0)
+#define CHECK PCHECK
 
 static double now(void) {
   struct timespec t;

@@ -69,12 +69,10 @@ static mpu_result_t absent(mpu_comm *world, void *arg) {
   return leave(world, nc); /* rank 1 leaves only after rank 0 gave up */
 }
 
-/* rank 1 aborts while rank 0 waits */
-static mpu_result_t aborted(mpu_comm *world, void *arg) {
-  (void)arg;
-  int me;
-  mpu_comm *nc = NULL;
-  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
+/* rank 1 aborts while rank 0 waits: NCCL does not tell the peers of an
+ * aborted rank (on NVLink, P2P, SHM; nor does the double), the abort reaches
+ * rank 0 out of band, within a second, long before the 30 s watchdog */
+static mpu_result_t one_aborts(int me, mpu_comm *nc) {
   float x[4] = {1, 2, 3, 4}, y[4];
   if (me == 1) {
     sleep_ms(100);
@@ -82,9 +80,6 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
     RCHECK(mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM) == MPU_ERR_ABORTED,
            "after abort: %s", mpu_last_error());
   } else {
-    /* NCCL does not tell the peers of an aborted rank (on NVLink, P2P, SHM;
-     * nor does the double): the abort reaches rank 0 through the host twin,
-     * within a second, long before the 30 s watchdog */
     double t0 = test_now();
     mpu_result_t r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
     RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 1.1, "peer aborted: %s after %.3f s (%s)",
@@ -92,7 +87,18 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
     RCHECK(strstr(mpu_last_error(), "rank 1 of this communicator"), "message: %s",
            mpu_last_error());
   }
-  return leave(world, nc);
+  return MPU_SUCCESS;
+}
+
+/* rank 1 aborts while rank 0 waits */
+static mpu_result_t aborted(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm *nc = NULL;
+  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
+  mpu_result_t r = one_aborts(me, nc);
+  leave(world, nc);
+  return r;
 }
 
 /* A host twin with an out-of-band channel (as the MPI backend's): the NCCL
@@ -154,23 +160,12 @@ static mpu_result_t twin_channel(mpu_comm *world, void *arg) {
   RCHECK(!mpu_comm_split(world, 0, me, &twin), "twin: %s", mpu_last_error());
   twin->ops = &twin_ops;
   RCHECK(!make(twin, 30, &nc), "create: %s", mpu_last_error());
-  float x[4] = {1, 2, 3, 4}, y[4];
-  if (me == 1) {
-    sleep_ms(100);
-    RCHECK(!mpu_comm_abort(nc), "abort");
-  } else {
-    double t0 = test_now();
-    mpu_result_t r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
-    RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 1.1, "peer aborted: %s after %.3f s (%s)",
-           mpu_result_name(r), test_now() - t0, mpu_last_error());
-    RCHECK(strstr(mpu_last_error(), "rank 1 of this communicator"), "message: %s",
-           mpu_last_error());
-  }
+  mpu_result_t r = one_aborts(me, nc);
   mpu_comm_barrier(world);
   mpu_comm_destroy(nc);
   twin->ops = threads_ops;
   mpu_comm_destroy(twin);
-  return MPU_SUCCESS;
+  return r;
 }
 
 /* a request outlives a wait_timeout */

@@ -381,7 +381,20 @@ static void retire(MPI_Comm comm) {
 
 void mpu__mpi_retire(MPI_Comm comm) { retire(comm); }
 
-void mpu__mpi_orphan_add(MPI_Request req, void *buf) { orphan_add(req, buf, NULL, NULL, NULL); }
+/* A send (or MPI_REQUEST_NULL) that may never be received, ended without
+ * blocking: done, or cancelled, its buffer freed; else left with the orphans. */
+void mpu__mpi_end_send(MPI_Request *req, void *buf) {
+  int done = 1;
+  if (*req != MPI_REQUEST_NULL) {
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      MPI_Cancel(req);
+      MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    }
+  }
+  if (done) free(buf);
+  else orphan_add(*req, buf, NULL, NULL, NULL);
+}
 
 /* At finalize: every late note read, every duplicate freed. */
 static void retired_free(void) {
@@ -398,18 +411,7 @@ static void retired_free(void) {
 static void roll_free(roll *r) {
   if (!r) return;
   roll_read(r);
-  for (int p = 0; p < r->size; p++) {
-    int done = 1;
-    if (r->out[p] != MPI_REQUEST_NULL) {
-      MPI_Test(&r->out[p], &done, MPI_STATUS_IGNORE);
-      if (!done) {
-        MPI_Cancel(&r->out[p]);
-        MPI_Test(&r->out[p], &done, MPI_STATUS_IGNORE);
-      }
-    }
-    if (done) free(r->out_buf[p]);
-    else orphan_add(r->out[p], r->out_buf[p], NULL, NULL, NULL);
-  }
+  for (int p = 0; p < r->size; p++) mpu__mpi_end_send(&r->out[p], r->out_buf[p]);
   retire(r->comm);
   free(r->reached), free(r->gave_up), free(r->out), free(r->out_buf), free(r);
 }

@@ -18,8 +18,9 @@ MPI_Comm mpu__mpi_comm_of(const mpu_comm *c);
 /* mpi.c: keep a duplicate until mpu_mpi_finalize, drain late messages then
  * (Open MPI gives a freed id to the next communicator made) */
 void mpu__mpi_retire(MPI_Comm comm);
-/* mpi.c: free buf once req completes (or MPI is finalised) */
-void mpu__mpi_orphan_add(MPI_Request req, void *buf);
+/* mpi.c: end a send that may never be received without blocking (cancel
+ * it, or keep buf until it completes or MPI is finalised) */
+void mpu__mpi_end_send(MPI_Request *req, void *buf);
 
 /* mpi_oob.c: the out-of-band abort channel (mpu__comm_ops.oob_*) */
 mpu_result_t mpu__mpi_oob_open(mpu_comm *c, void **ctx);

@@ -166,18 +166,7 @@ void mpu__mpi_oob_close(void *ctx) {
     return;
   }
   read_arrived(ch);
-  for (int p = 0; p < ch->size; p++) {
-    int done = 1;
-    if (ch->reqs[p] != MPI_REQUEST_NULL) {
-      MPI_Test(&ch->reqs[p], &done, MPI_STATUS_IGNORE);
-      if (!done) {
-        MPI_Cancel(&ch->reqs[p]);
-        MPI_Test(&ch->reqs[p], &done, MPI_STATUS_IGNORE);
-      }
-    }
-    if (done) free(ch->bufs[p]);
-    else mpu__mpi_orphan_add(ch->reqs[p], ch->bufs[p]);
-  }
+  for (int p = 0; p < ch->size; p++) mpu__mpi_end_send(&ch->reqs[p], ch->bufs[p]);
   mpu__mpi_retire(ch->comm);
   pthread_mutex_destroy(&ch->lock);
   free(ch->reqs), free(ch->bufs), free(ch);
