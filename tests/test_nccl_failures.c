@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "comm/comm_internal.h" /* a twin with the channel ops */
 #include "mpu.h"
 
 #define TEST_RANK me
@@ -68,12 +69,10 @@ static mpu_result_t absent(mpu_comm *world, void *arg) {
   return leave(world, nc); /* rank 1 leaves only after rank 0 gave up */
 }
 
-/* rank 1 aborts while rank 0 waits */
-static mpu_result_t aborted(mpu_comm *world, void *arg) {
-  (void)arg;
-  int me;
-  mpu_comm *nc = NULL;
-  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
+/* rank 1 aborts while rank 0 waits: NCCL does not tell the peers of an
+ * aborted rank (on NVLink, P2P, SHM; nor does the double), the abort reaches
+ * rank 0 out of band, within a second, long before the 30 s watchdog */
+static mpu_result_t one_aborts(int me, mpu_comm *nc) {
   float x[4] = {1, 2, 3, 4}, y[4];
   if (me == 1) {
     sleep_ms(100);
@@ -81,9 +80,6 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
     RCHECK(mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM) == MPU_ERR_ABORTED,
            "after abort: %s", mpu_last_error());
   } else {
-    /* NCCL does not tell the peers of an aborted rank (on NVLink, P2P, SHM;
-     * nor does the double): the abort reaches rank 0 through the host twin,
-     * within a second, long before the 30 s watchdog */
     double t0 = test_now();
     mpu_result_t r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
     RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 1.1, "peer aborted: %s after %.3f s (%s)",
@@ -91,7 +87,85 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
     RCHECK(strstr(mpu_last_error(), "rank 1 of this communicator"), "message: %s",
            mpu_last_error());
   }
-  return leave(world, nc);
+  return MPU_SUCCESS;
+}
+
+/* rank 1 aborts while rank 0 waits */
+static mpu_result_t aborted(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm *nc = NULL;
+  RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
+  mpu_result_t r = one_aborts(me, nc);
+  leave(world, nc);
+  return r;
+}
+
+/* A host twin with an out-of-band channel (as the MPI backend's): the NCCL
+ * communicator opens it once per member when it is made, posts its abort
+ * there rather than on the in-process board, its peer's wait polls it, and
+ * destroy closes it. The twin is the threads world with the channel's ops
+ * added (the NCCL double cannot span processes to use MPI's). */
+static struct {
+  pthread_mutex_t lock;
+  int opens, closes, posts, polls, poster;
+  char why[128];
+} chan = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, -1, ""};
+
+static mpu_result_t chan_open(mpu_comm *c, void **ctx) {
+  pthread_mutex_lock(&chan.lock);
+  chan.opens++;
+  pthread_mutex_unlock(&chan.lock);
+  *ctx = &chan;
+  return MPU_SUCCESS;
+}
+static void chan_post(void *ctx, int rank, const char *why) {
+  pthread_mutex_lock(&chan.lock);
+  if (chan.poster < 0) chan.poster = rank, snprintf(chan.why, sizeof chan.why, "%s", why);
+  chan.posts++;
+  pthread_mutex_unlock(&chan.lock);
+}
+static int chan_poll(void *ctx, int *who, char *why, size_t len) {
+  pthread_mutex_lock(&chan.lock);
+  chan.polls++;
+  int heard = chan.poster >= 0;
+  if (heard) *who = chan.poster, snprintf(why, len, "%s", chan.why);
+  pthread_mutex_unlock(&chan.lock);
+  return heard;
+}
+static void chan_close(void *ctx) {
+  pthread_mutex_lock(&chan.lock);
+  chan.closes++;
+  pthread_mutex_unlock(&chan.lock);
+}
+
+static mpu__comm_ops twin_ops;
+static pthread_once_t twin_once = PTHREAD_ONCE_INIT;
+static const mpu__comm_ops *threads_ops;
+static void twin_ops_init(void) {
+  twin_ops = *threads_ops;
+  twin_ops.oob_open = chan_open;
+  twin_ops.oob_post = chan_post;
+  twin_ops.oob_poll = chan_poll;
+  twin_ops.oob_close = chan_close;
+}
+
+static mpu_result_t twin_channel(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm_rank(world, &me);
+  threads_ops = world->ops; /* the same on both ranks */
+  pthread_once(&twin_once, twin_ops_init);
+  mpu_comm *twin = NULL, *nc = NULL;
+  RCHECK(!mpu_comm_split(world, 0, me, &twin), "twin: %s", mpu_last_error());
+  twin->ops = &twin_ops;
+  RCHECK(!make(twin, 30, &nc), "create: %s", mpu_last_error());
+  mpu_result_t r = one_aborts(me, nc);
+  mpu_comm_barrier(world);
+  mpu_comm_destroy(nc);
+  twin->ops = threads_ops;
+  mpu_comm_destroy(twin);
+  return r;
 }
 
 /* a request outlives a wait_timeout */
@@ -268,6 +342,16 @@ static void test_request_test_deadline(void **state) { (void)state; run(test_dea
 static void test_split_missing(void **state) { (void)state; run(split_missing); }
 static void test_keeps_stream(void **state) { (void)state; run(keeps_stream); }
 
+static void test_twin_channel(void **state) {
+  (void)state;
+  run(twin_channel);
+  assert_int_equal(chan.opens, 2);
+  assert_int_equal(chan.closes, 2);
+  assert_true(chan.posts >= 1); /* rank 1 first (rank 0 posts too once it broke) */
+  assert_int_equal(chan.poster, 1);
+  assert_true(chan.polls > 0);
+}
+
 static void test_abort_from_thread(void **state) {
   (void)state;
   for (int i = 0; i < 20; i++) {
@@ -280,6 +364,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_absent),
       cmocka_unit_test(test_aborted),
+      cmocka_unit_test(test_twin_channel),
       cmocka_unit_test(test_late),
       cmocka_unit_test(test_abort_from_thread),
       cmocka_unit_test(test_request_test_deadline),

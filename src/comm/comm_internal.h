@@ -87,6 +87,18 @@ typedef struct mpu__comm_ops {
   /* optional, with wait: make `stream` wait for a started handle and return
    * at once (NULL: request.c waits on the host instead) */
   mpu_result_t (*stream_wait)(mpu_comm *c, void *handle, void *stream);
+  /* Optional, for host backends that span processes: an out-of-band channel
+   * on which a device communicator made over c tells its peers it aborted.
+   * oob_open is collective over c (every member calls it, once, when the
+   * device communicator is made); post(ctx, rank, why) never blocks and may
+   * run on any thread; poll returns at once: 1 with the first poster's rank
+   * and reason once a peer posted, else 0; close never blocks and leaves
+   * nothing pending (late messages are drained by the backend). NULL: the
+   * members share a process (the NCCL backend's in-process board). */
+  mpu_result_t (*oob_open)(mpu_comm *c, void **ctx);
+  void (*oob_post)(void *ctx, int rank, const char *why);
+  int (*oob_poll)(void *ctx, int *who, char *why, size_t len);
+  void (*oob_close)(void *ctx);
 } mpu__comm_ops;
 
 struct mpu_comm {

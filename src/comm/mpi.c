@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "comm/mpi_internal.h"
 #include "core/error.h"
 #include "core/options.h"
 
@@ -364,9 +365,10 @@ static void drain(MPI_Comm comm) {
   for (;;) {
     int flag = 0;
     MPI_Status st;
-    note n;
+    int64_t late[MPU__MPI_LATE_WORDS]; /* a note, or an abort channel's message */
     if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &st) != MPI_SUCCESS || !flag) return;
-    MPI_Recv(&n, 2, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, comm, MPI_STATUS_IGNORE);
+    MPI_Recv(late, MPU__MPI_LATE_WORDS, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, comm,
+             MPI_STATUS_IGNORE);
   }
 }
 
@@ -381,6 +383,23 @@ static void retire(MPI_Comm comm) {
     retired = grown, retired_cap = cap;
   }
   retired[nretired++] = comm;
+}
+
+void mpu__mpi_retire(MPI_Comm comm) { retire(comm); }
+
+/* A send (or MPI_REQUEST_NULL) that may never be received, ended without
+ * blocking: done, or cancelled, its buffer freed; else left with the orphans. */
+void mpu__mpi_end_send(MPI_Request *req, void *buf) {
+  int done = 1;
+  if (*req != MPI_REQUEST_NULL) {
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      MPI_Cancel(req);
+      MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    }
+  }
+  if (done) free(buf);
+  else orphan_add(*req, buf, NULL, NULL, NULL);
 }
 
 /* At finalize: every late note read, every duplicate freed. */
@@ -398,18 +417,7 @@ static void retired_free(void) {
 static void roll_free(roll *r) {
   if (!r) return;
   roll_read(r);
-  for (int p = 0; p < r->size; p++) {
-    int done = 1;
-    if (r->out[p] != MPI_REQUEST_NULL) {
-      MPI_Test(&r->out[p], &done, MPI_STATUS_IGNORE);
-      if (!done) {
-        MPI_Cancel(&r->out[p]);
-        MPI_Test(&r->out[p], &done, MPI_STATUS_IGNORE);
-      }
-    }
-    if (done) free(r->out_buf[p]);
-    else orphan_add(r->out[p], r->out_buf[p], NULL, NULL, NULL);
-  }
+  for (int p = 0; p < r->size; p++) mpu__mpi_end_send(&r->out[p], r->out_buf[p]);
   retire(r->comm);
   free(r->reached), free(r->gave_up), free(r->out), free(r->out_buf), free(r);
 }
@@ -1539,7 +1547,13 @@ static const mpu__comm_ops mpi_ops = {
     .native = mpi_native,
     .caps = mpi_caps,
     .destroy = mpi_destroy,
+    .oob_open = mpu__mpi_oob_open,
+    .oob_post = mpu__mpi_oob_post,
+    .oob_poll = mpu__mpi_oob_poll,
+    .oob_close = mpu__mpi_oob_close,
 };
+
+MPI_Comm mpu__mpi_comm_of(const mpu_comm *c) { return impl_of(c)->comm; }
 
 /* ---- entry points --------------------------------------------------------------- */
 

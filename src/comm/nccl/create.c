@@ -89,13 +89,26 @@ static mpu_result_t init_under_deadline(nccl_impl *m, int rank, int n, const ncc
   return MPU_SUCCESS;
 }
 
+/* The twin's out-of-band channel (opened collectively over host) as m's:
+ * aborts reach members in other processes. */
+static void attach_channel(nccl_impl *m, const mpu_comm *host, void *channel) {
+  m->oob_post_abort = host->ops->oob_post;
+  m->oob_poll_abort = host->ops->oob_poll;
+  m->oob_free = host->ops->oob_close;
+  m->oob_ctx = channel;
+}
+
 /* Join an NCCL communicator of n ranks as `rank` with the given id. */
 static mpu_result_t make(int rank, int n, const ncclUniqueId *id, int device, void *stream,
                          double timeout_s, mpu_comm *host, int own_host, const int *world,
-                         mpu_comm **out) {
+                         void *channel, mpu_comm **out) {
   static const char fn[] = "mpu_comm_nccl_create";
   nccl_impl *m = calloc(1, sizeof *m);
-  if (!m) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  if (!m) {
+    if (channel) host->ops->oob_close(channel);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  }
+  if (channel) attach_channel(m, host, channel);
   m->device = device;
   m->timeout_s = timeout_s;
   m->host = host;
@@ -108,7 +121,7 @@ static mpu_result_t make(int rank, int n, const ncclUniqueId *id, int device, vo
   }
   if (!r) r = mpu__nccl_cuda_error(cudaMalloc((void **)&m->one, sizeof(int)), fn);
   if (!r) r = init_under_deadline(m, rank, n, id, timeout_s, fn);
-  if (!r && host) r = mpu__nccl_oob_join(m, id); /* aborts reach the members in this process */
+  if (!r && host && !channel) r = mpu__nccl_oob_join(m, id); /* the members in this process */
   mpu_comm *c = r ? NULL : mpu__comm_new(&mpu__nccl_ops, rank, n, world, m);
   if (!r && !c) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   if (r) {
@@ -130,13 +143,22 @@ static mpu_result_t make_over(mpu_comm *host, int own_host, int device, void *st
   mpu_result_t r = mpu_comm_broadcast(host, &ok, 1, MPU_INT32, 0);
   if (!r) r = mpu_comm_broadcast(host, &id, sizeof id, MPU_UINT8, 0);
   if (!r && !ok) r = mpu__error(MPU_ERR_BACKEND, "%s: member 0 could not make an NCCL id", fn);
+  /* a twin spanning processes lends its out-of-band channel (collective:
+   * every member gets here or none does) */
+  void *channel = NULL;
+  if (!r && host->ops->oob_open) r = host->ops->oob_open(host, &channel);
   int *world = NULL;
   if (!r) {
     world = malloc((size_t)host->size * sizeof(int));
     if (!world) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
     for (int k = 0; !r && k < host->size; k++) world[k] = mpu__comm_world_rank(host, k);
   }
-  if (!r) r = make(host->rank, host->size, &id, device, stream, timeout_s, host, own_host, world, out);
+  if (!r) {
+    r = make(host->rank, host->size, &id, device, stream, timeout_s, host, own_host, world, channel,
+             out);
+  } else if (channel) {
+    host->ops->oob_close(channel);
+  }
   free(world);
   if (r && own_host) mpu_comm_destroy(host);
   return r;
@@ -214,7 +236,7 @@ static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **ou
   mpu__rendezvous *rv = NULL;
   MPU_CHECK(mpu__rendezvous_join(&env, &id, sizeof id, timeout, &rv));
   mpu_result_t r = make(env.rank, env.world_size, &id, device, options ? options->stream : NULL,
-                        timeout, NULL, 0, NULL, out);
+                        timeout, NULL, 0, NULL, NULL, out);
   if (r) {
     mpu__rendezvous_leave(rv);
     return r;
@@ -255,14 +277,26 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
   MPU_CHECK(mpu__nccl_usable(c, fn));
   mpu_comm *twin = NULL;
   if (m->host) MPU_CHECK(mpu_comm_split(m->host, color, key, &twin));
+  /* a twin spanning processes lends its channel: opened first, collective
+   * over the twin's members, before anything that can fail on one alone */
+  void *channel = NULL;
+  if (twin && twin->ops->oob_open) {
+    mpu_result_t ro = twin->ops->oob_open(twin, &channel);
+    if (ro) {
+      mpu_comm_destroy(twin);
+      return ro;
+    }
+  }
   int split_no = ++m->splits; /* the same on every member: splits are collective */
   nccl_impl *nm = calloc(1, sizeof *nm);
   if (!nm) {
+    if (channel) twin->ops->oob_close(channel);
     mpu_comm_destroy(twin);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   }
   nm->host = twin;
   nm->own_host = twin != NULL;
+  if (channel) attach_channel(nm, twin, channel);
   /* every rank of c takes part, NOCOLOR ones too (they get no communicator):
    * NCCL's split is collective over the parent */
   ncclConfig_t cfg = nonblocking_config();
