@@ -83,7 +83,7 @@ typedef struct gpt_run {
   int checkpoints;        /* this run saves and loads (--save, --load; not the reference) */
   long start;             /* the first step run (after --load) */
   /* --overlap-grad-reduce, summed over the ranks: seconds inside the blocking
-   * reduce of the first step, inside the overlapped reduces' starts and waits
+   * reduce of the last step, inside the overlapped reduces' starts and waits
    * of the other steps; reduces started, and found complete at the wait */
   double blocking_s, exposed_s, reduces, complete;
   long overlapped_steps;
@@ -385,8 +385,8 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
     m.loss_sum = 0;
     if (o->shard) TRY(gpt_shard_unshard(&sharding));
-    /* --overlap-grad-reduce: the first step reduces blocking, to know what the reduce costs */
-    int overlapped = overlap && m.step > (int)start;
+    /* --overlap-grad-reduce: the last step reduces blocking, to know what the reduce costs */
+    int overlapped = overlap && m.step < (int)o->steps - 1;
     for (int c = 0; overlapped && c < m.vp; c++)
       m.unreduced[c] = m.chunks[c].params.numel, m.nreqs[c] = 0;
     size_t *unreduced = m.unreduced;
@@ -598,7 +598,7 @@ static void help(void) {
          "  --overlap-grad-reduce   with --no-zero (threads, dp >= 2; off by default, as in\n"
          "                          Megatron): start each block's dp gradient all-reduce in the\n"
          "                          last micro-batch's backward as soon as its gradients are\n"
-         "                          final, wait before the step; the first step reduces blocking\n"
+         "                          final, wait before the step; the last step reduces blocking\n"
          "                          to measure it. Prints the reduce's time blocking, the part\n"
          "                          exposed (inside the starts and waits, mean over ranks) and\n"
          "                          hidden behind compute = 1 - exposed / blocking\n"
@@ -673,10 +673,10 @@ static void print_overlap(const gpt_opts *o, const gpt_run *run, long world) {
   }
   if (!run->overlapped_steps) {
     printf("overlap: dp gradient reduce %.3f ms per step blocking; no step overlapped it (the "
-           "first step is the blocking one: --steps 2 or more)\n", 1e3 * blocking);
+           "last step is the blocking one: --steps 2 or more)\n", 1e3 * blocking);
     return;
   }
-  printf("overlap: dp gradient reduce %.3f ms per step blocking (first step), %.3f ms exposed "
+  printf("overlap: dp gradient reduce %.3f ms per step blocking (last step), %.3f ms exposed "
          "(mean of %ld overlapped steps), hidden behind compute %.1f%%; %.0f of %.0f reduces "
          "complete before the wait\n", 1e3 * blocking, 1e3 * exposed, run->overlapped_steps,
          100.0 * hidden, run->complete, run->reduces);
