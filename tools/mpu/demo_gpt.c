@@ -83,10 +83,10 @@ typedef struct gpt_run {
   int checkpoints;        /* this run saves and loads (--save, --load; not the reference) */
   long start;             /* the first step run (after --load) */
   /* --overlap-grad-reduce, summed over the ranks: seconds inside the blocking
-   * reduce of the last step, inside the overlapped reduces' starts and waits
+   * reduces of the blocking steps, inside the overlapped reduces' starts and waits
    * of the other steps; reduces started, and found complete at the wait */
   double blocking_s, exposed_s, reduces, complete;
-  long overlapped_steps;
+  long overlapped_steps, blocking_steps;
 } gpt_run;
 
 static mpu_result_t read_corpus(const char *path, corpus *c) {
@@ -293,6 +293,9 @@ static void compare(const rank_model *m, double *diff, double *scale) {
     if ((r = (call)) != MPU_SUCCESS) goto out; \
   } while (0)
 
+/* --overlap-grad-reduce: step k of n overlaps its reduce (the others block) */
+static int overlap_step(int k, int n) { return n > 1 && k % 2 == 0; }
+
 static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   gpt_run *run = arg;
   const gpt_opts *o = run->o;
@@ -385,8 +388,9 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
     m.loss_sum = 0;
     if (o->shard) TRY(gpt_shard_unshard(&sharding));
-    /* --overlap-grad-reduce: the last step reduces blocking, to know what the reduce costs */
-    int overlapped = overlap && m.step < (int)o->steps - 1;
+    /* --overlap-grad-reduce: every second step reduces blocking, to know what the reduce
+     * costs under the same load (interleaved); a one-step run only blocking */
+    int overlapped = overlap && overlap_step(m.step - (int)start, (int)(o->steps - start));
     for (int c = 0; overlapped && c < m.vp; c++)
       m.unreduced[c] = m.chunks[c].params.numel, m.nreqs[c] = 0;
     size_t *unreduced = m.unreduced;
@@ -433,7 +437,10 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     TRY(mpu_comm_all_reduce(world, sums, sums, 4, MPU_FLOAT64, MPU_SUM));
     if (rank == 0) {
       run->blocking_s = sums[0], run->exposed_s = sums[1], run->reduces = sums[2];
-      run->complete = sums[3], run->overlapped_steps = o->steps - start - 1;
+      run->complete = sums[3], run->overlapped_steps = 0;
+      for (long k = 0; k < o->steps - start; k++)
+        run->overlapped_steps += overlap_step((int)k, (int)(o->steps - start));
+      run->blocking_steps = o->steps - start - run->overlapped_steps;
     }
   }
   if (o->backend == TOOL_MPI) /* the losses live in one process (the last stage's): give them to all */
@@ -523,7 +530,7 @@ static int bench(const gpt_opts *base, const corpus *text) {
       double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
       mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
       cfg.tp = (int)o.tp;
-      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}, 0, 0, 0, 0, 0, 0, 0};
+      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
       mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
                             : MPU_ERR_OUT_OF_MEMORY;
       free(loss);
@@ -598,7 +605,8 @@ static void help(void) {
          "  --overlap-grad-reduce   with --no-zero (threads, dp >= 2; off by default, as in\n"
          "                          Megatron): start each block's dp gradient all-reduce in the\n"
          "                          last micro-batch's backward as soon as its gradients are\n"
-         "                          final, wait before the step; the last step reduces blocking\n"
+         "                          final, wait before the step; every second step reduces\n"
+         "                          blocking instead, to measure it (interleaved).\n"
          "                          to measure it. Prints the reduce's time blocking, the part\n"
          "                          exposed (inside the starts and waits, mean over ranks) and\n"
          "                          hidden behind compute = 1 - exposed / blocking\n"
@@ -657,29 +665,31 @@ static const char *data_parallel_name(const gpt_opts *o) {
   return o->zero && o->dp > 1 ? "ZeRO-1" : "plain AdamW";
 }
 
-/* --overlap-grad-reduce's report: the reduce's time when blocking (the first
- * step), the part of it the overlapped steps leave exposed (inside the starts
+/* --overlap-grad-reduce's report: the reduce's time when blocking (every
+ * second step), the part of it the overlapped steps leave exposed (inside the starts
  * and the waits), and the share hidden behind compute, 1 - exposed / blocking */
 static void print_overlap(const gpt_opts *o, const gpt_run *run, long world) {
-  double blocking = run->blocking_s / (double)world;
+  double blocking = run->blocking_steps ? run->blocking_s / (double)world / (double)run->blocking_steps : NAN;
   double exposed = run->overlapped_steps ? run->exposed_s / (double)world / (double)run->overlapped_steps : NAN;
   double hidden = run->overlapped_steps && blocking > 0 ? 1.0 - exposed / blocking : NAN;
   if (o->format == CLI_JSON) {
     printf("\"overlap_grad_reduce\": {\"blocking_s\": %.6g, \"exposed_s\": %.6g, \"hidden\": %.6g, "
-           "\"overlapped_steps\": %ld, \"reduces\": %.0f, \"complete_before_wait\": %.0f},\n ",
-           blocking, isnan(exposed) ? -1.0 : exposed, isnan(hidden) ? -1.0 : hidden,
-           run->overlapped_steps, run->reduces, run->complete);
+           "\"blocking_steps\": %ld, \"overlapped_steps\": %ld, \"reduces\": %.0f, "
+           "\"complete_before_wait\": %.0f},\n ",
+           isnan(blocking) ? -1.0 : blocking, isnan(exposed) ? -1.0 : exposed,
+           isnan(hidden) ? -1.0 : hidden, run->blocking_steps, run->overlapped_steps,
+           run->reduces, run->complete);
     return;
   }
   if (!run->overlapped_steps) {
-    printf("overlap: dp gradient reduce %.3f ms per step blocking; no step overlapped it (the "
-           "last step is the blocking one: --steps 2 or more)\n", 1e3 * blocking);
+    printf("overlap: dp gradient reduce %.3f ms per step blocking; no step overlapped it (every "
+           "second step is a blocking one: --steps 2 or more)\n", 1e3 * blocking);
     return;
   }
-  printf("overlap: dp gradient reduce %.3f ms per step blocking (last step), %.3f ms exposed "
-         "(mean of %ld overlapped steps), hidden behind compute %.1f%%; %.0f of %.0f reduces "
-         "complete before the wait\n", 1e3 * blocking, 1e3 * exposed, run->overlapped_steps,
-         100.0 * hidden, run->complete, run->reduces);
+  printf("overlap: dp gradient reduce %.3f ms per step blocking (mean of %ld steps), %.3f ms "
+         "exposed (mean of %ld overlapped steps, interleaved), hidden behind compute %.1f%%; %.0f "
+         "of %.0f reduces complete before the wait\n", 1e3 * blocking, run->blocking_steps,
+         1e3 * exposed, run->overlapped_steps, 100.0 * hidden, run->complete, run->reduces);
 }
 
 int cmd_demo_gpt(int argc, char **argv) {
@@ -850,14 +860,14 @@ int cmd_demo_gpt(int argc, char **argv) {
   one.shard = 0;
   one.recompute = GPT_RECOMPUTE_FULL, one.recompute_layers = 0; /* what the others are checked against */
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
-  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}, 0, 0, 0, 0, 0, 0, 0};
+  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
   one.micro = o.micro * o.dp;
   r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
   if (o.vp > 1) cfg.vp = (int)o.vp;
-  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}, 1, 0, 0, 0, 0, 0, 0};
+  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}, 1, 0, 0, 0, 0, 0, 0, 0};
   int printer = 0;
   if (!r) r = tool_run(o.backend == TOOL_NCCL ? TOOL_THREADS : o.backend, (int)world, &cfg,
                        (uint64_t)o.seed, gpt_rank, &run, &printer);
