@@ -607,7 +607,7 @@ static void help(void) {
          "                          last micro-batch's backward as soon as its gradients are\n"
          "                          final, wait before the step; every second step reduces\n"
          "                          blocking instead, to measure it (interleaved).\n"
-         "                          to measure it. Prints the reduce's time blocking, the part\n"
+         "                          Prints the reduce's time blocking, the part\n"
          "                          exposed (inside the starts and waits, mean over ranks) and\n"
          "                          hidden behind compute = 1 - exposed / blocking\n"
          "  --fsdp                  parameters, gradients and AdamW state sharded over dp\n"
