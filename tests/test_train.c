@@ -58,6 +58,8 @@ typedef struct run_args {
   int caller_memory;
   float result[TP][128]; /* each tensor rank's final parameters, from data rank 0 */
   float norms[STEPS];
+  int overlap; /* plain: reduce each parameter's gradients with mpu_grad_all_reduce_start,
+                * last parameter first (as a backward finishes them), then grads_reduced */
 } run_args;
 
 static mpu_result_t rank_fn(mpu_state *s, void *arg) {
@@ -83,6 +85,20 @@ static mpu_result_t rank_fn(mpu_state *s, void *arg) {
     for (int p = 0; p < 3; p++)
       for (size_t j = 0; j < sizes[p]; j++) mpu_param_grad(&b, p)[j] = grad_value(p, j, tp, dp, step);
     float norm;
+    if (a->overlap && !r) {
+      mpu_request *req[3] = {NULL, NULL, NULL};
+      size_t end = b.numel;
+      for (int p = 2; p >= 0 && !r; p--) {
+        r = mpu_grad_all_reduce_start(&b, dpc, &o.sync, b.params[p].offset, end, &req[p]);
+        end = b.params[p].offset;
+      }
+      for (int p = 0; p < 3; p++)
+        if (req[p]) {
+          mpu_result_t w = mpu_request_wait(req[p]);
+          if (!r) r = w;
+        }
+      opt.grads_reduced = 1;
+    }
     /* the norm spans what each rank holds: the model-parallel group for the
      * plain optimizer, every rank (dp x tp) for the distributed one */
     r = mpu_optimizer_step(&opt, a->distributed ? world : mp, &norm);
@@ -147,7 +163,7 @@ static void test_plain_and_zero1_match_the_definition(void **state) {
   const size_t buckets[] = {64, 100, 4, 40000000}; /* 16 elements, uneven, one element, one bucket */
   for (int distributed = 0; distributed < 2; distributed++)
     for (size_t k = 0; k < sizeof buckets / sizeof buckets[0]; k++) {
-      run_args a = {distributed, buckets[k], k == 1, {{0}}, {0}};
+      run_args a = {distributed, buckets[k], k == 1, {{0}}, {0}, 0};
       run(&a);
       for (int s = 0; s < STEPS; s++)
         if (fabsf(a.norms[s] - want_norms[s]) > 1e-5f * want_norms[s])
@@ -166,9 +182,21 @@ static void test_plain_and_zero1_match_the_definition(void **state) {
   mpu_param_buffer_free(&layout);
 }
 
+/* Reduces started range by range and waited before the step give the
+ * parameters of the optimizer's own reduce, bit for bit: each element is the
+ * same sum of the same scaled values. */
+static void test_overlapped_reduce_equals_plain(void **state) {
+  (void)state;
+  run_args plain = {0, 64, 0, {{0}}, {0}, 0}, over = {0, 64, 0, {{0}}, {0}, 1};
+  run(&plain);
+  run(&over);
+  assert_memory_equal(plain.result, over.result, sizeof plain.result);
+  assert_memory_equal(plain.norms, over.norms, sizeof plain.norms);
+}
+
 static void test_zero1_equals_plain(void **state) {
   (void)state;
-  run_args plain = {0, 64, 0, {{0}}, {0}}, zero = {1, 64, 0, {{0}}, {0}};
+  run_args plain = {0, 64, 0, {{0}}, {0}, 0}, zero = {1, 64, 0, {{0}}, {0}, 0};
   run(&plain);
   run(&zero);
   for (int t = 0; t < TP; t++)
@@ -208,6 +236,19 @@ static void test_bad_input(void **state) {
   float norm;
   assert_int_equal(mpu_optimizer_step(&opt, NULL, &norm), MPU_ERR_INVALID_ARGUMENT);
   assert_true(mpu_param_data(&b, 0)[0] == before);
+  /* a range out of the buffer, an empty one, no request */
+  mpu_request *req = (mpu_request *)&b;
+  assert_int_equal(mpu_grad_all_reduce_start(&b, fake, NULL, 0, b.numel + 1, &req),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_null(req);
+  assert_int_equal(mpu_grad_all_reduce_start(&b, fake, NULL, 2, 2, &req), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_grad_all_reduce_start(&b, fake, NULL, 0, 1, NULL), MPU_ERR_INVALID_ARGUMENT);
+  /* the distributed optimizer reduce-scatters itself: it refuses reduced gradients */
+  mpu_param_grad(&b, 0)[2] = 0;
+  opt.grads_reduced = 1;
+  assert_int_equal(mpu_optimizer_step(&opt, NULL, &norm), MPU_ERR_INVALID_USAGE);
+  assert_non_null(strstr(mpu_last_error(), "grads_reduced"));
+  assert_int_equal(opt.grads_reduced, 0);
   mpu_optimizer_free(&opt);
   mpu_param_buffer_free(&b);
   mpu_comm_destroy(fake);
@@ -339,6 +380,7 @@ int main(void) {
       cmocka_unit_test(test_step_reads_what_the_caller_wrote),
       cmocka_unit_test(test_plain_and_zero1_match_the_definition),
       cmocka_unit_test(test_zero1_equals_plain),
+      cmocka_unit_test(test_overlapped_reduce_equals_plain),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_recompute_gives_the_same_gradients),
   };

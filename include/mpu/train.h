@@ -97,6 +97,18 @@ typedef struct mpu_grad_sync_options {
 /* All-reduce the buffer's gradients over dp in buckets (options NULL: defaults). */
 MPU_API mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
                                          const mpu_grad_sync_options *options);
+/*
+ * Start the same reduce for the gradients [start, end) of the buffer (in
+ * elements) without waiting: scale them as mpu_grad_all_reduce does, then a
+ * non-blocking sum over dp (mpu_comm_iall_reduce; *req to wait on). For
+ * Megatron's overlap_grad_reduce: start a range once the backward has
+ * finished its gradients, wait before the step, and set the optimizer's
+ * grads_reduced. Every rank must start the same ranges in the same order;
+ * each element is summed over the same ranks as by mpu_grad_all_reduce.
+ */
+MPU_API mpu_result_t mpu_grad_all_reduce_start(mpu_param_buffer *b, mpu_comm *dp,
+                                               const mpu_grad_sync_options *options,
+                                               size_t start, size_t end, mpu_request **req);
 
 /* ---- AdamW ----------------------------------------------------------------------------- */
 
@@ -135,6 +147,10 @@ typedef struct mpu_optimizer {
   float *m, *v, *main;   /* (owned) */
   float *scratch;        /* one bucket */
   int64_t step;
+  int grads_reduced;     /* set by the caller: the next step finds the gradients already
+                          * all-reduced over dp (mpu_grad_all_reduce_start, waited) and does
+                          * not reduce them again; the step clears it. The plain optimizer
+                          * only: a distributed one refuses it (MPU_ERR_INVALID_USAGE). */
 } mpu_optimizer;
 
 /* Collective over dp: every float option must be finite and in range (lr,

@@ -154,6 +154,14 @@ static mpu_result_t ready(const char *fn, const mpu_param_buffer *b, mpu_comm **
   return mpu_comm_rank(*dp, rank);
 }
 
+/* Megatron's rule: scale each gradient by 1/dp (unless summing), then sum. */
+static void scale_grads(mpu_param_buffer *b, const mpu_grad_sync_options *o, int n, size_t start,
+                        size_t end) {
+  float scale = o->sum ? 1.0f : 1.0f / (float)n;
+  if (scale != 1.0f)
+    for (size_t i = start; i < end; i++) b->grad[i] *= scale;
+}
+
 mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
                                  const mpu_grad_sync_options *options) {
   static const char fn[] = "mpu_grad_all_reduce";
@@ -162,15 +170,31 @@ mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
   MPU_CHECK(take_sync(fn, options, &o));
   MPU_CHECK(ready(fn, b, &dp, &n, &rank));
   size_t bucket = o.bucket_bytes / sizeof(float), start, end;
-  float scale = o.sum ? 1.0f : 1.0f / (float)n; /* Megatron scales, then sums */
   for (size_t k = 0; k * bucket < b->numel; k++) {
     bucket_range(b->numel, bucket, k, &start, &end);
-    if (scale != 1.0f)
-      for (size_t i = start; i < end; i++) b->grad[i] *= scale;
+    scale_grads(b, &o, n, start, end);
     MPU_CHECK(mpu_comm_all_reduce(dp, b->grad + start, b->grad + start, end - start, MPU_FLOAT32,
                                   MPU_SUM));
   }
   return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_grad_all_reduce_start(mpu_param_buffer *b, mpu_comm *dp,
+                                       const mpu_grad_sync_options *options, size_t start,
+                                       size_t end, mpu_request **req) {
+  static const char fn[] = "mpu_grad_all_reduce_start";
+  mpu_grad_sync_options o;
+  int n, rank;
+  if (!req) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL request", fn);
+  *req = NULL;
+  MPU_CHECK(take_sync(fn, options, &o));
+  MPU_CHECK(ready(fn, b, &dp, &n, &rank));
+  if (start >= end || end > b->numel)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: range [%zu, %zu) of a buffer of %zu elements",
+                      fn, start, end, b->numel);
+  scale_grads(b, &o, n, start, end);
+  return mpu_comm_iall_reduce(dp, b->grad + start, b->grad + start, end - start, MPU_FLOAT32,
+                              MPU_SUM, req);
 }
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */
@@ -458,15 +482,24 @@ mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm 
                                     float *grad_norm) {
   static const char fn[] = "mpu_optimizer_step_all";
   if (!opts || n < 1) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no optimizers", fn);
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     if (!opts[i] || !opts[i]->b)
       return mpu__error(MPU_ERR_INVALID_USAGE, "%s: optimizer %d not initialized", fn, i);
+    if (opts[i]->distributed && opts[i]->grads_reduced) {
+      opts[i]->grads_reduced = 0;
+      return mpu__error(MPU_ERR_INVALID_USAGE,
+                        "%s: optimizer %d is distributed (ZeRO-1): it reduce-scatters the "
+                        "gradients itself and cannot take all-reduced ones (grads_reduced)", fn, i);
+    }
+  }
   double sq = 0;
   for (int i = 0; i < n; i++) {
     mpu_optimizer *opt = opts[i];
     for_owned(opt, take_main, NULL);
+    int reduced = opt->grads_reduced;
+    opt->grads_reduced = 0; /* for this step only */
     if (opt->distributed) MPU_CHECK(reduce_scatter_grads(opt));
-    else MPU_CHECK(mpu_grad_all_reduce(opt->b, opt->dp, &opt->o.sync));
+    else if (!reduced) MPU_CHECK(mpu_grad_all_reduce(opt->b, opt->dp, &opt->o.sync));
     sq += held_squares(opt); /* the norm over what this rank holds, summed over the group */
   }
   float norm;

@@ -47,6 +47,7 @@ typedef struct gpt_opts {
   long replicas;          /* --hsdp RxS: R (1 for --fsdp) */
   long recompute_layers; /* --recompute-layers (0: every block) */
   int recompute;         /* --recompute: GPT_RECOMPUTE_* */
+  int overlap;           /* --overlap-grad-reduce */
 } gpt_opts;
 
 /* the text as token ids, and its vocabulary */
@@ -81,6 +82,11 @@ typedef struct gpt_run {
   double saved[3];        /* bytes a micro-batch keeps per rank (most over ranks), by GPT_RECOMPUTE_* */
   int checkpoints;        /* this run saves and loads (--save, --load; not the reference) */
   long start;             /* the first step run (after --load) */
+  /* --overlap-grad-reduce, summed over the ranks: seconds inside the blocking
+   * reduces of the blocking steps, inside the overlapped reduces' starts and waits
+   * of the other steps; reduces started, and found complete at the wait */
+  double blocking_s, exposed_s, reduces, complete;
+  long overlapped_steps, blocking_steps;
 } gpt_run;
 
 static mpu_result_t read_corpus(const char *path, corpus *c) {
@@ -151,6 +157,14 @@ typedef struct rank_model {
   /* the forward being run (for mpu_checkpoint's callback) */
   int cur_mb, cur_chunk, counting;
   float *cur_out;
+  /* --overlap-grad-reduce: the dp reduces started in the last micro-batch's backward */
+  mpu_comm *dp;
+  mpu_grad_sync_options sync;
+  int reducing;              /* this backward starts reduces */
+  size_t *unreduced;         /* [vp]: a chunk's gradients [0, unreduced) are not being reduced */
+  mpu_request **reqs;        /* [vp * max_reqs] */
+  int *nreqs, max_reqs;      /* [vp] */
+  double exposed_s;          /* inside the starts and the waits */
 } rank_model;
 
 static size_t act_size(const rank_model *m) { return (size_t)m->ctx.T_local * (size_t)m->o->hidden; }
@@ -179,16 +193,67 @@ static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input
   return mpu_checkpoint_forward(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
 }
 
+/* ctx.grads_final: start the dp reduce of the chunk's gradients that became
+ * final, in the last micro-batch's backward (Megatron's overlap_grad_reduce) */
+static mpu_result_t start_reduce(void *user, gpt_chunk *c, size_t from) {
+  rank_model *m = user;
+  int k = (int)(c - m->chunks);
+  if (!m->reducing || from >= m->unreduced[k]) return MPU_SUCCESS;
+  if (m->nreqs[k] == m->max_reqs)
+    return mpu_fail(MPU_ERR_INTERNAL, "gpt: more than %d gradient reduces in a chunk", m->max_reqs);
+  double t0 = cli_now();
+  mpu_result_t r = mpu_grad_all_reduce_start(&c->params, m->dp, &m->sync, from, m->unreduced[k],
+                                             &m->reqs[(size_t)k * m->max_reqs + m->nreqs[k]]);
+  m->exposed_s += cli_now() - t0;
+  if (!r) m->nreqs[k]++, m->unreduced[k] = from;
+  return r;
+}
+
+/* Wait for every reduce started in the backward (counting those complete
+ * already); the optimizer then does not reduce again. */
+static mpu_result_t finish_reduces(rank_model *m, mpu_optimizer *opts, double *complete) {
+  double t0 = cli_now();
+  mpu_result_t r = MPU_SUCCESS;
+  for (int k = 0; k < m->vp; k++) {
+    for (int i = 0; i < m->nreqs[k]; i++) {
+      mpu_request **q = &m->reqs[(size_t)k * m->max_reqs + i];
+      int done = 0;
+      if (!r) r = mpu_request_test(*q, &done);
+      if (!r && done) *complete += 1, *q = NULL;
+      if (!r && !done) r = mpu_request_wait(*q), *q = NULL;
+    }
+    if (!r && m->unreduced[k])
+      r = mpu_fail(MPU_ERR_INTERNAL, "gpt: chunk %d's gradients [0, %zu) were not reduced", k,
+                   m->unreduced[k]);
+    opts[k].grads_reduced = !r;
+  }
+  m->exposed_s += cli_now() - t0;
+  return r;
+}
+
+/* Release what an error left pending. */
+static void drop_reduces(rank_model *m) {
+  for (int k = 0; m->nreqs && k < m->vp; k++)
+    for (int i = 0; i < m->nreqs[k]; i++) {
+      mpu_request **q = &m->reqs[(size_t)k * m->max_reqs + i];
+      if (*q) mpu_request_free(*q), *q = NULL;
+    }
+}
+
 static mpu_result_t on_backward(void *user, int mb, int chunk, const float *grad_output,
                                 float *grad_input) {
   rank_model *m = user;
+  /* the chunk's last backward of the step: its gradients then are final */
+  m->reducing = m->unreduced && mb == m->micro - 1;
   m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = m->chunks[chunk].tmp, m->counting = 0;
   gpt_chunk_use_frame(&m->chunks[chunk], mb);
   mpu_result_t r = MPU_SUCCESS;
   if (gpt_chunk_whole_recompute(&m->ctx, &m->chunks[chunk]))
     r = mpu_checkpoint_recompute(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
   float scale = 1.0f / (float)(m->o->seq * m->micro); /* the replica's mean over its tokens */
-  return r ? r : gpt_chunk_backward(&m->ctx, &m->chunks[chunk], grad_output, grad_input, scale);
+  if (!r) r = gpt_chunk_backward(&m->ctx, &m->chunks[chunk], grad_output, grad_input, scale);
+  m->reducing = 0;
+  return r;
 }
 
 /* The largest difference between this rank's parameters and the slices of
@@ -227,6 +292,9 @@ static void compare(const rank_model *m, double *diff, double *scale) {
   do {                                         \
     if ((r = (call)) != MPU_SUCCESS) goto out; \
   } while (0)
+
+/* --overlap-grad-reduce: step k of n overlaps its reduce (the others block) */
+static int overlap_step(int k, int n) { return n > 1 && k % 2 == 0; }
 
 static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   gpt_run *run = arg;
@@ -277,6 +345,19 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     optp[c] = &opts[c];
   }
   if (o->shard) TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas, &ao));
+  int overlap = o->overlap && run->dp > 1; /* (the one-rank reference reduces nothing) */
+  double blocking_s = 0, complete = 0, reduces = 0;
+  if (overlap) {
+    m.dp = dpc, m.sync = ao.sync, m.max_reqs = m.chunks[0].nlayers + 2;
+    m.unreduced = calloc((size_t)m.vp, sizeof *m.unreduced);
+    m.nreqs = calloc((size_t)m.vp, sizeof *m.nreqs);
+    m.reqs = calloc((size_t)m.vp * m.max_reqs, sizeof *m.reqs);
+    if (!m.unreduced || !m.nreqs || !m.reqs) {
+      r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: gradient reduces");
+      goto out;
+    }
+    m.ctx.grads_final = start_reduce, m.ctx.grads_user = &m;
+  }
   double saved[3]; /* the same on every rank after the report's reduction */
   TRY(gpt_recompute_report(&m.ctx, m.chunks, m.vp, world, saved));
   if (rank == 0 || o->backend == TOOL_MPI) memcpy(run->saved, saved, sizeof saved);
@@ -307,8 +388,28 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
     m.loss_sum = 0;
     if (o->shard) TRY(gpt_shard_unshard(&sharding));
-    TRY(mpu_pipeline_run(pipe, &sc, &cb, NULL));
+    /* --overlap-grad-reduce: every second step reduces blocking, to know what the reduce
+     * costs under the same load (interleaved); a one-step run only blocking */
+    int overlapped = overlap && overlap_step(m.step - (int)start, (int)(o->steps - start));
+    for (int c = 0; overlapped && c < m.vp; c++)
+      m.unreduced[c] = m.chunks[c].params.numel, m.nreqs[c] = 0;
+    size_t *unreduced = m.unreduced;
+    if (!overlapped) m.unreduced = NULL; /* no reduce starts in this backward */
+    r = mpu_pipeline_run(pipe, &sc, &cb, NULL);
+    m.unreduced = unreduced;
+    if (r) goto out;
     for (int c = 0; c < m.vp; c++) TRY(gpt_chunk_sync_sequence_grads(&m.ctx, &m.chunks[c]));
+    if (overlapped) {
+      TRY(finish_reduces(&m, opts, &complete));
+      for (int c = 0; c < m.vp; c++) reduces += m.nreqs[c];
+    } else if (overlap) { /* the same reduces as the optimizer's, timed */
+      double t1 = cli_now();
+      for (int c = 0; c < m.vp; c++) {
+        TRY(mpu_grad_all_reduce(&m.chunks[c].params, dpc, &ao.sync));
+        opts[c].grads_reduced = 1;
+      }
+      blocking_s = cli_now() - t1;
+    }
     /* one norm over the whole model: every rank's shard (ZeRO-1) or every model-parallel rank */
     if (o->shard) TRY(gpt_shard_step(&sharding, mp));
     else TRY(mpu_optimizer_step_all(optp, m.vp, opts[0].distributed ? world : mp, NULL));
@@ -331,6 +432,17 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   TRY(mpu_comm_barrier(world));
   if (rank == 0) run->seconds = cli_now() - t0;
   if (run->comm) mpu_comm_clock(&run->comm[rank], NULL);
+  if (overlap) { /* every rank's, summed (the threads backend: one process) */
+    double sums[4] = {blocking_s, m.exposed_s, reduces, complete};
+    TRY(mpu_comm_all_reduce(world, sums, sums, 4, MPU_FLOAT64, MPU_SUM));
+    if (rank == 0) {
+      run->blocking_s = sums[0], run->exposed_s = sums[1], run->reduces = sums[2];
+      run->complete = sums[3], run->overlapped_steps = 0;
+      for (long k = 0; k < o->steps - start; k++)
+        run->overlapped_steps += overlap_step((int)k, (int)(o->steps - start));
+      run->blocking_steps = o->steps - start - run->overlapped_steps;
+    }
+  }
   if (o->backend == TOOL_MPI) /* the losses live in one process (the last stage's): give them to all */
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
   if (run->keep) { /* the reference keeps its parameters */
@@ -360,6 +472,8 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     if (rank == 0) run->param_diff = d[0], run->param_scale = d[1];
   }
 out:
+  drop_reduces(&m);
+  free(m.unreduced), free(m.nreqs), free(m.reqs);
   mpu_pipeline_free(pipe);
   gpt_device_free(&dev);
   gpt_shard_free(&sharding);
@@ -416,7 +530,7 @@ static int bench(const gpt_opts *base, const corpus *text) {
       double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
       mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
       cfg.tp = (int)o.tp;
-      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}, 0, 0};
+      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
       mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
                             : MPU_ERR_OUT_OF_MEMORY;
       free(loss);
@@ -488,6 +602,14 @@ static void help(void) {
          "  --vp V                  model chunks per pipeline rank (default 2; 1: plain 1F1B)\n"
          "  --no-sp                 no sequence parallelism (default on when tp > 1)\n"
          "  --no-zero               plain data-parallel AdamW instead of ZeRO-1\n"
+         "  --overlap-grad-reduce   with --no-zero (threads, dp >= 2; off by default, as in\n"
+         "                          Megatron): start each block's dp gradient all-reduce in the\n"
+         "                          last micro-batch's backward as soon as its gradients are\n"
+         "                          final, wait before the step; every second step reduces\n"
+         "                          blocking instead, to measure it (interleaved).\n"
+         "                          Prints the reduce's time blocking, the part\n"
+         "                          exposed (inside the starts and waits, mean over ranks) and\n"
+         "                          hidden behind compute = 1 - exposed / blocking\n"
          "  --fsdp                  parameters, gradients and AdamW state sharded over dp\n"
          "                          (FSDP's FULL_SHARD) instead of ZeRO-1\n"
          "  --hsdp RxS              hybrid sharding (FSDP's HYBRID_SHARD): dp = R*S, sharded\n"
@@ -543,6 +665,33 @@ static const char *data_parallel_name(const gpt_opts *o) {
   return o->zero && o->dp > 1 ? "ZeRO-1" : "plain AdamW";
 }
 
+/* --overlap-grad-reduce's report: the reduce's time when blocking (every
+ * second step), the part of it the overlapped steps leave exposed (inside the starts
+ * and the waits), and the share hidden behind compute, 1 - exposed / blocking */
+static void print_overlap(const gpt_opts *o, const gpt_run *run, long world) {
+  double blocking = run->blocking_steps ? run->blocking_s / (double)world / (double)run->blocking_steps : NAN;
+  double exposed = run->overlapped_steps ? run->exposed_s / (double)world / (double)run->overlapped_steps : NAN;
+  double hidden = run->overlapped_steps && blocking > 0 ? 1.0 - exposed / blocking : NAN;
+  if (o->format == CLI_JSON) {
+    printf("\"overlap_grad_reduce\": {\"blocking_s\": %.6g, \"exposed_s\": %.6g, \"hidden\": %.6g, "
+           "\"blocking_steps\": %ld, \"overlapped_steps\": %ld, \"reduces\": %.0f, "
+           "\"complete_before_wait\": %.0f},\n ",
+           isnan(blocking) ? -1.0 : blocking, isnan(exposed) ? -1.0 : exposed,
+           isnan(hidden) ? -1.0 : hidden, run->blocking_steps, run->overlapped_steps,
+           run->reduces, run->complete);
+    return;
+  }
+  if (!run->overlapped_steps) {
+    printf("overlap: dp gradient reduce %.3f ms per step blocking; no step overlapped it (every "
+           "second step is a blocking one: --steps 2 or more)\n", 1e3 * blocking);
+    return;
+  }
+  printf("overlap: dp gradient reduce %.3f ms per step blocking (mean of %ld steps), %.3f ms "
+         "exposed (mean of %ld overlapped steps, interleaved), hidden behind compute %.1f%%; %.0f "
+         "of %.0f reduces complete before the wait\n", 1e3 * blocking, run->blocking_steps,
+         1e3 * exposed, run->overlapped_steps, 100.0 * hidden, run->complete, run->reduces);
+}
+
 int cmd_demo_gpt(int argc, char **argv) {
   static const struct option longs[] = {
       {"tp", required_argument, 0, 't'},       {"pp", required_argument, 0, 'p'},
@@ -558,11 +707,12 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"hsdp", required_argument, 0, 'Y'},     {"recompute", required_argument, 0, 'R'},
       {"recompute-layers", required_argument, 0, 'N'}, {"save", required_argument, 0, 'C'},
       {"load", required_argument, 0, 'W'},     {"save-step", required_argument, 0, 'K'},
+      {"overlap-grad-reduce", no_argument, 0, 'O'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   int bench_mode = 0, given[128] = {0};
   long hsdp_shard = 1;
   gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, NULL, NULL, 0,
-                CLI_TEXT, TOOL_THREADS, 0, 1, 0, GPT_RECOMPUTE_FULL};
+                CLI_TEXT, TOOL_THREADS, 0, 1, 0, GPT_RECOMPUTE_FULL, 0};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['v'] = &o.vp;
   fields['s'] = &o.steps, fields['m'] = &o.micro, fields['q'] = &o.seq, fields['H'] = &o.hidden;
@@ -600,6 +750,7 @@ int cmd_demo_gpt(int argc, char **argv) {
       break;
     case 'n': o.sp = 0; break;
     case 'z': o.zero = 0; break;
+    case 'O': o.overlap = 1; break;
     case 'f': o.shard = 1, o.replicas = 1; break;
     case 'Y':
       if (cli_parse_rxs(optarg, 64, &o.replicas, &hsdp_shard))
@@ -639,6 +790,19 @@ int cmd_demo_gpt(int argc, char **argv) {
     cli_usage_error("demo gpt", "--save-step %ld is past --steps %ld", o.save_step, o.steps);
   if (bench_mode && (o.save_dir || o.load_dir))
     cli_usage_error("demo gpt", "--bench does not save or load checkpoints");
+  if (o.overlap) { /* the plain data-parallel optimizer's all-reduce only */
+    if (bench_mode) cli_usage_error("demo gpt", "--overlap-grad-reduce goes with a training run, not --bench");
+    if (o.dp < 2) cli_usage_error("demo gpt", "--overlap-grad-reduce needs --dp 2 or more");
+    if (o.backend != TOOL_THREADS)
+      cli_usage_error("demo gpt", "--overlap-grad-reduce needs --backend threads (whose non-blocking "
+                      "calls progress without a wait)");
+    if (o.shard || o.zero)
+      cli_usage_error("demo gpt", "--overlap-grad-reduce overlaps the plain optimizer's all-reduce: "
+                      "add --no-zero (ZeRO-1, --fsdp and --hsdp reduce their own way)");
+    if (o.sp && o.tp > 1)
+      cli_usage_error("demo gpt", "--overlap-grad-reduce with tp > 1 needs --no-sp (sequence "
+                      "parallelism sums the norms' gradients over tp after the backward)");
+  }
   openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
   if (bench_mode) { /* a bigger model unless given, and only its speed */
     if (!given['H']) o.hidden = 256;
@@ -696,14 +860,14 @@ int cmd_demo_gpt(int argc, char **argv) {
   one.shard = 0;
   one.recompute = GPT_RECOMPUTE_FULL, one.recompute_layers = 0; /* what the others are checked against */
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
-  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}, 0, 0};
+  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
   one.micro = o.micro * o.dp;
   r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
   if (o.vp > 1) cfg.vp = (int)o.vp;
-  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}, 1, 0};
+  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}, 1, 0, 0, 0, 0, 0, 0, 0};
   int printer = 0;
   if (!r) r = tool_run(o.backend == TOOL_NCCL ? TOOL_THREADS : o.backend, (int)world, &cfg,
                        (uint64_t)o.seed, gpt_rank, &run, &printer);
@@ -755,6 +919,7 @@ int cmd_demo_gpt(int argc, char **argv) {
     printf("check: the parameters at the end agree with one rank's to %.2e (largest difference "
            "%.2e): %s\n", ptol, run.param_diff, params_ok ? "PASS" : "FAIL");
   }
+  if (o.overlap) print_overlap(&o, &run, world);
   int pass = cli_loss_check_from(o.format, "losses", "loss", loss, ref, run.start, o.steps, 1e-4) &&
              params_ok;
   free(loss), free(ref);

@@ -512,6 +512,14 @@ mpu_result_t gpt_chunk_forward(const gpt_ctx *ctx, gpt_chunk *c, int mb, const i
   return MPU_SUCCESS;
 }
 
+/* The gradients from element `from` of the chunk's buffer on are final. The
+ * buffer holds the embedding's, the blocks' in order, then the head's. */
+static mpu_result_t grads_final(const gpt_ctx *ctx, gpt_chunk *c, size_t from) {
+  return ctx->grads_final ? ctx->grads_final(ctx->grads_user, c, from) : MPU_SUCCESS;
+}
+
+static size_t param_offset(const gpt_chunk *c, int param) { return c->params.params[param].offset; }
+
 mpu_result_t gpt_chunk_backward(const gpt_ctx *ctx, gpt_chunk *c, const float *gout, float *gin,
                                 float loss_scale) {
   const gpt_config *g = &ctx->cfg;
@@ -522,13 +530,18 @@ mpu_result_t gpt_chunk_backward(const gpt_ctx *ctx, gpt_chunk *c, const float *g
     TRY(mpu_vocab_cross_entropy_backward(&c->ce, c->dloss, c->dlogits));
     TRY(mpu_column_linear_backward(&c->head, c->dlogits, c->tmp));
     TRY(mpu_layer_norm_backward(&c->lnf, c->tmp, c->dact));
+    const gpt_block *lastb = &c->blocks[c->nlayers - 1]; /* the head's follow the last block's */
+    TRY(grads_final(ctx, c, param_offset(c, lastb->fc2_b) + c->params.params[lastb->fc2_b].numel));
   } else {
     memcpy(c->dact, gout, th * sizeof(float));
   }
-  for (int i = c->nlayers - 1; i >= 0; i--) TRY(block_backward(ctx, &c->blocks[i], c->dact, c->dact));
+  for (int i = c->nlayers - 1; i >= 0; i--) {
+    TRY(block_backward(ctx, &c->blocks[i], c->dact, c->dact));
+    TRY(grads_final(ctx, c, param_offset(c, c->blocks[i].ln1_w)));
+  }
   if (!c->first) {
     memcpy(gin, c->dact, th * sizeof(float));
-    return MPU_SUCCESS;
+    return grads_final(ctx, c, 0);
   }
   /* the embedding's gradient over the whole sequence: gathered back with
    * sequence parallelism (scatter_to_sequence_parallel_region's backward) */
@@ -538,7 +551,8 @@ mpu_result_t gpt_chunk_backward(const gpt_ctx *ctx, gpt_chunk *c, const float *g
     c->tmp[i] *= c->emb_mask[i];
     c->dwpe[i] += c->tmp[i];
   }
-  return mpu_vocab_embedding_backward(&c->wte, c->tmp);
+  TRY(mpu_vocab_embedding_backward(&c->wte, c->tmp));
+  return grads_final(ctx, c, 0);
 }
 
 mpu_result_t gpt_chunk_sync_sequence_grads(const gpt_ctx *ctx, gpt_chunk *c) {

@@ -73,6 +73,11 @@ typedef struct gpt_ctx {
   mpu_comm *tp;
   int tp_size, tp_rank, sp, T_local;
   uint64_t key;                /* this step's dropout key */
+  /* called by the backward each time the chunk's gradients from element
+   * `from` of its buffer to the end are final (the head's, then each block's,
+   * then all), e.g. to start their data-parallel reduce; NULL: not called */
+  mpu_result_t (*grads_final)(void *user, gpt_chunk *c, size_t from);
+  void *grads_user;
 } gpt_ctx;
 
 mpu_result_t gpt_ctx_init(gpt_ctx *ctx, const gpt_config *cfg, mpu_comm *tp, int sp);
