@@ -225,7 +225,7 @@ mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu
                      mpu__group_serial(), 0};
   if (starts_at_once(c)) {
     /* earlier queued calls cannot exist (nothing is ever queued). The start
-     * may move data (the threads backend's last member): it is on the clock */
+     * is on the clock (a backend's start may move data) */
     double t0 = mpu__clock_start();
     mpu_result_t res = c->size == 1      ? alone(c, call)
                        : c->ops->start_nb ? c->ops->start_nb(c, call, &r->native)

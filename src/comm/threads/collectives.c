@@ -79,8 +79,8 @@ static int streams(size_t a, size_t b, size_t c, size_t d) {
 /* ---- the tasks: the data movement of a call every member has entered ----
  * Task t of n, from the members' descriptions `calls`. Which thread runs a
  * task does not matter: a blocking call's members run their own (see the top
- * of the file), a non-blocking call's last member to start it runs them all
- * (progress.c). Each reads and writes only the buffers the members handed
+ * of the file), a non-blocking call's are all run by the member that claims
+ * it (progress.c). Each reads and writes only the buffers the members handed
  * over, so the tasks of one call may run in any order. */
 
 static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t) {

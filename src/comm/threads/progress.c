@@ -4,18 +4,20 @@
  *
  * A non-blocking call is an op of its group, found by its number among the
  * group's non-blocking calls (every member issues them in the same order).
- * Starting one describes this member's call in the op and returns at once;
- * the member that starts it last moves all of its data, in its start (every
- * member's buffers are known by then: collectives need nothing else), so the
- * call has completed when its last member has started it, whatever the
- * others are doing: computing, waiting on another request, or blocked in a
- * call on another communicator. Waits in any order therefore complete, and
- * a member that started early computes while the call runs.
+ * Starting one describes this member's call in the op and returns at once.
+ * Once every member has started it the op is ready (every member's buffers
+ * are known: collectives need nothing else), and the first member that then
+ * waits for, tests or settles it (or a later op of the group), or releases
+ * it, moves all of its data. So a member that is still computing when the
+ * call becomes ready keeps computing, and one that waits (idle anyway) does
+ * the work: the call's copies are hidden behind the slower members'
+ * compute. Waits in any order complete, since the waiter runs what it waits
+ * for once its members have started it, whatever the others are doing.
  *
  * Measured against a progress thread per world (docs/design.md, "progress
  * without a wait"): on a machine whose cores all run ranks, a progress thread
  * takes a core from a rank exactly when it has work, and each call pays two
- * hand-offs; the last member's start does the same work with no hand-off.
+ * hand-offs; a waiting member does the same work with no hand-off.
  *
  * Buffers: an op reads and writes the members' buffers only between its last
  * member's start and its completion, and never afterwards; a member must not
@@ -37,7 +39,7 @@
 
 #define SLICE_S 0.01
 
-enum { TOP_PENDING, TOP_RUNNING, TOP_DONE };
+enum { TOP_PENDING, TOP_READY, TOP_RUNNING, TOP_DONE };
 
 void mpu__tops_init(tgroup *g) {
   pthread_condattr_t ca;
@@ -90,20 +92,46 @@ static void op_finish(tgroup *g, top *op, mpu_result_t result, const char *messa
   pthread_cond_broadcast(&g->ops_cond);
 }
 
-/* Move the op's data: every member has started it. Runs without the lock:
- * nothing in the op changes while it runs. */
-static void op_run(tcomm *tc, top *op) {
+static void op_move(tcomm *tc, top *op);
+
+/* Run the ready ops of the group up to and including `upto` (all with NULL),
+ * oldest first, each by whoever claims it first. Caller holds the lock; it
+ * is dropped while data moves. */
+static void drive(tcomm *tc, const top *upto) {
   tgroup *g = tc->g;
-  /* after every earlier call: one may read what an earlier one writes. They
-   * all run already (op's members started them first), so this ends soon */
+  for (top *p = g->ops; p;) {
+    if (p->state == TOP_READY) {
+      p->state = TOP_RUNNING;
+      pthread_mutex_unlock(&g->ops_lock);
+      op_move(tc, p);
+      pthread_mutex_lock(&g->ops_lock);
+      p = g->ops; /* the list may have changed meanwhile */
+      continue;
+    }
+    if (p == upto) break;
+    p = p->next;
+  }
+}
+
+/* Move the op's data: every member has started it, and this member claimed
+ * it. Runs without the lock: nothing in the op changes while it runs. */
+static void op_move(tcomm *tc, top *op) {
+  tgroup *g = tc->g;
+  /* after every earlier call: one may read what an earlier one writes. Every
+   * member started them before this one, so they are ready or running: run
+   * the ready ones here, and wait for the running ones to end */
   pthread_mutex_lock(&g->ops_lock);
   for (const top *p = g->ops; p != op;) {
     if (p->state == TOP_DONE) {
       p = p->next;
       continue;
     }
-    struct timespec until = mpu__tabs_after(SLICE_S);
-    pthread_cond_timedwait(&g->ops_cond, &g->ops_lock, &until);
+    if (p->state == TOP_READY) {
+      drive(tc, p);
+    } else {
+      struct timespec until = mpu__tabs_after(SLICE_S);
+      pthread_cond_timedwait(&g->ops_cond, &g->ops_lock, &until);
+    }
     p = g->ops; /* the list may have changed meanwhile */
   }
   pthread_mutex_unlock(&g->ops_lock);
@@ -129,10 +157,11 @@ mpu_result_t mpu__tstart_nb(mpu_comm *c, const mpu__call *call, void **handle) {
   tc->nb_seq++;
   op->calls[tc->me] = *call;
   op->has[tc->me] = 1;
-  int run = ++op->posted == g->n && op->state == TOP_PENDING;
-  if (run) op->state = TOP_RUNNING;
+  if (++op->posted == g->n && op->state == TOP_PENDING) {
+    op->state = TOP_READY; /* the first member to wait, test or settle moves it */
+    pthread_cond_broadcast(&g->ops_cond);
+  }
   pthread_mutex_unlock(&g->ops_lock);
-  if (run) op_run(tc, op);
   *handle = op;
   return MPU_SUCCESS;
 }
@@ -175,7 +204,7 @@ static void missing(const tgroup *g, const top *op, char *buf, size_t len, int *
 /* Whether op is done, and so is every earlier op of the group: calls complete
  * in order, so a completed request says the buffers of every earlier call on
  * the communicator (freed requests' too) are the owner's again. Earlier ops
- * still running end soon: op's last member started them all before it.
+ * still running end soon: every member started them before op.
  * Caller holds the lock. */
 static int op_settled(const tgroup *g, const top *op) {
   if (op->state != TOP_DONE) return 0;
@@ -198,6 +227,7 @@ mpu_result_t mpu__ttest(mpu_comm *c, void *handle, int *done) {
     uint64_t reason = op_failure(g, op);
     if (reason) op_fail(g, op, reason, "");
   }
+  drive((tcomm *)c->impl, op); /* a test progresses what is ready, as MPI_Test does */
   *done = op_settled(g, op);
   if (*done) {
     r = op_result(op);
@@ -231,7 +261,10 @@ static mpu_result_t wait_locked(tcomm *tc, top *op, double timeout_s) {
         op_fail(g, op, tc_pack(TC_TIMEOUT, MPU_ERR_TIMEOUT, first), detail);
         continue;
       }
-    } /* running (or an earlier op is): its last member moves the data and finishes */
+    }
+    drive(tc, op); /* ready ones (this or earlier): this member moves them */
+    if (op_settled(g, op)) break;
+    /* running (or an earlier op is, or pending): whoever claimed it finishes it */
     struct timespec until = mpu__tabs_after(SLICE_S);
     pthread_cond_timedwait(&g->ops_cond, &g->ops_lock, &until);
   }
@@ -269,6 +302,7 @@ void mpu__trelease(mpu_comm *c, void *handle) {
   tgroup *g = tc->g;
   top *op = handle;
   pthread_mutex_lock(&g->ops_lock);
+  drive(tc, op); /* ready: every member's buffers are still there, so it runs */
   if (op->state == TOP_PENDING) { /* leaving before it ran: its buffers go too */
     char msg[300];
     snprintf(msg, sizeof msg,

@@ -59,11 +59,12 @@ typedef struct tbarrier {
 typedef struct tworld tworld;
 
 /* A non-blocking call of a group (progress.c): each member's description,
- * and its state. It runs when its last member starts it. */
+ * and its state. It is ready when its last member starts it; the first member
+ * that then waits for, tests or settles it moves its data. */
 typedef struct top {
   struct top *next;
   uint64_t seq;          /* the members' seq-th non-blocking call on the group */
-  int state;             /* TOP_PENDING, TOP_RUNNING, TOP_DONE */
+  int state;             /* TOP_PENDING, TOP_READY, TOP_RUNNING, TOP_DONE */
   int posted;            /* members that started it */
   int released;          /* members done with it (their handle released) */
   mpu_result_t result;   /* TOP_DONE */

@@ -377,7 +377,7 @@ out:
 
 static void threads_caps(const mpu_comm *c, mpu_comm_caps *caps) {
   const tcomm *tc = c->impl;
-  caps->native_nonblocking = 1; /* a call runs when its last member starts it */
+  caps->native_nonblocking = 1; /* a call runs once every member started it, without a wait */
   caps->fault_detection = 1; /* aborts, failures, exits and timeouts break the waits */
   caps->call_checking = tc->g->world->check_calls;
 }
