@@ -141,9 +141,9 @@ static void chan_close(void *ctx) {
 
 static mpu__comm_ops twin_ops;
 static pthread_once_t twin_once = PTHREAD_ONCE_INIT;
-static const mpu__comm_ops *threads_ops;
+static _Atomic(const mpu__comm_ops *) threads_ops; /* every rank stores the same */
 static void twin_ops_init(void) {
-  twin_ops = *threads_ops;
+  twin_ops = *atomic_load(&threads_ops);
   twin_ops.oob_open = chan_open;
   twin_ops.oob_post = chan_post;
   twin_ops.oob_poll = chan_poll;
@@ -154,7 +154,7 @@ static mpu_result_t twin_channel(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm_rank(world, &me);
-  threads_ops = world->ops; /* the same on both ranks */
+  atomic_store(&threads_ops, world->ops); /* the same on both ranks */
   pthread_once(&twin_once, twin_ops_init);
   mpu_comm *twin = NULL, *nc = NULL;
   RCHECK(!mpu_comm_split(world, 0, me, &twin), "twin: %s", mpu_last_error());

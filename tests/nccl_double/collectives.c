@@ -296,8 +296,9 @@ static int faults(ncclComm_t c, coll_task *k) {
       char what[160];
       snprintf(what, sizeof what, "an NCCL kernel of rank %d touched %p, outside device memory",
                c->rank, g->s.send && !double_mem_usable(g->s.send, 1) ? g->s.send : (const void *)g->s.recv);
+      fail(c, ncclUnhandledCudaError); /* before the device: whoever sees the fault sees both */
       double_fault(device, what);
-      break;
+      return 1;
     }
   if (!double_sticky(device)) return 0;
   fail(c, ncclUnhandledCudaError);
