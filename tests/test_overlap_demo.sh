@@ -7,15 +7,16 @@
 #  - the report line is well-formed: the blocking time is > 0, the overlapped
 #    and the blocking steps are half of --steps each (interleaved), the reduces started are exactly one per block plus
 #    one for the head's and one for the embedding's, per rank and step;
-#  - something was hidden behind compute, where that is structurally
-#    guaranteed: the threads backend runs a non-blocking call in the start of
-#    its last member, and every rank starts all of its reduces before it
-#    waits, so in each dp group the rank that reaches the wait last finds every
-#    one of its reduces complete. So at least (dp groups) x (reduces per rank)
-#    per step are complete before the wait, whatever the load. The time share
-#    (1 - exposed / blocking) is only checked to be a number <= 100%: on a
-#    loaded 2-core machine a descheduled rank can make the exposed time exceed
-#    the blocking steps' time, which says nothing about correctness;
+#  - something was hidden behind compute: every rank starts all of its
+#    reduces before it waits, and a rank that tests a call whose members all
+#    started it runs it (or finds it done), so in each dp group the rank that
+#    reaches the wait last finds its reduces complete. So at least
+#    (dp groups) x (reduces per rank) per step are complete before the wait,
+#    whatever the load. The time share (1 - exposed / blocking) is only
+#    checked to be a number <= 100%: on a loaded 2-core machine a descheduled
+#    rank can make the exposed time exceed the blocking steps' time, which
+#    says nothing about correctness;
+#  - the second line gives both kinds of step's wall time, each > 0;
 #  - refusals (exit 2): ZeRO-1, --fsdp, dp 1, the MPI backend, tp > 1 with
 #    sequence parallelism, --bench.
 #    (MPI refused by the flag, or before it where the MPI backend was not built)
@@ -48,7 +49,12 @@ for i in "${!layouts[@]}"; do
   fi
   # shellcheck disable=SC2086
   text=$("$mpu" demo gpt $args --overlap-grad-reduce) || bad "$args --overlap-grad-reduce (text) failed"
-  line=$(grep '^overlap: ' <<<"$text")
+  line=$(grep '^overlap: dp ' <<<"$text")
+  steps_re='^overlap: a step took ([0-9.]+) ms overlapped, ([0-9.]+) ms blocking \(wall clock, means over ranks and steps\)$'
+  if ! [[ $(grep '^overlap: a step' <<<"$text") =~ $steps_re ]] ||
+    ! python3 -c "import sys; sys.exit(0 if float('${BASH_REMATCH[1]}') > 0 and float('${BASH_REMATCH[2]}') > 0 else 1)"; then
+    bad "$args: no well-formed step-time line in: $text"
+  fi
   re='^overlap: dp gradient reduce ([0-9.]+) ms per step blocking \(mean of ([0-9]+) steps\), ([0-9.]+) ms exposed \(mean of ([0-9]+) overlapped steps, interleaved\), hidden behind compute (-?[0-9.]+)%; ([0-9]+) of ([0-9]+) reduces complete before the wait$'
   if ! [[ $line =~ $re ]]; then
     bad "$args: no well-formed overlap line in: $text"

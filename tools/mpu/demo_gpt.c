@@ -86,6 +86,7 @@ typedef struct gpt_run {
    * reduces of the blocking steps, inside the overlapped reduces' starts and waits
    * of the other steps; reduces started, and found complete at the wait */
   double blocking_s, exposed_s, reduces, complete;
+  double step_s[2];       /* the steps' wall time: [0] blocking, [1] overlapped (summed over ranks) */
   long overlapped_steps, blocking_steps;
 } gpt_run;
 
@@ -346,7 +347,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   }
   if (o->shard) TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas, &ao));
   int overlap = o->overlap && run->dp > 1; /* (the one-rank reference reduces nothing) */
-  double blocking_s = 0, complete = 0, reduces = 0;
+  double blocking_s = 0, complete = 0, reduces = 0, step_s[2] = {0, 0};
   if (overlap) {
     m.dp = dpc, m.sync = ao.sync, m.max_reqs = m.chunks[0].nlayers + 2;
     m.unreduced = calloc((size_t)m.vp, sizeof *m.unreduced);
@@ -384,6 +385,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   mpu_comm_clock_reset();
   double t0 = cli_now();
   for (m.step = (int)start; m.step < o->steps; m.step++) {
+    double step_t0 = cli_now();
     m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
     m.loss_sum = 0;
@@ -408,7 +410,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
         TRY(mpu_grad_all_reduce(&m.chunks[c].params, dpc, &ao.sync));
         opts[c].grads_reduced = 1;
       }
-      blocking_s = cli_now() - t1;
+      blocking_s += cli_now() - t1;
     }
     /* one norm over the whole model: every rank's shard (ZeRO-1) or every model-parallel rank */
     if (o->shard) TRY(gpt_shard_step(&sharding, mp));
@@ -427,17 +429,19 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
     }
     if (run->checkpoints && o->save_dir && m.step + 1 == (o->save_step ? o->save_step : o->steps))
       TRY(gpt_ckpt_save(o->save_dir, s, &m.ctx, m.chunks, m.vp, &gp, m.micro, m.step + 1));
+    step_s[overlapped] += cli_now() - step_t0;
   }
   if (o->shard) TRY(gpt_shard_unshard(&sharding)); /* the trained parameters, whole */
   TRY(mpu_comm_barrier(world));
   if (rank == 0) run->seconds = cli_now() - t0;
   if (run->comm) mpu_comm_clock(&run->comm[rank], NULL);
   if (overlap) { /* every rank's, summed (the threads backend: one process) */
-    double sums[4] = {blocking_s, m.exposed_s, reduces, complete};
-    TRY(mpu_comm_all_reduce(world, sums, sums, 4, MPU_FLOAT64, MPU_SUM));
+    double sums[6] = {blocking_s, m.exposed_s, reduces, complete, step_s[0], step_s[1]};
+    TRY(mpu_comm_all_reduce(world, sums, sums, 6, MPU_FLOAT64, MPU_SUM));
     if (rank == 0) {
       run->blocking_s = sums[0], run->exposed_s = sums[1], run->reduces = sums[2];
-      run->complete = sums[3], run->overlapped_steps = 0;
+      run->complete = sums[3], run->step_s[0] = sums[4], run->step_s[1] = sums[5];
+      run->overlapped_steps = 0;
       for (long k = 0; k < o->steps - start; k++)
         run->overlapped_steps += overlap_step((int)k, (int)(o->steps - start));
       run->blocking_steps = o->steps - start - run->overlapped_steps;
@@ -530,7 +534,8 @@ static int bench(const gpt_opts *base, const corpus *text) {
       double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
       mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
       cfg.tp = (int)o.tp;
-      gpt_run run = {&o, text, 1, MPU_SCHEDULE_NO_PIPELINING, loss, 0, NULL, 0, NULL, 0, 0, 0, comm, 1, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
+      gpt_run run = {.o = &o, .text = text, .dp = 1, .kind = MPU_SCHEDULE_NO_PIPELINING, .loss = loss,
+                     .comm = comm, .quiet = 1};
       mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
                             : MPU_ERR_OUT_OF_MEMORY;
       free(loss);
@@ -672,13 +677,16 @@ static void print_overlap(const gpt_opts *o, const gpt_run *run, long world) {
   double blocking = run->blocking_steps ? run->blocking_s / (double)world / (double)run->blocking_steps : NAN;
   double exposed = run->overlapped_steps ? run->exposed_s / (double)world / (double)run->overlapped_steps : NAN;
   double hidden = run->overlapped_steps && blocking > 0 ? 1.0 - exposed / blocking : NAN;
+  double step_block = run->blocking_steps ? run->step_s[0] / (double)world / (double)run->blocking_steps : NAN;
+  double step_over = run->overlapped_steps ? run->step_s[1] / (double)world / (double)run->overlapped_steps : NAN;
   if (o->format == CLI_JSON) {
     printf("\"overlap_grad_reduce\": {\"blocking_s\": %.6g, \"exposed_s\": %.6g, \"hidden\": %.6g, "
            "\"blocking_steps\": %ld, \"overlapped_steps\": %ld, \"reduces\": %.0f, "
-           "\"complete_before_wait\": %.0f},\n ",
+           "\"complete_before_wait\": %.0f, \"step_blocking_s\": %.6g, \"step_overlapped_s\": %.6g},\n ",
            isnan(blocking) ? -1.0 : blocking, isnan(exposed) ? -1.0 : exposed,
            isnan(hidden) ? -1.0 : hidden, run->blocking_steps, run->overlapped_steps,
-           run->reduces, run->complete);
+           run->reduces, run->complete, isnan(step_block) ? -1.0 : step_block,
+           isnan(step_over) ? -1.0 : step_over);
     return;
   }
   if (!run->overlapped_steps) {
@@ -690,6 +698,8 @@ static void print_overlap(const gpt_opts *o, const gpt_run *run, long world) {
          "exposed (mean of %ld overlapped steps, interleaved), hidden behind compute %.1f%%; %.0f "
          "of %.0f reduces complete before the wait\n", 1e3 * blocking, run->blocking_steps,
          1e3 * exposed, run->overlapped_steps, 100.0 * hidden, run->complete, run->reduces);
+  printf("overlap: a step took %.3f ms overlapped, %.3f ms blocking (wall clock, means over ranks "
+         "and steps)\n", 1e3 * step_over, 1e3 * step_block);
 }
 
 int cmd_demo_gpt(int argc, char **argv) {
@@ -860,14 +870,16 @@ int cmd_demo_gpt(int argc, char **argv) {
   one.shard = 0;
   one.recompute = GPT_RECOMPUTE_FULL, one.recompute_layers = 0; /* what the others are checked against */
   mpu_layout_config cfg1 = MPU_LAYOUT_CONFIG_INIT;
-  gpt_run run1 = {&one, &text, 1, MPU_SCHEDULE_NO_PIPELINING, ref, 0, NULL, 0, kept, 0, 0, 0, NULL, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
+  gpt_run run1 = {.o = &one, .text = &text, .dp = 1, .kind = MPU_SCHEDULE_NO_PIPELINING, .loss = ref,
+                  .keep = kept};
   one.micro = o.micro * o.dp;
   r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
   if (o.vp > 1) cfg.vp = (int)o.vp;
-  gpt_run run = {&o, &text, (int)o.dp, kind, loss, 0, kept, run1.nkeep, NULL, 0, 0, 0, NULL, 0, {0}, 1, 0, 0, 0, 0, 0, 0, 0};
+  gpt_run run = {.o = &o, .text = &text, .dp = (int)o.dp, .kind = kind, .loss = loss, .ref = kept,
+                 .nref = run1.nkeep, .checkpoints = 1};
   int printer = 0;
   if (!r) r = tool_run(o.backend == TOOL_NCCL ? TOOL_THREADS : o.backend, (int)world, &cfg,
                        (uint64_t)o.seed, gpt_rank, &run, &printer);

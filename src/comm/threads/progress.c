@@ -8,10 +8,13 @@
  * Once every member has started it the op is ready (every member's buffers
  * are known: collectives need nothing else), and the first member that then
  * waits for, tests or settles it (or a later op of the group), or releases
- * it, moves all of its data. So a member that is still computing when the
- * call becomes ready keeps computing, and one that waits (idle anyway) does
- * the work: the call's copies are hidden behind the slower members'
- * compute. Waits in any order complete, since the waiter runs what it waits
+ * it, starts moving its data; the op's work is one task per member (as in a
+ * blocking call, where each member runs its own), and every member that comes
+ * to wait, test or settle while tasks are left takes the next one. So a
+ * member that is still computing when the call becomes ready keeps
+ * computing, one that waits (idle anyway) does the work, and members that
+ * wait together share it as a blocking call would: the call's copies are
+ * hidden behind the slower members' compute. Waits in any order complete, since the waiter runs what it waits
  * for once its members have started it, whatever the others are doing.
  *
  * Measured against a progress thread per world (docs/design.md, "progress
@@ -94,9 +97,27 @@ static void op_finish(tgroup *g, top *op, mpu_result_t result, const char *messa
 
 static void op_move(tcomm *tc, top *op);
 
+static int tasks_left(const tgroup *g, const top *op) {
+  return op->state == TOP_RUNNING && op->moving && op->next_task < g->n;
+}
+
+/* Take the op's tasks one at a time until none is left; the member that
+ * finishes the last one ends the op. Caller holds the lock; it is dropped
+ * while a task runs. */
+static void run_tasks(tcomm *tc, top *op) {
+  tgroup *g = tc->g;
+  while (tasks_left(g, op)) {
+    int t = op->next_task++;
+    pthread_mutex_unlock(&g->ops_lock);
+    mpu__ttask(tc, op->calls, t);
+    pthread_mutex_lock(&g->ops_lock);
+    if (++op->tasks_done == g->n) op_finish(g, op, MPU_SUCCESS, "");
+  }
+}
+
 /* Run the ready ops of the group up to and including `upto` (all with NULL),
- * oldest first, each by whoever claims it first. Caller holds the lock; it
- * is dropped while data moves. */
+ * oldest first: claim the ready ones, and take tasks of running ones. Caller
+ * holds the lock; it is dropped while data moves. */
 static void drive(tcomm *tc, const top *upto) {
   tgroup *g = tc->g;
   for (top *p = g->ops; p;) {
@@ -106,6 +127,11 @@ static void drive(tcomm *tc, const top *upto) {
       op_move(tc, p);
       pthread_mutex_lock(&g->ops_lock);
       p = g->ops; /* the list may have changed meanwhile */
+      continue;
+    }
+    if (tasks_left(g, p)) {
+      run_tasks(tc, p);
+      p = g->ops;
       continue;
     }
     if (p == upto) break;
@@ -126,7 +152,7 @@ static void op_move(tcomm *tc, top *op) {
       p = p->next;
       continue;
     }
-    if (p->state == TOP_READY) {
+    if (p->state == TOP_READY || tasks_left(g, p)) {
       drive(tc, p);
     } else {
       struct timespec until = mpu__tabs_after(SLICE_S);
@@ -137,10 +163,14 @@ static void op_move(tcomm *tc, top *op) {
   pthread_mutex_unlock(&g->ops_lock);
   const char *fn = mpu__tcall_name(op->calls[0].sig.kind);
   mpu_result_t r = mpu__tcheck(tc, op->calls, fn);
-  if (!r)
-    for (int t = 0; t < g->n; t++) mpu__ttask(tc, op->calls, t);
   pthread_mutex_lock(&g->ops_lock);
-  op_finish(g, op, r, r ? mpu_last_error() : "");
+  if (r) {
+    op_finish(g, op, r, mpu_last_error());
+  } else {
+    op->moving = 1;
+    pthread_cond_broadcast(&g->ops_cond); /* waiters may take tasks */
+    run_tasks(tc, op);
+  }
   pthread_mutex_unlock(&g->ops_lock);
 }
 

@@ -67,6 +67,9 @@ typedef struct top {
   int state;             /* TOP_PENDING, TOP_READY, TOP_RUNNING, TOP_DONE */
   int posted;            /* members that started it */
   int released;          /* members done with it (their handle released) */
+  int moving;            /* TOP_RUNNING and checked: its tasks may be claimed */
+  int next_task;         /* the next member's task to claim (one per member) */
+  int tasks_done;        /* tasks finished: the op is done at n */
   mpu_result_t result;   /* TOP_DONE */
   char message[1024];    /* the failure's message, for every member */
   mpu__call *calls;      /* [member] */
