@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_internal.h"
 #include "comm/base/copy.h"
 #include "comm/services.h"
 #include "core/clock.h"
@@ -57,7 +58,7 @@ static double now_us(void) { return mpu__now() * 1e6; }
 /* Benchmark buffers: 2 MiB aligned and backed by huge pages where the kernel
  * allows, so that large sizes measure memory bandwidth, not TLB misses. The
  * memcpy reference uses the same buffers, so the comparison stays fair. */
-static void *bench_alloc(size_t bytes) {
+void *mpu__bench_alloc(size_t bytes) {
   const size_t huge = (size_t)2 << 20;
   /* more than the machine's memory is out of memory, not a request to malloc */
   double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -74,6 +75,51 @@ static void *bench_alloc(size_t bytes) {
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *in, int n,
+                               mpu_bench_config *full, size_t *count_out, size_t *send_out,
+                               size_t *recv_out) {
+  if (!in) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: config is NULL", fn);
+  *full = (mpu_bench_config)MPU_BENCH_CONFIG_INIT;
+  /* the first version ended before `native` */
+  MPU_CHECK(mpu__take_options(fn, "config", "MPU_BENCH_CONFIG_INIT",
+                              in, sizeof *full, offsetof(mpu_bench_config, native),
+                              full));
+  const mpu_bench_config *cfg = full;
+  if ((unsigned)cfg->collective >= MPU_COLL_COUNT || !mpu_dtype_size(cfg->dtype) ||
+      (unsigned)cfg->op >= MPU_OP_COUNT || cfg->iters < 1 || cfg->iters > 100000 ||
+      cfg->warmup < 0 || cfg->warmup > 100000 || cfg->average < MPU_BENCH_SLOWEST ||
+      cfg->average > MPU_BENCH_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: collective %d, dtype %d, op %d, %d iterations, %d warm-up", fn,
+                      (int)cfg->collective, (int)cfg->dtype, (int)cfg->op, cfg->iters,
+                      cfg->warmup);
+  size_t es = mpu_dtype_size(cfg->dtype);
+  /* per-rank count: the buffer of nccl-tests' size is split over ranks for
+   * the collectives whose size is a total */
+  int per_total = cfg->collective == MPU_COLL_ALL_GATHER ||
+                  cfg->collective == MPU_COLL_REDUCE_SCATTER ||
+                  cfg->collective == MPU_COLL_ALL_TO_ALL;
+  size_t count = cfg->bytes / es / (per_total ? (size_t)n : 1);
+  if (count == 0) count = 1; /* as nccl-tests: at least one element per rank */
+  /* send: n blocks for reduce_scatter and all_to_all; recv: n for all_gather
+   * and all_to_all; every product and the +64 slack checked */
+  int send_blocks = cfg->collective == MPU_COLL_REDUCE_SCATTER || cfg->collective == MPU_COLL_ALL_TO_ALL;
+  int recv_blocks = per_total && cfg->collective != MPU_COLL_REDUCE_SCATTER;
+  size_t per = 0, send_bytes = 0, recv_bytes = 0, bytes = 0, slack;
+  if (n < 1) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d ranks", fn, n);
+  if (__builtin_mul_overflow(count, es, &per) ||
+      __builtin_mul_overflow(per, send_blocks ? (size_t)n : 1, &send_bytes) ||
+      __builtin_mul_overflow(per, recv_blocks ? (size_t)n : 1, &recv_bytes) ||
+      __builtin_mul_overflow(per, per_total ? (size_t)n : 1, &bytes) ||
+      __builtin_add_overflow(send_bytes, (size_t)64, &slack) ||
+      __builtin_add_overflow(recv_bytes, (size_t)64, &slack) || send_bytes > (size_t)PTRDIFF_MAX ||
+      recv_bytes > (size_t)PTRDIFF_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %zu bytes over %d ranks overflow the address space",
+                      fn, cfg->bytes, n);
+  *count_out = count, *send_out = send_bytes, *recv_out = recv_bytes;
+  return MPU_SUCCESS;
 }
 
 /* One call of the collective on the bench's buffers. */
@@ -304,42 +350,15 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   for (int v = 0; v < ncomms; v++) /* refuse a bad result size before any work */
     MPU_CHECK(mpu__check_size(fn, "result", "MPU_BENCH_RESULT_INIT", out[v].size,
                               MPU_BENCH_RESULT_MIN_SIZE, sizeof out[v]));
-  mpu_bench_config full = MPU_BENCH_CONFIG_INIT;
-  /* the first version ended before `native` */
-  MPU_CHECK(mpu__take_options(fn, "config", "MPU_BENCH_CONFIG_INIT",
-                              cfg, sizeof full, offsetof(mpu_bench_config, native),
-                              &full));
+  mpu_bench_config full;
+  size_t count = 0, send_bytes = 0, recv_bytes = 0;
+  MPU_CHECK(mpu__bench_layout(fn, cfg, n, &full, &count, &send_bytes, &recv_bytes));
   cfg = &full;
-  if ((unsigned)cfg->collective >= MPU_COLL_COUNT || !mpu_dtype_size(cfg->dtype) ||
-      (unsigned)cfg->op >= MPU_OP_COUNT || cfg->iters < 1 || cfg->iters > 100000 ||
-      cfg->warmup < 0 || cfg->warmup > 100000 || cfg->average < MPU_BENCH_SLOWEST ||
-      cfg->average > MPU_BENCH_MAX)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: collective %d, dtype %d, op %d, %d iterations, %d warm-up", fn,
-                      (int)cfg->collective, (int)cfg->dtype, (int)cfg->op, cfg->iters,
-                      cfg->warmup);
-  size_t es = mpu_dtype_size(cfg->dtype);
-  /* per-rank count: the buffer of nccl-tests' size is split over ranks for
-   * the collectives whose size is a total */
+  size_t es = mpu_dtype_size(cfg->dtype), per = count * es;
   int per_total = cfg->collective == MPU_COLL_ALL_GATHER ||
                   cfg->collective == MPU_COLL_REDUCE_SCATTER ||
                   cfg->collective == MPU_COLL_ALL_TO_ALL;
-  size_t count = cfg->bytes / es / (per_total ? (size_t)n : 1);
-  if (count == 0) count = 1; /* as nccl-tests: at least one element per rank */
-  /* send: n blocks for reduce_scatter and all_to_all; recv: n for all_gather
-   * and all_to_all; every product and the +64 slack checked */
-  int send_blocks = cfg->collective == MPU_COLL_REDUCE_SCATTER || cfg->collective == MPU_COLL_ALL_TO_ALL;
-  int recv_blocks = per_total && cfg->collective != MPU_COLL_REDUCE_SCATTER;
-  size_t per = 0, send_bytes = 0, recv_bytes = 0, bytes = 0, slack;
-  if (__builtin_mul_overflow(count, es, &per) ||
-      __builtin_mul_overflow(per, send_blocks ? (size_t)n : 1, &send_bytes) ||
-      __builtin_mul_overflow(per, recv_blocks ? (size_t)n : 1, &recv_bytes) ||
-      __builtin_mul_overflow(per, per_total ? (size_t)n : 1, &bytes) ||
-      __builtin_add_overflow(send_bytes, (size_t)64, &slack) ||
-      __builtin_add_overflow(recv_bytes, (size_t)64, &slack) || send_bytes > (size_t)PTRDIFF_MAX ||
-      recv_bytes > (size_t)PTRDIFF_MAX)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %zu bytes over %d ranks overflow the address space",
-                      fn, cfg->bytes, n);
+  size_t bytes = per * (per_total ? (size_t)n : 1); /* checked by the layout */
 
   mpu_result_t r = MPU_SUCCESS;
   mpu_comm_caps caps;
@@ -360,8 +379,8 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
     if (!r && zeros) r = mpu_comm_copy2d(comms[0], recv, recv_bytes, zeros, recv_bytes, recv_bytes, 1);
     if (r) goto out;
   } else {
-    send = bench_alloc(send_bytes + 64);
-    recv = bench_alloc(recv_bytes + 64);
+    send = mpu__bench_alloc(send_bytes + 64);
+    recv = mpu__bench_alloc(recv_bytes + 64);
   }
   if (!send || !recv || !times || (device && !zeros)) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu + %zu bytes", fn, send_bytes, recv_bytes);
@@ -463,16 +482,7 @@ out:
   return r;
 }
 
-/* A start line for concurrent copiers whose size can shrink if a thread
- * fails to start (a pthread barrier's cannot). */
-typedef struct start_line {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int needed, arrived;
-  unsigned long generation;
-} start_line;
-
-static void start_wait(start_line *l) {
+void mpu__bench_start_wait(start_line *l) {
   pthread_mutex_lock(&l->lock);
   unsigned long gen = l->generation;
   if (++l->arrived >= l->needed) {
@@ -481,6 +491,17 @@ static void start_wait(start_line *l) {
     pthread_cond_broadcast(&l->cond);
   } else {
     while (gen == l->generation) pthread_cond_wait(&l->cond, &l->lock);
+  }
+  pthread_mutex_unlock(&l->lock);
+}
+
+void mpu__bench_start_shrink(start_line *l, int needed) {
+  pthread_mutex_lock(&l->lock);
+  l->needed = needed;
+  if (needed && l->arrived >= needed) {
+    l->arrived = 0;
+    l->generation++;
+    pthread_cond_broadcast(&l->cond);
   }
   pthread_mutex_unlock(&l->lock);
 }
@@ -498,7 +519,7 @@ typedef struct copier {
  * started together with the other copiers'. */
 static void *copy_loop(void *arg) {
   copier *c = arg;
-  char *a = bench_alloc(c->bytes), *b = bench_alloc(c->bytes);
+  char *a = mpu__bench_alloc(c->bytes), *b = mpu__bench_alloc(c->bytes);
   double *t = malloc((size_t)c->iters * sizeof(double));
   c->failed = !a || !b || !t;
   if (!c->failed) {
@@ -507,7 +528,7 @@ static void *copy_loop(void *arg) {
     memcpy(b, a, c->bytes); /* warm the pages and caches */
   }
   for (int i = 0; i < c->iters; i++) {
-    if (c->start) start_wait(c->start); /* even after a failure, so no one waits forever */
+    if (c->start) mpu__bench_start_wait(c->start); /* even after a failure, so no one waits forever */
     if (c->failed) continue;
     /* small copies take less than the clock resolves: time enough of them
      * (at least 256 KiB in all) and divide */
@@ -555,14 +576,7 @@ static mpu_result_t copy_run(size_t bytes, int iters, int threads, int stream, i
       copy_loop(&c[0]);
     } else if (pthread_create(&tid[started], NULL, copy_loop, &c[started])) {
       r = mpu__error(MPU_ERR_SYSTEM, "mpu_bench_memcpy: cannot start thread %d", started);
-      pthread_mutex_lock(&line.lock); /* let the started ones run without it */
-      line.needed = started;
-      if (started && line.arrived >= started) {
-        line.arrived = 0;
-        line.generation++;
-        pthread_cond_broadcast(&line.cond);
-      }
-      pthread_mutex_unlock(&line.lock);
+      mpu__bench_start_shrink(&line, started); /* the started ones run without it */
       break;
     }
   }

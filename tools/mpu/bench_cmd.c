@@ -1,9 +1,9 @@
 /*
  * bench_cmd.c - `mpu bench`: collective bandwidth and latency in nccl-tests'
  * flags and columns (out-of-place and in-place side by side, #wrong from
- * checking every result), each row against a roofline measured in the same
- * run: the least memory traffic the collective must move, at the best rate
- * of several ways of copying the same footprint (mpu_bench_copy_ceiling).
+ * checking every result), each row against its roof measured in the same
+ * run: the time of the collective's least data movement done by as many
+ * threads as ranks with no waiting between them (mpu_bench_roof).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -24,12 +24,13 @@ static void help(void) {
       "it; -a gives nccl-tests' per-rank means instead); algbw = size / time, busbw = algbw\n"
       "x the collective's bus factor. Out-of-place and in-place run side by side; after the\n"
       "timing each is run once more on known inputs and #wrong counts the output elements\n"
-      "that differ. roof is the share of the roofline reached: the least memory traffic the\n"
-      "collective must move (every input read and every output written once) at the best\n"
-      "copy rate of the same footprint measured in this run (as many threads as ranks work,\n"
-      "or one; streaming or cached stores; the best iteration of each), as a fraction of the\n"
-      "time taken. --columns nccl-tests prints nccl-tests' table and nothing else in its\n"
-      "rows, for scripts that read its fields by position.\n"
+      "that differ. roof is the roof's time over the time taken: the roof is the collective's\n"
+      "least data movement (every input it combines read once, every output written once)\n"
+      "done by as many threads as ranks, thread t doing rank t's share, with no waiting\n"
+      "between them, on buffers laid out as the row's (cached or streaming stores, pulled or\n"
+      "pushed; the best iteration of the best way, measured in this run), so a collective\n"
+      "reaches 100%% only by noise. --columns nccl-tests prints nccl-tests' table and\n"
+      "nothing else in its rows, for scripts that read its fields by position.\n"
       "\n"
       "options (nccl-tests' letters and meanings):\n"
       "  -b, --minbytes SIZE     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
@@ -333,24 +334,16 @@ static int iters_for(const bench_opts *o, size_t bytes) {
   return bytes <= (64 << 10) ? 500 : bytes <= (1 << 20) ? 100 : 20;
 }
 
-/* The roofline's copy bandwidth for one size, measured by rank 0 while the
- * others wait (so the copies have the machine to themselves, as the
- * collective had), once per size and launch; every rank keeps its own copy
- * of the answer (copy_gbps, the rank's own array), so all make the same
- * calls. */
-static mpu_result_t copy_rate(mpu_comm *world, const bench_run *run, double *copy_gbps,
-                              int size_index, int rank) {
-  if (copy_gbps[size_index] > 0) return MPU_SUCCESS;
-  size_t bytes = run->sizes[size_index] ? run->sizes[size_index] : 1;
-  double gbps = 0;
-  mpu_result_t r = MPU_SUCCESS;
-  if (rank == 0) {
-    int iters = iters_for(run->o, bytes);
-    r = mpu_bench_copy_ceiling(bytes, iters > 50 ? 50 : iters, run->copiers, &gbps);
-  }
-  mpu_result_t b = mpu_comm_broadcast(world, &gbps, 1, MPU_FLOAT64, 0);
+/* The row's roof (mpu_bench_roof), measured by rank 0 while the others wait
+ * (so its threads have the machine to themselves, as the collective had);
+ * every rank gets the answer, so all make the same calls. */
+static mpu_result_t roof(mpu_comm *host, const mpu_bench_config *cfg, int ranks, int workers,
+                         int rank, double *us) {
+  double t = 0;
+  mpu_result_t r = rank == 0 ? mpu_bench_roof(cfg, ranks, workers, &t) : MPU_SUCCESS;
+  mpu_result_t b = mpu_comm_broadcast(host, &t, 1, MPU_FLOAT64, 0);
   if (!r) r = b;
-  if (!r) copy_gbps[size_index] = gbps;
+  if (!r) *us = t;
   return r;
 }
 
@@ -359,7 +352,6 @@ static mpu_result_t copy_rate(mpu_comm *world, const bench_run *run, double *cop
 static mpu_result_t bench_rows(mpu_comm *world, mpu_comm *host, bench_run *run) {
   const bench_opts *o = run->o;
   int rank;
-  double copy_gbps[MAX_SIZES] = {0}; /* all copiers together, for sizes[i]; 0: not yet */
   mpu_comm_rank(world, &rank);
   for (int k = 0; k < o->ncolls; k++)
     for (int d = 0; d < o->ndtypes; d++)
@@ -387,12 +379,9 @@ static mpu_result_t bench_rows(mpu_comm *world, mpu_comm *host, bench_run *run) 
         if (r) return r;
         row.res[ip] = res[0];
         row.checked[ip] = res[1];
+        r = roof(host, &cfg, run->ranks, (int)o->workers, rank, &row.roof_us[ip]);
+        if (r) return r;
       }
-      mpu_result_t r = copy_rate(host, run, copy_gbps, si, rank);
-      if (r) return r;
-      /* copy_gbps is what all copiers copy per second: 2x that in traffic */
-      double traffic = mpu_bench_traffic(row.coll, run->ranks, row.res[0].bytes);
-      row.roof_us = traffic / (2.0 * copy_gbps[si] * 1e3);
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
         run->rows[run->nrows++] = row;
@@ -435,9 +424,6 @@ int cmd_bench(int argc, char **argv) {
   run->o = &o;
   run->nsizes = plan_sizes(&o, run->sizes);
   run->total_rows = planned_rows(&o, run->nsizes);
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus < 1) cpus = 1;
-  if (o.workers > 0 && o.workers < cpus) cpus = o.workers;
   int printer = 1;
   mpu_result_t r = MPU_SUCCESS;
   if (o.backend == TOOL_MPI) { /* this process is one rank of the job */
@@ -445,7 +431,6 @@ int cmd_bench(int argc, char **argv) {
     int rank;
     mpu_comm_rank(world, &rank);
     printer = rank == 0;
-    run->copiers = run->ranks < cpus ? run->ranks : (int)cpus;
     run->checked = tool_mpi_world();
     r = bench_rank(world, run);
   } else {
@@ -454,8 +439,7 @@ int cmd_bench(int argc, char **argv) {
     lo.check_calls = o.check_calls;
     for (int i = 0; i < o.nranks && r == MPU_SUCCESS; i++) {
       run->ranks = (int)o.ranks[i];
-      run->copiers = run->ranks < cpus ? run->ranks : (int)cpus;
-      r = mpu_launch(run->ranks, o.backend == TOOL_NCCL ? bench_rank_nccl : bench_rank, run, NULL,
+        r = mpu_launch(run->ranks, o.backend == TOOL_NCCL ? bench_rank_nccl : bench_rank, run, NULL,
                      &lo);
     }
   }

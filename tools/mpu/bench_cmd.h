@@ -43,13 +43,12 @@ typedef struct bench_row {
   mpu_op op;
   mpu_bench_result res[2];     /* [in_place]; MPI: call checking off, raw MPI interleaved */
   mpu_bench_result checked[2]; /* MPI: the same call with call checking on */
-  double roof_us;              /* the roofline time of this row (see the top of the file) */
+  double roof_us[2];           /* [in_place]: the row's roof, mpu_bench_roof (see the top of the file) */
 } bench_row;
 
 typedef struct bench_run {
   const bench_opts *o;
   int ranks;         /* of the launch in progress */
-  int copiers;       /* threads of the roofline copies: the ranks that work at once */
   mpu_comm *checked; /* MPI: the world with call checking on (bench_rank gets the unchecked one) */
   size_t sizes[MAX_SIZES];
   int nsizes;

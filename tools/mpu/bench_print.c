@@ -71,7 +71,7 @@ static void print_block(const bench_row *r, int ip, int mpi) {
   if (x->wrong < 0) snprintf(wrong, sizeof wrong, "N/A");
   else snprintf(wrong, sizeof wrong, "%lld", x->wrong);
   printf("  %9.2f %9.2f %7.2f %7.2f %6s %5.0f%%", x->mean_us, x->time_us, mean_algbw(x),
-         busbw(r, ip), wrong, x->mean_us > 0 ? 100.0 * r->roof_us / x->mean_us : 0);
+         busbw(r, ip), wrong, x->mean_us > 0 ? 100.0 * r->roof_us[ip] / x->mean_us : 0);
   if (mpi) {
     if (x->native_mean_us >= 0) printf(" %9.2f", x->native_mean_us);
     else printf(" %9s", "-");
@@ -145,8 +145,10 @@ int bench_print_text(const bench_run *run) {
   printf("# time: %s, median beside it; algbw = size / time;\n"
          "#   busbw = algbw x bus factor (GB/s = 1e9 bytes/s)\n"
          "# #wrong: output elements that differ from the expected ones, all ranks together%s\n"
-         "# roof: the collective's least memory traffic at the best copy rate of the same\n"
-         "#   footprint (threads or one, streaming or cached; measured in this run), over the time\n",
+         "# roof: the time of the collective's least data movement (every input it combines read\n"
+         "#   once, every output written once) done by as many threads as ranks with no waiting\n"
+         "#   between them (cached or streaming stores, pulled or pushed; the best iteration, in this\n"
+         "#   run), over the time\n",
          time_what(o), o->check ? "" : " (-c 0: not checked)");
   if (mpi)
     printf("# mpi: the raw MPI call (MPI_Allreduce, ...) timed interleaved with mpu on the same\n"
@@ -215,8 +217,8 @@ int bench_print_json(const bench_run *run) {
       json_number("algbw_gbps", mean_algbw(r), "%.6g");
       json_number("busbw_gbps", busbw(row, ip), "%.6g");
       json_number("wrong", (double)r->wrong, "%.0f");
-      json_number("roofline_us", row->roof_us, "%.6g");
-      json_number("roofline_fraction", r->mean_us > 0 ? row->roof_us / r->mean_us : -1, "%.6g");
+      json_number("roofline_us", row->roof_us[ip], "%.6g");
+      json_number("roofline_fraction", r->mean_us > 0 ? row->roof_us[ip] / r->mean_us : -1, "%.6g");
       json_number("raw_mpi_us", r->native_mean_us, "%.6g");
       json_number("checked_us", o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1, "%.6g");
       json_number("raw_mpi_median_us", r->native_us, "%.6g");
@@ -246,7 +248,7 @@ int bench_write_csv(const bench_run *run) {
       fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%s,%.6g,%s\n",
               mpu_collective_name(row->coll), backend_name(o->backend), row->ranks,
               mpu_dtype_name(row->dtype), op_column(row), ip, r->bytes, r->count, r->mean_us,
-              r->time_us, mean_algbw(r), busbw(row, ip), wrong, row->roof_us, raw);
+              r->time_us, mean_algbw(r), busbw(row, ip), wrong, row->roof_us[ip], raw);
     }
   return fclose(f);
 }

@@ -1,0 +1,40 @@
+/*
+ * bench_internal.h - what bench.c and roof.c share: the benchmark buffers,
+ * the buffer layout of a collective's row, and a start line for threads that
+ * begin each iteration together.
+ */
+#ifndef MPU_BENCH_INTERNAL_H
+#define MPU_BENCH_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "mpu/bench.h"
+
+/* 2 MiB aligned, huge pages where the kernel allows; NULL past the machine's
+ * memory or on failure. free() it. */
+void *mpu__bench_alloc(size_t bytes);
+
+/* The buffers of one rank for cfg on n ranks, as nccl-tests lays them out:
+ * the per-rank count passed to the call, and the send and receive buffers'
+ * bytes (every product checked, with 64 bytes of slack). *full gets cfg with
+ * the fields of an older, shorter config at their defaults. Refuses a bad
+ * config with MPU_ERR_INVALID_ARGUMENT. */
+mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *cfg, int n,
+                               mpu_bench_config *full, size_t *count, size_t *send_bytes,
+                               size_t *recv_bytes);
+
+/* A start line whose size can shrink if a thread fails to start (a pthread
+ * barrier's cannot). */
+typedef struct start_line {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int needed, arrived;
+  unsigned long generation;
+} start_line;
+
+void mpu__bench_start_wait(start_line *l);
+/* Only `needed` threads will come (one failed to start): let them run. */
+void mpu__bench_start_shrink(start_line *l, int needed);
+
+#endif

@@ -1,0 +1,223 @@
+/*
+ * roof.c - the roof of `mpu bench`: the least data movement of a collective,
+ * done by as many threads as it has ranks, with nothing between them but one
+ * start line per iteration.
+ *
+ * A collective on n ranks must read every input it combines and write every
+ * output at least once. Here that work is cut into n tasks, one per rank's
+ * share (task t: chunk t of an all_reduce, output t of an all_gather, ...),
+ * on buffers laid out as the bench's are (in place where the row is), and
+ * run by as many threads as the threads backend runs them on (one per rank,
+ * at most one per CPU, each taking every workers-th task), in several ways
+ * (cached or streaming stores; an all_gather or a broadcast pulled by each
+ * output's owner or pushed from each input). The roof is the best iteration
+ * of the best way, each iteration timed as its slowest thread's own time
+ * (threads that start together to the nanosecond, which no collective's
+ * members do): the time the same cores need to move those bytes when no
+ * rank ever waits for another. A collective pays that and its
+ * synchronisation, so its time is at or above the roof but for noise.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/bench_internal.h"
+#include "comm/base/copy.h"
+#include "comm/base/reduce.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+enum { PULL, PUSH };
+
+typedef struct roof_plan {
+  mpu_collective coll;
+  mpu_dtype dt;
+  mpu_op op;
+  int n, stream, way;
+  size_t count, es;  /* per-rank count as the bench passes it, and the element size */
+  char **send, **recv; /* [n]: each rank's buffers (in place: views into the other) */
+} roof_plan;
+
+typedef struct roof_thread {
+  const roof_plan *p;
+  int t, workers, iters, reps; /* this thread takes tasks t, t + workers, ... */
+  start_line *line;
+  double *begin, *end; /* [iters]: this thread's start and end of each iteration, us */
+  const void **srcs;   /* [n] */
+  void **dsts;         /* [n] */
+} roof_thread;
+
+/* Task t of one call of the collective. */
+static void roof_task(roof_thread *th, int t) {
+  const roof_plan *p = th->p;
+  int n = p->n;
+  size_t es = p->es, cb = p->count * es;
+  const void **srcs = th->srcs;
+  void **dsts = th->dsts;
+  switch (p->coll) {
+  case MPU_COLL_ALL_REDUCE:
+  case MPU_COLL_REDUCE: { /* chunk t of every input, reduced into chunk t of the outputs */
+    size_t lo = mpu__chunk_lo(p->count, n, t), hi = mpu__chunk_lo(p->count, n, t + 1);
+    for (int k = 0; k < n; k++) {
+      srcs[k] = p->send[k] + lo * es;
+      dsts[k] = p->recv[k] + lo * es;
+    }
+    int ndst = p->coll == MPU_COLL_ALL_REDUCE ? n : 1; /* reduce: the root's (rank 0's) */
+    mpu__reduce_to(dsts, ndst, srcs, n, hi - lo, p->dt, p->op, n, p->stream);
+    return;
+  }
+  case MPU_COLL_REDUCE_SCATTER: /* block t of every input, reduced into output t */
+    for (int k = 0; k < n; k++) srcs[k] = p->send[k] + (size_t)t * cb;
+    dsts[0] = p->recv[t];
+    mpu__reduce_to(dsts, 1, srcs, n, p->count, p->dt, p->op, n, p->stream);
+    return;
+  case MPU_COLL_ALL_GATHER:
+    if (p->way == PULL) { /* output t, from every input */
+      for (int k = 0; k < n; k++) {
+        char *dst = p->recv[t] + (size_t)k * cb;
+        if (dst != p->send[k]) mpu__copy(dst, p->send[k], cb, p->stream);
+      }
+      if (p->stream) mpu__copy_fence();
+    } else { /* input t, into every output */
+      for (int k = 0; k < n; k++) {
+        char *dst = p->recv[k] + (size_t)t * cb;
+        dsts[k] = dst == p->send[t] ? NULL : dst;
+      }
+      mpu__copy_to(dsts, n, p->send[t], cb, p->stream);
+    }
+    return;
+  case MPU_COLL_BROADCAST: /* from rank 0's buffer */
+    if (p->way == PULL) { /* every other rank copies the whole buffer */
+      if (t) mpu__copy(p->send[t], p->send[0], cb, p->stream);
+      if (t && p->stream) mpu__copy_fence();
+    } else { /* chunk t of the root's buffer, into every other rank's */
+      size_t lo = mpu__chunk_lo(p->count, n, t) * es, hi = mpu__chunk_lo(p->count, n, t + 1) * es;
+      for (int k = 0; k < n; k++) dsts[k] = k ? p->send[k] + lo : NULL;
+      mpu__copy_to(dsts, n, p->send[0] + lo, hi - lo, p->stream);
+    }
+    return;
+  default: /* all_to_all: block t of every input, into output t */
+    for (int k = 0; k < n; k++)
+      mpu__copy(p->recv[t] + (size_t)k * cb, p->send[k] + (size_t)t * cb, cb, p->stream);
+    if (p->stream) mpu__copy_fence();
+    return;
+  }
+}
+
+static void *roof_loop(void *arg) {
+  roof_thread *th = arg;
+  for (int i = 0; i < th->iters; i++) {
+    mpu__bench_start_wait(th->line);
+    th->begin[i] = mpu__now() * 1e6;
+    for (int k = 0; k < th->reps; k++)
+      for (int t = th->t; t < th->p->n; t += th->workers) roof_task(th, t);
+    th->end[i] = mpu__now() * 1e6;
+  }
+  return NULL;
+}
+
+/* The best iteration of one way (its slowest thread's time), per call. */
+static mpu_result_t roof_way(const roof_plan *p, int workers, int iters, int reps,
+                             double *best_us) {
+  int n = workers;
+  roof_thread *th = calloc((size_t)n, sizeof *th);
+  pthread_t *tid = calloc((size_t)n, sizeof *tid);
+  double *times = calloc((size_t)n * 2 * (size_t)iters, sizeof *times);
+  void **ptrs = calloc((size_t)n * 2 * (size_t)p->n, sizeof *ptrs);
+  start_line line = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n, 0, 0};
+  mpu_result_t r = MPU_SUCCESS;
+  int started = 0;
+  if (!th || !tid || !times || !ptrs) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_bench_roof: %d threads", n);
+    goto out;
+  }
+  for (; started < n; started++) {
+    roof_thread *h = &th[started];
+    *h = (roof_thread){p, started, workers, iters, reps, &line,
+                       times + (size_t)started * 2 * iters, times + ((size_t)started * 2 + 1) * iters,
+                       (const void **)(ptrs + (size_t)started * 2 * p->n),
+                       ptrs + ((size_t)started * 2 + 1) * p->n};
+    if (pthread_create(&tid[started], NULL, roof_loop, h)) {
+      r = mpu__error(MPU_ERR_SYSTEM, "mpu_bench_roof: cannot start thread %d", started);
+      mpu__bench_start_shrink(&line, started); /* the started ones run without it */
+      break;
+    }
+  }
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  if (!r) {
+    double best = 0;
+    for (int i = 0; i < iters; i++) {
+      double slowest = 0;
+      for (int t = 0; t < n; t++)
+        if (th[t].end[i] - th[t].begin[i] > slowest) slowest = th[t].end[i] - th[t].begin[i];
+      double us = slowest / reps;
+      if (i == 0 || us < best) best = us;
+    }
+    *best_us = best;
+  }
+out:
+  pthread_mutex_destroy(&line.lock);
+  pthread_cond_destroy(&line.cond);
+  free(th), free(tid), free(times), free(ptrs);
+  return r;
+}
+
+mpu_result_t mpu_bench_roof(const mpu_bench_config *cfg, int nranks, int workers, double *us) {
+  static const char fn[] = "mpu_bench_roof";
+  size_t count = 0, send_bytes = 0, recv_bytes = 0;
+  if (!us) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: us is NULL", fn);
+  if (nranks < 1 || nranks > 1024)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d ranks (1..1024)", fn, nranks);
+  mpu_bench_config full;
+  MPU_CHECK(mpu__bench_layout(fn, cfg, nranks, &full, &count, &send_bytes, &recv_bytes));
+  cfg = &full;
+  roof_plan p = {cfg->collective, cfg->dtype, cfg->op, nranks, 0, PULL, count,
+                 mpu_dtype_size(cfg->dtype), NULL, NULL};
+  int ip = cfg->in_place, n = nranks;
+  size_t cb = count * p.es;
+  p.send = calloc((size_t)n, sizeof *p.send);
+  p.recv = calloc((size_t)n, sizeof *p.recv);
+  char **own = calloc((size_t)n * 2, sizeof *own); /* what was allocated, to free */
+  mpu_result_t r = MPU_SUCCESS;
+  if (!p.send || !p.recv || !own) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d ranks", fn, n);
+    goto out;
+  }
+  for (int k = 0; k < n; k++) { /* the bench's buffers, in place where the row is */
+    own[2 * k] = mpu__bench_alloc(send_bytes);
+    own[2 * k + 1] = mpu__bench_alloc(recv_bytes);
+    if (!own[2 * k] || !own[2 * k + 1]) {
+      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d x (%zu + %zu) bytes", fn, n, send_bytes,
+                     recv_bytes);
+      goto out;
+    }
+    memset(own[2 * k], 1 + k, send_bytes); /* touched: no page faults in the timing */
+    memset(own[2 * k + 1], 0, recv_bytes);
+    p.send[k] = own[2 * k], p.recv[k] = own[2 * k + 1];
+    if (ip && (p.coll == MPU_COLL_ALL_REDUCE || p.coll == MPU_COLL_REDUCE)) p.recv[k] = p.send[k];
+    if (ip && p.coll == MPU_COLL_ALL_GATHER) p.send[k] = p.recv[k] + (size_t)k * cb;
+    if (ip && p.coll == MPU_COLL_REDUCE_SCATTER) p.recv[k] = p.send[k] + (size_t)k * cb;
+  }
+  /* small calls take less than the clock resolves: enough of them to move
+   * 256 KiB per thread and iteration, timed together */
+  size_t moved = send_bytes + recv_bytes;
+  int reps = moved >= ((size_t)256 << 10) ? 1 : (int)(((size_t)256 << 10) / (moved ? moved : 1));
+  int iters = cfg->iters < 20 ? cfg->iters : 20;
+  int ways = p.coll == MPU_COLL_ALL_GATHER || p.coll == MPU_COLL_BROADCAST ? 2 : 1;
+  long cpus = workers > 0 ? workers : sysconf(_SC_NPROCESSORS_ONLN);
+  workers = cpus > 0 && cpus < n ? (int)cpus : n; /* as the threads backend (FOR_EACH_TASK) */
+  double best = 0;
+  for (int way = 0; way < ways && !r; way++)
+    for (int stream = 0; stream < 2 && !r; stream++) {
+      p.way = way, p.stream = stream;
+      double t = 0;
+      r = roof_way(&p, workers, iters, reps, &t);
+      if (!r && (best == 0 || t < best)) best = t;
+    }
+  if (!r) *us = best;
+out:
+  for (int k = 0; own && k < 2 * n; k++) free(own[k]);
+  free(own), free(p.send), free(p.recv);
+  return r;
+}
