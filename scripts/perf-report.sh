@@ -13,7 +13,7 @@
 #                    `mpu demo gpt --bench`, on 1 and 2 threads; PYTHON (default python3) must
 #                    import torch, else one line says so and the rest goes on. torch is never
 #                    needed to build or test mpu.
-#   --only NAME      just that table (sweep, collectives, ranks, small, mpi, plan, gpt, torch)
+#   --only NAME      just that table (sweep, collectives, small, mpi, checked, plan, gpt, torch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 write=0 quick=0 torch=0 only=()
@@ -125,6 +125,42 @@ if wanted mpi; then
     echo "perf-report.sh: no mpirun here: the table against Open MPI is skipped" >&2
   fi
 fi
+if wanted checked; then
+  if command -v mpirun >/dev/null && "$mpu" bench --help | grep -q -- "--backend"; then
+    n8=3000
+    [ $quick = 1 ] && n8=300
+    header checked "mpirun --allow-run-as-root --oversubscribe [-x MPU_TIMEOUT=300] -n 2|8 $mpu bench --backend mpi -b 8 -e 8 -n $n8 -c 0 --format json   # $rounds rounds"
+    for ((i = 0; i < rounds; i++)); do
+      for n in 2 8; do
+        for t in none 300; do
+          env=()
+          [ $t != none ] && env=(-x MPU_TIMEOUT=$t)
+          mpirun --allow-run-as-root --oversubscribe "${env[@]}" -n $n "$mpu" bench --backend mpi -b 8 -e 8 \
+            -n $n8 -c 0 --format json >"$tmp/checked.$n.$t.$i.json"
+        done
+      done
+    done
+    python3 - "$tmp" "$rounds" >>"$out" <<'PY'
+import json, statistics, sys
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+print("| ranks | timeout | unchecked (us) | raw MPI (us) | checked (us) | checked / raw, each round | median |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for n in (2, 8):
+    for t in ("none", "300"):
+        rows = [[r for r in json.load(open("%s/checked.%d.%s.%d.json" % (tmp, n, t, i)))["rows"] if not r["in_place"]][0]
+                for i in range(rounds)]
+        span = lambda k: "%.2f-%.2f" % (min(r[k] for r in rows), max(r[k] for r in rows))
+        ratios = [r["checked_median_us"] / r["raw_mpi_median_us"] for r in rows]
+        print("| %d | %s | %s | %s | %s | %s | %.2fx |" % (n, "none (default)" if t == "none" else t + " s",
+              span("median_us"), span("raw_mpi_median_us"), span("checked_median_us"),
+              " / ".join("%.2fx" % x for x in ratios), statistics.median(ratios)))
+print("\nMedians of 8-byte float32 sum all_reduce, out of place; each run times the three iteration by iteration interleaved on the same buffers.")
+PY
+    footer checked
+  else
+    echo "perf-report.sh: no mpirun here: the call-checking table is skipped" >&2
+  fi
+fi
 if wanted plan; then
   header plan "$mpu plan --bench"
   { echo '```text'; "$mpu" plan --bench; echo '```'; } >>"$out"
@@ -168,7 +204,7 @@ fi
 
 cat "$out"
 if [ $write = 1 ]; then
-  python3 - "$out" docs/bench.md docs/train.md <<'PY'
+  python3 - "$out" docs/bench.md docs/train.md docs/mpi.md <<'PY'
 import re, sys
 blocks = dict(re.findall(r"<!-- perf-report (\S+) -->\n(.*?)\n<!-- /perf-report \1 -->", open(sys.argv[1]).read(), re.S))
 for doc in sys.argv[2:]:
