@@ -75,19 +75,26 @@
 
 typedef struct orphan {
   struct orphan *next;
-  MPI_Request req;
   void *bufs[ORPHAN_BUFS];
+  int nreqs;
+  MPI_Request reqs[]; /* every one must complete before the buffers go */
 } orphan;
 
 static orphan *orphans;
 
-/* Keep bufs until req completes (or MPI is finalised). Without memory for the
- * record, the buffers leak: freeing them under MPI would be worse. */
-static void orphan_add(MPI_Request req, void *a, void *b, void *c, void *d) {
-  orphan *o = malloc(sizeof *o);
+/* Keep bufs until every one of reqs[n] completes (or MPI is finalised).
+ * Without memory for the record, the buffers leak: freeing them under MPI
+ * would be worse. */
+static void orphan_add_all(const MPI_Request *reqs, int n, void *a, void *b, void *c, void *d) {
+  orphan *o = malloc(sizeof *o + (size_t)n * sizeof *reqs);
   if (!o) return;
-  *o = (orphan){orphans, req, {a, b, c, d}};
+  *o = (orphan){orphans, {a, b, c, d}, n};
+  memcpy(o->reqs, reqs, (size_t)n * sizeof *reqs);
   orphans = o;
+}
+
+static void orphan_add(MPI_Request req, void *a, void *b, void *c, void *d) {
+  orphan_add_all(&req, 1, a, b, c, d);
 }
 
 static void orphan_free(orphan *o) {
@@ -99,7 +106,7 @@ static void orphan_free(orphan *o) {
 static void orphans_progress(int all) {
   for (orphan **p = &orphans; *p;) {
     int done = all;
-    if (!done) MPI_Test(&(*p)->req, &done, MPI_STATUS_IGNORE);
+    if (!done) MPI_Testall((*p)->nreqs, (*p)->reqs, &done, MPI_STATUSES_IGNORE);
     if (done) {
       orphan *o = *p;
       *p = o->next;
@@ -130,6 +137,14 @@ typedef struct carrier {
   unsigned char data[CARRIED_BYTES];
 } carrier;
 
+/* Communicators of up to this many ranks exchange the blocks point to point
+ * (each rank sends its block to every peer and receives one from each, on
+ * the private duplicate `nb`), larger ones in one MPI_Iallgather; the size is
+ * the same on every member, so all make the same MPI calls. */
+#define P2P_SIG_RANKS 8
+#define SIG_TAG 1 /* the blocks' tag on nb (MPI keeps it apart from nb's collectives) */
+#define SIG_REQS (2 * (P2P_SIG_RANKS - 1)) /* an exchange's requests, at most */
+
 typedef struct mpi_impl {
   MPI_Comm comm;
   int checked;        /* signatures exchanged and compared on collectives */
@@ -149,6 +164,9 @@ typedef struct mpi_impl {
   uint64_t nb_issued; /* checked non-blocking calls issued, */
   uint64_t nb_next;   /* and the next whose data phase may start */
   int orphaned;       /* non-blocking calls released while MPI still ran them */
+  int p2p;            /* signatures exchanged point to point on nb (else MPI_Iallgather) */
+  int sig_left;       /* an exchange was abandoned: a peer's block may still come to nb */
+  MPI_Request x[SIG_REQS]; /* the blocking calls' exchange */
 } mpi_impl;
 
 static const mpu__comm_ops mpi_ops;
@@ -425,14 +443,15 @@ static void roll_free(roll *r) {
 /* Wait for req, polling, no longer than the timeout. On timeout the
  * communicator breaks and the request, with the library's buffers it may
  * still use, goes to the orphans. */
-static mpu_result_t wait_for(mpu_comm *c, MPI_Request *req, const char *fn, const char *phase) {
+static mpu_result_t wait_all(mpu_comm *c, MPI_Request *reqs, int nreqs, const char *fn,
+                             const char *phase) {
   mpi_impl *m = impl_of(c);
   roll *r = m->roll;
   double start = MPI_Wtime();
   if (r) r->at.step++, r->noted = 0;
   for (long spins = 0;; spins++) {
     int done = 0;
-    MPU_CHECK(check(MPI_Test(req, &done, MPI_STATUS_IGNORE), fn));
+    MPU_CHECK(check(MPI_Testall(nreqs, reqs, &done, MPI_STATUSES_IGNORE), fn));
     if (done) return MPU_SUCCESS;
     drive(); /* a peer may wait for a non-blocking call only this rank can start */
     if ((spins & 63) == 63) {
@@ -450,9 +469,14 @@ static mpu_result_t wait_for(mpu_comm *c, MPI_Request *req, const char *fn, cons
            : names[0] ? names
                       : "every rank was waiting at this step, MPI did not complete it");
   m->broken = MPU_ERR_TIMEOUT;
-  orphan_add(*req, m->blk, m->scratch, m->v, NULL); /* MPI may still write them */
+  orphan_add_all(reqs, nreqs, m->blk, m->scratch, m->v, NULL); /* MPI may still write them */
   m->blk = NULL, m->scratch = NULL, m->v = NULL, m->scratch_cap = 0;
+  m->sig_left = 1;
   return mpu__error(MPU_ERR_TIMEOUT, "%s", m->why);
+}
+
+static mpu_result_t wait_for(mpu_comm *c, MPI_Request *req, const char *fn, const char *phase) {
+  return wait_all(c, req, 1, fn, phase);
 }
 
 /* A blocking call begins after the non-blocking calls issued before it on
@@ -496,10 +520,54 @@ static size_t carried_bytes(const mpu_comm *c, const mpu__call *k) {
   }
 }
 
+/* Start the exchange of this rank's block blk[0] into blk[1 + p] of every
+ * member p; *nreqs requests (at most SIG_REQS) to complete. Point to point, the
+ * k-th call's blocks pair up on every rank whether the call is blocking or
+ * not: MPI keeps the messages of one source, communicator and tag in order,
+ * and every call of the communicator starts its exchange here, in issue order.
+ * If posting fails part way, the posted requests are in reqs[*nreqs]. */
+static mpu_result_t sig_start(mpu_comm *c, carrier *blk, MPI_Request *reqs, int *nreqs,
+                              const char *fn) {
+  mpi_impl *m = impl_of(c);
+  int n = c->size, me = c->rank, k = 0, err = MPI_SUCCESS;
+  *nreqs = 0;
+  if (!m->p2p) {
+    MPU_CHECK(check(MPI_Iallgather(&blk[0], (int)sizeof *blk, MPI_BYTE, &blk[1], (int)sizeof *blk,
+                                   MPI_BYTE, m->comm, reqs),
+                    fn));
+    *nreqs = 1;
+    return MPU_SUCCESS;
+  }
+  blk[1 + me] = blk[0];
+  for (int i = 1; i < n && err == MPI_SUCCESS; i++) { /* receives first: no unexpected copies */
+    int p = (me + i) % n;
+    err = MPI_Irecv(&blk[1 + p], (int)sizeof *blk, MPI_BYTE, p, SIG_TAG, m->nb, &reqs[k]);
+    k += err == MPI_SUCCESS;
+  }
+  for (int i = 1; i < n && err == MPI_SUCCESS; i++) {
+    int p = (me + n - i) % n;
+    err = MPI_Isend(&blk[0], (int)sizeof *blk, MPI_BYTE, p, SIG_TAG, m->nb, &reqs[k]);
+    k += err == MPI_SUCCESS;
+  }
+  *nreqs = k;
+  return check(err, fn);
+}
+
+/* A failed sig_start (MPI refused to post a message): the communicator is
+ * broken, what was posted stays with MPI, with the block buffer. */
+static mpu_result_t sig_abandon(mpu_comm *c, MPI_Request *reqs, int nreqs, carrier *blk,
+                                mpu_result_t r) {
+  mpi_impl *m = impl_of(c);
+  orphan_add_all(reqs, nreqs, blk, NULL, NULL, NULL);
+  m->sig_left = 1;
+  m->broken = r;
+  snprintf(m->why, sizeof m->why, "%s", mpu_last_error());
+  return r;
+}
+
 /* Start of every collective: refuse on a broken communicator, and with
- * checking on exchange the call's signature with every member, in one
- * MPI_Allgather of fixed-size blocks (non-blocking and polled when there is a
- * timeout). A small call's input travels in the same block: *done is set when
+ * checking on exchange the call's signature with every member, in fixed-size
+ * blocks (sig_start), polled. A small call's input travels in the same block: *done is set when
  * the exchange brought every input this rank needs (finish_carried then
  * completes the call locally). */
 static mpu_result_t enter(mpu_comm *c, const mpu__call *k, const char *fn, int *done) {
@@ -518,13 +586,16 @@ static mpu_result_t enter(mpu_comm *c, const mpu__call *k, const char *fn, int *
     if (k->sig.kind != MPU_COLL_BROADCAST || c->rank == k->sig.root)
       memcpy(mine->data, src, carried);
   }
-  /* polled, never MPI's blocking call: while it waits, this rank starts the
+  /* polled, never a blocking MPI call: while it waits, this rank starts the
    * data phases of its non-blocking calls that peers may be waiting for */
-  MPI_Request req;
-  MPU_CHECK(check(MPI_Iallgather(mine, (int)sizeof *mine, MPI_BYTE, &m->blk[1],
-                                 (int)sizeof *mine, MPI_BYTE, m->comm, &req),
-                  fn));
-  MPU_CHECK(wait_for(c, &req, fn, "waiting for every rank to enter the call"));
+  int nreqs;
+  mpu_result_t r = sig_start(c, m->blk, m->x, &nreqs, fn);
+  if (r) {
+    carrier *blk = m->blk;
+    m->blk = NULL;
+    return sig_abandon(c, m->x, nreqs, blk, r);
+  }
+  MPU_CHECK(wait_all(c, m->x, nreqs, fn, "waiting for every rank to enter the call"));
   for (int p = 0; p < c->size; p++) /* the common case: every block says the same */
     if (memcmp(&m->blk[1 + p].sig, &mine->sig, sizeof mine->sig)) {
       MPU_CHECK(mpu__sig_compare(fn, &m->blk[1], sizeof *mine, c->size, c->world_ranks,
@@ -890,7 +961,9 @@ typedef struct nbreq {
   int phase;
   int counted;       /* its turn in the communicator's data-phase order is taken */
   uint64_t seq;      /* issue number among the communicator's checked calls */
-  MPI_Request req;
+  MPI_Request req;   /* the data phase */
+  MPI_Request x[SIG_REQS]; /* the signature exchange (checked) */
+  int nx;
   mpu_result_t result;
   char message[512];
   carrier *blk;      /* [1 + size]: the signatures (checked) */
@@ -1059,7 +1132,10 @@ static void drive(void) {
     }
     if (q->phase == NB_SIG || q->phase == NB_DATA) {
       int done = 0;
-      mpu_result_t r = check(MPI_Test(&q->req, &done, MPI_STATUS_IGNORE), q->fn);
+      mpu_result_t r =
+          check(q->phase == NB_SIG ? MPI_Testall(q->nx, q->x, &done, MPI_STATUSES_IGNORE)
+                                   : MPI_Test(&q->req, &done, MPI_STATUS_IGNORE),
+                q->fn);
       if (r) {
         nb_fail(q, r);
       } else if (done && q->phase == NB_DATA) {
@@ -1122,9 +1198,11 @@ static mpu_result_t mpi_start_nb(mpu_comm *c, const mpu__call *call, void **hand
           (call->sig.kind != MPU_COLL_BROADCAST || c->rank == call->sig.root))
         memcpy(q->blk[0].data, call->sig.kind == MPU_COLL_BROADCAST ? call->recv : call->send,
                carried);
-      r = check(MPI_Iallgather(&q->blk[0], (int)sizeof *q->blk, MPI_BYTE, &q->blk[1],
-                               (int)sizeof *q->blk, MPI_BYTE, m->comm, &q->req),
-                q->fn);
+      r = sig_start(c, q->blk, q->x, &q->nx, q->fn);
+      if (r) { /* what was posted stays with MPI; peers time out as on a lost rank */
+        sig_abandon(c, q->x, q->nx, q->blk, r);
+        q->blk = NULL;
+      }
       q->phase = NB_SIG;
       q->seq = m->nb_issued++;
     }
@@ -1189,14 +1267,18 @@ static void mpi_release(mpu_comm *c, void *handle) {
   (void)c;
   nbreq *q = handle;
   nb_unlink(q);
-  if (q->req != MPI_REQUEST_NULL) {
-    int done = 0;
-    MPI_Test(&q->req, &done, MPI_STATUS_IGNORE);
-    if (!done) {
-      impl_of(q->c)->orphaned++;
-      orphan_add(q->req, q->blk, q->buf, q->v, (void *)q->ptrs);
-      q->blk = NULL, q->buf = NULL, q->v = NULL, q->ptrs = NULL;
-    }
+  MPI_Request all[1 + SIG_REQS]; /* the data phase and the exchange (left by a broken call) */
+  int n = 0, done = 1, sig_done = 1;
+  if (q->nx) MPI_Testall(q->nx, q->x, &sig_done, MPI_STATUSES_IGNORE);
+  if (q->req != MPI_REQUEST_NULL) all[n++] = q->req;
+  for (int i = 0; i < q->nx; i++) all[n++] = q->x[i];
+  if (n) MPI_Testall(n, all, &done, MPI_STATUSES_IGNORE);
+  if (!done) {
+    mpi_impl *m = impl_of(q->c);
+    m->orphaned++;
+    if (!sig_done) m->sig_left = 1;
+    orphan_add_all(all, n, q->blk, q->buf, q->v, (void *)q->ptrs);
+    q->blk = NULL, q->buf = NULL, q->v = NULL, q->ptrs = NULL;
   }
   nb_free_bufs(q);
   free(q);
@@ -1386,6 +1468,8 @@ static mpu_result_t wrap(MPI_Comm newcomm, int checked, double timeout_s, mpu_co
     notes = MPI_COMM_NULL;
     impl->nb = nb;
     nb = MPI_COMM_NULL;
+    impl->p2p = checked && size > 1 && size <= P2P_SIG_RANKS;
+    for (int i = 0; i < SIG_REQS; i++) impl->x[i] = MPI_REQUEST_NULL;
     c = mpu__comm_new(&mpi_ops, rank, size, world, impl);
   }
   free(mine);
@@ -1463,7 +1547,11 @@ static void mpi_destroy(mpu_comm *c) {
      * freed under them: a communicator with calls still running stays with
      * MPI until it finalizes */
   } else {
-    if (m->nb != MPI_COMM_NULL) MPI_Comm_free(&m->nb);
+    /* a peer's signature block may still be on its way to nb where an
+     * exchange was abandoned or the communicator broke (its peers go on
+     * sending): kept, it lands there and is drained, never in a successor */
+    if (m->nb != MPI_COMM_NULL && m->p2p && (m->broken || m->sig_left)) retire(m->nb);
+    else if (m->nb != MPI_COMM_NULL) MPI_Comm_free(&m->nb);
     MPI_Comm_free(&m->comm); /* local in MPI: pending requests still complete */
   }
   free(m);
