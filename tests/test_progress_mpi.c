@@ -6,8 +6,10 @@
  * the signature), staged and large, with call checking on and off, and give
  * the bits the blocking calls give. Run with a short MPU_TIMEOUT, so a
  * backend that runs calls only at their wait fails at once instead of
- * hanging; also mixed with blocking calls, p2p, tests and freed requests, and
- * a mismatch between ranks of a non-blocking call fails on every rank.
+ * hanging; also mixed with blocking calls, p2p, tests and freed requests, a
+ * blocking call beside a call pending on another communicator, and a
+ * mismatch between ranks of a non-blocking call (or of a blocking call on
+ * some ranks and a non-blocking one on the others) fails on every rank.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +156,56 @@ static void mismatch(mpu_comm *a) {
   CHECK(!mpu_comm_all_reduce(a, in, out, 16, MPU_FLOAT32, MPU_SUM), "usable after mismatch");
 }
 
+/* A rank with a non-blocking call pending on A makes a checked blocking call
+ * on B with ranks that have nothing pending (each rank's choice of exchange
+ * must not depend on what else it has pending: MPI never matches a blocking
+ * collective with a non-blocking one); the others issue the call on A after.
+ * n = 2 rides with the signature, 1000 has a data phase. */
+static void pending_elsewhere(mpu_comm *a, mpu_comm *b, size_t n, const char *mode) {
+  float in[1000], out[1000], bin[1000], bout[1000];
+  fill(in, n, rank + 3), fill(bin, n, rank + 40);
+  mpu_request *q = NULL;
+  if (rank == 0)
+    CHECK(!mpu_comm_iall_reduce(a, in, out, n, MPU_FLOAT32, MPU_SUM, &q), "%s issue on A", mode);
+  mpu_result_t r = mpu_comm_all_reduce(b, bin, bout, n, MPU_FLOAT32, MPU_SUM);
+  CHECK(!r, "%s %zu: blocking on B beside a pending call on A -> %s", mode, n,
+        mpu_result_name(r));
+  if (rank != 0)
+    CHECK(!mpu_comm_iall_reduce(a, in, out, n, MPU_FLOAT32, MPU_SUM, &q), "%s issue on A", mode);
+  if (q) CHECK(!mpu_request_wait(q), "%s %zu: wait on A", mode, n);
+  float want[1000], got[1000], bwant[1000];
+  CHECK(!mpu_comm_all_reduce(a, in, want, n, MPU_FLOAT32, MPU_SUM), "%s reference", mode);
+  CHECK(!mpu_comm_all_reduce(a, bin, bwant, n, MPU_FLOAT32, MPU_SUM), "%s reference", mode);
+  memcpy(got, out, n * sizeof *got);
+  CHECK(!memcmp(got, want, n * sizeof *got), "%s %zu: A's result differs", mode, n);
+  CHECK(!memcmp(bout, bwant, n * sizeof *bout), "%s %zu: B's result differs", mode, n);
+}
+
+/* Mismatched calls where some ranks call blocking and the others
+ * non-blocking on the same communicator: a collective against a barrier,
+ * then different counts; every rank fails with MPU_ERR_MISMATCH (none
+ * hangs) and the communicator stays usable. */
+static void mixed_mismatch(mpu_comm *a) {
+  float in[16] = {0}, out[16];
+  int blocking = rank % 2 == 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const char *what = pass ? "different counts" : "all_reduce against barrier";
+    mpu_result_t r;
+    if (blocking) {
+      r = pass ? mpu_comm_all_reduce(a, in, out, 16, MPU_FLOAT32, MPU_SUM) : mpu_comm_barrier(a);
+    } else {
+      mpu_request *q = NULL;
+      r = mpu_comm_iall_reduce(a, in, out, pass ? 2 : 16, MPU_FLOAT32, MPU_SUM, &q);
+      CHECK(!r, "%s: issue -> %s", what, mpu_result_name(r));
+      if (!q) continue;
+      r = mpu_request_wait(q);
+    }
+    CHECK(r == MPU_ERR_MISMATCH, "%s (%s here) -> %s", what, blocking ? "blocking" : "non-blocking",
+          mpu_result_name(r));
+    CHECK(!mpu_comm_all_reduce(a, in, out, 16, MPU_FLOAT32, MPU_SUM), "usable after %s", what);
+  }
+}
+
 int main(int argc, char **argv) {
   mpu_comm *ref = NULL;
   if (mpu_comm_mpi_world(&argc, &argv, &ref)) {
@@ -175,7 +227,9 @@ int main(int argc, char **argv) {
         opposite(a, b, ref, k, sizes[s], mode);
       }
     mixed(a, b, mode);
-    if (checks && size > 1) mismatch(a);
+    pending_elsewhere(a, b, 2, mode);
+    pending_elsewhere(a, b, 1000, mode);
+    if (checks && size > 1) mismatch(a), mixed_mismatch(a);
     mpu_comm_destroy(a);
     mpu_comm_destroy(b);
   }
