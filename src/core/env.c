@@ -26,6 +26,8 @@ static const knob knobs[] = {
     {"MPU_DEBUG", "0", "1: log the file:line path of every error to stderr"},
     {"MPU_STREAM_MIN_BYTES", "-1", "bytes a threads collective writes before it uses streaming "
                                    "stores (-1: 3/4 of the last-level cache)"},
+    {"MPU_MPI_P2P_CHECK_RANKS", "16", "the largest MPI communicator whose call checking exchanges "
+                                      "point to point (larger: MPI_Iallgather; at most 64)"},
 };
 
 static mpu__env_values values;
@@ -69,6 +71,7 @@ static void load(void) {
   values.spin = as_long(2);
   values.debug = as_long(3) != 0;
   values.stream_min = as_long(4);
+  values.mpi_p2p_check_ranks = as_long(5);
 }
 
 const mpu__env_values *mpu__env(void) {
@@ -87,3 +90,5 @@ double mpu__env_timeout(double timeout_s) {
 }
 
 int mpu__env_timeout_given(void) { return mpu__env()->timeout_given; }
+
+long mpu__env_mpi_p2p_check_ranks(void) { return mpu__env()->mpi_p2p_check_ranks; }

@@ -16,6 +16,7 @@ typedef struct mpu__env_values {
   long spin;        /* MPU_SPIN: busy-wait iterations before sleeping; -1 = automatic */
   int debug;        /* MPU_DEBUG: log each error's path (file:line) to stderr */
   long stream_min;  /* MPU_STREAM_MIN_BYTES: streaming-store threshold; -1 = from the cache */
+  long mpi_p2p_check_ranks; /* MPU_MPI_P2P_CHECK_RANKS: point-to-point signature exchange up to */
 } mpu__env_values;
 
 /* The knobs, parsed on first use (thread-safe). A malformed value falls back
@@ -29,5 +30,7 @@ MPU_SIBLING_API int mpu__env_check_calls(int mode);
 MPU_SIBLING_API double mpu__env_timeout(double timeout_s);
 /* Whether MPU_TIMEOUT is set (the MPI backend has a timeout only when asked). */
 MPU_SIBLING_API int mpu__env_timeout_given(void);
+/* MPU_MPI_P2P_CHECK_RANKS (the MPI backend's signature exchange). */
+MPU_SIBLING_API long mpu__env_mpi_p2p_check_ranks(void);
 
 #endif
