@@ -15,12 +15,17 @@
  * Bytes move as unsigned integers of the element's width, so a NaN's payload
  * or a float16 travels untouched.
  *
- * Safety (call checking, on by default): each collective first all_gathers
- * its signature in a small fixed-size block, so mismatched calls fail on
- * every rank with MPU_ERR_MISMATCH. The exchange is an MPI_Iallgather,
- * polled (while it waits, the rank starts the data phases of its non-blocking
+ * Safety (call checking, on by default): each collective first exchanges
+ * its signature with every member in a small fixed-size block, so mismatched
+ * calls fail on every rank with MPU_ERR_MISMATCH. The exchange is point to
+ * point on communicators of up to MPU_MPI_P2P_CHECK_RANKS ranks (an Isend
+ * and an Irecv per peer on the private duplicate nb: half the cost of Open
+ * MPI's MPI_Iallgather on 2 processes), one MPI_Iallgather above; either
+ * way the same MPI calls on every member whatever else it has pending (MPI
+ * never matches a blocking collective with a non-blocking one), polled
+ * (while it waits, the rank starts the data phases of its non-blocking
  * calls, see below). Without a timeout (the default: MPI has none) an 8-byte
- * call's input rides in the same block, so such a call costs one MPI call.
+ * call's input rides in the same block, so such a call costs one exchange.
  * With a timeout the polling is bounded, so a
  * rank that never comes ends the wait with MPU_ERR_TIMEOUT; the data phase
  * then also runs non-blocking under the timeout (a rank that arrives after
@@ -226,7 +231,7 @@ static mpu_result_t broken_error(const mpi_impl *m, const char *fn) {
 
 /* ---- who is missing: the notes behind a timeout's message -------------------
  *
- * MPI cannot say which ranks a timed-out MPI_Iallgather still waits for, so
+ * MPI cannot say which ranks a timed-out collective still waits for, so
  * the ranks tell each other, on a duplicate of the communicator made with it
  * (timed communicators of 2+ ranks): a rank whose wait at step s of call k
  * lasts longer than note_after sends each member one note "waiting at (k, s)";
@@ -946,8 +951,8 @@ static mpu_result_t mpi_uneven(mpu_comm *c, const mpu__call *k) {
  * MPI's own I-calls). Unchecked, the call is one MPI I-call at once (the
  * reductions gather the inputs into the request's own buffer and reduce them
  * in rank order when it completes: mpu's bits). Checked, the signature
- * MPI_Iallgather starts at once on the communicator, in issue order with the
- * blocking calls' signatures; the data phase, the same single I-call, starts
+ * exchange (sig_start) starts at once, in issue order with the blocking
+ * calls' exchanges; the data phase, the same single I-call, starts
  * once the signatures matched, on a duplicate of the communicator (`nb`),
  * where data phases start in issue order on every rank (MPI's rule for a
  * communicator's collectives). Only mpu code can start a data phase, so every
