@@ -181,6 +181,28 @@ static void pending_elsewhere(mpu_comm *a, mpu_comm *b, size_t n, const char *mo
   CHECK(!memcmp(bout, bwant, n * sizeof *bout), "%s %zu: B's result differs", mode, n);
 }
 
+/* The same on one communicator: every rank issues a call on A, only the
+ * others wait for it, then all make a blocking call on A (rank 0 still holds
+ * its request, the others none) and rank 0 waits last. */
+static void pending_same(mpu_comm *a, size_t n, const char *mode) {
+  float in[1000], out[1000], bin[1000], bout[1000], want[1000];
+  fill(in, n, rank + 5), fill(bin, n, rank + 50);
+  mpu_request *q = NULL;
+  CHECK(!mpu_comm_iall_reduce(a, in, out, n, MPU_FLOAT32, MPU_SUM, &q), "%s issue on A", mode);
+  if (!q) return;
+  if (rank != 0) {
+    CHECK(!mpu_request_wait(q), "%s %zu: wait on A", mode, n);
+    q = NULL;
+  }
+  mpu_result_t r = mpu_comm_all_reduce(a, bin, bout, n, MPU_FLOAT32, MPU_SUM);
+  CHECK(!r, "%s %zu: blocking on A beside a request held -> %s", mode, n, mpu_result_name(r));
+  if (q) CHECK(!mpu_request_wait(q), "%s %zu: late wait on A", mode, n);
+  CHECK(!mpu_comm_all_reduce(a, in, want, n, MPU_FLOAT32, MPU_SUM), "%s reference", mode);
+  CHECK(!memcmp(out, want, n * sizeof *out), "%s %zu: A's request result differs", mode, n);
+  CHECK(!mpu_comm_all_reduce(a, bin, want, n, MPU_FLOAT32, MPU_SUM), "%s reference", mode);
+  CHECK(!memcmp(bout, want, n * sizeof *bout), "%s %zu: A's blocking result differs", mode, n);
+}
+
 /* Mismatched calls where some ranks call blocking and the others
  * non-blocking on the same communicator: a collective against a barrier,
  * then different counts; every rank fails with MPU_ERR_MISMATCH (none
@@ -229,6 +251,8 @@ int main(int argc, char **argv) {
     mixed(a, b, mode);
     pending_elsewhere(a, b, 2, mode);
     pending_elsewhere(a, b, 1000, mode);
+    pending_same(a, 2, mode);
+    pending_same(a, 1000, mode);
     if (checks && size > 1) mismatch(a), mixed_mismatch(a);
     mpu_comm_destroy(a);
     mpu_comm_destroy(b);
