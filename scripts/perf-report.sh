@@ -115,7 +115,7 @@ if wanted small; then
   footer small
 fi
 if wanted mpi; then
-  if command -v mpirun >/dev/null && "$mpu" bench --help | grep -q -- "--backend"; then
+  if command -v mpirun >/dev/null && [[ $("$mpu" bench --help) == *--backend* ]]; then
     header mpi "bash scripts/bench-vs-mpi.sh 1M $rounds"
     ITERS=${iters:+50} bash scripts/bench-vs-mpi.sh 1M "$rounds" | sed -n '2,$p' |
       awk 'NR == 1 {print "| collective | threads (us) | raw MPI (us) | MPI / threads |"; print "| --- | --- | --- | --- |"; next}
@@ -126,7 +126,7 @@ if wanted mpi; then
   fi
 fi
 if wanted checked; then
-  if command -v mpirun >/dev/null && "$mpu" bench --help | grep -q -- "--backend"; then
+  if command -v mpirun >/dev/null && [[ $("$mpu" bench --help) == *--backend* ]]; then
     n8=3000
     [ $quick = 1 ] && n8=300
     header checked "mpirun --allow-run-as-root --oversubscribe [-x MPU_TIMEOUT=300] -n 2|8 $mpu bench --backend mpi -b 8 -e 8 -n $n8 -c 0 --format json   # $rounds rounds"
