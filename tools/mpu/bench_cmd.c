@@ -29,7 +29,9 @@ static void help(void) {
       "done by as many threads as ranks, thread t doing rank t's share, with no waiting\n"
       "between them, on buffers laid out as the row's (cached or streaming stores, pulled or\n"
       "pushed; the best iteration of the best way, measured in this run), so a collective\n"
-      "reaches 100%% only by noise. --columns nccl-tests prints nccl-tests' table and\n"
+      "reaches 100%% only by noise. Each launch first runs 0.2 s of untimed 1 MiB\n"
+      "all_reduces (memory copies run slower for the first milliseconds after a process\n"
+      "starts or the machine idles). --columns nccl-tests prints nccl-tests' table and\n"
       "nothing else in its rows, for scripts that read its fields by position.\n"
       "\n"
       "options (nccl-tests' letters and meanings):\n"
@@ -347,12 +349,35 @@ static mpu_result_t roof(mpu_comm *host, const mpu_bench_config *cfg, int ranks,
   return r;
 }
 
+/* Untimed 1 MiB all_reduces on host for SPIN_UP_S before the first row. On
+ * the machines measured, memory copies run up to 2x slower for the first
+ * ~20 ms after a process starts or the machine idles, plain memcpy loops as
+ * much as mpu's calls (docs/bench.md), which the first row's few warm-up
+ * iterations do not cover. Rank 0's clock decides when to stop, so every rank
+ * makes the same calls. */
+#define SPIN_UP_S 0.2
+static mpu_result_t spin_up(mpu_comm *host, int rank) {
+  mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
+  cfg.bytes = (size_t)1 << 20, cfg.iters = 1, cfg.warmup = 20;
+  double t0 = cli_now();
+  mpu_result_t r = MPU_SUCCESS;
+  for (int more = 1; more && !r;) {
+    mpu_bench_result res = MPU_BENCH_RESULT_INIT;
+    r = mpu_bench_collective(host, &cfg, &res);
+    more = rank == 0 && cli_now() - t0 < SPIN_UP_S;
+    if (!r) r = mpu_comm_broadcast(host, &more, 1, MPU_INT32, 0);
+  }
+  return r;
+}
+
 /* The rows on comm; host (comm itself on a host backend) carries the
  * numbers the ranks agree on. */
 static mpu_result_t bench_rows(mpu_comm *world, mpu_comm *host, bench_run *run) {
   const bench_opts *o = run->o;
   int rank;
   mpu_comm_rank(world, &rank);
+  mpu_result_t up = spin_up(host, rank);
+  if (up) return up;
   for (int k = 0; k < o->ncolls; k++)
     for (int d = 0; d < o->ndtypes; d++)
       for (int op = 0; op < (bench_reducing((mpu_collective)o->colls[k]) ? o->nops : 1); op++)
