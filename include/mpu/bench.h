@@ -73,7 +73,8 @@ typedef struct mpu_bench_result {
   size_t bytes;      /* the size actually measured */
   size_t count;      /* elements per rank's send buffer (nccl-tests "count") */
   double time_us;    /* median over iterations of the slowest rank's time */
-  double mean_us;    /* mean of the same */
+  double mean_us;    /* the slowest rank's timed loop over the iterations (one variant without
+                        barriers, as nccl-tests times a batch); else the mean of the same */
   double min_us;
   double algbw_gbps; /* bytes / time_us, in GB/s (1e9 bytes per second) */
   double busbw_gbps; /* algbw * bus factor */

@@ -93,7 +93,7 @@ static int new_block(const bench_run *run, int i) {
 static const char *time_what(const bench_opts *o) {
   static const char *nccl[] = {"rank 0's mean", "the average of the ranks' means",
                                "the least of the ranks' means", "the largest of the ranks' means"};
-  return o->average == MPU_BENCH_SLOWEST ? "mean over iterations of the slowest rank"
+  return o->average == MPU_BENCH_SLOWEST ? "the slowest rank's timed loop over the iterations"
                                          : nccl[o->average];
 }
 
