@@ -1,7 +1,7 @@
 /*
  * roof.c - the roof of `mpu bench`: the least data movement of a collective,
- * done by as many threads as it has ranks, with nothing between them but one
- * start line per iteration.
+ * done by the threads the threads backend would use, with nothing between
+ * them but one start line per iteration.
  *
  * A collective on n ranks must read every input it combines and write every
  * output at least once. Here that work is cut into n tasks, one per rank's
@@ -192,8 +192,10 @@ mpu_result_t mpu_bench_roof(const mpu_bench_config *cfg, int nranks, int workers
                      recv_bytes);
       goto out;
     }
-    memset(own[2 * k], 1 + k, send_bytes); /* touched: no page faults in the timing */
-    memset(own[2 * k + 1], 0, recv_bytes);
+    /* touched, so no page faults in the timing; never zeros, which some
+     * machines copy faster than other bytes (docs/bench.md) */
+    memset(own[2 * k], 1 + k % 3, send_bytes);
+    memset(own[2 * k + 1], 1 + k % 3, recv_bytes);
     p.send[k] = own[2 * k], p.recv[k] = own[2 * k + 1];
     if (ip && (p.coll == MPU_COLL_ALL_REDUCE || p.coll == MPU_COLL_REDUCE)) p.recv[k] = p.send[k];
     if (ip && p.coll == MPU_COLL_ALL_GATHER) p.send[k] = p.recv[k] + (size_t)k * cb;
