@@ -2,8 +2,8 @@
  * bench_cmd.c - `mpu bench`: collective bandwidth and latency in nccl-tests'
  * flags and columns (out-of-place and in-place side by side, #wrong from
  * checking every result), each row against its roof measured in the same
- * run: the time of the collective's least data movement done by as many
- * threads as ranks with no waiting between them (mpu_bench_roof).
+ * run: the time of the collective's least data movement done by the threads
+ * backend's threads with no waiting between them (mpu_bench_roof).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -27,10 +27,10 @@ static void help(void) {
       "timing each is run once more on known inputs and #wrong counts the output elements\n"
       "that differ. roof is the roof's time over the time taken: the roof is the collective's\n"
       "least data movement (every input it combines read once, every output written once)\n"
-      "done by as many threads as ranks, thread t doing rank t's share, with no waiting\n"
-      "between them, on buffers laid out as the row's (cached or streaming stores, pulled or\n"
-      "pushed; the best iteration of the best way, measured in this run), so a collective\n"
-      "reaches 100%% only by noise. Each launch first runs 0.2 s of untimed 1 MiB\n"
+      "cut into one task per rank's share and done by the threads backend's threads (one\n"
+      "per rank, at most one per CPU) with no waiting between them, on buffers laid out as\n"
+      "the row's (cached or streaming stores, pulled or pushed; the best iteration of the\n"
+      "best way, measured in this run), so a collective reaches 100%% only by noise. Each launch first runs 0.2 s of untimed 1 MiB\n"
       "all_reduces (memory copies run slower for the first milliseconds after a process\n"
       "starts or the machine idles). --columns nccl-tests prints nccl-tests' table and\n"
       "nothing else in its rows, for scripts that read its fields by position.\n"

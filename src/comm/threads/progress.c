@@ -14,8 +14,9 @@
  * member that is still computing when the call becomes ready keeps
  * computing, one that waits (idle anyway) does the work, and members that
  * wait together share it as a blocking call would: the call's copies are
- * hidden behind the slower members' compute. Waits in any order complete, since the waiter runs what it waits
- * for once its members have started it, whatever the others are doing.
+ * hidden behind the slower members' compute. Waits in any order complete,
+ * since the waiter runs what it waits for once its members have started it,
+ * whatever the others are doing.
  *
  * Measured against a progress thread per world (docs/design.md, "progress
  * without a wait"): on a machine whose cores all run ranks, a progress thread
