@@ -128,7 +128,7 @@ MPU_API mpu_result_t mpu_bench_copy_ceiling(size_t bytes, int iters, int threads
 
 /* The roof of one row of `mpu bench`: the collective of cfg (its collective,
  * dtype, op, bytes and in_place; its iterations, at most 50 up to 4 MiB and
- * 20 above) on nranks
+ * 40 above) on nranks
  * ranks reduced to its least data movement — every input it combines read
  * once, every output written once — cut into one task per rank's share and
  * run by min(nranks, workers) threads (workers <= 0: the online CPUs; the

@@ -200,6 +200,15 @@ static void store_int(mpu_dtype dt, void *buf, size_t i, uint64_t u) {
   }
 }
 
+/* count elements of value v (a small positive integer) in dtype dt */
+static void fill_with(void *buf, size_t count, mpu_dtype dt, int v) {
+  int is_float = mpu_dtype_is_float(dt);
+  for (size_t i = 0; i < count; i++) {
+    if (is_float) store_float(dt, buf, i, v);
+    else store_int(dt, buf, i, (uint64_t)v);
+  }
+}
+
 static void store_input(mpu_dtype dt, void *buf, size_t i, int v) {
   if (mpu_dtype_is_float(dt)) store_float(dt, buf, i, v);
   else store_int(dt, buf, i, (uint64_t)v);
@@ -377,33 +386,33 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
    * machines measured, 64 MiB of zeros copied twice as fast as any other
    * bytes (8 thread ranks' broadcast: 10.5 against 21 ms), so zero buffers
    * timed the memory system's zero path, not a training job's. In place, sums
-   * grow to infinity and stay there (no denormals: no slow path either). */
+   * grow to infinity and stay there (no denormals: no slow path either).
+   * Device buffers are filled by a copy from a host buffer filled so. */
   size_t most = send_bytes > recv_bytes ? send_bytes : recv_bytes;
-  fill = malloc(most + 1);
-  if (fill)
-    for (size_t i = 0; i < most / es; i++) {
-      if (mpu_dtype_is_float(cfg->dtype)) store_float(cfg->dtype, fill, i, rank % 3 + 1);
-      else store_int(cfg->dtype, fill, i, (uint64_t)(rank % 3 + 1));
-    }
-  if (device) { /* device buffers, filled by a copy from the host */
+  if (device) {
     void *a = NULL, *b = NULL;
     r = mpu_comm_mem_alloc(comms[0], send_bytes + 64, &a);
     if (!r) r = mpu_comm_mem_alloc(comms[0], recv_bytes + 64, &b);
     send = a, recv = b;
-    if (!r && fill) r = mpu_comm_copy2d(comms[0], send, send_bytes, fill, send_bytes, send_bytes, 1);
-    if (!r && fill) r = mpu_comm_copy2d(comms[0], recv, recv_bytes, fill, recv_bytes, recv_bytes, 1);
     if (r) goto out;
+    fill = mpu__bench_alloc(most);
+    if (fill) {
+      fill_with(fill, most / es, cfg->dtype, rank % 3 + 1);
+      r = mpu_comm_copy2d(comms[0], send, send_bytes, fill, send_bytes, send_bytes, 1);
+      if (!r) r = mpu_comm_copy2d(comms[0], recv, recv_bytes, fill, recv_bytes, recv_bytes, 1);
+      if (r) goto out;
+    }
   } else {
     send = mpu__bench_alloc(send_bytes + 64);
     recv = mpu__bench_alloc(recv_bytes + 64);
   }
-  if (!send || !recv || !times || !fill) {
+  if (!send || !recv || !times || (device && !fill)) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu + %zu bytes", fn, send_bytes, recv_bytes);
     goto out;
   }
   if (!device) {
-    memcpy(send, fill, send_bytes);
-    memcpy(recv, fill, recv_bytes);
+    fill_with(send, send_bytes / es, cfg->dtype, rank % 3 + 1);
+    fill_with(recv, recv_bytes / es, cfg->dtype, rank % 3 + 1);
   }
   /* native only if every rank's backend can (all ranks agree, or none runs it) */
   int32_t native = 0;

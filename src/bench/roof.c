@@ -205,8 +205,10 @@ mpu_result_t mpu_bench_roof(const mpu_bench_config *cfg, int nranks, int workers
    * 256 KiB per thread and iteration, timed together */
   size_t moved = send_bytes + recv_bytes;
   int reps = moved >= ((size_t)256 << 10) ? 1 : (int)(((size_t)256 << 10) / (moved ? moved : 1));
-  /* the best of up to 50 iterations where they are cheap, 20 past 4 MiB */
-  int most = cfg->bytes <= ((size_t)4 << 20) ? 50 : 20;
+  /* the best of up to 50 iterations where they are cheap, 40 past 4 MiB (with
+   * 20, a pass that met a slow moment of the memory system left 8-rank rows
+   * at 110-122% of it in one run of three) */
+  int most = cfg->bytes <= ((size_t)4 << 20) ? 50 : 40;
   int iters = cfg->iters < most ? cfg->iters : most;
   int ways = p.coll == MPU_COLL_ALL_GATHER || p.coll == MPU_COLL_BROADCAST ? 2 : 1;
   long cpus = workers > 0 ? workers : sysconf(_SC_NPROCESSORS_ONLN);
