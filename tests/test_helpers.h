@@ -76,6 +76,15 @@ static inline __attribute__((unused)) mpu_result_t test_nccl_over(mpu_comm *worl
   return mpu_comm_nccl_create(world, options, nc);
 }
 
+/* An NCCL communicator over world whose calls fail after timeout_s. */
+static inline __attribute__((unused)) mpu_result_t test_nccl_timed(mpu_comm *world,
+                                                                   double timeout_s,
+                                                                   mpu_comm **nc) {
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.timeout_s = timeout_s;
+  return mpu_comm_nccl_create(world, &o, nc);
+}
+
 /* monotonic seconds */
 static inline __attribute__((unused)) double test_now(void) {
   struct timespec ts;

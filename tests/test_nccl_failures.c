@@ -29,16 +29,10 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-static mpu_result_t make(mpu_comm *world, double timeout, mpu_comm **nc) {
-  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
-  o.timeout_s = timeout;
-  return mpu_comm_nccl_create(world, &o, nc);
-}
-
 /* a rank function's start: its rank and an NCCL communicator over world */
 static mpu_result_t join(mpu_comm *world, double timeout, int *me, mpu_comm **nc) {
   mpu_comm_rank(world, me);
-  return make(world, timeout, nc);
+  return test_nccl_timed(world, timeout, nc);
 }
 
 /* ... and its end: nobody leaves before the others are done with it */
@@ -159,7 +153,7 @@ static mpu_result_t twin_channel(mpu_comm *world, void *arg) {
   mpu_comm *twin = NULL, *nc = NULL;
   RCHECK(!mpu_comm_split(world, 0, me, &twin), "twin: %s", mpu_last_error());
   twin->ops = &twin_ops;
-  RCHECK(!make(twin, 30, &nc), "create: %s", mpu_last_error());
+  RCHECK(!test_nccl_timed(twin, 30, &nc), "create: %s", mpu_last_error());
   mpu_result_t r = one_aborts(me, nc);
   mpu_comm_barrier(world);
   mpu_comm_destroy(nc);
@@ -297,7 +291,8 @@ static mpu_result_t keeps_stream(mpu_comm *world, void *arg) {
   mpu_comm *a = NULL, *b = NULL, *bare = NULL, *child = NULL, *group = NULL, *bare_child = NULL;
   mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
   o.keep_host = 0;
-  RCHECK(!make(world, 30, &a) && !make(world, 30, &b), "create: %s", mpu_last_error());
+  RCHECK(!test_nccl_timed(world, 30, &a) && !test_nccl_timed(world, 30, &b), "create: %s",
+         mpu_last_error());
   RCHECK(!mpu_comm_nccl_create(world, &o, &bare), "create bare: %s", mpu_last_error());
   void *user = NULL, *got = NULL; /* a's own stream plays the caller's */
   RCHECK(!mpu_comm_stream(a, &user) && user, "stream");

@@ -178,12 +178,6 @@ static void test_checker_switch(void **state) {
 
 /* ---- mpu's calls on two thread ranks ---------------------------------------------- */
 
-static mpu_result_t make(mpu_comm *world, mpu_comm **nc) {
-  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
-  o.timeout_s = 30;
-  return mpu_comm_nccl_create(world, &o, nc);
-}
-
 /* Every element of a device buffer, read back on the host. */
 static mpu_result_t expect(int me, const float *dev, float want) {
   float host[N];
@@ -200,7 +194,7 @@ static mpu_result_t default_order(mpu_comm *world, void *arg) {
   float *dev = NULL, host[N];
   cudaStream_t other;
   mpu_comm_rank(world, &me);
-  ROK(make(world, &nc));
+  ROK(test_nccl_timed(world, 30, &nc));
   ROK(mpu_comm_mem_alloc(nc, sizeof host, (void **)&dev));
   RCHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess, "stream");
   for (int i = 0; i < N; i++) host[i] = (float)(me + 1);
@@ -235,7 +229,7 @@ static mpu_result_t own_stream(mpu_comm *world, void *arg) {
   cudaStream_t user;
   void *got = NULL;
   mpu_comm_rank(world, &me);
-  ROK(make(world, &nc));
+  ROK(test_nccl_timed(world, 30, &nc));
   ROK(mpu_comm_mem_alloc(nc, sizeof host, (void **)&dev));
   RCHECK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking) == cudaSuccess, "stream");
   ROK(mpu_comm_set_stream(nc, user));
@@ -278,7 +272,7 @@ static mpu_result_t stream_wait(mpu_comm *world, void *arg) {
   float *in = NULL, *out = NULL, host[N];
   cudaStream_t user;
   mpu_comm_rank(world, &me);
-  ROK(make(world, &nc));
+  ROK(test_nccl_timed(world, 30, &nc));
   ROK(mpu_comm_mem_alloc(nc, sizeof host, (void **)&in));
   ROK(mpu_comm_mem_alloc(nc, sizeof host, (void **)&out));
   RCHECK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking) == cudaSuccess, "stream");
