@@ -17,23 +17,16 @@
 # Exit 2 if there is no GPU, 1 if a step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu-bench: no NVIDIA GPU here (nvidia-smi finds none)" >&2
-  exit 2
-fi
-gpus=$(nvidia-smi -L | wc -l)
+# shellcheck source=scripts/gpu-common.sh
+. scripts/gpu-common.sh
+gpu_require gpu-bench
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 minbytes=${MINBYTES:-8} maxbytes=${MAXBYTES:-256M} step=${STEP:-2} rounds=${ROUNDS:-3}
 dtype=${DTYPE:-float} op=${OP:-sum} iters=${ITERS:-20} warmup=${WARMUP:-5}
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 
-command -v cmake >/dev/null || bash scripts/deps.sh
 dir=build-gpu
-mkdir -p "$dir"
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
-nccl_line=$(grep "NCCL backend on" "$dir.configure.log") || {
-  echo "gpu-bench: CUDA/NCCL not found"; cat "$dir.configure.log"; exit 1; }
-cmake --build "$dir" -j"$(nproc)" --target mpu_tool >/dev/null || exit 1
+gpu_build gpu-bench "$dir" mpu_tool
 mpu=$dir/bin/mpu
 
 # nccl-tests' all_reduce_perf: given, cloned, or none

@@ -9,16 +9,11 @@
 # and print a summary. Exit 1 if any step failed, 2 if there is no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu-test: no NVIDIA GPU here (nvidia-smi finds none)" >&2
-  exit 2
-fi
-gpus=$(nvidia-smi -L | wc -l)
-command -v cmake >/dev/null || bash scripts/deps.sh
+# shellcheck source=scripts/gpu-common.sh
+. scripts/gpu-common.sh
+gpu_require gpu-test
 dir=build-gpu
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
-grep -q "NCCL backend on" "$dir.configure.log" || { echo "gpu-test: CUDA/NCCL not found"; cat "$dir.configure.log"; exit 1; }
-cmake --build "$dir" -j"$(nproc)" >/dev/null || exit 1
+gpu_build gpu-test "$dir"
 
 declare -a names results
 run() { # name, command...
