@@ -673,12 +673,17 @@ static const char *data_parallel_name(const gpt_opts *o) {
 /* --overlap-grad-reduce's report: the reduce's time when blocking (every
  * second step), the part of it the overlapped steps leave exposed (inside the starts
  * and the waits), and the share hidden behind compute, 1 - exposed / blocking */
+/* seconds summed over the ranks and steps -> the mean per rank and step (NAN: no steps) */
+static double per_rank_step(double sum, long world, long steps) {
+  return steps ? sum / (double)world / (double)steps : NAN;
+}
+
 static void print_overlap(const gpt_opts *o, const gpt_run *run, long world) {
-  double blocking = run->blocking_steps ? run->blocking_s / (double)world / (double)run->blocking_steps : NAN;
-  double exposed = run->overlapped_steps ? run->exposed_s / (double)world / (double)run->overlapped_steps : NAN;
+  double blocking = per_rank_step(run->blocking_s, world, run->blocking_steps);
+  double exposed = per_rank_step(run->exposed_s, world, run->overlapped_steps);
   double hidden = run->overlapped_steps && blocking > 0 ? 1.0 - exposed / blocking : NAN;
-  double step_block = run->blocking_steps ? run->step_s[0] / (double)world / (double)run->blocking_steps : NAN;
-  double step_over = run->overlapped_steps ? run->step_s[1] / (double)world / (double)run->overlapped_steps : NAN;
+  double step_block = per_rank_step(run->step_s[0], world, run->blocking_steps);
+  double step_over = per_rank_step(run->step_s[1], world, run->overlapped_steps);
   if (o->format == CLI_JSON) {
     printf("\"overlap_grad_reduce\": {\"blocking_s\": %.6g, \"exposed_s\": %.6g, \"hidden\": %.6g, "
            "\"blocking_steps\": %ld, \"overlapped_steps\": %ld, \"reduces\": %.0f, "
