@@ -82,9 +82,9 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *in, int n,
-                               mpu_bench_config *full, size_t *count_out, size_t *send_out,
-                               size_t *recv_out) {
+                               mpu_bench_config *full, bench_layout *out) {
   if (!in) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: config is NULL", fn);
+  if (n < 1) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d ranks", fn, n);
   *full = (mpu_bench_config)MPU_BENCH_CONFIG_INIT;
   /* the first version ended before `native` */
   MPU_CHECK(mpu__take_options(fn, "config", "MPU_BENCH_CONFIG_INIT",
@@ -112,7 +112,6 @@ mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *in, int n
   int send_blocks = cfg->collective == MPU_COLL_REDUCE_SCATTER || cfg->collective == MPU_COLL_ALL_TO_ALL;
   int recv_blocks = per_total && cfg->collective != MPU_COLL_REDUCE_SCATTER;
   size_t per = 0, send_bytes = 0, recv_bytes = 0, bytes = 0, slack;
-  if (n < 1) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d ranks", fn, n);
   if (__builtin_mul_overflow(count, es, &per) ||
       __builtin_mul_overflow(per, send_blocks ? (size_t)n : 1, &send_bytes) ||
       __builtin_mul_overflow(per, recv_blocks ? (size_t)n : 1, &recv_bytes) ||
@@ -122,7 +121,7 @@ mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *in, int n
       recv_bytes > (size_t)PTRDIFF_MAX)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %zu bytes over %d ranks overflow the address space",
                       fn, cfg->bytes, n);
-  *count_out = count, *send_out = send_bytes, *recv_out = recv_bytes;
+  *out = (bench_layout){count, send_bytes, recv_bytes, bytes};
   return MPU_SUCCESS;
 }
 
@@ -364,14 +363,11 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
     MPU_CHECK(mpu__check_size(fn, "result", "MPU_BENCH_RESULT_INIT", out[v].size,
                               MPU_BENCH_RESULT_MIN_SIZE, sizeof out[v]));
   mpu_bench_config full;
-  size_t count = 0, send_bytes = 0, recv_bytes = 0;
-  MPU_CHECK(mpu__bench_layout(fn, cfg, n, &full, &count, &send_bytes, &recv_bytes));
+  bench_layout lay;
+  MPU_CHECK(mpu__bench_layout(fn, cfg, n, &full, &lay));
   cfg = &full;
-  size_t es = mpu_dtype_size(cfg->dtype), per = count * es;
-  int per_total = cfg->collective == MPU_COLL_ALL_GATHER ||
-                  cfg->collective == MPU_COLL_REDUCE_SCATTER ||
-                  cfg->collective == MPU_COLL_ALL_TO_ALL;
-  size_t bytes = per * (per_total ? (size_t)n : 1); /* checked by the layout */
+  size_t es = mpu_dtype_size(cfg->dtype), count = lay.count, bytes = lay.bytes;
+  size_t send_bytes = lay.send_bytes, recv_bytes = lay.recv_bytes;
 
   mpu_result_t r = MPU_SUCCESS;
   mpu_comm_caps caps;

@@ -15,14 +15,18 @@
  * memory or on failure. free() it. */
 void *mpu__bench_alloc(size_t bytes);
 
-/* The buffers of one rank for cfg on n ranks, as nccl-tests lays them out:
- * the per-rank count passed to the call, and the send and receive buffers'
- * bytes (every product checked, with 64 bytes of slack). *full gets cfg with
- * the fields of an older, shorter config at their defaults. Refuses a bad
- * config with MPU_ERR_INVALID_ARGUMENT. */
+/* One rank's buffers for a config on n ranks, as nccl-tests lays them out. */
+typedef struct bench_layout {
+  size_t count;                  /* elements per rank, as passed to the call */
+  size_t send_bytes, recv_bytes; /* one rank's buffers */
+  size_t bytes;                  /* nccl-tests' size of what runs (a total where it is one) */
+} bench_layout;
+
+/* The layout of cfg on n ranks (every product checked, with 64 bytes of
+ * slack). *full gets cfg with the fields of an older, shorter config at their
+ * defaults. Refuses a bad config or n < 1 with MPU_ERR_INVALID_ARGUMENT. */
 mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *cfg, int n,
-                               mpu_bench_config *full, size_t *count, size_t *send_bytes,
-                               size_t *recv_bytes);
+                               mpu_bench_config *full, bench_layout *out);
 
 /* A start line whose size can shrink if a thread fails to start (a pthread
  * barrier's cannot). */

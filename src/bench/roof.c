@@ -165,13 +165,14 @@ out:
 
 mpu_result_t mpu_bench_roof(const mpu_bench_config *cfg, int nranks, int workers, double *us) {
   static const char fn[] = "mpu_bench_roof";
-  size_t count = 0, send_bytes = 0, recv_bytes = 0;
   if (!us) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: us is NULL", fn);
   if (nranks < 1 || nranks > 1024)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d ranks (1..1024)", fn, nranks);
   mpu_bench_config full;
-  MPU_CHECK(mpu__bench_layout(fn, cfg, nranks, &full, &count, &send_bytes, &recv_bytes));
+  bench_layout lay;
+  MPU_CHECK(mpu__bench_layout(fn, cfg, nranks, &full, &lay));
   cfg = &full;
+  size_t count = lay.count, send_bytes = lay.send_bytes, recv_bytes = lay.recv_bytes;
   roof_plan p = {cfg->collective, cfg->dtype, cfg->op, nranks, 0, PULL, count,
                  mpu_dtype_size(cfg->dtype), NULL, NULL};
   int ip = cfg->in_place, n = nranks;
