@@ -275,6 +275,43 @@ static void test_parallel_matches_single(void **state) {
   }
 }
 
+/* dx may be dy's own buffer (square layers): the backward then reads dy before
+ * it writes dx, and gives what it gives into a separate buffer, bit for bit */
+static void test_backward_in_place(void **state) {
+  (void)state;
+  mpu_comm *c = alone();
+  for (int kind = 0; kind < 2; kind++) {
+    mpu_column_linear col;
+    mpu_row_linear row;
+    float x[N * IN], y[N * IN], dy[N * IN], dx[N * IN], both[N * IN], dw[IN * IN], db[IN];
+    if (kind == 0) assert_int_equal(mpu_column_linear_init(&col, c, IN, IN, 1, 0, 0, 5, 0.3f), 0);
+    else assert_int_equal(mpu_row_linear_init(&row, c, IN, IN, 1, 1, 0, 6, 0.3f), 0);
+    fill(x, N * IN, 3);
+    fill(dy, N * IN, 4);
+    for (int pass = 0; pass < 2; pass++) {
+      float *to = pass ? both : dx;
+      if (pass) memcpy(both, dy, sizeof dy);
+      if (kind == 0) {
+        mpu_column_linear_zero_grad(&col);
+        assert_int_equal(mpu_column_linear_forward(&col, x, N, y), 0);
+        assert_int_equal(mpu_column_linear_backward(&col, pass ? both : dy, to), 0);
+        if (!pass) memcpy(dw, col.dweight, sizeof dw), memcpy(db, col.dbias, sizeof db);
+        else assert_memory_equal(dw, col.dweight, sizeof dw), assert_memory_equal(db, col.dbias, sizeof db);
+      } else {
+        mpu_row_linear_zero_grad(&row);
+        assert_int_equal(mpu_row_linear_forward(&row, x, N, y), 0);
+        assert_int_equal(mpu_row_linear_backward(&row, pass ? both : dy, to), 0);
+        if (!pass) memcpy(dw, row.dweight, sizeof dw), memcpy(db, row.dbias, sizeof db);
+        else assert_memory_equal(dw, row.dweight, sizeof dw), assert_memory_equal(db, row.dbias, sizeof db);
+      }
+    }
+    assert_memory_equal(dx, both, sizeof dx);
+    if (kind == 0) mpu_column_linear_free(&col);
+    else mpu_row_linear_free(&row);
+  }
+  mpu_comm_destroy(c);
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   mpu_comm *c = NULL;
@@ -627,6 +664,7 @@ int main(void) {
       cmocka_unit_test(test_column_row_finite_differences),
       cmocka_unit_test(test_cross_entropy_finite_differences),
       cmocka_unit_test(test_parallel_matches_single),
+      cmocka_unit_test(test_backward_in_place),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_strided_layers),
       cmocka_unit_test(test_options),

@@ -16,6 +16,7 @@
 
 #include "comm/services.h"
 #include "core/error.h"
+#include "core/span.h"
 #include "core/options.h"
 #include "layers/layers_internal.h"
 #include "mpu/layers.h"
@@ -211,7 +212,12 @@ mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, f
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or no forward yet", fn);
   int N = l->n;
   const float *dyl = dy;
-  float *split = NULL, *dxp = malloc((size_t)N * l->in * sizeof(float));
+  /* without sequence parallelism dx takes the product itself and is all-reduced
+   * in place, unless it overlaps dy; with it, dx is a reduce-scatter's output */
+  size_t dx_bytes = (size_t)N * l->in * sizeof(float);
+  size_t dy_bytes = (size_t)N * (l->gather_output ? l->out : l->out_local) * sizeof(float);
+  int direct = !l->sequence_parallel && !mpu__spans_overlap(dx, dx_bytes, dy, dy_bytes);
+  float *split = NULL, *dxp = direct ? dx : malloc(dx_bytes);
   mpu_result_t r = need(dxp, fn);
   if (!r && l->gather_output && l->tp_size > 1) { /* gather_output's backward: keep my columns */
     split = malloc((size_t)N * l->out_local * sizeof(float));
@@ -234,7 +240,7 @@ mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, f
       r = mpu__run(MPU_PRIM_ALL_REDUCE, l->tp, dxp, N, l->in, dx, N, l->in);
   }
   free(split);
-  free(dxp);
+  if (dxp != dx) free(dxp);
   return r;
 }
 
@@ -325,31 +331,44 @@ mpu_result_t mpu_row_linear_backward(mpu_row_linear *l, const float *dy, float *
   if (!l || !l->x_local || !dy || !dx)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or no forward yet", fn);
   int n = l->n, rows = l->sequence_parallel ? n / l->tp_size : n;
-  float *dyf = malloc((size_t)n * l->out * sizeof(float));
-  float *dxl = malloc((size_t)n * l->in_local * sizeof(float));
-  float *db = calloc((size_t)l->out, sizeof(float));
-  mpu_result_t r = (!dyf || !dxl || !db) ? mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn) : MPU_SUCCESS;
-  /* the reduction's backward: identity, or a gather along the sequence */
-  if (!r)
-    r = mpu__run(l->sequence_parallel ? MPU_PRIM_GATHER_FIRST : MPU_PRIM_IDENTITY, l->tp,
-                 (float *)dy, rows, l->out, dyf, n, l->out);
+  size_t dy_bytes = (size_t)rows * l->out * sizeof(float);
+  size_t dx_bytes = (size_t)n * (l->input_is_parallel ? l->in_local : l->in) * sizeof(float);
+  /* the reduction's backward: a gather along the sequence, or the identity,
+   * which reads dy where it is; dx is written in place of a scratch copy
+   * where the input was parallel and dx does not overlap what is read */
+  const float *dyf = dy;
+  float *gathered = NULL, *dxl = dx;
+  mpu_result_t r = MPU_SUCCESS;
+  if (l->sequence_parallel) {
+    gathered = malloc((size_t)n * l->out * sizeof(float));
+    r = need(gathered, fn);
+    if (!r) r = mpu__run(MPU_PRIM_GATHER_FIRST, l->tp, (float *)dy, rows, l->out, gathered, n, l->out);
+    dyf = gathered;
+  }
+  if (!r && (!l->input_is_parallel || mpu__spans_overlap(dx, dx_bytes, dyf, dy_bytes))) {
+    dxl = malloc((size_t)n * l->in_local * sizeof(float));
+    r = need(dxl, fn);
+  }
   if (!r && l->has_bias && !l->skip_bias_add) {
-    for (int i = 0; i < rows; i++)
+    float *db = calloc((size_t)l->out, sizeof(float));
+    r = need(db, fn);
+    for (int i = 0; !r && i < rows; i++)
       for (int j = 0; j < l->out; j++) db[j] += dy[(size_t)i * l->out + j];
-    if (l->sequence_parallel) /* each rank saw its rows only */
+    if (!r && l->sequence_parallel) /* each rank saw its rows only */
       r = mpu_comm_all_reduce(l->tp, db, db, (size_t)l->out, MPU_FLOAT32, MPU_SUM);
     for (int j = 0; !r && j < l->out; j++) l->dbias[j] += db[j];
+    free(db);
   }
   if (!r) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, l->out, l->in_local, n, 1.0f, dyf,
                 l->out, l->x_local, l->in_local, 1.0f, l->dweight, l->in_local);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, l->in_local, l->out, 1.0f, dyf,
                 l->out, l->weight, l->in_local, 0.0f, dxl, l->in_local);
-    r = mpu__run(l->input_is_parallel ? MPU_PRIM_IDENTITY : MPU_PRIM_GATHER_LAST, l->tp, dxl, n,
-                 l->in_local, dx, n, l->input_is_parallel ? l->in_local : l->in);
+    if (dxl != dx)
+      r = mpu__run(l->input_is_parallel ? MPU_PRIM_IDENTITY : MPU_PRIM_GATHER_LAST, l->tp, dxl, n,
+                   l->in_local, dx, n, l->input_is_parallel ? l->in_local : l->in);
   }
-  free(dyf);
-  free(dxl);
-  free(db);
+  free(gathered);
+  if (dxl != dx) free(dxl);
   return r;
 }

@@ -374,20 +374,14 @@ void mpu_optimizer_free(mpu_optimizer *opt) {
   memset(opt, 0, sizeof *opt);
 }
 
-/* the float32 main weights: read from the parameters at every step, so a
- * value the caller wrote since the last step (a loaded checkpoint, an edit)
- * is what this step updates, as torch's AdamW updates p.data in place */
-static void take_main(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay,
-                      void *arg) {
-  (void)decay, (void)arg;
-  memcpy(opt->main + j, opt->b->data + e, count * sizeof(float));
-}
-
 typedef struct step_args {
   float clip, bc1, bc2;
 } step_args;
 
-/* one run of elements, fused: clip, AdamW, and the parameter written back */
+/* one run of elements, fused: the float32 main weight read from the parameter
+ * (so a value the caller wrote since the last step, a loaded checkpoint or an
+ * edit, is what this step updates, as torch's AdamW updates p.data in place),
+ * clip, AdamW, and the parameter written back */
 MPU_SIMD_CLONES static void update_run(float *restrict main, float *restrict m, float *restrict v,
                                        float *restrict data, const float *restrict grad,
                                        size_t count, float decay, const mpu_adamw_options *o,
@@ -395,6 +389,7 @@ MPU_SIMD_CLONES static void update_run(float *restrict main, float *restrict m, 
   mpu_adamw_options oc = *o; /* locals: no aliasing with the arrays */
   float clip = a->clip, bc1 = a->bc1, bc2 = a->bc2;
   for (size_t i = 0; i < count; i++) {
+    main[i] = data[i];
     mpu__adamw_element(&main[i], grad[i] * clip, &m[i], &v[i], decay, &oc, bc1, bc2);
     data[i] = main[i];
   }
@@ -495,7 +490,6 @@ mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm 
   double sq = 0;
   for (int i = 0; i < n; i++) {
     mpu_optimizer *opt = opts[i];
-    for_owned(opt, take_main, NULL);
     int reduced = opt->grads_reduced;
     opt->grads_reduced = 0; /* for this step only */
     if (opt->distributed) MPU_CHECK(reduce_scatter_grads(opt));

@@ -71,7 +71,9 @@ typedef struct gpt_run {
   int dp;                 /* replicas (1 for the reference) */
   mpu_schedule_kind kind;
   double *loss;           /* [steps] */
-  double seconds;         /* the steps' wall time on rank 0 */
+  double seconds;         /* the timed steps' wall time on rank 0 */
+  int untimed;            /* the first steps, run but not timed (--bench: one, as PyTorch's
+                             side warms up: first touches of the buffers, BLAS's set-up) */
   named *ref;             /* the reference's parameters (to check against), or NULL */
   int nref;
   named *keep;            /* the reference run: where to keep its parameters */
@@ -385,6 +387,11 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   mpu_comm_clock_reset();
   double t0 = cli_now();
   for (m.step = (int)start; m.step < o->steps; m.step++) {
+    if (run->untimed && m.step == start + run->untimed) { /* the clocks start here */
+      TRY(mpu_comm_barrier(world));
+      mpu_comm_clock_reset();
+      t0 = cli_now();
+    }
     double step_t0 = cli_now();
     m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
     for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
@@ -526,6 +533,7 @@ static int bench(const gpt_opts *base, const corpus *text) {
   double flops_token = 3.0 * ((double)o.layers * (24 * H * H + 2 * T * H) + 2 * H * V);
   char phrase[64];
   double tokens = (double)o.steps * o.micro * o.seq;
+  o.steps += 1; /* one untimed step first, as scripts/gpt_torch.py has */
   double gemm[REPS], tps[2][REPS], share[2][REPS];
   for (int rep = 0; rep < REPS; rep++) { /* interleaved: GEMM, tp 1, tp 2, again */
     gemm[rep] = gemm_gflops(256);
@@ -535,7 +543,7 @@ static int bench(const gpt_opts *base, const corpus *text) {
       mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
       cfg.tp = (int)o.tp;
       gpt_run run = {.o = &o, .text = text, .dp = 1, .kind = MPU_SCHEDULE_NO_PIPELINING, .loss = loss,
-                     .comm = comm, .quiet = 1};
+                     .comm = comm, .quiet = 1, .untimed = 1};
       mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
                             : MPU_ERR_OUT_OF_MEMORY;
       free(loss);
@@ -571,9 +579,9 @@ static int bench(const gpt_opts *base, const corpus *text) {
     return 0;
   }
   printf("# mpu demo gpt --bench: the GPT (hidden %ld, %ld heads, %ld blocks, %ld micro-batches of "
-         "%ld tokens per step, %ld steps, %s), forward + backward + AdamW, tp 1 vs tp 2 on "
+         "%ld tokens per step, %ld timed steps after one untimed, %s), forward + backward + AdamW, tp 1 vs tp 2 on "
          "thread ranks with one BLAS thread each; median of %d runs, interleaved with the GEMM "
-         "measurement\n", o.hidden, o.heads, o.layers, o.micro, o.seq, o.steps,
+         "measurement\n", o.hidden, o.heads, o.layers, o.micro, o.seq, o.steps - 1,
          gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase, sizeof phrase), REPS);
   printf("# one core's GEMM rate here (cblas_sgemm 256^3, 1 thread): %.1f GFLOP/s; model work "
          "%.3g FLOP per token (3 forwards' worth of products; recompute not counted)\n", peak,

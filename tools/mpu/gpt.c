@@ -44,6 +44,10 @@ static int first_row(const gpt_ctx *ctx) { return ctx->sp ? ctx->tp_rank * ctx->
 
 static void hidden_mask(const gpt_ctx *ctx, int layer, int site, int mb, float *m) {
   size_t H = (size_t)ctx->cfg.hidden, off = (size_t)first_row(ctx);
+  if (ctx->cfg.dropout <= 0) { /* every element kept, unscaled: no keys to hash */
+    for (size_t i = 0; i < (size_t)ctx->T_local * H; i++) m[i] = 1.0f;
+    return;
+  }
   for (size_t i = 0; i < (size_t)ctx->T_local; i++)
     for (size_t j = 0; j < H; j++) m[i * H + j] = keep_scale(ctx, layer, site, mb, (off + i) * H + j);
 }
