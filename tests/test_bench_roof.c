@@ -3,17 +3,22 @@
  * a collective, done by the same threads with no waiting between them).
  * It refuses what mpu_bench_collectives refuses, answers a positive time for
  * every collective and placement, and a buffer 1024 times larger takes
- * longer (a roof that did not move the bytes would not).
+ * longer (a roof that did not move the bytes would not). The roof a round
+ * at a time (mpu_bench_roof_begin, _round, _end) refuses misuse and frees
+ * what it laid out; mpu_bench_collectives' pauses come as many times as
+ * asked on every rank, outside the timing, and a pause's error ends the
+ * measurement with it.
  */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cmocka.h>
 
-#include "mpu/bench.h"
+#include "mpu.h"
 
 static mpu_bench_config config(mpu_collective c, size_t bytes, int in_place) {
   mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
@@ -66,11 +71,105 @@ static void test_more_bytes_take_longer(void **state) {
   assert_true(l > 10 * s); /* 1024x the bytes: far more than 10x the time on any machine */
 }
 
+static void test_rounds(void **state) {
+  (void)state;
+  mpu_bench_config cfg = config(MPU_COLL_ALL_GATHER, 64 << 10, 1);
+  mpu_bench_roof_run *run = (mpu_bench_roof_run *)&cfg; /* must be overwritten */
+  double us = -1;
+  assert_int_equal(mpu_bench_roof_begin(&cfg, 2, 0, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_bench_roof_begin(NULL, 2, 0, &run), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(run);
+  assert_int_equal(mpu_bench_roof_begin(&cfg, 0, 0, &run), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_bench_roof_round(NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_bench_roof_end(NULL, NULL), MPU_SUCCESS);
+  assert_int_equal(mpu_bench_roof_end(NULL, &us), MPU_ERR_INVALID_ARGUMENT);
+  /* ended before any round: nothing to give, everything freed (ASan's leak check) */
+  assert_int_equal(mpu_bench_roof_begin(&cfg, 2, 0, &run), MPU_SUCCESS);
+  assert_int_equal(mpu_bench_roof_end(run, &us), MPU_ERR_INVALID_USAGE);
+  assert_true(us == -1);
+  assert_int_equal(mpu_bench_roof_begin(&cfg, 3, 1, &run), MPU_SUCCESS);
+  for (int i = 0; i < 3; i++) assert_int_equal(mpu_bench_roof_round(run), MPU_SUCCESS);
+  assert_int_equal(mpu_bench_roof_end(run, &us), MPU_SUCCESS);
+  assert_true(isfinite(us) && us > 0);
+  /* the rounds mpu_bench_roof times: the iterations, at most 50 up to 4 MiB, 40 above */
+  assert_int_equal(mpu_bench_roof_rounds(&cfg), 3);
+  cfg.iters = 100;
+  assert_int_equal(mpu_bench_roof_rounds(&cfg), 50);
+  cfg.bytes = (size_t)8 << 20;
+  assert_int_equal(mpu_bench_roof_rounds(&cfg), 40);
+  cfg.iters = 0;
+  assert_int_equal(mpu_bench_roof_rounds(&cfg), 0);
+  assert_int_equal(mpu_bench_roof_rounds(NULL), 0);
+}
+
+/* ---- mpu_bench_collectives' pauses, on 2 thread ranks ---- */
+
+typedef struct pauses_case {
+  int iters, pauses, fail_at; /* fail_at: the pause (1-based) that fails on every rank; 0: none */
+  int no_function;
+  mpu_result_t want;
+  int seen[2];                /* pauses per rank */
+  int sleep_ms;               /* each pause sleeps this long: outside the timing */
+} pauses_case;
+
+typedef struct rank_arg {
+  pauses_case *c;
+  int rank;
+} rank_arg;
+
+static mpu_result_t count_pause(void *arg) {
+  rank_arg *a = arg;
+  int k = ++a->c->seen[a->rank];
+  if (a->c->sleep_ms) nanosleep(&(struct timespec){0, a->c->sleep_ms * 1000000L}, NULL);
+  return k == a->c->fail_at ? mpu_fail(MPU_ERR_TIMEOUT, "test: pause %d fails", k) : MPU_SUCCESS;
+}
+
+static mpu_result_t pauses_rank(mpu_comm *world, void *arg) {
+  pauses_case *c = arg;
+  rank_arg a = {c, 0};
+  mpu_comm_rank(world, &a.rank);
+  mpu_bench_config cfg = config(MPU_COLL_ALL_REDUCE, 4096, 0);
+  cfg.iters = c->iters, cfg.warmup = 1, cfg.pauses = c->pauses;
+  cfg.pause = c->no_function ? NULL : count_pause;
+  cfg.pause_arg = &a;
+  mpu_bench_result res = MPU_BENCH_RESULT_INIT;
+  mpu_result_t r = mpu_bench_collective(world, &cfg, &res);
+  if (r != c->want) return MPU_ERR_INTERNAL;
+  if (!r && !(res.mean_us > 0 && res.time_us > 0)) return MPU_ERR_INTERNAL;
+  /* a 4 KiB all_reduce takes microseconds; a pause's 100 ms counted would show */
+  if (!r && c->sleep_ms && !(res.mean_us < 50e3 && res.time_us < 50e3)) return MPU_ERR_INTERNAL;
+  return MPU_SUCCESS;
+}
+
+static void test_pauses(void **state) {
+  (void)state;
+  pauses_case cases[] = {
+      {7, 3, 0, 0, MPU_SUCCESS, {0, 0}, 0},              /* spread over the iterations */
+      {5, 5, 0, 0, MPU_SUCCESS, {0, 0}, 0},              /* before every one */
+      {2, 2, 0, 0, MPU_SUCCESS, {0, 0}, 100},         /* not timed */
+      {5, 0, 0, 0, MPU_SUCCESS, {0, 0}, 0},              /* none */
+      {5, -1, 0, 0, MPU_ERR_INVALID_ARGUMENT, {0, 0}, 0}, /* negative */
+      {5, 6, 0, 0, MPU_ERR_INVALID_ARGUMENT, {0, 0}, 0}, /* more than the iterations */
+      {5, 2, 0, 1, MPU_ERR_INVALID_ARGUMENT, {0, 0}, 0}, /* no function */
+      {6, 3, 2, 0, MPU_ERR_TIMEOUT, {0, 0}, 0},          /* the second pause fails */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pauses_case *c = &cases[i];
+    mpu_result_t r = mpu_launch(2, pauses_rank, c, NULL, NULL);
+    assert_int_equal(r, MPU_SUCCESS);
+    int want = c->want == MPU_SUCCESS ? c->pauses : c->want == MPU_ERR_TIMEOUT ? c->fail_at : 0;
+    assert_int_equal(c->seen[0], want);
+    assert_int_equal(c->seen[1], want);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_every_row),
       cmocka_unit_test(test_more_bytes_take_longer),
+      cmocka_unit_test(test_rounds),
+      cmocka_unit_test(test_pauses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,16 @@ typedef struct mpu_bench_config {
                            the least or the largest of them */
   int barrier;          /* 1: a barrier before every timed call, so that all start together
                            (nccl-tests -z 1; always when several variants are timed) */
+  /* Pauses in the timed loop: `pauses` times (0..iters), spread evenly over
+   * the timed iterations, every rank calls pause(pause_arg) outside the
+   * timing, then makes one untimed call of every variant, so that the next
+   * timed call finds the caches as a call leaves them. A pause's error ends
+   * the measurement with it. `mpu bench` times its roof in them, so that the
+   * roof and the row see the same moments of the machine
+   * (mpu_bench_roof_begin). */
+  mpu_result_t (*pause)(void *pause_arg);
+  void *pause_arg;
+  int pauses;
 } mpu_bench_config;
 
 enum {
@@ -66,15 +76,16 @@ enum {
 
 #define MPU_BENCH_CONFIG_INIT                                                                    \
   {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0, 0, 0, \
-   MPU_BENCH_SLOWEST, 0}
+   MPU_BENCH_SLOWEST, 0, NULL, NULL, 0}
 
 typedef struct mpu_bench_result {
   size_t size;       /* sizeof(mpu_bench_result): set it (MPU_BENCH_RESULT_INIT) */
   size_t bytes;      /* the size actually measured */
   size_t count;      /* elements per rank's send buffer (nccl-tests "count") */
   double time_us;    /* median over iterations of the slowest rank's time */
-  double mean_us;    /* the slowest rank's timed loop over the iterations (one variant without
-                        barriers, as nccl-tests times a batch); else the mean of the same */
+  double mean_us;    /* the slowest rank's timed loop over the iterations, less its pauses (one
+                        variant without barriers, as nccl-tests times a batch); else the mean of
+                        the per-call times */
   double min_us;
   double algbw_gbps; /* bytes / time_us, in GB/s (1e9 bytes per second) */
   double busbw_gbps; /* algbw * bus factor */
@@ -141,6 +152,22 @@ MPU_API mpu_result_t mpu_bench_copy_ceiling(size_t bytes, int iters, int threads
  * same movement and waits for its peers besides. */
 MPU_API mpu_result_t mpu_bench_roof(const mpu_bench_config *cfg, int nranks, int workers,
                                     double *us);
+
+/* The same roof a round at a time, to interleave with the row's own
+ * iterations (mpu_bench_config's pauses): begin lays out and fills the
+ * buffers, each round times one iteration of every way, and end gives the
+ * best iteration of all rounds and frees everything (NULL us: just free).
+ * A round runs its threads while the caller's other threads wait, so that
+ * they have the CPUs to themselves; it is not to be called from two threads
+ * at once. */
+typedef struct mpu_bench_roof_run mpu_bench_roof_run;
+MPU_API mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int workers,
+                                          mpu_bench_roof_run **out);
+MPU_API mpu_result_t mpu_bench_roof_round(mpu_bench_roof_run *run);
+/* How many rounds mpu_bench_roof times for cfg: its iterations, at most 50
+ * up to 4 MiB and 40 above (0 for a NULL or bad config). */
+MPU_API int mpu_bench_roof_rounds(const mpu_bench_config *cfg);
+MPU_API mpu_result_t mpu_bench_roof_end(mpu_bench_roof_run *run, double *us);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,8 @@
  * iteration, whose median is the reported median. Iterations are not
  * separated by barriers: as in nccl-tests, ranks stay in step through the
  * collective, and the mean is the slowest rank's time for the whole timed
- * loop over the iterations (nccl-tests times a batch the same way). Several
+ * loop over the iterations (nccl-tests times a batch the same way), less
+ * the config's pauses. Several
  * variants interleaved start each call at a barrier, and their mean is that
  * of the per-iteration times.
  */
@@ -94,11 +95,13 @@ mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *in, int n
   if ((unsigned)cfg->collective >= MPU_COLL_COUNT || !mpu_dtype_size(cfg->dtype) ||
       (unsigned)cfg->op >= MPU_OP_COUNT || cfg->iters < 1 || cfg->iters > 100000 ||
       cfg->warmup < 0 || cfg->warmup > 100000 || cfg->average < MPU_BENCH_SLOWEST ||
-      cfg->average > MPU_BENCH_MAX)
+      cfg->average > MPU_BENCH_MAX || cfg->pauses < 0 || cfg->pauses > cfg->iters ||
+      (cfg->pauses && !cfg->pause))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: collective %d, dtype %d, op %d, %d iterations, %d warm-up", fn,
+                      "%s: collective %d, dtype %d, op %d, %d iterations, %d warm-up, %d "
+                      "pauses (0..iterations, with a pause function)", fn,
                       (int)cfg->collective, (int)cfg->dtype, (int)cfg->op, cfg->iters,
-                      cfg->warmup);
+                      cfg->warmup, cfg->pauses);
   size_t es = mpu_dtype_size(cfg->dtype);
   /* per-rank count: the buffer of nccl-tests' size is split over ranks for
    * the collectives whose size is a total */
@@ -199,9 +202,14 @@ static void store_int(mpu_dtype dt, void *buf, size_t i, uint64_t u) {
   }
 }
 
-/* count elements of value v (a small positive integer) in dtype dt */
-static void fill_with(void *buf, size_t count, mpu_dtype dt, int v) {
-  int is_float = mpu_dtype_is_float(dt);
+/* The timed buffers hold rank % 3 + 1 in the dtype, never zeros: on the
+ * machines measured, 64 MiB of zeros copied twice as fast as any other bytes
+ * (8 thread ranks' broadcast: 10.5 against 21 ms), so zero buffers timed the
+ * memory system's zero path, not a training job's. In place, sums grow to
+ * infinity and stay there (no denormals: no slow path either). */
+void mpu__bench_fill(void *buf, size_t bytes, mpu_dtype dt, int rank) {
+  int is_float = mpu_dtype_is_float(dt), v = rank % 3 + 1;
+  size_t count = bytes / mpu_dtype_size(dt);
   for (size_t i = 0; i < count; i++) {
     if (is_float) store_float(dt, buf, i, v);
     else store_int(dt, buf, i, (uint64_t)v);
@@ -339,6 +347,26 @@ mpu_result_t mpu_bench_collective(mpu_comm *comm, const mpu_bench_config *cfg,
 
 #define MAX_VARIANTS 8
 
+/* One call of every variant (ncomms communicators, then the native call),
+ * interleaved, a different variant first each iteration, so drift in the
+ * machine's speed (another job, clocks, caches) touches all the same way;
+ * with times, iteration i's times go to times[v * iters + i]. */
+static mpu_result_t bench_round(mpu_comm *const *comms, int ncomms, int variants,
+                                const mpu_bench_config *cfg, void *send, void *recv, size_t count,
+                                int rank, size_t es, int i, double *times) {
+  for (int k = 0; k < variants; k++) {
+    int v = (k + (i < 0 ? 0 : i)) % variants;
+    /* start every timed call together: reduce and broadcast let ranks
+     * leave at different times, and the next call would pay their lag */
+    if (variants > 1 || cfg->barrier) MPU_CHECK(mpu_comm_barrier(comms[0]));
+    double t0 = now_us();
+    if (v == ncomms) MPU_CHECK(call_native(comms[0], cfg, send, recv, count, rank, es));
+    else MPU_CHECK(call(comms[v], cfg, send, recv, count, rank, es));
+    if (times) times[(size_t)v * (size_t)cfg->iters + (size_t)i] = now_us() - t0;
+  }
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu_bench_config *cfg,
                                    mpu_bench_result *out) {
   static const char fn[] = "mpu_bench_collective";
@@ -378,12 +406,8 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   char *send = NULL, *recv = NULL, *fill = NULL;
   /* times[v * iters + i]: variant v (comms[0..ncomms), then the native call) */
   double *times = malloc((size_t)(ncomms + 1) * (size_t)cfg->iters * sizeof(double));
-  /* the timed buffers hold rank % 3 + 1 in the dtype, never zeros: on the
-   * machines measured, 64 MiB of zeros copied twice as fast as any other
-   * bytes (8 thread ranks' broadcast: 10.5 against 21 ms), so zero buffers
-   * timed the memory system's zero path, not a training job's. In place, sums
-   * grow to infinity and stay there (no denormals: no slow path either).
-   * Device buffers are filled by a copy from a host buffer filled so. */
+  /* filled by mpu__bench_fill; device buffers by a copy from a host buffer
+   * filled so */
   size_t most = send_bytes > recv_bytes ? send_bytes : recv_bytes;
   if (device) {
     void *a = NULL, *b = NULL;
@@ -393,7 +417,7 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
     if (r) goto out;
     fill = mpu__bench_alloc(most);
     if (fill) {
-      fill_with(fill, most / es, cfg->dtype, rank % 3 + 1);
+      mpu__bench_fill(fill, most, cfg->dtype, rank);
       r = mpu_comm_copy2d(comms[0], send, send_bytes, fill, send_bytes, send_bytes, 1);
       if (!r) r = mpu_comm_copy2d(comms[0], recv, recv_bytes, fill, recv_bytes, recv_bytes, 1);
       if (r) goto out;
@@ -407,8 +431,8 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
     goto out;
   }
   if (!device) {
-    fill_with(send, send_bytes / es, cfg->dtype, rank % 3 + 1);
-    fill_with(recv, recv_bytes / es, cfg->dtype, rank % 3 + 1);
+    mpu__bench_fill(send, send_bytes, cfg->dtype, rank);
+    mpu__bench_fill(recv, recv_bytes, cfg->dtype, rank);
   }
   /* native only if every rank's backend can (all ranks agree, or none runs it) */
   int32_t native = 0;
@@ -424,25 +448,29 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
    * 64 MiB broadcast against 21-26 ms of wall clock per call) */
   int batch = variants == 1 && !cfg->barrier;
   double loop_t0 = 0, loop_s = 0;
+  int paused = 0; /* pauses made */
   for (int i = -cfg->warmup; i < cfg->iters; i++) {
-    if (batch && i == 0) {
+    /* pause k of P before timed iteration k * iters / P: outside the timing
+     * (a batch's loop is timed in the stretches between pauses), then one
+     * untimed round, so the next timed call finds the caches as a call
+     * leaves them, not as the pause did */
+    int pause = i >= 0 && paused < cfg->pauses &&
+                i == (int)((long long)paused * cfg->iters / cfg->pauses);
+    if (pause) {
+      if (batch && i > 0) loop_s += now_us() - loop_t0;
+      paused++;
+      MPU_CHECK_GOTO(cfg->pause(cfg->pause_arg), r, out);
+      MPU_CHECK_GOTO(bench_round(comms, ncomms, variants, cfg, send, recv, count, rank, es, 0,
+                                 NULL), r, out);
+    }
+    if (batch && (i == 0 || pause)) {
       MPU_CHECK_GOTO(mpu_comm_barrier(comms[0]), r, out);
       loop_t0 = now_us();
     }
-    /* interleaved, a different variant first each iteration, so drift in the
-     * machine's speed (another job, clocks, caches) touches all the same way */
-    for (int k = 0; k < variants; k++) {
-      int v = (k + (i < 0 ? 0 : i)) % variants;
-      /* start every timed call together: reduce and broadcast let ranks
-       * leave at different times, and the next call would pay their lag */
-      if (variants > 1 || cfg->barrier) MPU_CHECK_GOTO(mpu_comm_barrier(comms[0]), r, out);
-      double t0 = now_us();
-      if (v == ncomms) MPU_CHECK_GOTO(call_native(comms[0], cfg, send, recv, count, rank, es), r, out);
-      else MPU_CHECK_GOTO(call(comms[v], cfg, send, recv, count, rank, es), r, out);
-      if (i >= 0) times[(size_t)v * (size_t)cfg->iters + (size_t)i] = now_us() - t0;
-    }
+    MPU_CHECK_GOTO(bench_round(comms, ncomms, variants, cfg, send, recv, count, rank, es, i,
+                               i >= 0 ? times : NULL), r, out);
   }
-  if (batch) loop_s = now_us() - loop_t0;
+  if (batch) loop_s += now_us() - loop_t0;
   /* nccl-tests -a: each rank's own mean, then rank 0's, their average, least or largest */
   double means[MAX_VARIANTS];
   for (int v = 0; v < variants; v++) {

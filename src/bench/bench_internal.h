@@ -15,6 +15,10 @@
  * memory or on failure. free() it. */
 void *mpu__bench_alloc(size_t bytes);
 
+/* Fill `bytes` of a rank's benchmark buffer with its value in dtype dt:
+ * what every timed buffer holds (the reason is at the definition). */
+void mpu__bench_fill(void *buf, size_t bytes, mpu_dtype dt, int rank);
+
 /* One rank's buffers for a config on n ranks, as nccl-tests lays them out. */
 typedef struct bench_layout {
   size_t count;                  /* elements per rank, as passed to the call */

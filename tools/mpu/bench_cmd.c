@@ -1,9 +1,9 @@
 /*
  * bench_cmd.c - `mpu bench`: collective bandwidth and latency in nccl-tests'
  * flags and columns (out-of-place and in-place side by side, #wrong from
- * checking every result), each row against its roof measured in the same
- * run: the time of the collective's least data movement done by the threads
- * backend's threads with no waiting between them (mpu_bench_roof).
+ * checking every result), each row against its roof timed in the row's own
+ * pauses: the time of the collective's least data movement done by the
+ * threads backend's threads with no waiting between them (mpu_bench_roof).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -30,7 +30,9 @@ static void help(void) {
       "cut into one task per rank's share and done by the threads backend's threads (one\n"
       "per rank, at most one per CPU) with no waiting between them, on buffers laid out as\n"
       "the row's (cached or streaming stores, pulled or pushed; the best iteration of the\n"
-      "best way, measured in this run), so a collective reaches 100%% only by noise. Each launch first runs 0.2 s of untimed 1 MiB\n"
+      "best way), timed a round at a time in pauses of the row's own timed loop, so that both\n"
+      "see the same moments of the machine; a collective reaches 100%% only by noise. Each\n"
+      "launch first runs 0.2 s of untimed 1 MiB\n"
       "all_reduces (memory copies run slower for the first milliseconds after a process\n"
       "starts or the machine idles). --columns nccl-tests prints nccl-tests' table and\n"
       "nothing else in its rows, for scripts that read its fields by position.\n"
@@ -337,16 +339,105 @@ static int iters_for(const bench_opts *o, size_t bytes) {
   return bytes <= (64 << 10) ? 500 : bytes <= (1 << 20) ? 100 : 20;
 }
 
-/* The row's roof (mpu_bench_roof), measured by rank 0 while the others wait
- * (so its threads have the machine to themselves, as the collective had);
- * every rank gets the answer, so all make the same calls. */
-static mpu_result_t roof(mpu_comm *host, const mpu_bench_config *cfg, int ranks, int workers,
-                         int rank, double *us) {
-  double t = 0;
-  mpu_result_t r = rank == 0 ? mpu_bench_roof(cfg, ranks, workers, &t) : MPU_SUCCESS;
-  mpu_result_t b = mpu_comm_broadcast(host, &t, 1, MPU_FLOAT64, 0);
-  if (!r) r = b;
-  if (!r) *us = t;
+/* ---- the roof, timed in the row's pauses ----
+ * A row's timed loop pauses as often as the roof has rounds
+ * (mpu_bench_roof_rounds), spread over its iterations; in each pause every
+ * rank waits while one round of the roof is timed. So the row and its roof
+ * see the same moments of the machine: its memory runs at different rates
+ * from one second to the next (docs/bench.md), and a roof timed after the
+ * row met another. */
+
+typedef struct rank_pause {
+  bench_run *run;
+  mpu_comm *host;
+  int rank;
+} rank_pause;
+
+/* The ranks are threads of this process (threads, nccl): they sleep on the
+ * gate, and the last to arrive times the round. */
+static mpu_result_t gate_pause(void *arg) {
+  rank_pause *rp = arg;
+  roof_gate *g = &rp->run->gate;
+  pthread_mutex_lock(&g->lock);
+  unsigned long gen = g->generation;
+  if (g->failed) {
+    pthread_mutex_unlock(&g->lock);
+    return mpu_fail(MPU_ERR_ABORTED, "mpu bench: another rank failed");
+  }
+  if (++g->arrived < rp->run->ranks) {
+    while (gen == g->generation && !g->failed) pthread_cond_wait(&g->cond, &g->lock);
+    mpu_result_t r = gen == g->generation ? mpu_fail(MPU_ERR_ABORTED, "mpu bench: another rank failed")
+                                          : g->result;
+    pthread_mutex_unlock(&g->lock);
+    return r;
+  }
+  g->arrived = 0;
+  pthread_mutex_unlock(&g->lock); /* the others sleep in the wait above */
+  mpu_result_t r = mpu_bench_roof_round(g->roof);
+  pthread_mutex_lock(&g->lock);
+  g->result = r;
+  g->generation++;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+  return r;
+}
+
+/* A rank leaves with an error: wake whoever waits for it at the gate. */
+static void gate_fail(roof_gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->failed = 1;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+}
+
+/* MPI: every rank done with the last call, then rank 0 times the round
+ * while the others wait for its result (busy, in MPI's own wait). */
+static mpu_result_t mpi_pause(void *arg) {
+  rank_pause *rp = arg;
+  mpu_result_t b = mpu_comm_barrier(rp->host);
+  if (b) return b;
+  int32_t r = rp->rank == 0 ? (int32_t)mpu_bench_roof_round(rp->run->gate.roof) : 0;
+  if ((b = mpu_comm_broadcast(rp->host, &r, 1, MPU_INT32, 0))) return b;
+  if (r && rp->rank) return mpu_fail((mpu_result_t)r, "mpu bench: the roof's round failed on rank 0");
+  return (mpu_result_t)r;
+}
+
+/* One row: the collectives timed with the roof in their pauses; rank 0 gets
+ * the roof's time. */
+static mpu_result_t row_with_roof(mpu_comm *const *comms, int ncomms, mpu_comm *host, bench_run *run,
+                                  int rank, mpu_bench_config *cfg, mpu_bench_result *res,
+                                  double *roof_us) {
+  roof_gate *g = &run->gate;
+  int32_t begun = MPU_SUCCESS;
+  if (rank == 0) {
+    mpu_bench_roof_run *roof = NULL;
+    begun = mpu_bench_roof_begin(cfg, run->ranks, (int)run->o->workers, &roof);
+    pthread_mutex_lock(&g->lock);
+    g->roof = roof;
+    pthread_mutex_unlock(&g->lock);
+  }
+  /* every rank learns whether the roof could be laid out, so all go on or none */
+  mpu_result_t b = mpu_comm_broadcast(host, &begun, 1, MPU_INT32, 0);
+  if (!b && begun && rank)
+    b = mpu_fail((mpu_result_t)begun, "mpu bench: rank 0 could not lay out the roof");
+  if (b || begun) {
+    if (rank == 0) mpu_bench_roof_end(g->roof, NULL), g->roof = NULL;
+    return b ? b : (mpu_result_t)begun;
+  }
+  rank_pause rp = {run, host, rank};
+  cfg->pause = run->o->backend == TOOL_MPI ? mpi_pause : gate_pause;
+  cfg->pause_arg = &rp;
+  cfg->pauses = mpu_bench_roof_rounds(cfg);
+  mpu_result_t r = mpu_bench_collectives(comms, ncomms, cfg, res);
+  cfg->pause = NULL, cfg->pause_arg = NULL, cfg->pauses = 0;
+  if (rank == 0) {
+    pthread_mutex_lock(&g->lock);
+    mpu_bench_roof_run *roof = g->roof;
+    g->roof = NULL;
+    pthread_mutex_unlock(&g->lock);
+    mpu_result_t e = mpu_bench_roof_end(roof, r ? NULL : roof_us);
+    if (!r) r = e;
+  }
   return r;
 }
 
@@ -401,12 +492,11 @@ static mpu_result_t bench_rows(mpu_comm *world, mpu_comm *host, bench_run *run) 
         cfg.check = o->check;
         mpu_bench_result res[2] = {MPU_BENCH_RESULT_INIT, MPU_BENCH_RESULT_INIT};
         mpu_comm *comms[2] = {world, run->checked};
-        mpu_result_t r = mpu_bench_collectives(comms, run->checked ? 2 : 1, &cfg, res);
+        mpu_result_t r = row_with_roof(comms, run->checked ? 2 : 1, host, run, rank, &cfg, res,
+                                       &row.roof_us[ip]);
         if (r) return r;
         row.res[ip] = res[0];
         row.checked[ip] = res[1];
-        r = roof(host, &cfg, run->ranks, (int)o->workers, rank, &row.roof_us[ip]);
-        if (r) return r;
       }
       if (rank == 0 && run->nrows < MAX_ROWS) {
         char sz[32];
@@ -419,7 +509,12 @@ static mpu_result_t bench_rows(mpu_comm *world, mpu_comm *host, bench_run *run) 
   return MPU_SUCCESS;
 }
 
-static mpu_result_t bench_rank(mpu_comm *world, void *arg) { return bench_rows(world, world, arg); }
+static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
+  bench_run *run = arg;
+  mpu_result_t r = bench_rows(world, world, run);
+  if (r) gate_fail(&run->gate);
+  return r;
+}
 
 /* --backend nccl: this thread rank's NCCL communicator (its buffers device
  * memory: mpu_bench_collectives allocates them from it), then the rows */
@@ -428,11 +523,18 @@ static mpu_result_t bench_rank_nccl(mpu_comm *world, void *arg) {
   mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
   if (r) return r;
   r = bench_rows(nc, world, arg);
+  if (r) gate_fail(&((bench_run *)arg)->gate);
   mpu_result_t d = mpu_comm_destroy(nc);
   return r ? r : d;
 }
 
 int cmd_bench_block(int argc, char **argv);
+
+static void run_free(bench_run *run) {
+  pthread_mutex_destroy(&run->gate.lock);
+  pthread_cond_destroy(&run->gate.cond);
+  free(run);
+}
 
 int cmd_bench(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
@@ -448,6 +550,8 @@ int cmd_bench(int argc, char **argv) {
     return 1;
   }
   run->o = &o;
+  pthread_mutex_init(&run->gate.lock, NULL);
+  pthread_cond_init(&run->gate.cond, NULL);
   run->nsizes = plan_sizes(&o, run->sizes);
   run->total_rows = planned_rows(&o, run->nsizes);
   int printer = 1;
@@ -471,13 +575,13 @@ int cmd_bench(int argc, char **argv) {
   }
   cli_progress_done();
   if (!printer) {
-    free(run);
+    run_free(run);
     tool_backend_done(o.backend);
     return r ? 1 : 0;
   }
   if (r) {
     fprintf(stderr, "mpu bench: %s: %s\n", mpu_result_name(r), mpu_last_error());
-    free(run);
+    run_free(run);
     tool_backend_done(o.backend);
     return 1;
   }
@@ -485,7 +589,7 @@ int cmd_bench(int argc, char **argv) {
             : o.columns == COLUMNS_NCCL_TESTS ? bench_print_nccl_tests(run)
                                               : bench_print_text(run);
   if (o.csv && bench_write_csv(run)) bad = 1;
-  free(run);
+  run_free(run);
   tool_backend_done(o.backend);
   return bad;
 }

@@ -6,6 +6,8 @@
 #ifndef MPU_TOOLS_BENCH_CMD_H
 #define MPU_TOOLS_BENCH_CMD_H
 
+#include <pthread.h>
+
 #include "backend.h"
 #include "cli.h"
 #include "mpu.h"
@@ -43,11 +45,27 @@ typedef struct bench_row {
   mpu_op op;
   mpu_bench_result res[2];     /* [in_place]; MPI: call checking off, raw MPI interleaved */
   mpu_bench_result checked[2]; /* MPI: the same call with call checking on */
-  double roof_us[2];           /* [in_place]: the row's roof, mpu_bench_roof (see the top of the file) */
+  double roof_us[2];           /* [in_place]: the row's roof, timed in the row's pauses (see the
+                                  top of bench_cmd.c) */
 } bench_row;
+
+/* The roof's pauses (mpu_bench_config's pause): where the ranks are threads
+ * of this process, they sleep here while the last to arrive times a round
+ * of the roof, so the roof's threads have the CPUs to themselves and no
+ * rank's adaptive spin in a communicator learns from the wait. */
+typedef struct roof_gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int arrived;
+  unsigned long generation;
+  int failed;                /* a rank left with an error: nobody waits for it */
+  mpu_bench_roof_run *roof;  /* the row's (rank 0 begins and ends it) */
+  mpu_result_t result;       /* the last round's */
+} roof_gate;
 
 typedef struct bench_run {
   const bench_opts *o;
+  roof_gate gate;
   int ranks;         /* of the launch in progress */
   mpu_comm *checked; /* MPI: the world with call checking on (bench_rank gets the unchecked one) */
   size_t sizes[MAX_SIZES];
