@@ -521,10 +521,9 @@ static mpu_result_t bench_rank(mpu_comm *world, void *arg) {
 static mpu_result_t bench_rank_nccl(mpu_comm *world, void *arg) {
   mpu_comm *nc = NULL;
   mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
-  if (r) return r;
-  r = bench_rows(nc, world, arg);
+  if (!r) r = bench_rows(nc, world, arg);
   if (r) gate_fail(&((bench_run *)arg)->gate);
-  mpu_result_t d = mpu_comm_destroy(nc);
+  mpu_result_t d = nc ? mpu_comm_destroy(nc) : MPU_SUCCESS;
   return r ? r : d;
 }
 
