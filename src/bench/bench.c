@@ -14,6 +14,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -546,13 +547,19 @@ out:
 
 void mpu__bench_start_wait(start_line *l) {
   pthread_mutex_lock(&l->lock);
-  unsigned long gen = l->generation;
+  unsigned long gen = atomic_load_explicit(&l->generation, memory_order_relaxed);
   if (++l->arrived >= l->needed) {
     l->arrived = 0;
-    l->generation++;
+    atomic_fetch_add_explicit(&l->generation, 1, memory_order_release);
     pthread_cond_broadcast(&l->cond);
-  } else {
-    while (gen == l->generation) pthread_cond_wait(&l->cond, &l->lock);
+  } else if (!l->spin) {
+    while (gen == atomic_load_explicit(&l->generation, memory_order_relaxed))
+      pthread_cond_wait(&l->cond, &l->lock);
+  } else { /* awake, and on the CPU, when the line opens */
+    pthread_mutex_unlock(&l->lock);
+    for (unsigned long k = 1; gen == atomic_load_explicit(&l->generation, memory_order_acquire); k++)
+      if (k % 4096 == 0) sched_yield(); /* a CPU shared after all: let the others on */
+    return;
   }
   pthread_mutex_unlock(&l->lock);
 }
@@ -562,7 +569,7 @@ void mpu__bench_start_shrink(start_line *l, int needed) {
   l->needed = needed;
   if (needed && l->arrived >= needed) {
     l->arrived = 0;
-    l->generation++;
+    atomic_fetch_add_explicit(&l->generation, 1, memory_order_release);
     pthread_cond_broadcast(&l->cond);
   }
   pthread_mutex_unlock(&l->lock);
@@ -623,7 +630,7 @@ static mpu_result_t copy_run(size_t bytes, int iters, int threads, int stream, i
                              double *us) {
   copier *c = calloc((size_t)threads, sizeof *c);
   pthread_t *tid = calloc((size_t)threads, sizeof *tid);
-  start_line line = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, threads, 0, 0};
+  start_line line = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, threads, 0, 0, 0};
   int started = 0;
   mpu_result_t r = MPU_SUCCESS;
   if (!c || !tid) {

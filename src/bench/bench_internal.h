@@ -7,6 +7,7 @@
 #define MPU_BENCH_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "mpu/bench.h"
@@ -33,12 +34,15 @@ mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *cfg, int 
                                mpu_bench_config *full, bench_layout *out);
 
 /* A start line whose size can shrink if a thread fails to start (a pthread
- * barrier's cannot). */
+ * barrier's cannot). With spin, waiters spin instead of sleeping, so that
+ * each is running on its CPU, at its clock, when the line opens (threads
+ * woken from a sleep start microseconds apart, on CPUs that idled). */
 typedef struct start_line {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   int needed, arrived;
-  unsigned long generation;
+  _Atomic unsigned long generation;
+  int spin;
 } start_line;
 
 void mpu__bench_start_wait(start_line *l);

@@ -123,9 +123,13 @@ static void *roof_loop(void *arg) {
  * threads started together, and two of them on one CPU time the sharing,
  * not the memory (the threads backend moves its ranks to CPUs of their
  * own). Advice only: without it the thread runs where it is put. */
+static int allowed_cpus(cpu_set_t *allowed) {
+  return sched_getaffinity(0, sizeof *allowed, allowed) ? 0 : CPU_COUNT(allowed);
+}
+
 static void on_cpu(pthread_attr_t *attr, int k) {
   cpu_set_t allowed, one;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) || CPU_COUNT(&allowed) < 1) return;
+  if (allowed_cpus(&allowed) < 1) return;
   int want = k % CPU_COUNT(&allowed), seen = 0;
   for (int c = 0; c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &allowed) && seen++ == want) {
@@ -144,7 +148,10 @@ static mpu_result_t roof_way(const roof_plan *p, int workers, int iters, int rep
   pthread_t *tid = calloc((size_t)n, sizeof *tid);
   double *times = calloc((size_t)n * 2 * (size_t)iters, sizeof *times);
   void **ptrs = calloc((size_t)n * 2 * (size_t)p->n, sizeof *ptrs);
-  start_line line = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n, 0, 0};
+  /* spinning where the threads have a CPU each (on_cpu) */
+  cpu_set_t allowed;
+  start_line line = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n, 0, 0,
+                     workers <= allowed_cpus(&allowed)};
   mpu_result_t r = MPU_SUCCESS;
   int started = 0;
   if (!th || !tid || !times || !ptrs) {
