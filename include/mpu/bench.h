@@ -138,18 +138,19 @@ MPU_API mpu_result_t mpu_bench_memcpy_concurrent(size_t bytes, int iters, int th
 MPU_API mpu_result_t mpu_bench_copy_ceiling(size_t bytes, int iters, int threads, double *gbps);
 
 /* The roof of one row of `mpu bench`: the collective of cfg (its collective,
- * dtype, op, bytes and in_place; its iterations, at most 50 up to 4 MiB and
- * 40 above) on nranks
- * ranks reduced to its least data movement — every input it combines read
- * once, every output written once — cut into one task per rank's share and
- * run by min(nranks, workers) threads (workers <= 0: the online CPUs; the
- * threads backend's own split), on buffers laid out as
- * mpu_bench_collectives lays them out, with nothing between the threads but
- * a start line per iteration. Several ways are timed (cached and streaming
- * stores; all_gather and broadcast pulled by each output's owner or pushed
- * from each input) and *us is the best iteration (its slowest thread) of the
- * best way: a time the collective can only reach by noise, since it does the
- * same movement and waits for its peers besides. */
+ * dtype, op, bytes and in_place) on nranks ranks reduced to its least data
+ * movement — every input it combines read once, every output written once —
+ * cut into one task per rank's share and run by min(nranks, workers) threads
+ * (workers <= 0: the online CPUs; the threads backend's own split), each on a
+ * CPU of its own where there are enough, on buffers laid out and filled as
+ * mpu_bench_collectives lays them out, with nothing between the threads but a
+ * start line per iteration (spun on, where they have a CPU each). Several
+ * ways are timed (cached and streaming stores; all_gather and broadcast
+ * pulled by each output's owner or pushed from each input), three iterations
+ * of each in every round, over mpu_bench_roof_rounds(cfg) rounds, and *us is
+ * the best iteration (its slowest thread): a time the collective can only
+ * reach by noise, since it does the same movement and waits for its peers
+ * besides. */
 MPU_API mpu_result_t mpu_bench_roof(const mpu_bench_config *cfg, int nranks, int workers,
                                     double *us);
 

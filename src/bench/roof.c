@@ -118,15 +118,16 @@ static void *roof_loop(void *arg) {
   return NULL;
 }
 
+/* The CPUs this thread may run on (0 if unknown). */
+static int allowed_cpus(cpu_set_t *allowed) {
+  return sched_getaffinity(0, sizeof *allowed, allowed) ? 0 : CPU_COUNT(allowed);
+}
+
 /* Thread k starts on the k-th CPU this thread may run on (modulo their
  * count): a round's iterations last less than the scheduler takes to spread
  * threads started together, and two of them on one CPU time the sharing,
  * not the memory (the threads backend moves its ranks to CPUs of their
  * own). Advice only: without it the thread runs where it is put. */
-static int allowed_cpus(cpu_set_t *allowed) {
-  return sched_getaffinity(0, sizeof *allowed, allowed) ? 0 : CPU_COUNT(allowed);
-}
-
 static void on_cpu(pthread_attr_t *attr, int k) {
   cpu_set_t allowed, one;
   if (allowed_cpus(&allowed) < 1) return;
@@ -207,9 +208,8 @@ int mpu_bench_roof_rounds(const mpu_bench_config *cfg) {
   mpu_bench_config full;
   bench_layout lay;
   if (mpu__bench_layout("mpu_bench_roof_rounds", cfg, 1, &full, &lay)) return 0;
-  /* the best of up to 50 rounds where they are cheap, 40 past 4 MiB (with
-   * 20, a pass that met a slow moment of the memory system left 8-rank rows
-   * at 110-122% of it in one run of three) */
+  /* up to 50 rounds where they are cheap, 40 past 4 MiB: the more, the
+   * likelier the roof meets the machine's fast moments as its row does */
   int most = full.bytes <= ((size_t)4 << 20) ? 50 : 40;
   return full.iters < most ? full.iters : most;
 }
@@ -278,8 +278,9 @@ mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int w
   /* a round's first iteration of a way finds its buffers evicted by what ran
    * between rounds (the row's own calls); the row's calls follow one another
    * and find a part of theirs cached even past the cache's size (a broadcast
-   * of 8 MiB on 2 ranks touches 16 of its 32 MiB): a second iteration finds
-   * the roof's as they do (with one, that row's roof was 1.46x its time) */
+   * of 8 MiB on 2 ranks touches 16 of its 32 MiB): the later iterations find
+   * the roof's as they do (with one per round that row's roof was 1.46x its
+   * time; with two the in-place 16 MiB all_reduce's still up to 1.25x) */
   run->per_round = 3;
   run->rounds = mpu_bench_roof_rounds(cfg);
   run->ways = p->coll == MPU_COLL_ALL_GATHER || p->coll == MPU_COLL_BROADCAST ? 2 : 1;
