@@ -58,7 +58,9 @@ typedef struct mpu_bench_config {
    * the timed iterations, every rank calls pause(pause_arg) outside the
    * timing, then makes one untimed call of every variant, so that the next
    * timed call finds the caches as a call leaves them. A pause's error ends
-   * the measurement with it. `mpu bench` times its roof in them, so that the
+   * the measurement with it; a pause that fails on some ranks only leaves
+   * the others in the next call, as any rank that stops calling does. `mpu
+   * bench` times its roof in them, so that the
    * roof and the row see the same moments of the machine
    * (mpu_bench_roof_begin). */
   mpu_result_t (*pause)(void *pause_arg);
