@@ -9,7 +9,8 @@
 #    one for the head's and one for the embedding's, per rank and step;
 #  - something was hidden behind compute: every rank starts all of its
 #    reduces before it waits, and a rank that tests a call whose members all
-#    started it runs it (or finds it done), so in each dp group the rank that
+#    started it returns with it complete (it runs the tasks left and waits for
+#    those under way on its peers), so in each dp group the rank that
 #    reaches the wait last finds its reduces complete. So at least
 #    (dp groups) x (reduces per rank) per step are complete before the wait,
 #    whatever the load. The time share (1 - exposed / blocking) is only

@@ -14,7 +14,9 @@
  * member that is still computing when the call becomes ready keeps
  * computing, one that waits (idle anyway) does the work, and members that
  * wait together share it as a blocking call would: the call's copies are
- * hidden behind the slower members' compute. Waits in any order complete,
+ * hidden behind the slower members' compute. A test of a call that every
+ * member has started returns with it complete: it takes the tasks left and
+ * waits for those other members are running. Waits in any order complete,
  * since the waiter runs what it waits for once its members have started it,
  * whatever the others are doing.
  *
@@ -259,6 +261,14 @@ mpu_result_t mpu__ttest(mpu_comm *c, void *handle, int *done) {
     if (reason) op_fail(g, op, reason, "");
   }
   drive((tcomm *)c->impl, op); /* a test progresses what is ready, as MPI_Test does */
+  /* every member started it, and its tasks that are left are under way on
+   * other members (copies that end by themselves): the test waits for them,
+   * so a member that tests a call all members started finds it complete */
+  while (op->state == TOP_RUNNING) {
+    struct timespec until = mpu__tabs_after(SLICE_S);
+    pthread_cond_timedwait(&g->ops_cond, &g->ops_lock, &until);
+    drive((tcomm *)c->impl, op);
+  }
   *done = op_settled(g, op);
   if (*done) {
     r = op_result(op);
