@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -25,6 +27,12 @@ long mpu__request_count(void);
     mpu_result_t r_ = (call);     \
     if (r_) return r_;            \
   } while (0)
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static int rank_of(mpu_comm *c) {
   int r = -1;
@@ -258,6 +266,136 @@ static void test_pending_failures(void **state) {
   assert_int_equal(mpu_launch(2, timed_out, &h2, res, &t), MPU_SUCCESS);
 }
 
+/* ---- every outstanding request ends when a peer dies ------------------------------------ */
+
+/* How the peer (rank 1) goes while rank 0 has three requests outstanding. */
+typedef enum { PEER_EXITS, PEER_ABORTS_AFTER_ONE, PEER_STUCK } peer_fate;
+
+typedef struct lost_peer {
+  peer_fate fate;
+  int how;             /* 0: wait the last first, 1: test the last, 2: a blocking call */
+  _Atomic int done;    /* rank 0 is finished: a stuck peer may go */
+} lost_peer;
+
+/* Rank 0 starts three calls; rank 1 starts none (or one) and exits, aborts or
+ * stays away. Rank 0 then waits for the last one first (or tests it, or makes
+ * a blocking call, which settles them all): every request must end, by the
+ * communicator's deadline, with the peer's failure, never hang. */
+static mpu_result_t last_of_three(mpu_comm *world, void *arg) {
+  lost_peer *lp = arg;
+  int rank = rank_of(world);
+  float x[3] = {1, 2, 3}, y[3] = {0, 0, 0};
+  mpu_request *q[3];
+  mpu_result_t want = lp->fate == PEER_STUCK ? MPU_ERR_TIMEOUT : MPU_ERR_ABORTED;
+  if (rank == 1) {
+    if (lp->fate == PEER_EXITS) return MPU_SUCCESS; /* returns: its exit is seen */
+    if (lp->fate == PEER_STUCK) {                    /* alive, but never comes */
+      while (!atomic_load(&lp->done)) sched_yield();
+      return MPU_SUCCESS;
+    }
+    CHECK(mpu_comm_iall_reduce(world, &x[0], &y[0], 1, MPU_FLOAT32, MPU_SUM, &q[0]));
+    mpu_comm_abort(world);
+    mpu_request_wait(q[0]);
+    return MPU_SUCCESS;
+  }
+  for (int i = 0; i < 3; i++)
+    CHECK(mpu_comm_iall_reduce(world, &x[i], &y[i], 1, MPU_FLOAT32, MPU_SUM, &q[i]));
+  mpu_result_t r = MPU_SUCCESS, got[3];
+  if (lp->how == 1) { /* a test loop on the last: it must end too (dead peers only) */
+    int done = 0;
+    while (!done && !(r = mpu_request_test(q[2], &done))) sched_yield();
+    got[2] = r;
+  } else if (lp->how == 2) { /* a blocking call settles the requests before it */
+    float z = 0;
+    r = mpu_comm_all_reduce(world, &x[0], &z, 1, MPU_FLOAT32, MPU_SUM);
+    if (r != want) {
+      atomic_store(&lp->done, 1);
+      return mpu_fail(MPU_ERR_INTERNAL, "blocking call gave %s: %s", mpu_result_name(r),
+                      mpu_last_error());
+    }
+    got[2] = mpu_request_wait(q[2]);
+  } else {
+    got[2] = mpu_request_wait(q[2]);
+  }
+  const char *text = mpu_last_error();
+  mpu_result_t res = MPU_SUCCESS;
+  if (got[2] != want || !strstr(text, lp->fate == PEER_STUCK ? "(world 1)" : "world rank 1"))
+    res = mpu_fail(MPU_ERR_INTERNAL, "the last request gave %s: %s", mpu_result_name(got[2]), text);
+  for (int i = 0; i < 2; i++) {
+    got[i] = mpu_request_wait(q[i]);
+    if (!res && got[i] != want && !(lp->fate == PEER_ABORTS_AFTER_ONE && i == 0))
+      res = mpu_fail(MPU_ERR_INTERNAL, "request %d gave %s: %s", i, mpu_result_name(got[i]),
+                     mpu_last_error());
+  }
+  atomic_store(&lp->done, 1);
+  return res;
+}
+
+static void test_wait_after_peer_died(void **state) {
+  (void)state;
+  alarm(120); /* the old code waited forever: fail, never hang the suite */
+  mpu_launch_options o = quick(20), t = quick(0.5);
+  mpu_result_t res[2];
+  for (int how = 0; how < 3; how++) {
+    lost_peer exits = {PEER_EXITS, how, 0}, aborts = {PEER_ABORTS_AFTER_ONE, how, 0};
+    mpu_launch(2, last_of_three, &exits, res, &o);
+    assert_int_equal(res[0], MPU_SUCCESS);
+    mpu_launch(2, last_of_three, &aborts, res, &o);
+    assert_int_equal(res[0], MPU_SUCCESS);
+    if (how == 1) continue; /* a test has no deadline of its own: the peer may still come */
+    lost_peer stuck = {PEER_STUCK, how, 0};
+    double t0 = now_s();
+    mpu_launch(2, last_of_three, &stuck, res, &t);
+    assert_int_equal(res[0], MPU_SUCCESS);
+    assert_true(now_s() - t0 < 15); /* by the deadline, not long after */
+  }
+  assert_int_equal(mpu__request_count(), 0);
+  alarm(0);
+}
+
+/* A call that a peer's timeout failed is over: a wait under the caller's own
+ * limit returns its failure and frees the request, rather than calling it
+ * pending forever. Rank 2 never comes; rank 1 waits with the communicator's
+ * timeout and fails the call for all; rank 0 waits with its own limit. */
+static mpu_result_t own_limit_after_failure(mpu_comm *world, void *arg) {
+  handoff *h = arg;
+  int rank = rank_of(world);
+  float x = 1, y = 0;
+  mpu_request *q;
+  if (rank == 2) {
+    while (atomic_load(&h->peer_done) < 2) sched_yield();
+    return MPU_SUCCESS;
+  }
+  CHECK(mpu_comm_iall_reduce(world, &x, &y, 1, MPU_FLOAT32, MPU_SUM, &q));
+  if (rank == 1) {
+    mpu_result_t r = mpu_request_wait(q);
+    atomic_fetch_add(&h->peer_done, 1);
+    return r == MPU_ERR_TIMEOUT ? MPU_SUCCESS
+                                : mpu_fail(MPU_ERR_INTERNAL, "rank 1 got %s", mpu_result_name(r));
+  }
+  while (atomic_load(&h->peer_done) < 1) sched_yield();
+  mpu_result_t r = mpu_request_wait_timeout(q, 0.05);
+  long left = mpu__request_count();
+  atomic_fetch_add(&h->peer_done, 1);
+  if (r != MPU_ERR_TIMEOUT || !strstr(mpu_last_error(), "timed out"))
+    return mpu_fail(MPU_ERR_INTERNAL, "rank 0 got %s: %s", mpu_result_name(r), mpu_last_error());
+  if (left != 0) { /* still pending: every later wait_timeout would say the same */
+    mpu_request_wait(q);
+    return mpu_fail(MPU_ERR_INTERNAL, "the failed request was left pending");
+  }
+  return MPU_SUCCESS;
+}
+
+static void test_own_limit_after_failure(void **state) {
+  (void)state;
+  handoff h = {0};
+  mpu_launch_options o = quick(0.3);
+  mpu_result_t res[3];
+  mpu_launch(3, own_limit_after_failure, &h, res, &o);
+  assert_int_equal(res[0], MPU_SUCCESS);
+  assert_int_equal(res[1], MPU_SUCCESS);
+}
+
 /* A mismatch found when the last member starts the call fails it for all. */
 static mpu_result_t mismatched(mpu_comm *world, void *arg) {
   (void)arg;
@@ -379,6 +517,8 @@ int main(void) {
       cmocka_unit_test(test_every_kind_reverse_waits),
       cmocka_unit_test(test_progress_without_a_wait),
       cmocka_unit_test(test_pending_failures),
+      cmocka_unit_test(test_wait_after_peer_died),
+      cmocka_unit_test(test_own_limit_after_failure),
       cmocka_unit_test(test_mismatch),
       cmocka_unit_test(test_free_many_threads),
       cmocka_unit_test(test_free_then_destroy),

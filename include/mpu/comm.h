@@ -429,6 +429,18 @@ MPU_API void mpu_comm_clock_reset(void);
  * owns them: the caller must not write its inputs nor read or write its
  * outputs (peers may read the inputs in place), and mpu never touches them
  * after the call completed.
+ *
+ * A peer that dies (aborts, fails, exits or destroys its handle) or never
+ * comes: every outstanding request of the communicator ends, in whatever
+ * order they are waited for. A call the dead peer had not started fails
+ * with MPU_ERR_ABORTED naming it, as soon as a wait or test looks (a wait
+ * for a later request fails the earlier ones too, since calls complete in
+ * order); one every member had started still completes. A call some live
+ * member never started fails with MPU_ERR_TIMEOUT naming the missing ranks
+ * when a mpu_request_wait passes the communicator's timeout, which ends
+ * every earlier such call of the communicator at the same deadline. Each of
+ * those requests then returns its own call's failure when waited for or
+ * tested (MPU_ERR_ABORTED or MPU_ERR_TIMEOUT), never success, never a hang.
  */
 MPU_API mpu_result_t mpu_comm_iall_reduce(mpu_comm *comm, const void *send, void *recv,
                                           size_t count, mpu_dtype dtype, mpu_op op,
@@ -450,9 +462,11 @@ MPU_API mpu_result_t mpu_comm_ibarrier(mpu_comm *comm, mpu_request **req);
 MPU_API mpu_result_t mpu_request_wait(mpu_request *req);
 
 /* The same, giving up after timeout_s seconds with MPU_ERR_TIMEOUT and the
- * request still pending (wait again, or abort the communicator). Queued
- * calls of backends without native non-blocking calls run here, under the
- * communicator's own timeout. */
+ * request still pending (wait again, or abort the communicator). A call that
+ * has failed meanwhile (a peer's wait passed the communicator's timeout, or
+ * a peer died) is not pending: its failure is returned and the request
+ * freed, as mpu_request_wait does. Queued calls of backends without native
+ * non-blocking calls run here, under the communicator's own timeout. */
 MPU_API mpu_result_t mpu_request_wait_timeout(mpu_request *req, double timeout_s);
 
 /* *done = 1 if the call has completed: the request is then freed and its

@@ -282,7 +282,17 @@ static mpu_result_t progress(mpu_request *r, int block, double timeout_s, int *d
     mpu_result_t res;
     if (block) {
       res = c->ops->wait(c, r->native, timeout_s);
-      if (res == MPU_ERR_TIMEOUT && timeout_s >= 0) return res; /* still pending */
+      if (res == MPU_ERR_TIMEOUT && timeout_s >= 0) {
+        /* the caller's own limit passed, or a peer's timeout failed the call:
+         * a test tells which, so a failed call ends here rather than being
+         * called pending at every wait */
+        char why[sizeof r->message];
+        snprintf(why, sizeof why, "%s", mpu_last_error());
+        int fin = 0;
+        mpu_result_t t = c->ops->test(c, r->native, &fin);
+        if (!t && !fin) return mpu__error(res, "%s", why); /* still pending */
+        res = t;
+      }
       finish(r, res);
     } else {
       int fin = 0;

@@ -33,7 +33,9 @@
  * An op either completes for every member or fails for every member: a
  * member that waits past the communicator's timeout, sees the world poisoned
  * or a missing member gone fails the pending op for all; one that is still
- * running always completes.
+ * running always completes. An op settles only after every earlier op of its
+ * group, so a wait or test fails the earlier pending ops in the same way
+ * (a wait for the last of several calls ends by its deadline too).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +248,31 @@ static int op_settled(const tgroup *g, const top *op) {
   return 1;
 }
 
+/* Fail every pending op up to and including `upto` that can no longer
+ * complete (a member that has not started it is gone, or the world is
+ * poisoned). An op settles only once every earlier one has, so a wait or test
+ * of a later op must end the earlier ones too: else it would wait for calls
+ * nobody can finish. Caller holds the lock. */
+static void fail_lost(tgroup *g, const top *upto) {
+  for (top *p = g->ops; p; p = p->next) {
+    if (p->state == TOP_PENDING) {
+      uint64_t reason = op_failure(g, p);
+      if (reason) op_fail(g, p, reason, "");
+    }
+    if (p == upto) break;
+  }
+}
+
+/* The oldest op up to and including `upto` that not every member has started
+ * (NULL: none). Caller holds the lock. */
+static top *oldest_pending(const tgroup *g, const top *upto) {
+  for (top *p = g->ops; p; p = p->next) {
+    if (p->state == TOP_PENDING) return p;
+    if (p == upto) break;
+  }
+  return NULL;
+}
+
 /* The op's result for this member, as the call's error. Caller holds the lock. */
 static mpu_result_t op_result(const top *op) {
   return op->result ? mpu__error(op->result, "%s", op->message) : MPU_SUCCESS;
@@ -256,10 +283,7 @@ mpu_result_t mpu__ttest(mpu_comm *c, void *handle, int *done) {
   top *op = handle;
   mpu_result_t r = MPU_SUCCESS;
   pthread_mutex_lock(&g->ops_lock);
-  if (op->state == TOP_PENDING) {
-    uint64_t reason = op_failure(g, op);
-    if (reason) op_fail(g, op, reason, "");
-  }
+  fail_lost(g, op);
   drive((tcomm *)c->impl, op); /* a test progresses what is ready, as MPI_Test does */
   /* every member started it, and its tasks that are left are under way on
    * other members (copies that end by themselves): the test waits for them,
@@ -280,28 +304,28 @@ mpu_result_t mpu__ttest(mpu_comm *c, void *handle, int *done) {
 }
 
 /* Wait for op to settle, up to timeout_s (< 0: the communicator's timeout,
- * which fails the op for every member). Caller holds the lock. */
+ * which fails the op, and every earlier op still pending, for every member).
+ * Ops that a gone member never started fail at once. So a wait on any of a
+ * communicator's requests ends by its deadline whatever happened to the
+ * earlier ones. Caller holds the lock. */
 static mpu_result_t wait_locked(tcomm *tc, top *op, double timeout_s) {
   tgroup *g = tc->g;
   double limit = timeout_s < 0 ? g->world->timeout_s : timeout_s;
   double deadline = mpu__now() + limit;
   while (!op_settled(g, op)) {
-    if (op->state == TOP_PENDING) {
-      uint64_t reason = op_failure(g, op);
-      if (reason) {
-        op_fail(g, op, reason, "");
-        continue;
-      }
-      if (mpu__now() >= deadline) {
-        char detail[400];
-        int first;
-        missing(g, op, detail, sizeof detail, &first);
-        if (timeout_s >= 0) /* the caller's own limit: the call stays pending */
-          return mpu__error(MPU_ERR_TIMEOUT, "%s: not complete after %.3g s%s",
-                            mpu__tcall_name(op->calls[tc->me].sig.kind), limit, detail);
-        op_fail(g, op, tc_pack(TC_TIMEOUT, MPU_ERR_TIMEOUT, first), detail);
-        continue;
-      }
+    fail_lost(g, op);
+    top *stuck = oldest_pending(g, op);
+    if (stuck && mpu__now() >= deadline) {
+      char detail[400];
+      int first;
+      missing(g, stuck, detail, sizeof detail, &first);
+      if (timeout_s >= 0) /* the caller's own limit: the call stays pending */
+        return mpu__error(MPU_ERR_TIMEOUT, "%s: not complete after %.3g s%s%s",
+                          mpu__tcall_name(op->calls[tc->me].sig.kind), limit,
+                          stuck == op ? "" : " (an earlier call on the communicator is not)",
+                          detail);
+      op_fail(g, stuck, tc_pack(TC_TIMEOUT, MPU_ERR_TIMEOUT, first), detail);
+      continue;
     }
     drive(tc, op); /* ready ones (this or earlier): this member moves them */
     if (op_settled(g, op)) break;
