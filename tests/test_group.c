@@ -246,6 +246,44 @@ static void test_groups_broken(void **state) { (void)state, run_ranks(2, "broken
 #endif
 
 #ifndef MPU_TEST_NCCL
+/* A rank that returns inside an open bracket (nested twice, a send and an
+ * all-reduce posted) has failed: its calls never ran, and mpu_launch says so
+ * rather than succeed; what it posted is freed (the sanitizer build's leak
+ * check). Its peer's all-reduce fails instead of waiting. */
+static mpu_result_t left_open(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm_rank(world, &me);
+  float x = 1, y = 0;
+  if (me == 0) {
+    mpu_result_t r = mpu_comm_all_reduce(world, &x, &y, 1, MPU_FLOAT32, MPU_SUM);
+    RCHECK(r == MPU_ERR_ABORTED, "peer's all-reduce: %s", mpu_result_name(r));
+    return MPU_SUCCESS;
+  }
+  ROK(mpu_group_start());
+  ROK(mpu_group_start());
+  ROK(mpu_comm_send(world, &x, 1, MPU_FLOAT32, 0));
+  ROK(mpu_comm_all_reduce(world, &x, &y, 1, MPU_FLOAT32, MPU_SUM));
+  ROK(mpu_group_end()); /* the inner one: the outer stays open */
+  return MPU_SUCCESS;
+}
+
+static void test_group_left_open(void **state) {
+  (void)state;
+  mpu_result_t results[2];
+  mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+  o.timeout_s = 60;
+  assert_int_equal(mpu_launch(2, left_open, NULL, results, &o), MPU_ERR_INVALID_USAGE);
+  assert_non_null(strstr(mpu_last_error(), "rank 1"));
+  assert_non_null(strstr(mpu_last_error(), "mpu_group_start"));
+  assert_non_null(strstr(mpu_last_error(), "2 posted calls never ran"));
+  if (results[0]) print_message("rank 0: %s\n", messages[0]);
+  assert_int_equal(results[0], MPU_SUCCESS);
+  assert_int_equal(results[1], MPU_ERR_INVALID_USAGE);
+  /* this thread's brackets are its own: none is open here */
+  assert_int_equal(mpu_group_end(), MPU_ERR_INVALID_USAGE);
+}
+
 /* the fake backend: no data moves, the bracket means the same */
 static void test_groups_fake(void **state) {
   (void)state;
@@ -276,6 +314,7 @@ int main(void) {
       cmocka_unit_test(test_groups_4),
 #ifndef MPU_TEST_NCCL
       cmocka_unit_test(test_groups_fake),
+      cmocka_unit_test(test_group_left_open),
 #else
       cmocka_unit_test(test_groups_broken),
 #endif

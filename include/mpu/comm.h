@@ -128,7 +128,9 @@ typedef mpu_result_t (*mpu_rank_fn)(mpu_comm *world, void *arg);
  * then this thread's last error. A rank that returns before its peers are
  * done with it makes their pending and later calls on communicators that
  * include it fail; a rank that returns an error or aborts fails every pending
- * and later call in the world. options may be NULL.
+ * and later call in the world. A rank that returns inside an open
+ * mpu_group_start bracket has failed (MPU_ERR_INVALID_USAGE): the calls it
+ * posted there never run and are freed. options may be NULL.
  */
 MPU_API mpu_result_t mpu_launch(int nranks, mpu_rank_fn fn, void *arg, mpu_result_t *results,
                                 const mpu_launch_options *options);

@@ -239,3 +239,27 @@ mpu_result_t mpu_group_end(void) {
   if (first) return mpu__error(first, "%s: %s", fn, msg);
   return MPU_SUCCESS;
 }
+
+mpu_result_t mpu__group_abandon(const char *who) {
+  if (depth == 0) return MPU_SUCCESS;
+  int open = depth;
+  size_t calls = 0;
+  grouped *list = head;
+  head = tail = NULL;
+  depth = 0;
+  /* a device backend's own group is closed (its calls launch: NCCL has no way
+   * to drop them), so none of its state outlives the thread; nothing waits */
+  for (int i = 0; i < nopened; i++) opened[i]->group_end();
+  nopened = 0;
+  for (grouped *g = list, *next; g; g = next) {
+    next = g->next;
+    if (g->native) g->comm->ops->release(g->comm, g->native);
+    free(g->lists);
+    free(g);
+    calls++;
+  }
+  return mpu__error(MPU_ERR_INVALID_USAGE,
+                    "%s returned inside %d open mpu_group_start bracket%s: its %zu posted "
+                    "call%s never ran (end every bracket with mpu_group_end)",
+                    who, open, open == 1 ? "" : "s", calls, calls == 1 ? "" : "s");
+}

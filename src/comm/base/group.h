@@ -37,6 +37,11 @@ mpu_result_t mpu__group_p2p(const char *fn, mpu_comm *c, int is_send, void *buf,
  * group's end (request.c's mpu__request_run). */
 mpu_result_t mpu__group_request(const char *fn, mpu_comm *c, mpu_request *req);
 
+/* The thread is leaving (its rank function returned) with a bracket open:
+ * close it without running the posted calls, free what was posted, and
+ * return MPU_ERR_INVALID_USAGE naming `who` (MPU_SUCCESS: none was open). */
+mpu_result_t mpu__group_abandon(const char *who);
+
 /* request.c: run a queued request now, with the ones queued before it. */
 void mpu__request_run(mpu_request *req);
 

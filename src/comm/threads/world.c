@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/base/group.h"
 #include "comm/threads/threads.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -282,8 +283,17 @@ static void *rank_main(void *p) {
   rank_ctx *ctx = p;
   mpu_clear_error();
   ctx->result = ctx->fn(ctx->comm, ctx->arg);
-  if (ctx->result != MPU_SUCCESS) {
+  if (ctx->result != MPU_SUCCESS)
     snprintf(ctx->message, sizeof ctx->message, "%s", mpu_last_error());
+  /* a bracket left open would never run its calls: the rank failed */
+  char who[64];
+  snprintf(who, sizeof who, "mpu_launch: the function of rank %d", ctx->rank);
+  mpu_result_t open = mpu__group_abandon(who);
+  if (open && ctx->result == MPU_SUCCESS) {
+    ctx->result = open;
+    snprintf(ctx->message, sizeof ctx->message, "%s", mpu_last_error());
+  }
+  if (ctx->result != MPU_SUCCESS) {
     /* numbered before the world hears of it, so a victim that fails because
      * of this failure is always numbered after it */
     ctx->failed_as = atomic_fetch_add(&ctx->w->failures, 1);
