@@ -70,6 +70,7 @@ void mpu__copy_to(void *const *dsts, int ndst, const void *src, size_t bytes, in
 #include <emmintrin.h>
 
 void mpu__copy(void *dst, const void *src, size_t bytes, int stream) {
+  if (!bytes) return; /* a zero-element buffer may be NULL: memcpy may not see it */
   if (!stream || bytes < 256) {
     memcpy(dst, src, bytes);
     return;
@@ -99,7 +100,7 @@ void mpu__copy_fence(void) { _mm_sfence(); }
 
 void mpu__copy(void *dst, const void *src, size_t bytes, int stream) {
   (void)stream;
-  memcpy(dst, src, bytes);
+  if (bytes) memcpy(dst, src, bytes); /* a zero-element buffer may be NULL */
 }
 
 void mpu__copy_fence(void) {}

@@ -110,9 +110,13 @@ static mpu_result_t alone(mpu_comm *c, const mpu__call *k) {
   switch (k->sig.kind) {
   case MPU_COLL_BROADCAST:
   case MPU_COLL_BARRIER: return MPU_SUCCESS;
-  case MPU_COLL_ALL_GATHER_V: return local_copy(c, recv + k->displs[0] * es, send, k->counts[0] * es);
+  /* an empty block's buffers may be NULL: no arithmetic on them */
+  case MPU_COLL_ALL_GATHER_V:
+    if (!k->counts[0]) return MPU_SUCCESS;
+    return local_copy(c, recv + k->displs[0] * es, send, k->counts[0] * es);
   case MPU_COLL_REDUCE_SCATTER_V: return local_copy(c, recv, send, k->counts[0] * es);
   case MPU_COLL_ALL_TO_ALL_V:
+    if (!k->counts[0]) return MPU_SUCCESS;
     return local_copy(c, recv + k->rdispls[0] * es, send + k->displs[0] * es, k->counts[0] * es);
   default: return local_copy(c, recv, send, (size_t)k->sig.count * es);
   }

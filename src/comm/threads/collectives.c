@@ -186,7 +186,9 @@ static void task_all_to_all(tcomm *tc, const mpu__call *calls, int t) {
   if (stream) mpu__copy_fence();
 }
 
-/* Task t of an uneven collective: member t pulls its own output. */
+/* Task t of an uneven collective: member t pulls its own output. Empty
+ * blocks are skipped before any pointer arithmetic: their buffers may be
+ * NULL. */
 static void task_uneven(tcomm *tc, const mpu__call *calls, int t) {
   int n = tc->g->n;
   const mpu__call *call = &calls[t];
@@ -196,11 +198,12 @@ static void task_uneven(tcomm *tc, const mpu__call *calls, int t) {
   switch (call->sig.kind) {
   case MPU_COLL_ALL_GATHER_V:
     for (int k = 0; k < n; k++)
-      if (recv + call->displs[k] * es != calls[k].send) /* in place: already there */
+      if (call->counts[k] && recv + call->displs[k] * es != calls[k].send) /* in place: there */
         mpu__copy(recv + call->displs[k] * es, calls[k].send, call->counts[k] * es, 0);
     break;
   case MPU_COLL_REDUCE_SCATTER_V: {
     size_t off = 0;
+    if (!call->counts[t]) break;
     for (int k = 0; k < t; k++) off += call->counts[k];
     for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + off * es;
     mpu__reduce(recv, tc->ptrs, n, call->counts[t], dt, (mpu_op)call->sig.op, n);
@@ -208,8 +211,9 @@ static void task_uneven(tcomm *tc, const mpu__call *calls, int t) {
   }
   default:
     for (int k = 0; k < n; k++)
-      mpu__copy(recv + call->rdispls[k] * es,
-                (const char *)calls[k].send + calls[k].displs[t] * es, call->rcounts[k] * es, 0);
+      if (call->rcounts[k])
+        mpu__copy(recv + call->rdispls[k] * es,
+                  (const char *)calls[k].send + calls[k].displs[t] * es, call->rcounts[k] * es, 0);
   }
 }
 
