@@ -453,6 +453,39 @@ static void test_duplicate_rank(void **state) {
   assert_int_equal(wait_child(p0), 0);
 }
 
+/* A claim needs the job key. A store client without it that claims rank 1
+ * as the keys read (comm0/rank1, and under another job's name) before the
+ * real rank 1 comes does not lock it out; a process of the job's code
+ * without the key is refused before it claims anything. */
+static void test_keyless_claim(void **state) {
+  (void)state;
+  const int port = port_for_test(8);
+  setenv("MPU_JOB_KEY", "job-a", 1);
+  pid_t p0 = fork();
+  if (p0 == 0) _exit(child(0, 2, port, "127.0.0.1", 0, 0));
+  mpu__store *s = NULL; /* a bare client of rank 0's store, as torch's would be */
+  assert_int_equal(mpu__store_connect("test", "127.0.0.1", port, "mpu", 20, &s), MPU_SUCCESS);
+  static const char *const keys[] = {"comm0/rank1", "comm0/rank1/", "comm0/rank1/;world=2",
+                                     "comm0/rank1/job-b;world=2"};
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+    int64_t n = 0;
+    assert_int_equal(mpu__store_add(s, keys[i], 1, &n, 5), MPU_SUCCESS);
+    assert_int_equal(n, 1);
+  }
+  pid_t keyless = fork();
+  if (keyless == 0) {
+    unsetenv("MPU_JOB_KEY");
+    _exit(child(1, 2, port, "127.0.0.1", 0, 0));
+  }
+  assert_int_equal(wait_child(keyless), 20 + MPU_ERR_INVALID_USAGE);
+  pid_t p1 = fork();
+  if (p1 == 0) _exit(child(1, 2, port, "127.0.0.1", 0, 0));
+  assert_int_equal(wait_child(p1), 0);
+  assert_int_equal(wait_child(p0), 0);
+  mpu__store_close(s);
+  unsetenv("MPU_JOB_KEY");
+}
+
 /* An abort posted through the store reaches every peer within 1 s. */
 static void test_abort_reaches_peers(void **state) {
   (void)state;
@@ -529,6 +562,7 @@ int main(void) {
       cmocka_unit_test(test_agent_store),
       cmocka_unit_test(test_stray_refused),
       cmocka_unit_test(test_duplicate_rank),
+      cmocka_unit_test(test_keyless_claim),
       cmocka_unit_test(test_abort_reaches_peers),
       cmocka_unit_test(test_env_errors),
       cmocka_unit_test(test_no_rank0),

@@ -208,7 +208,13 @@ MPU_API mpu_result_t mpu_comm_nccl_create(mpu_comm *host, const mpu_nccl_options
 /* The same without a host backend, from torchrun's RANK, WORLD_SIZE,
  * LOCAL_RANK, MASTER_ADDR and MASTER_PORT, through a TCPStore: torchrun's agent
  * store (TORCHELASTIC_USE_AGENT_STORE=True) or one rank 0 serves (docs/gpu.md).
- * Groups: mpu_comm_split (ncclCommSplit); create_group needs a host twin. */
+ * Groups: mpu_comm_split (ncclCommSplit); create_group needs a host twin.
+ * Each rank claims its RANK once in the store, and a claim needs the job key
+ * (MPU_JOB_KEY, else TORCHELASTIC_RUN_ID, with WORLD_SIZE): a second process
+ * of the job with the same RANK is refused (MPU_ERR_INVALID_USAGE), a process
+ * with another key is refused before it claims anything, and a store client
+ * without the key (writing the store's keys itself) cannot claim a rank of
+ * the job, so it never locks the real rank out. */
 MPU_API mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu_comm **out);
 
 /* The host twin of an NCCL communicator (same members, host memory). */

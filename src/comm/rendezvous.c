@@ -4,7 +4,12 @@
  * Keys, under the prefix "mpu" (or "mpu/attempt_<TORCHELASTIC_RESTART_COUNT>"
  * in the agent's store, so a restarted group never reads its predecessor's):
  *   job               the job key, set by rank 0; a rank with another is refused
- *   comm<n>/rank<r>   claimed once (ADD) by rank r of the n-th from_env call
+ *   comm<n>/rank<r>/<job>
+ *                     claimed once (ADD) by rank r of the n-th from_env call;
+ *                     the key names the job (the value of "job"), so a claim
+ *                     needs the job's key: a client without it (one that adds
+ *                     comm<n>/rank<r> itself, or a stray of another job) claims
+ *                     a key the job never reads, and cannot lock rank r out
  *   comm<n>/id        the blob rank 0 publishes
  *   comm<n>/abort     posted by an abort, seen by every peer's watch loop
  * Every rank calls mpu_comm_nccl_from_env in the same order, so n agrees.
@@ -143,10 +148,15 @@ static int next_call(int rank) {
   return n;
 }
 
+/* What the job is called in the store: its key and its world size. */
+static int job_text(const mpu__rendezvous_env *env, char *job, size_t cap) {
+  return snprintf(job, cap, "%s;world=%d", env->job, env->world_size);
+}
+
 static mpu_result_t check_job(mpu__rendezvous *rv, const mpu__rendezvous_env *env,
                               double timeout_s) {
   char job[320];
-  int n = snprintf(job, sizeof job, "%s;world=%d", env->job, env->world_size);
+  int n = job_text(env, job, sizeof job);
   void *cur = NULL;
   size_t curn = 0;
   mpu_result_t r = env->rank == 0 ? mpu__store_compare_set(rv->store, "job", "", 0, job,
@@ -197,10 +207,11 @@ mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, si
   if (!r) r = mpu__store_connect(fn, env->addr, env->port, prefix, timeout_s, &rv->store);
 #define LEFT (deadline - mpu__now() > 0 ? deadline - mpu__now() : 0)
   if (!r) r = check_job(rv, env, LEFT);
-  char key[64];
+  char key[64], job[320], claim[400];
   int64_t claims = 0;
-  snprintf(key, sizeof key, "comm%d/rank%d", call, env->rank);
-  if (!r) r = mpu__store_add(rv->store, key, 1, &claims, LEFT);
+  job_text(env, job, sizeof job);
+  snprintf(claim, sizeof claim, "comm%d/rank%d/%s", call, env->rank, job);
+  if (!r) r = mpu__store_add(rv->store, claim, 1, &claims, LEFT);
   if (!r && claims != 1)
     r = mpu__error(MPU_ERR_INVALID_USAGE,
                    "%s: rank %d refused: another process already joined as rank %d (RANK=%d "

@@ -32,7 +32,13 @@ typedef struct mpu__rendezvous mpu__rendezvous;
  * another job is refused), claims its rank once (a second claim of the same
  * rank is refused), then rank 0 publishes blob (len bytes) and the others
  * wait for it and read it into blob. Fails after timeout_s seconds. *out
- * keeps the connection (NULL for a world of one); end it with _leave. */
+ * keeps the connection (NULL for a world of one); end it with _leave.
+ * A claim needs the job's key: it is made under a name that holds the key
+ * and the world size, so only a process of this job can claim rank r; a
+ * client of the store without the key (a torch client adding
+ * comm<n>/rank<r>, a process of another job) claims nothing this job reads
+ * and never locks rank r out. Without MPU_JOB_KEY or TORCHELASTIC_RUN_ID the
+ * key is empty, which every client has. */
 mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, size_t len,
                                   double timeout_s, mpu__rendezvous **out);
 void mpu__rendezvous_leave(mpu__rendezvous *r);
