@@ -486,6 +486,30 @@ static void test_keyless_claim(void **state) {
   unsetenv("MPU_JOB_KEY");
 }
 
+/* An empty blob (NULL, 0 bytes) is published and read as such: nothing is
+ * copied to or from NULL (the sanitizer build checks). */
+static int child_empty(int rank, int port) {
+  set_env(rank, 2, port, "127.0.0.1");
+  mpu__rendezvous_env env;
+  if (mpu__rendezvous_read_env(&env)) return 10;
+  mpu__rendezvous *rv = NULL;
+  mpu_result_t r = mpu__rendezvous_join(&env, NULL, 0, 20, &rv);
+  if (r) fprintf(stderr, "rank %d: %s\n", rank, mpu_last_error());
+  mpu__rendezvous_leave(rv);
+  return r ? 20 + (int)r : 0;
+}
+
+static void test_empty_blob(void **state) {
+  (void)state;
+  const int port = port_for_test(9);
+  pid_t pids[2];
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(child_empty(r, port));
+  }
+  for (int r = 0; r < 2; r++) assert_int_equal(wait_child(pids[r]), 0);
+}
+
 /* An abort posted through the store reaches every peer within 1 s. */
 static void test_abort_reaches_peers(void **state) {
   (void)state;
@@ -563,6 +587,7 @@ int main(void) {
       cmocka_unit_test(test_stray_refused),
       cmocka_unit_test(test_duplicate_rank),
       cmocka_unit_test(test_keyless_claim),
+      cmocka_unit_test(test_empty_blob),
       cmocka_unit_test(test_abort_reaches_peers),
       cmocka_unit_test(test_env_errors),
       cmocka_unit_test(test_no_rank0),

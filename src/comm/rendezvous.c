@@ -229,7 +229,7 @@ mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, si
     if (!r && n != len)
       r = mpu__error(MPU_ERR_BACKEND, "%s: rank %d: the id in the store has %zu bytes, not %zu",
                      fn, env->rank, n, len);
-    if (!r) memcpy(blob, got, len);
+    if (!r && len) memcpy(blob, got, len); /* an empty id: blob and got may be NULL */
     free(got);
   }
   /* the last to arrive says so; rank 0's own store must outlive the others' reads */
