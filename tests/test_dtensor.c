@@ -7,7 +7,8 @@
  * piece that slicing the global tensor gives (the destination's partial
  * dims reduced here with plain all_reduce calls, since a partial piece is
  * not unique). The slicing is written here from torch.chunk's rule. The
- * plan names the collectives: one per 1-d change that needs one.
+ * plan names the collectives: one per 1-d change that needs one. Integer
+ * Partials change exactly, near the top of their range too, on 2 ranks.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -307,12 +308,106 @@ static void test_plan_names_collectives(void **state) {
   mpu_comm_destroy(fake);
 }
 
+/* ---- integer Partials: exact, never a truncated division or a wrapped product ------------ */
+
+typedef struct icase {
+  const char *what;
+  mpu_dtype dt;
+  mpu_placement from, to;
+  int64_t in[2][2]; /* rank r's piece (Shard(0): one element) */
+  int64_t want[2];  /* the global value, the destination's Partial reduced */
+} icase;
+
+#define P_SUM MPU_PARTIAL(MPU_SUM)
+#define P_AVG MPU_PARTIAL(MPU_AVG)
+static const icase icases[] = {
+    /* the mean of [1, 1] is 1, so the sum after the move is 1 (not 1/2 + 1/2 = 0) */
+    {"int32 avg -> sum", MPU_INT32, P_AVG, P_SUM, {{1, -3}, {1, -4}}, {1, -3}},
+    /* 2^30 x 2 and INT32_MAX x 2 do not fit in int32 */
+    {"int32 sum -> avg", MPU_INT32, P_SUM, P_AVG, {{1 << 30, INT32_MAX}, {1, -5}},
+     {(1 << 30) + 1, INT32_MAX - 5}},
+    {"int32 Shard(0) -> avg", MPU_INT32, MPU_SHARD(0), P_AVG, {{1 << 30}, {INT32_MIN}},
+     {1 << 30, INT32_MIN}},
+    {"int64 sum -> avg", MPU_INT64, P_SUM, P_AVG, {{(int64_t)1 << 62, INT64_MAX}, {1, -7}},
+     {((int64_t)1 << 62) + 1, INT64_MAX - 7}},
+    {"int64 avg -> sum", MPU_INT64, P_AVG, P_SUM, {{3, INT64_MAX}, {4, INT64_MAX}}, {3, INT64_MAX}},
+    {"uint8 sum -> avg", MPU_UINT8, P_SUM, P_AVG, {{200, 0}, {50, 255}}, {250, 255}},
+};
+
+static void put(mpu_dtype dt, void *p, int k, int64_t v) {
+  if (dt == MPU_INT32) ((int32_t *)p)[k] = (int32_t)v;
+  else if (dt == MPU_INT64) ((int64_t *)p)[k] = v;
+  else ((uint8_t *)p)[k] = (uint8_t)v;
+}
+
+static int64_t get(mpu_dtype dt, const void *p, int k) {
+  if (dt == MPU_INT32) return ((const int32_t *)p)[k];
+  if (dt == MPU_INT64) return ((const int64_t *)p)[k];
+  return ((const uint8_t *)p)[k];
+}
+
+static mpu_result_t integer_rank(mpu_comm *world, void *arg) {
+  int *bad = arg, rank;
+  mpu_comm_rank(world, &rank);
+  const int64_t shape[1] = {2};
+  const char *names[1] = {"dp"};
+  mpu_device_mesh *dm;
+  mpu_result_t r = mpu_device_mesh_init(world, 1, shape, names, MPU_MESH_EAGER, &dm);
+  for (size_t c = 0; !r && c < sizeof icases / sizeof *icases; c++) {
+    const icase *t = &icases[c];
+    mpu_dtensor_spec src = {1, {2}, {t->from}, t->dt}, dst = {1, {2}, {t->to}, t->dt};
+    int64_t in[2] = {0}, out[2] = {0}; /* room for two elements of any of the dtypes */
+    for (int k = 0; k < 2; k++) put(t->dt, in, k, t->in[rank][k]);
+    r = mpu_redistribute(dm, &src, in, &dst, out);
+    if (!r) r = mpu_comm_all_reduce(world, out, out, 2, t->dt, t->to.op);
+    for (int k = 0; !r && k < 2; k++)
+      if (get(t->dt, out, k) != t->want[k]) {
+        fprintf(stderr, "rank %d, %s: element %d is %lld, want %lld\n", rank, t->what, k,
+                (long long)get(t->dt, out, k), (long long)t->want[k]);
+        bad[rank]++;
+      }
+  }
+  mpu_device_mesh_free(dm);
+  return r;
+}
+
+/* Integer Partials change exactly (through Replicate where a float would be
+ * scaled in place), on 2 thread ranks; the plan shows the collective. */
+static void test_integer_partials_are_exact(void **state) {
+  (void)state;
+  int bad[2] = {0};
+  mpu_result_t r = mpu_launch(2, integer_rank, bad, NULL, NULL);
+  if (r) fprintf(stderr, "%s\n", mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  assert_int_equal(bad[0] + bad[1], 0);
+  mpu_comm *fake;
+  assert_int_equal(mpu_comm_fake_create(0, 2, &fake), 0);
+  const int64_t shape[1] = {2};
+  const char *names[1] = {"dp"};
+  mpu_device_mesh *dm;
+  assert_int_equal(mpu_device_mesh_init(fake, 1, shape, names, MPU_MESH_LAZY, &dm), 0);
+  mpu_dtensor_spec a = {1, {2}, {P_AVG}, MPU_INT32}, s = {1, {2}, {P_SUM}, MPU_INT32};
+  char plan[256];
+  int n = -1;
+  assert_int_equal(mpu_redistribute_plan(dm, &a, &s, plan, sizeof plan, &n), 0);
+  assert_string_equal(plan, "Partial(avg) -> Replicate on dim 'dp': all_reduce of 8 bytes\n"
+                            "Replicate -> Partial(sum) on dim 'dp': local");
+  assert_int_equal(n, 1);
+  a.dtype = s.dtype = MPU_FLOAT32; /* floats are scaled in place */
+  assert_int_equal(mpu_redistribute_plan(dm, &a, &s, plan, sizeof plan, &n), 0);
+  assert_string_equal(plan, "Partial(avg) -> Partial(sum) on dim 'dp': local");
+  assert_int_equal(n, 0);
+  mpu_device_mesh_free(dm);
+  mpu_comm_destroy(fake);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_pair),
       cmocka_unit_test(test_three_dim_mesh),
       cmocka_unit_test(test_regions_are_special_cases),
       cmocka_unit_test(test_plan_names_collectives),
+      cmocka_unit_test(test_integer_partials_are_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
