@@ -458,6 +458,12 @@ mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
     if (fs[i]->shard != fs[0]->shard)
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: buffer %d has another shard group", fn, i);
   }
+  mpu__stepped *e = malloc((size_t)n * sizeof *e);
+  if (!e) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d sharded buffers", fn, n);
+  for (int i = 0; i < n; i++) e[i].b = fs[i]->b, e[i].step = fs[i]->step;
+  mpu_result_t checked = mpu__step_all_check(fn, "buffer", e, n);
+  free(e);
+  MPU_CHECK(checked);
   double sq = 0;
   for (int i = 0; i < n; i++) {
     MPU_CHECK(mpu_fsdp_sync_grads(fs[i]));
