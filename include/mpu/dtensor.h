@@ -12,8 +12,8 @@
  *   Partial(op)    the global value is the sum (or the mean) over the mesh
  *                  dim of what the ranks hold, as mpu_comm_all_reduce with
  *                  MPU_SUM (MPU_AVG) computes it: integer sums wrap, as
- *                  NCCL's and MPI's do; an integer mean is the exact sum
- *                  divided with truncation toward zero (NCCL's ncclAvg)
+ *                  NCCL's and MPI's do; an integer mean is the sum,
+ *                  exact (never wrapped), divided with truncation toward zero
  * Each rank holds its local piece, contiguous, of the shape
  * mpu_dtensor_local_shape gives.
  *
@@ -26,7 +26,12 @@
  *                             hold zeros; avg: unchanged)
  *   Partial(sum) <-> Partial(avg)  local scale by the dim's size (Shard(d) ->
  *                             Partial(avg) scales its piece too)
- * Integer Partials are exact. The local scale is made in float32 and float64
+ * A change that would break the nesting of shards of one tensor dim first
+ * gathers the inner mesh dims (as DTensor's redistribute does), so every
+ * pair of placements works; mpu_redistribute_plan says which steps it takes.
+ *
+ * Integer Partials move exactly (the global value before is the global value
+ * after, bit for bit). The local scale is made in float32 and float64
  * only (rounded as floats are); in any other dtype a change that would scale
  * goes through Replicate instead: Partial(avg) -> Partial(sum) is an
  * all_reduce(avg), then the first rank keeps the value (int32 [1, 1] over 2
@@ -38,9 +43,6 @@
  * one op to another "unsupported"; its Replicate -> Partial(sum) divides by
  * the dim's size, which turns an integer tensor into a float one, where
  * mpu's keeps the value on the first rank.)
- * A change that would break the nesting of shards of one tensor dim first
- * gathers the inner mesh dims (as DTensor's redistribute does), so every
- * pair of placements works; mpu_redistribute_plan says which steps it takes.
  *
  * The tensor-parallel regions of mpu/regions.h are special cases, on the
  * one dim of a (tp) mesh, of activations of shape (tokens, hidden):
