@@ -2,12 +2,14 @@
  * test_dtensor.c - placements and redistribute.
  *
  * On 4 thread ranks, meshes (4) and (2, 2), shapes that divide (4, 4) and
- * that do not (5, 3): every pair of placements (Replicate, Shard(0),
- * Shard(1), Partial(sum), Partial(avg) per mesh dim) redistributes to the
+ * that do not (5, 3), in float32 and (the uneven shape) int32: every pair
+ * of placements (Replicate, Shard(0), Shard(1), Partial(sum), Partial(avg)
+ * per mesh dim) redistributes to the
  * piece that slicing the global tensor gives (the destination's partial
  * dims reduced here with plain all_reduce calls, since a partial piece is
  * not unique). The slicing is written here from torch.chunk's rule. The
- * plan names the collectives: one per 1-d change that needs one.
+ * plan names the collectives: one per 1-d change that needs one. Integer
+ * Partials change exactly, near the top of their range too, on 2 ranks.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -50,8 +52,8 @@ static void slice_of(const int64_t *gshape, int ndim, const mpu_placement *pl, i
 }
 
 /* placement combination k of up to three mesh dims, on a 2-d tensor */
-static mpu_dtensor_spec spec_of(const int64_t *gshape, int k) {
-  mpu_dtensor_spec s = {2, {gshape[0], gshape[1]}, {MPU_REPLICATE}, MPU_FLOAT32};
+static mpu_dtensor_spec spec_of(const int64_t *gshape, int k, mpu_dtype dt) {
+  mpu_dtensor_spec s = {2, {gshape[0], gshape[1]}, {MPU_REPLICATE}, dt};
   for (int i = 0; i < 3; i++, k /= NPLACE) s.placements[i] = place(k % NPLACE);
   return s;
 }
@@ -59,12 +61,21 @@ static mpu_dtensor_spec spec_of(const int64_t *gshape, int k) {
 static float global_value(int64_t r, int64_t c) { return (float)(r * 10 + c + 1); }
 static float noise(int64_t r, int64_t c, int i) { return (float)((r * 3 + c * 7 + i * 5) % 11 - 5); }
 
+/* element k of a float32 or int32 buffer (the values are small integers) */
+static void store(mpu_dtype dt, void *p, int64_t k, float v) {
+  if (dt == MPU_INT32) ((int32_t *)p)[k] = (int32_t)v;
+  else ((float *)p)[k] = v;
+}
+static float load(mpu_dtype dt, const void *p, int64_t k) {
+  return dt == MPU_INT32 ? (float)((const int32_t *)p)[k] : ((const float *)p)[k];
+}
+
 typedef struct ctx {
   int failures[8], pairs;
 } ctx;
 
 static mpu_result_t run_mesh(mpu_comm *world, int mdim, const int64_t *mshape, const int64_t *gshape,
-                             int *failures, int *pairs) {
+                             mpu_dtype dt, int *failures, int *pairs) {
   const char *names[] = {"dp", "tp", "cp"};
   mpu_device_mesh *dm;
   mpu_result_t r = mpu_device_mesh_init(world, mdim, mshape, names, MPU_MESH_EAGER, &dm);
@@ -77,10 +88,10 @@ static mpu_result_t run_mesh(mpu_comm *world, int mdim, const int64_t *mshape, c
   int ncombo = mdim == 1 ? NPLACE : mdim == 2 ? NPLACE * NPLACE : NPLACE * NPLACE * NPLACE;
   int stride = mdim == 3 ? 13 : 1; /* on (2, 2, 2): every source, every 13th destination */
   size_t cap = (size_t)(gshape[0] * gshape[1]);
-  float *in = malloc(cap * sizeof(float)), *out = malloc(cap * sizeof(float));
+  void *in = malloc(cap * sizeof(float)), *out = malloc(cap * sizeof(float));
   for (int a = 0; a < ncombo && !r; a++)
     for (int b = a % stride; b < ncombo && !r; b += stride) {
-      mpu_dtensor_spec src = spec_of(gshape, a), dst = spec_of(gshape, b);
+      mpu_dtensor_spec src = spec_of(gshape, a, dt), dst = spec_of(gshape, b, dt);
       int64_t off[2], len[2];
       /* the source piece: the slice, spread over the partial dims so that
        * their reduction gives it back exactly */
@@ -94,7 +105,7 @@ static mpu_result_t run_mesh(mpu_comm *world, int mdim, const int64_t *mshape, c
             float n = (float)mshape[i], keep = p.op == MPU_SUM ? (coord[i] == 0 ? 1.0f : 0.0f) : 1.0f;
             v = v * keep + (coord[i] == 0 ? -(n - 1) : 1.0f) * noise(off[0] + y, off[1] + x, i);
           }
-          in[y * len[1] + x] = v;
+          store(dt, in, y * len[1] + x, v);
         }
       size_t want;
       int64_t lshape[2], loff[2];
@@ -106,18 +117,19 @@ static mpu_result_t run_mesh(mpu_comm *world, int mdim, const int64_t *mshape, c
       /* reduce the destination's partial dims, then compare with the slice */
       for (int i = mdim - 1; i >= 0 && !r; i--)
         if (dst.placements[i].kind == MPU_PLACE_PARTIAL)
-          r = mpu_comm_all_reduce(comms[i], out, out, want, MPU_FLOAT32, dst.placements[i].op);
+          r = mpu_comm_all_reduce(comms[i], out, out, want, dt, dst.placements[i].op);
       if (r) break;
       slice_of(gshape, 2, dst.placements, mdim, mshape, coord, off, len);
       if ((size_t)(len[0] * len[1]) != want) (*failures)++;
       int bad = 0;
       for (int64_t y = 0; y < len[0]; y++)
         for (int64_t x = 0; x < len[1]; x++)
-          if (fabsf(out[y * len[1] + x] - global_value(off[0] + y, off[1] + x)) > 1e-4f) bad = 1;
+          if (fabsf(load(dt, out, y * len[1] + x) - global_value(off[0] + y, off[1] + x)) > 1e-4f)
+            bad = 1;
       if (bad) {
         char s0[32], s1[32], d0[32], d1[32];
-        fprintf(stderr, "rank %d mesh %dd shape (%lld,%lld): [%s,%s] -> [%s,%s] wrong\n", rank, mdim,
-                (long long)gshape[0], (long long)gshape[1],
+        fprintf(stderr, "rank %d mesh %dd shape (%lld,%lld) %s: [%s,%s] -> [%s,%s] wrong\n", rank,
+                mdim, (long long)gshape[0], (long long)gshape[1], mpu_dtype_name(dt),
                 mpu_placement_describe(src.placements[0], s0, 32),
                 mpu_placement_describe(src.placements[1], s1, 32),
                 mpu_placement_describe(dst.placements[0], d0, 32),
@@ -140,9 +152,12 @@ static mpu_result_t pairs_rank(mpu_comm *world, void *arg) {
   mpu_result_t r = MPU_SUCCESS;
   const int64_t *shapes[2] = {even, uneven};
   for (int s = 0; s < 2 && !r; s++) {
-    r = run_mesh(world, 1, one, shapes[s], &failures, &pairs);
-    if (!r) r = run_mesh(world, 2, two, shapes[s], &failures, &pairs);
+    r = run_mesh(world, 1, one, shapes[s], MPU_FLOAT32, &failures, &pairs);
+    if (!r) r = run_mesh(world, 2, two, shapes[s], MPU_FLOAT32, &failures, &pairs);
   }
+  /* int32: the changes a float scales in place go through Replicate, exactly */
+  if (!r) r = run_mesh(world, 1, one, uneven, MPU_INT32, &failures, &pairs);
+  if (!r) r = run_mesh(world, 2, two, uneven, MPU_INT32, &failures, &pairs);
   if (rank == 0) c->pairs = pairs;
   c->failures[rank] = failures; /* any rank's failure fails the test */
   return r;
@@ -153,8 +168,9 @@ static mpu_result_t three_dims_rank(mpu_comm *world, void *arg) {
   static const int64_t three[3] = {2, 2, 2}, uneven[2] = {5, 3}, even[2] = {4, 8};
   int failures = 0, pairs = 0, rank;
   mpu_comm_rank(world, &rank);
-  mpu_result_t r = run_mesh(world, 3, three, uneven, &failures, &pairs);
-  if (!r) r = run_mesh(world, 3, three, even, &failures, &pairs);
+  mpu_result_t r = run_mesh(world, 3, three, uneven, MPU_FLOAT32, &failures, &pairs);
+  if (!r) r = run_mesh(world, 3, three, even, MPU_FLOAT32, &failures, &pairs);
+  if (!r) r = run_mesh(world, 3, three, uneven, MPU_INT32, &failures, &pairs);
   if (rank == 0) c->pairs = pairs;
   c->failures[rank] = failures;
   return r;
@@ -168,7 +184,7 @@ static void test_three_dim_mesh(void **state) {
   mpu_result_t r = mpu_launch(8, three_dims_rank, &c, NULL, NULL);
   if (r) fprintf(stderr, "%s\n", mpu_last_error());
   assert_int_equal(r, MPU_SUCCESS);
-  assert_int_equal(c.pairs, 2 * 1205); /* sum over the sources of ceil((125 - a % 13) / 13) */
+  assert_int_equal(c.pairs, 3 * 1205); /* sum over the sources of ceil((125 - a % 13) / 13) */
   for (int k = 0; k < 8; k++) assert_int_equal(c.failures[k], 0);
 }
 
@@ -178,7 +194,7 @@ static void test_every_pair(void **state) {
   mpu_result_t r = mpu_launch(NRANKS, pairs_rank, &c, NULL, NULL);
   if (r) fprintf(stderr, "%s\n", mpu_last_error());
   assert_int_equal(r, MPU_SUCCESS);
-  assert_int_equal(c.pairs, 2 * (25 + 625));
+  assert_int_equal(c.pairs, 3 * (25 + 625));
   for (int k = 0; k < NRANKS; k++) assert_int_equal(c.failures[k], 0);
 }
 
@@ -307,12 +323,106 @@ static void test_plan_names_collectives(void **state) {
   mpu_comm_destroy(fake);
 }
 
+/* ---- integer Partials: exact, never a truncated division or a wrapped product ------------ */
+
+typedef struct icase {
+  const char *what;
+  mpu_dtype dt;
+  mpu_placement from, to;
+  int64_t in[2][2]; /* rank r's piece (Shard(0): one element) */
+  int64_t want[2];  /* the global value, the destination's Partial reduced */
+} icase;
+
+#define P_SUM MPU_PARTIAL(MPU_SUM)
+#define P_AVG MPU_PARTIAL(MPU_AVG)
+static const icase icases[] = {
+    /* the mean of [1, 1] is 1, so the sum after the move is 1 (not 1/2 + 1/2 = 0) */
+    {"int32 avg -> sum", MPU_INT32, P_AVG, P_SUM, {{1, -3}, {1, -4}}, {1, -3}},
+    /* 2^30 x 2 and INT32_MAX x 2 do not fit in int32 */
+    {"int32 sum -> avg", MPU_INT32, P_SUM, P_AVG, {{1 << 30, INT32_MAX}, {1, -5}},
+     {(1 << 30) + 1, INT32_MAX - 5}},
+    {"int32 Shard(0) -> avg", MPU_INT32, MPU_SHARD(0), P_AVG, {{1 << 30}, {INT32_MIN}},
+     {1 << 30, INT32_MIN}},
+    {"int64 sum -> avg", MPU_INT64, P_SUM, P_AVG, {{(int64_t)1 << 62, INT64_MAX}, {1, -7}},
+     {((int64_t)1 << 62) + 1, INT64_MAX - 7}},
+    {"int64 avg -> sum", MPU_INT64, P_AVG, P_SUM, {{3, INT64_MAX}, {4, INT64_MAX}}, {3, INT64_MAX}},
+    {"uint8 sum -> avg", MPU_UINT8, P_SUM, P_AVG, {{200, 0}, {50, 255}}, {250, 255}},
+};
+
+static void put(mpu_dtype dt, void *p, int k, int64_t v) {
+  if (dt == MPU_INT32) ((int32_t *)p)[k] = (int32_t)v;
+  else if (dt == MPU_INT64) ((int64_t *)p)[k] = v;
+  else ((uint8_t *)p)[k] = (uint8_t)v;
+}
+
+static int64_t get(mpu_dtype dt, const void *p, int k) {
+  if (dt == MPU_INT32) return ((const int32_t *)p)[k];
+  if (dt == MPU_INT64) return ((const int64_t *)p)[k];
+  return ((const uint8_t *)p)[k];
+}
+
+static mpu_result_t integer_rank(mpu_comm *world, void *arg) {
+  int *bad = arg, rank;
+  mpu_comm_rank(world, &rank);
+  const int64_t shape[1] = {2};
+  const char *names[1] = {"dp"};
+  mpu_device_mesh *dm;
+  mpu_result_t r = mpu_device_mesh_init(world, 1, shape, names, MPU_MESH_EAGER, &dm);
+  for (size_t c = 0; !r && c < sizeof icases / sizeof *icases; c++) {
+    const icase *t = &icases[c];
+    mpu_dtensor_spec src = {1, {2}, {t->from}, t->dt}, dst = {1, {2}, {t->to}, t->dt};
+    int64_t in[2] = {0}, out[2] = {0}; /* room for two elements of any of the dtypes */
+    for (int k = 0; k < 2; k++) put(t->dt, in, k, t->in[rank][k]);
+    r = mpu_redistribute(dm, &src, in, &dst, out);
+    if (!r) r = mpu_comm_all_reduce(world, out, out, 2, t->dt, t->to.op);
+    for (int k = 0; !r && k < 2; k++)
+      if (get(t->dt, out, k) != t->want[k]) {
+        fprintf(stderr, "rank %d, %s: element %d is %lld, want %lld\n", rank, t->what, k,
+                (long long)get(t->dt, out, k), (long long)t->want[k]);
+        bad[rank]++;
+      }
+  }
+  mpu_device_mesh_free(dm);
+  return r;
+}
+
+/* Integer Partials change exactly (through Replicate where a float would be
+ * scaled in place), on 2 thread ranks; the plan shows the collective. */
+static void test_integer_partials_are_exact(void **state) {
+  (void)state;
+  int bad[2] = {0};
+  mpu_result_t r = mpu_launch(2, integer_rank, bad, NULL, NULL);
+  if (r) fprintf(stderr, "%s\n", mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  assert_int_equal(bad[0] + bad[1], 0);
+  mpu_comm *fake;
+  assert_int_equal(mpu_comm_fake_create(0, 2, &fake), 0);
+  const int64_t shape[1] = {2};
+  const char *names[1] = {"dp"};
+  mpu_device_mesh *dm;
+  assert_int_equal(mpu_device_mesh_init(fake, 1, shape, names, MPU_MESH_LAZY, &dm), 0);
+  mpu_dtensor_spec a = {1, {2}, {P_AVG}, MPU_INT32}, s = {1, {2}, {P_SUM}, MPU_INT32};
+  char plan[256];
+  int n = -1;
+  assert_int_equal(mpu_redistribute_plan(dm, &a, &s, plan, sizeof plan, &n), 0);
+  assert_string_equal(plan, "Partial(avg) -> Replicate on dim 'dp': all_reduce of 8 bytes\n"
+                            "Replicate -> Partial(sum) on dim 'dp': local");
+  assert_int_equal(n, 1);
+  a.dtype = s.dtype = MPU_FLOAT32; /* floats are scaled in place */
+  assert_int_equal(mpu_redistribute_plan(dm, &a, &s, plan, sizeof plan, &n), 0);
+  assert_string_equal(plan, "Partial(avg) -> Partial(sum) on dim 'dp': local");
+  assert_int_equal(n, 0);
+  mpu_device_mesh_free(dm);
+  mpu_comm_destroy(fake);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_pair),
       cmocka_unit_test(test_three_dim_mesh),
       cmocka_unit_test(test_regions_are_special_cases),
       cmocka_unit_test(test_plan_names_collectives),
+      cmocka_unit_test(test_integer_partials_are_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

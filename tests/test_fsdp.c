@@ -10,7 +10,10 @@
  * single parameters of 49 and 7 elements), with the buffer in the caller's
  * memory and in the sharded buffer's own. The parameters after K steps and
  * the last step's reduced gradient pieces must equal the reference's. A
- * second test measures the peak bytes per rank as S grows. Under MPI
+ * second test measures the peak bytes per rank as S grows. A bucket
+ * prefetched before a step, a checkpoint load or set_param is gathered
+ * anew by the next unshard; a step of several buffers refuses one twice and
+ * a step count that cannot grow. Under MPI
  * (MPU_TEST_MPI=1, mpirun -n 8) the same cases run on the processes.
  */
 #include <math.h>
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -443,11 +447,170 @@ static void test_bad_input(void **state) {
   mpu_comm_destroy(fake);
 }
 
+/* ---- what a prefetch carries when the pieces change under it --------------------------------- */
+
+enum { FRESH_RANKS = 2 };
+static char fresh_dir[64];
+
+/* Bucket 0 whole: every parameter equals the pieces gathered now, and they
+ * differ from `before` (want_change) or not; 1 and a message if not. */
+static int stale(const char *what, int caller, mpu_fsdp *f, const mpu_param_buffer *b,
+                 const float *before, int want_change) {
+  float *now = malloc(b->numel * sizeof *now);
+  int bad = !now || mpu_fsdp_gather_params(f, now) != 0, changed = 0;
+  for (int i = 0; !bad && i < b->nparams; i++) {
+    const float *w = mpu_fsdp_param(f, i);
+    if (!w) bad = 1;
+    for (size_t j = 0; !bad && j < b->params[i].numel; j++) {
+      bad = w[j] != now[b->params[i].offset + j];
+      changed += now[b->params[i].offset + j] != before[b->params[i].offset + j];
+    }
+  }
+  free(now);
+  if (bad || !changed != !want_change)
+    fprintf(stderr, "%s, %s storage: %s\n", what, caller ? "the caller's" : "its own",
+            bad ? "the whole parameters are not the pieces" : "the pieces did not change as asked");
+  return bad || !changed != !want_change;
+}
+
+/* Set every parameter to init_value(p + shift) (each rank keeps its piece). */
+static mpu_result_t set_all(mpu_fsdp *f, const mpu_param_buffer *b, int n, int shift) {
+  float v[MAXN * MAXN];
+  for (int p = 0; p < b->nparams; p++) {
+    for (size_t j = 0; j < b->params[p].numel; j++) v[j] = init_value(p + shift, j, n);
+    MPU_CHECK_OR(mpu_fsdp_set_param(f, p, v));
+  }
+  return MPU_SUCCESS;
+}
+
+/* On 2 ranks, both storages: prefetch bucket 0, change the pieces (a step, a
+ * load with its set made before or after the prefetch, set_param), unshard:
+ * the whole parameters are the new pieces, never what the prefetch gathered. */
+static mpu_result_t fresh_rank(mpu_comm *world, void *arg) {
+  int *bad = arg, rank;
+  mpu_comm_rank(world, &rank);
+  const model m = {2, 5};
+  mpu_result_t r = MPU_SUCCESS;
+  for (int caller = 0; caller < 2 && !r; caller++) {
+    mpu_param_buffer b;
+    add_params(&b, &m);
+    mpu_fsdp *f = NULL;
+    mpu_fsdp_options o = MPU_FSDP_OPTIONS_INIT;
+    o.adamw = adamw();
+    float *before = malloc(b.numel * sizeof *before);
+    if (!before) r = MPU_ERR_OUT_OF_MEMORY;
+    if (!r && caller) r = mpu_param_buffer_finalize(&b, NULL, NULL);
+    if (!r) r = mpu_fsdp_create(&b, world, NULL, &o, &f);
+    if (!r) r = set_all(f, &b, m.n, 0);
+    /* a gradient, so that the step moves every weight */
+    if (!r) r = mpu_fsdp_unshard(f, 0, -1);
+    for (int p = 0; !r && p < b.nparams; p++)
+      for (size_t j = 0; j < b.params[p].numel; j++) mpu_fsdp_grad(f, p)[j] = (float)(rank + 1);
+    if (!r) r = mpu_fsdp_backward_done(f, 0);
+    if (!r) r = mpu_fsdp_gather_params(f, before);
+    /* a step */
+    if (!r) r = mpu_fsdp_prefetch(f, 0);
+    if (!r) r = mpu_fsdp_step(f, NULL, NULL);
+    if (!r) r = mpu_fsdp_unshard(f, 0, -1);
+    if (!r) bad[rank] += stale("prefetch, step", caller, f, &b, before, 1);
+    if (!r) r = mpu_fsdp_reshard(f, 0);
+    /* save these, overwrite them, load them: the set made after, then before, the prefetch */
+    mpu_ckpt_global g[2 * MAXL];
+    for (int p = 0; p < b.nparams; p++)
+      g[p] = (mpu_ckpt_global){b.params[p].name, 1, {(int64_t)b.params[p].numel}};
+    mpu_ckpt_set save;
+    mpu_ckpt_set_init(&save);
+    if (!r) r = mpu_fsdp_gather_params(f, before);
+    if (!r) r = mpu_ckpt_add_fsdp(&save, f, g, 1);
+    if (!r) r = mpu_ckpt_save(fresh_dir, world, &save);
+    mpu_ckpt_set_free(&save);
+    for (int set_first = 0; set_first < 2 && !r; set_first++) {
+      mpu_ckpt_set set;
+      mpu_ckpt_set_init(&set);
+      mpu_ckpt *ck = NULL;
+      r = set_all(f, &b, m.n, 1 + set_first);
+      if (!r && set_first) r = mpu_ckpt_add_fsdp(&set, f, g, 1);
+      if (!r) r = mpu_fsdp_prefetch(f, 0);
+      if (!r && !set_first) r = mpu_ckpt_add_fsdp(&set, f, g, 1);
+      if (!r) r = mpu_ckpt_open(fresh_dir, &ck);
+      if (!r) r = mpu_ckpt_load(ck, world, &set);
+      if (!r) r = mpu_fsdp_unshard(f, 0, -1);
+      if (!r)
+        bad[rank] += stale(set_first ? "set, prefetch, load" : "prefetch, set, load", caller, f,
+                           &b, before, 0);
+      if (!r) r = mpu_fsdp_reshard(f, 0);
+      mpu_ckpt_close(ck);
+      mpu_ckpt_set_free(&set);
+    }
+    /* set_param under a prefetch */
+    if (!r) r = mpu_fsdp_prefetch(f, 0);
+    if (!r) r = set_all(f, &b, m.n, 5);
+    if (!r) r = mpu_fsdp_unshard(f, 0, -1);
+    if (!r) bad[rank] += stale("prefetch, set_param", caller, f, &b, before, 1);
+    free(before);
+    mpu_fsdp_free(f);
+    mpu_param_buffer_free(&b);
+  }
+  return r;
+}
+
+static void test_prefetch_never_gives_stale_weights(void **state) {
+  (void)state;
+  snprintf(fresh_dir, sizeof fresh_dir, "test_fsdp_ckpt_%d", (int)getpid());
+  int bad[FRESH_RANKS] = {0};
+  mpu_result_t r = mpu_launch(FRESH_RANKS, fresh_rank, bad, NULL, NULL);
+  if (r) fprintf(stderr, "%s\n", mpu_last_error());
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", fresh_dir);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(r, MPU_SUCCESS);
+  for (int k = 0; k < FRESH_RANKS; k++) assert_int_equal(bad[k], 0);
+}
+
+/* A step of several buffers refuses one given twice and a step count that
+ * cannot grow, before anything changes. */
+static void test_step_all_refusals(void **state) {
+  (void)state;
+  mpu_comm *fake;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &fake), 0);
+  const model m = {1, 3};
+  mpu_param_buffer b, c;
+  add_params(&b, &m);
+  add_params(&c, &m);
+  mpu_fsdp *f, *g, *h;
+  assert_int_equal(mpu_fsdp_create(&b, fake, NULL, NULL, &f), 0);
+  assert_int_equal(mpu_fsdp_create(&c, fake, NULL, NULL, &g), 0);
+  assert_int_equal(mpu_fsdp_create(&b, fake, NULL, NULL, &h), 0); /* b again */
+  size_t n;
+  float *p = mpu_fsdp_shard_params(f, &n), *gr = mpu_fsdp_shard_grads(f, NULL);
+  for (size_t j = 0; j < n; j++) p[j] = 1.0f, gr[j] = 0.5f;
+  mpu_fsdp *twice[3] = {f, g, f}, *same_buffer[2] = {f, h}, *two[2] = {f, g};
+  assert_int_equal(mpu_fsdp_step_all(twice, 3, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "buffers 0 and 2"));
+  assert_int_equal(mpu_fsdp_step_all(same_buffer, 2, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_fsdp_set_optimizer_step(g, INT64_MAX), 0);
+  assert_int_equal(mpu_fsdp_step_all(two, 2, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "buffer 1"));
+  assert_int_equal(mpu_fsdp_step(g, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  for (size_t j = 0; j < n; j++) assert_true(p[j] == 1.0f && gr[j] == 0.5f); /* nothing changed */
+  assert_int_equal(mpu_fsdp_optimizer_step(f), 0);
+  assert_true(mpu_fsdp_optimizer_step(g) == INT64_MAX);
+  assert_int_equal(mpu_fsdp_set_optimizer_step(g, INT64_MAX - 1), 0);
+  assert_int_equal(mpu_fsdp_step_all(two, 2, NULL, NULL), 0); /* the last step that counts */
+  assert_true(mpu_fsdp_optimizer_step(g) == INT64_MAX && mpu_fsdp_optimizer_step(f) == 1);
+  assert_true(p[0] != 1.0f);
+  mpu_fsdp_free(f), mpu_fsdp_free(g), mpu_fsdp_free(h);
+  mpu_param_buffer_free(&b), mpu_param_buffer_free(&c);
+  mpu_comm_destroy(fake);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_strategies_equal_one_rank),
       cmocka_unit_test(test_memory_falls_as_one_over_s),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_prefetch_never_gives_stale_weights),
+      cmocka_unit_test(test_step_all_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -254,6 +254,45 @@ static void test_bad_input(void **state) {
   mpu_comm_destroy(fake);
 }
 
+/* A step of several optimizers refuses one given twice, two over one buffer
+ * and a step count that cannot grow (negative, or INT64_MAX), before any
+ * gradient is reduced or any parameter changed. */
+static void test_step_all_refusals(void **state) {
+  (void)state;
+  mpu_comm *fake;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &fake), 0);
+  mpu_param_buffer a, b;
+  mpu_param_buffer_init(&a, 0), mpu_param_buffer_init(&b, 0);
+  assert_int_equal(mpu_param_buffer_add(&a, "p", 4, MPU_PARAM_DUPLICATE, NULL), 0);
+  assert_int_equal(mpu_param_buffer_add(&b, "q", 4, MPU_PARAM_DUPLICATE, NULL), 0);
+  assert_int_equal(mpu_param_buffer_finalize(&a, NULL, NULL), 0);
+  assert_int_equal(mpu_param_buffer_finalize(&b, NULL, NULL), 0);
+  mpu_optimizer oa, ob, oa2;
+  assert_int_equal(mpu_optimizer_init(&oa, &a, fake, 0, NULL), 0);
+  assert_int_equal(mpu_optimizer_init(&ob, &b, fake, 0, NULL), 0);
+  assert_int_equal(mpu_optimizer_init(&oa2, &a, fake, 1, NULL), 0); /* a again, ZeRO-1 */
+  for (int j = 0; j < 4; j++) mpu_param_data(&a, 0)[j] = 1.0f, mpu_param_grad(&a, 0)[j] = 0.5f;
+  mpu_optimizer *twice[2] = {&oa, &oa}, *same_buffer[3] = {&ob, &oa, &oa2}, *two[2] = {&oa, &ob};
+  assert_int_equal(mpu_optimizer_step_all(twice, 2, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "optimizers 0 and 1"));
+  assert_int_equal(mpu_optimizer_step_all(same_buffer, 3, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "optimizers 1 and 2"));
+  ob.step = INT64_MAX;
+  assert_int_equal(mpu_optimizer_step_all(two, 2, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "optimizer 1"));
+  ob.step = -1;
+  assert_int_equal(mpu_optimizer_step_all(two, 2, NULL, NULL), MPU_ERR_INVALID_ARGUMENT);
+  for (int j = 0; j < 4; j++)
+    assert_true(mpu_param_data(&a, 0)[j] == 1.0f && mpu_param_grad(&a, 0)[j] == 0.5f);
+  assert_int_equal(oa.step, 0);
+  ob.step = INT64_MAX - 1;
+  assert_int_equal(mpu_optimizer_step_all(two, 2, NULL, NULL), 0); /* the last step that counts */
+  assert_true(ob.step == INT64_MAX && oa.step == 1 && mpu_param_data(&a, 0)[0] != 1.0f);
+  mpu_optimizer_free(&oa), mpu_optimizer_free(&ob), mpu_optimizer_free(&oa2);
+  mpu_param_buffer_free(&a), mpu_param_buffer_free(&b);
+  mpu_comm_destroy(fake);
+}
+
 /* ---- activation recompute --------------------------------------------------------------- */
 
 enum { RH = 16 };
@@ -382,6 +421,7 @@ int main(void) {
       cmocka_unit_test(test_zero1_equals_plain),
       cmocka_unit_test(test_overlapped_reduce_equals_plain),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_step_all_refusals),
       cmocka_unit_test(test_recompute_gives_the_same_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -101,6 +101,8 @@ typedef struct mpu_ckpt_set {
   char meta[MPU_CKPT_META_MAX][2][64];
   int strict;                        /* load: a tensor of the checkpoint that the set lacks
                                         is an error (1, the default) */
+  int nfsdp;                         /* the sharded buffers mpu_ckpt_add_fsdp added: a load */
+  mpu_fsdp **fsdp;                   /* that writes their pieces reshards them */
 } mpu_ckpt_set;
 
 MPU_API void mpu_ckpt_set_init(mpu_ckpt_set *set);
@@ -151,10 +153,11 @@ MPU_API mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buff
  * loads and saves the span of each parameter that its piece of the bucket
  * holds, with the AdamW moments there; one replica saves (tp rank 0 for
  * duplicates, replica 0 of the hybrid strategies), so a checkpoint of any
- * layout loads into it and it loads into any layout. Every bucket is
- * resharded here, so that the next mpu_fsdp_unshard gathers what a load
- * puts in the pieces. The step count is the caller's to record
- * (mpu_fsdp_optimizer_step, mpu_fsdp_set_optimizer_step).
+ * layout loads into it and it loads into any layout. A load that writes the
+ * pieces then reshards every bucket (mpu_fsdp_reshard: a gather in flight,
+ * prefetched before the load, is waited for and dropped), so that the next
+ * mpu_fsdp_unshard gathers what the load put there. The step count is the
+ * caller's to record (mpu_fsdp_optimizer_step, mpu_fsdp_set_optimizer_step).
  */
 MPU_API mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f,
                                        const mpu_ckpt_global *globals, int tp_size);

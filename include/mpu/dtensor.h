@@ -10,7 +10,10 @@
  *                  tensor dim nest in mesh-dim order, as DTensor's do
  *   Replicate      every rank of the mesh dim holds the same values
  *   Partial(op)    the global value is the sum (or the mean) over the mesh
- *                  dim of what the ranks hold
+ *                  dim of what the ranks hold, as mpu_comm_all_reduce with
+ *                  MPU_SUM (MPU_AVG) computes it: integer sums wrap, as
+ *                  NCCL's and MPI's do; an integer mean is the sum,
+ *                  exact (never wrapped), divided with truncation toward zero
  * Each rank holds its local piece, contiguous, of the shape
  * mpu_dtensor_local_shape gives.
  *
@@ -21,10 +24,25 @@
  *   Replicate -> Shard(d)     local slice        Shard(d) -> Partial   local (zeros elsewhere)
  *   Replicate -> Partial      local (sum: the first rank keeps the value, the others
  *                             hold zeros; avg: unchanged)
- *   Partial(sum) <-> Partial(avg)  local scale by the dim's size
+ *   Partial(sum) <-> Partial(avg)  local scale by the dim's size (Shard(d) ->
+ *                             Partial(avg) scales its piece too)
  * A change that would break the nesting of shards of one tensor dim first
  * gathers the inner mesh dims (as DTensor's redistribute does), so every
  * pair of placements works; mpu_redistribute_plan says which steps it takes.
+ *
+ * Integer Partials move exactly (the global value before is the global value
+ * after, bit for bit). The local scale is made in float32 and float64
+ * only (rounded as floats are); in any other dtype a change that would scale
+ * goes through Replicate instead: Partial(avg) -> Partial(sum) is an
+ * all_reduce(avg), then the first rank keeps the value (int32 [1, 1] over 2
+ * ranks gives [1, 0], whose sum is their mean, 1); Partial(sum) ->
+ * Partial(avg) an all_reduce(sum), then every rank holds it; Shard(d) ->
+ * Partial(avg) an all_gather, then every rank holds it. A division that
+ * truncates or a product that overflows never happens. (torch's DTensor
+ * refuses these three: Shard -> Partial "not supported yet", a Partial of
+ * one op to another "unsupported"; its Replicate -> Partial(sum) divides by
+ * the dim's size, which turns an integer tensor into a float one, where
+ * mpu's keeps the value on the first rank.)
  *
  * The tensor-parallel regions of mpu/regions.h are special cases, on the
  * one dim of a (tp) mesh, of activations of shape (tokens, hidden):
@@ -73,8 +91,7 @@ typedef struct mpu_dtensor_spec {
   int ndim;                                   /* 1..MPU_TENSOR_MAX_DIMS */
   int64_t shape[MPU_TENSOR_MAX_DIMS];         /* the global shape */
   mpu_placement placements[MPU_MESH_MAX_DIMS]; /* one per mesh dim */
-  mpu_dtype dtype;                            /* MPU_FLOAT32 (0) unless set; a Partial
-                                                 changed locally needs float32/64 or int32/64 */
+  mpu_dtype dtype;                            /* MPU_FLOAT32 (0) unless set; any dtype */
 } mpu_dtensor_spec;
 
 /* "Shard(0)", "Replicate", "Partial(sum)", "Partial(avg)". Returns buf. */

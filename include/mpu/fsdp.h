@@ -113,10 +113,14 @@ MPU_API mpu_result_t mpu_fsdp_bucket_range(const mpu_fsdp *f, int k, size_t *sta
                                            size_t *piece);
 
 /* Set parameter i from its whole value (numel floats; every rank the same):
- * this rank keeps its piece. */
+ * this rank keeps its piece, and its bucket is resharded (mpu_fsdp_reshard),
+ * so the next unshard gathers the new value. */
 MPU_API mpu_result_t mpu_fsdp_set_param(mpu_fsdp *f, int param, const float *values);
 
-/* Start the all-gather of bucket k without waiting (mpu_comm_iall_gather). */
+/* Start the all-gather of bucket k without waiting (mpu_comm_iall_gather).
+ * It gathers the pieces as they are now; whatever changes them before the
+ * unshard that takes it (a step, mpu_fsdp_set_param, a checkpoint load,
+ * mpu_fsdp_reshard) drops it, and that unshard gathers again. */
 MPU_API mpu_result_t mpu_fsdp_prefetch(mpu_fsdp *f, int k);
 /* Make bucket k whole (wait for its prefetch, or gather it now); then start
  * the gather of bucket `next` (-1: none). A no-op gather if k is whole. */
@@ -128,7 +132,9 @@ MPU_API mpu_result_t mpu_fsdp_forward_done(mpu_fsdp *f, int k);
  * the shard (the reduction of the previous bucket is finished first) and
  * reshard it. */
 MPU_API mpu_result_t mpu_fsdp_backward_done(mpu_fsdp *f, int k);
-/* Free bucket k's whole parameters now (gradient reductions are unaffected). */
+/* Free bucket k's whole parameters now, and drop a gather of them in flight
+ * (waited for, what it brought discarded), so the next unshard gathers the
+ * pieces as they are then (gradient reductions are unaffected). */
 MPU_API mpu_result_t mpu_fsdp_reshard(mpu_fsdp *f, int k);
 
 /* Parameter i's whole data and gradient: valid while its bucket is whole
@@ -138,7 +144,11 @@ MPU_API mpu_result_t mpu_fsdp_reshard(mpu_fsdp *f, int k);
 MPU_API float *mpu_fsdp_param(const mpu_fsdp *f, int param);
 MPU_API float *mpu_fsdp_grad(mpu_fsdp *f, int param);
 
-/* This rank's piece of the buffer's parameters / reduced gradients, and its length. */
+/* This rank's piece of the buffer's parameters / reduced gradients, and its
+ * length. A caller that writes the parameters' pieces (here or through
+ * mpu_fsdp_param_span) reshards their buckets afterwards (mpu_fsdp_reshard,
+ * or mpu_fsdp_sync_grads before the next unshard), since a gather started
+ * before the write carries the old values. */
 MPU_API float *mpu_fsdp_shard_params(const mpu_fsdp *f, size_t *numel);
 MPU_API float *mpu_fsdp_shard_grads(const mpu_fsdp *f, size_t *numel);
 MPU_API void mpu_fsdp_zero_grad(mpu_fsdp *f);
@@ -157,7 +167,11 @@ MPU_API mpu_result_t mpu_fsdp_sync_grads(mpu_fsdp *f);
 MPU_API mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *grad_norm);
 /* One step of several sharded buffers over the same shard group (a rank's
  * model chunks) with one gradient norm over all of them, as Megatron clips
- * the whole model. Each keeps its own AdamW settings. */
+ * the whole model. Each keeps its own AdamW settings. Refused
+ * (MPU_ERR_INVALID_ARGUMENT, nothing changed) if two of them shard the same
+ * parameter buffer (one given twice would be updated twice and counted twice
+ * in the norm) or one has done INT64_MAX steps. Every bucket is resharded
+ * (a gather in flight dropped): the next unshard gathers the new pieces. */
 MPU_API mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
                                        float *grad_norm);
 

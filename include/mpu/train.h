@@ -173,7 +173,10 @@ MPU_API mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group
                                         float *grad_norm);
 /* One step of several optimizers (a rank's model chunks, dense and expert
  * buffers) with one gradient norm over all of them, as Megatron clips the
- * whole model. Each keeps its own clip_grad and AdamW settings. */
+ * whole model. Each keeps its own clip_grad and AdamW settings. Refused
+ * (MPU_ERR_INVALID_ARGUMENT, before any gradient is reduced) if two of them
+ * are over the same buffer (one given twice would reduce and update it twice
+ * and count it twice in the norm) or a step count is negative or INT64_MAX. */
 MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
                                             mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ void mpu_ckpt_set_free(mpu_ckpt_set *set) {
   if (!set) return;
   for (int i = 0; i < set->n; i++) free(set->t[i].spans), free(set->t[i].save);
   free(set->t);
+  free(set->fsdp);
   memset(set, 0, sizeof *set);
 }
 
@@ -271,7 +273,13 @@ mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f, const mpu_ckpt_gl
   static const char fn[] = "mpu_ckpt_add_fsdp";
   const mpu_param_buffer *b = mpu_fsdp_buffer(f);
   if (!set || !b || !globals) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  for (int k = 0; k < mpu_fsdp_nbuckets(f); k++) MPU_CHECK(mpu_fsdp_reshard(f, k));
+  if (set->nfsdp < 0 || set->nfsdp >= INT_MAX / 2)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the set has %d sharded buffers", fn,
+                      set->nfsdp);
+  mpu_fsdp **grown = realloc(set->fsdp, (size_t)(set->nfsdp + 1) * sizeof *grown);
+  if (!grown) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  set->fsdp = grown;
+  set->fsdp[set->nfsdp++] = f; /* resharded by a load that writes its pieces */
   int replica0 = mpu_fsdp_replica(f) == 0;
   for (int i = 0; i < b->nparams; i++) {
     const mpu_param *p = &b->params[i];

@@ -520,6 +520,10 @@ mpu_result_t mpu_ckpt_load(mpu_ckpt *ck, mpu_comm *world, mpu_ckpt_set *set) {
     r = mpu__error(MPU_ERR_MISMATCH, "%s: the ranks opened indexes of different tensors", fn);
   if (!r && set->strict) r = check_extra(ck, world, set); /* the same answer on every rank */
   free_staging(set, staging, !r);
+  /* the pieces of sharded buffers changed: their whole buckets and gathers in flight are stale */
+  for (int i = 0; !r && i < set->nfsdp; i++)
+    for (int k = 0; !r && k < mpu_fsdp_nbuckets(set->fsdp[i]); k++)
+      r = mpu_fsdp_reshard(set->fsdp[i], k);
   if (r) return r;
   set->step = ck->info.step, set->layout = ck->info.layout;
   set->has_adamw = ck->info.has_adamw, set->adamw = ck->info.adamw;

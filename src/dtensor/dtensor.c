@@ -197,31 +197,37 @@ static mpu_result_t alloc_zero(unsigned char **p, size_t n, size_t es) {
             : mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_redistribute: %zu elements of %zu bytes", n, es);
 }
 
-/* p[0..n) *= num / den, in the tensor's dtype (Partial(sum) <-> Partial(avg)) */
-static mpu_result_t scale(mpu_dtype dt, unsigned char *p, size_t n, int64_t num, int64_t den) {
-  switch (dt) {
-  case MPU_FLOAT32:
+/* Is a Partial of dtype dt rescaled by the dim's size in place? Only in
+ * float32 and float64 (rounded as any float is). In an integer dtype the
+ * division truncates (Partial(avg) [1, 1] over 2 ranks would become
+ * Partial(sum) [0, 0]) and the multiplication can overflow; float16 and
+ * bfloat16 have no local arithmetic here. Those changes go through
+ * Replicate instead (a collective, then a local step that only copies or
+ * zeroes), which is exact: see mpu/dtensor.h. */
+static int scales_locally(mpu_dtype dt) { return dt == MPU_FLOAT32 || dt == MPU_FLOAT64; }
+
+/* The changes that rescale: Shard -> Partial(avg) (x size) and Partial(sum) <-> Partial(avg). */
+static int rescales(mpu_placement from, mpu_placement to) {
+  return to.kind == MPU_PLACE_PARTIAL &&
+         ((from.kind == MPU_PLACE_SHARD && to.op == MPU_AVG) ||
+          (from.kind == MPU_PLACE_PARTIAL && from.op != to.op));
+}
+
+/* p[0..n) *= num / den, in float32 or float64 (scales_locally) */
+static void scale(mpu_dtype dt, unsigned char *p, size_t n, int64_t num, int64_t den) {
+  if (dt == MPU_FLOAT32)
     for (size_t k = 0; k < n; k++) ((float *)p)[k] = ((float *)p)[k] * (float)num / (float)den;
-    return MPU_SUCCESS;
-  case MPU_FLOAT64:
+  else
     for (size_t k = 0; k < n; k++) ((double *)p)[k] = ((double *)p)[k] * (double)num / (double)den;
-    return MPU_SUCCESS;
-  case MPU_INT32:
-    for (size_t k = 0; k < n; k++) ((int32_t *)p)[k] = (int32_t)(((int32_t *)p)[k] * num / den);
-    return MPU_SUCCESS;
-  case MPU_INT64:
-    for (size_t k = 0; k < n; k++) ((int64_t *)p)[k] = ((int64_t *)p)[k] * num / den;
-    return MPU_SUCCESS;
-  default:
-    return mpu__error(MPU_ERR_UNSUPPORTED,
-                      "mpu_redistribute: scaling a Partial of %s (float32, float64, int32, int64 "
-                      "only)", mpu_dtype_name(dt));
-  }
 }
 
 /* Change mesh dim i's placement to `to`: one collective or a local step. */
 static mpu_result_t change(walk *w, int i, mpu_placement to) {
   mpu_placement from = w->cur[i];
+  if (rescales(from, to) && !scales_locally(w->dtype)) { /* exact, through Replicate */
+    MPU_CHECK(change(w, i, MPU_REPLICATE));
+    return change(w, i, to);
+  }
   int dry = !w->dm, nd = w->ndim;
   size_t n = (size_t)w->msize[i], c = (size_t)w->coord[i];
   int64_t L[MAXD], B[MAXD], zero[MAXD] = {0}, off[MAXD] = {0};
@@ -330,17 +336,16 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     if (!dry) {
       MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
       copy_box(w->es, next, L, off, w->data, w->lshape, zero, w->lshape, nd);
-      if (to.op == MPU_AVG) MPU_CHECK_GOTO(scale(w->dtype, next, numel(L, nd), (int64_t)n, 1), r, out);
+      if (to.op == MPU_AVG) scale(w->dtype, next, numel(L, nd), (int64_t)n, 1);
     }
   } else { /* Replicate -> Partial, Partial(sum) <-> Partial(avg): local */
     say(w, i, from, to, "local", 0);
     if (!dry) {
       size_t m = numel(L, nd);
       if (from.kind == MPU_PLACE_REPLICATE && to.op == MPU_SUM && c) memset(w->data, 0, m * w->es);
-      if (from.kind == MPU_PLACE_PARTIAL && from.op == MPU_SUM)
-        MPU_CHECK_GOTO(scale(w->dtype, w->data, m, (int64_t)n, 1), r, out);
-      if (from.kind == MPU_PLACE_PARTIAL && from.op == MPU_AVG)
-        MPU_CHECK_GOTO(scale(w->dtype, w->data, m, 1, (int64_t)n), r, out);
+      if (from.kind == MPU_PLACE_PARTIAL)
+        scale(w->dtype, w->data, m, from.op == MPU_SUM ? (int64_t)n : 1,
+              from.op == MPU_SUM ? 1 : (int64_t)n);
     }
   }
   if (next) {

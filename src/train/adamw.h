@@ -27,6 +27,20 @@ mpu_result_t mpu__adamw_agree(const char *fn, mpu_comm *group, const mpu_adamw_o
 mpu_result_t mpu__grad_norm(const char *fn, double sq, mpu_comm *norm_group, float *grad_norm,
                             float *norm);
 
+/* One entry of a step of several: its buffer and the steps it has done. */
+typedef struct mpu__stepped {
+  const mpu_param_buffer *b;
+  int64_t step;
+  int index; /* set by mpu__step_all_check */
+} mpu__stepped;
+
+/* What a step of the n entries needs before it changes anything: every step
+ * count in [0, INT64_MAX) (the next one is counted, and bias-corrected, in
+ * int64), and no parameter buffer twice (it would be updated twice and its
+ * gradient counted twice in the norm). `what` names an entry in the message
+ * ("buffer", "optimizer"). Reorders e. */
+mpu_result_t mpu__step_all_check(const char *fn, const char *what, mpu__stepped *e, int n);
+
 /* torch's AdamW on one element: decoupled decay, then the bias-corrected step */
 static inline void mpu__adamw_element(float *p, float g, float *m, float *v, float decay,
                                       const mpu_adamw_options *o, float bc1, float bc2) {

@@ -249,11 +249,24 @@ mpu_result_t mpu_fsdp_set_param(mpu_fsdp *f, int i, const float *values) {
   if (!values) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_fsdp_set_param: NULL values");
   mpu_fsdp_span sp;
   MPU_CHECK(mpu_fsdp_param_span(f, i, &sp));
+  MPU_CHECK(mpu_fsdp_reshard(f, mpu_fsdp_bucket_of(f, i))); /* the piece changes: regather */
   if (sp.hi > sp.lo) memcpy(sp.param, values + sp.lo, (sp.hi - sp.lo) * sizeof(float));
   return MPU_SUCCESS;
 }
 
 /* ---- unshard / reshard -------------------------------------------------------------------------- */
+
+/* A gather in flight carries the pieces as they were when it started: wait
+ * it out (every rank of the shard group started it, so it ends) and discard
+ * what it brought, so that the next unshard gathers the pieces anew. */
+static mpu_result_t drop_gather(mpu_fsdp *f, bucket *c) {
+  if (!c->gather) return MPU_SUCCESS;
+  mpu_request *req = c->gather;
+  c->gather = NULL;
+  mpu_result_t r = mpu_request_wait(req);
+  give(f, &c->staging, padded(f, c));
+  return r;
+}
 
 mpu_result_t mpu_fsdp_prefetch(mpu_fsdp *f, int k) {
   static const char fn[] = "mpu_fsdp_prefetch";
@@ -292,7 +305,7 @@ mpu_result_t mpu_fsdp_reshard(mpu_fsdp *f, int k) {
   bucket *c = &f->bk[k];
   give(f, &c->whole, padded(f, c));
   c->is_whole = 0;
-  return MPU_SUCCESS;
+  return drop_gather(f, c);
 }
 
 mpu_result_t mpu_fsdp_forward_done(mpu_fsdp *f, int k) {
@@ -458,6 +471,12 @@ mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
     if (fs[i]->shard != fs[0]->shard)
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: buffer %d has another shard group", fn, i);
   }
+  mpu__stepped *e = malloc((size_t)n * sizeof *e);
+  if (!e) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d sharded buffers", fn, n);
+  for (int i = 0; i < n; i++) e[i].b = fs[i]->b, e[i].step = fs[i]->step;
+  mpu_result_t checked = mpu__step_all_check(fn, "buffer", e, n);
+  free(e);
+  MPU_CHECK(checked);
   double sq = 0;
   for (int i = 0; i < n; i++) {
     MPU_CHECK(mpu_fsdp_sync_grads(fs[i]));

@@ -9,6 +9,7 @@
  * parameters travel.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -473,6 +474,34 @@ mpu_result_t mpu__grad_norm(const char *fn, double sq, mpu_comm *norm_group, flo
   return MPU_SUCCESS;
 }
 
+static int by_buffer(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const mpu__stepped *)a)->b;
+  uintptr_t y = (uintptr_t)((const mpu__stepped *)b)->b;
+  return x < y ? -1 : x > y;
+}
+
+mpu_result_t mpu__step_all_check(const char *fn, const char *what, mpu__stepped *e, int n) {
+  for (int i = 0; i < n; i++) {
+    if (e[i].step < 0 || e[i].step == INT64_MAX)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: %s %d has done %lld steps (want 0 to %lld: the next step's count "
+                        "must fit in int64); nothing was changed",
+                        fn, what, i, (long long)e[i].step, (long long)INT64_MAX - 1);
+    e[i].index = i;
+  }
+  qsort(e, (size_t)n, sizeof *e, by_buffer); /* n log n: any number of entries */
+  for (int i = 1; i < n; i++)
+    if (e[i].b == e[i - 1].b) {
+      int a = e[i - 1].index < e[i].index ? e[i - 1].index : e[i].index;
+      int z = e[i - 1].index < e[i].index ? e[i].index : e[i - 1].index;
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: %ss %d and %d step the same parameter buffer (it would be updated "
+                        "twice and counted twice in the norm); nothing was changed",
+                        fn, what, a, z);
+    }
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm *norm_group,
                                     float *grad_norm) {
   static const char fn[] = "mpu_optimizer_step_all";
@@ -487,6 +516,12 @@ mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm 
                         "gradients itself and cannot take all-reduced ones (grads_reduced)", fn, i);
     }
   }
+  mpu__stepped *e = malloc((size_t)n * sizeof *e);
+  if (!e) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d optimizers", fn, n);
+  for (int i = 0; i < n; i++) e[i].b = opts[i]->b, e[i].step = opts[i]->step;
+  mpu_result_t checked = mpu__step_all_check(fn, "optimizer", e, n);
+  free(e);
+  MPU_CHECK(checked);
   double sq = 0;
   for (int i = 0; i < n; i++) {
     mpu_optimizer *opt = opts[i];
