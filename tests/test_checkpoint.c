@@ -297,8 +297,10 @@ static void test_reshard(void **state) {
   fclose(f);
   /* one corrupted byte in rank 3's file: tp 4 ranks that do not read it fail too, and no
    * rank's memory changes */
-  char rank3[300];
-  snprintf(rank3, sizeof rank3, "%s/rank00003.safetensors", dir_a);
+  char rank3[600], folder[512];
+  assert_int_equal(mpu_ckpt_latest(dir_a, folder, sizeof folder), 0);
+  assert_non_null(strstr(folder, "/iter_0000007")); /* the root's iteration of step 7 */
+  snprintf(rank3, sizeof rank3, "%s/rank00003.safetensors", folder);
   struct stat st;
   assert_int_equal(stat(rank3, &st), 0);
   f = fopen(rank3, "r+b");
@@ -483,7 +485,7 @@ static void patch(const char *path, long at, const void *bytes, size_t n) {
 
 static void test_refusals(void **state) {
   (void)state;
-  char dir[256], file[300];
+  char dir[256], folder[300], file[400];
   make_dir("refusals", dir, sizeof dir);
   mpu_ckpt_set set;
   one_rank_set(&set, "b", 6);
@@ -491,7 +493,8 @@ static void test_refusals(void **state) {
   for (int i = 0; i < 6; i++) one_b[i] = 100.0f + (float)i;
   assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
   mpu_ckpt_set_free(&set);
-  snprintf(file, sizeof file, "%s/rank00000.safetensors", dir);
+  snprintf(folder, sizeof folder, "%s/iter_0000000", dir); /* step 0 */
+  snprintf(file, sizeof file, "%s/rank00000.safetensors", folder);
 
   one_rank_set(&set, "c", 6); /* c is missing, b is extra */
   expect_failure(dir, &set, "'c'", "missing");
@@ -521,8 +524,8 @@ static void test_refusals(void **state) {
   assert_int_equal(truncate(file, st.st_size - 4), 0);
   expect_failure(dir, &set, "rank00000.safetensors", "truncated");
   /* no index: a save that did not finish */
-  char index[300];
-  snprintf(index, sizeof index, "%s/index.json", dir);
+  char index[400];
+  snprintf(index, sizeof index, "%s/index.json", folder);
   assert_int_equal(unlink(index), 0);
   expect_failure(dir, &set, "index.json", "did not finish");
   /* an index that is not JSON */
