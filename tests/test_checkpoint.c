@@ -670,7 +670,72 @@ static void test_save_refusals(void **state) {
   assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
   assert_true(in.adamw.lr == set.adamw.lr && in.optimizer_step == 3 && in.step == 4);
   mpu_ckpt_close(ck);
+  /* the same step again: the new folder takes the old one's place, no *.tmp is left */
+  for (int i = 0; i < 12; i++) one_a[i] = 50.0f + (float)i;
+  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
+  for (int i = 0; i < 12; i++) one_a[i] = -1.0f;
+  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
+  assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
+  assert_true(one_a[11] == 61.0f);
+  mpu_ckpt_close(ck);
+  char tmp[400];
+  snprintf(tmp, sizeof tmp, "%s/iter_0000004.tmp", dir);
+  assert_int_equal(stat(tmp, &st), -1);
   mpu_ckpt_set_free(&set);
+  remove_dir(dir);
+}
+
+/* ---- which folder a root means ------------------------------------------------------------ */
+
+static void touch(const char *dir, const char *name, const char *text) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void expect_latest(const char *dir, const char *want) {
+  char got[600], path[600];
+  assert_int_equal(mpu_ckpt_latest(dir, got, sizeof got), 0);
+  snprintf(path, sizeof path, "%s%s", dir, want);
+  if (strcmp(got, path)) fail_msg("%s means '%s', not '%s'", dir, got, path);
+}
+
+static void test_latest(void **state) {
+  (void)state;
+  char dir[256], sub[400];
+  make_dir("latest", dir, sizeof dir);
+  expect_latest(dir, ""); /* nothing there: the folder itself (open then says why) */
+  assert_int_equal(mkdir(dir, 0755), 0);
+  touch(dir, "index.json", "{}"); /* saved before roots: the folder itself */
+  expect_latest(dir, "");
+  const char *iters[] = {"iter_0000010", "iter_0000020", "iter_0000030", "iter_0000040.tmp",
+                         "iter_0000050", "iter_x"};
+  for (int i = 0; i < 6; i++) {
+    snprintf(sub, sizeof sub, "%s/%s", dir, iters[i]);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    if (i != 4) touch(sub, "index.json", "{}"); /* 50 did not finish */
+  }
+  expect_latest(dir, "/iter_0000030"); /* no tracker: the highest complete iteration */
+  touch(dir, "latest_checkpointed_iteration.txt", "20\n");
+  expect_latest(dir, "/iter_0000020"); /* the tracker, as Megatron-LM */
+  touch(dir, "latest_checkpointed_iteration.txt", "50");
+  expect_latest(dir, "/iter_0000030"); /* it names a folder without an index */
+  touch(dir, "latest_checkpointed_iteration.txt", "-20");
+  expect_latest(dir, "/iter_0000030");
+  touch(dir, "latest_checkpointed_iteration.txt", "99999999999999999999999");
+  expect_latest(dir, "/iter_0000030");
+  snprintf(sub, sizeof sub, "%s/latest_checkpointed_iteration.txt", dir);
+  assert_int_equal(unlink(sub), 0);
+  assert_int_equal(mkfifo(sub, 0644), 0); /* read without blocking, and refused */
+  expect_latest(dir, "/iter_0000030");
+  snprintf(sub, sizeof sub, "%s/iter_0000010", dir);
+  expect_latest(sub, ""); /* one iteration's folder given directly */
+  char small[8];
+  assert_int_equal(mpu_ckpt_latest(dir, small, sizeof small), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_ckpt_latest(NULL, small, sizeof small), MPU_ERR_INVALID_ARGUMENT);
   remove_dir(dir);
 }
 
@@ -680,6 +745,7 @@ int main(void) {
       cmocka_unit_test(test_fsdp),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_save_refusals),
+      cmocka_unit_test(test_latest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
