@@ -76,12 +76,13 @@ if [ $quick -eq 0 ]; then
   check_continued zero1_to_hsdp
 fi
 # every continued run's steps 11-20 against the uninterrupted parallel run's (the demo's 1e-4)
-for i in "${!layouts[@]}"; do
+same_losses() { # name
   paste <(grep -E '^ +(1[1-9]|20) ' "$tmp/save.txt" | awk '{print $2}') \
-        <(grep -E '^ +(1[1-9]|20) ' "$tmp/load$i.txt" | awk '{print $2}') |
+        <(grep -E '^ +(1[1-9]|20) ' "$tmp/$1.txt" | awk '{print $2}') |
     awk 'BEGIN { n = 0; bad = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $1) bad++ }
-         END { exit !(n == 10 && bad == 0) }' && ok || bad "load$i: steps 11-20 differ from the uninterrupted run"
-done
+         END { exit !(n == 10 && bad == 0) }' && ok || bad "$1: steps 11-20 differ from the uninterrupted run"
+}
+for i in "${!layouts[@]}"; do same_losses "load$i"; done
 # the tool
 "$mpu" ckpt inspect "$tmp/ck" >"$tmp/inspect.txt" && grep -q "step 10" "$tmp/inspect.txt" && ok || bad "inspect"
 "$mpu" ckpt inspect "$tmp/ck" --format json | python3 -c '
@@ -105,6 +106,7 @@ cp "$tmp/ck/iter_0000010/rank00000.safetensors" "$tmp/later/iter_0000020/"
 echo 2x >"$tmp/later/latest_checkpointed_iteration.txt"
 run later "$mpu" demo gpt --steps 20 ${layouts[0]} --load "$tmp/later"
 check_continued later
+same_losses later
 cp -r "$tmp/ck/iter_0000010" "$tmp/bad"
 # flip a byte in the middle of rank 5's data: the load names the tensor and the file
 size=$(stat -c %s "$tmp/bad/rank00005.safetensors")

@@ -452,6 +452,7 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
     if (b && !r) r = b;
   }
   if (!r && status)
-    r = mpu__error(MPU_ERR_ABORTED, "%s: rank 0 could not write the index of %s", fn, dir);
+    r = mpu__error(MPU_ERR_ABORTED,
+                   "%s: rank 0 could not write the index of %s or put its folder in place", fn, dir);
   return r;
 }
