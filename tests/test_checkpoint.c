@@ -10,10 +10,13 @@
  * value the test computes from Megatron's stride rule itself, and that it
  * read no more than the index and the pieces that overlap its slices. Then
  * what must fail does, naming the tensor and the file, leaving the caller's
- * memory as it was; and a save killed at random points never leaves a
- * directory that opens and verifies unless it holds one whole save.
+ * memory as it was; and a save whose index the loader would refuse (a NaN
+ * lr, a negative step, a layout out of range, too many metadata pairs) is
+ * refused on every rank before anything is written. Saves killed midway and
+ * a full disk: test_ckpt_crash.c.
  */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -297,8 +300,10 @@ static void test_reshard(void **state) {
   fclose(f);
   /* one corrupted byte in rank 3's file: tp 4 ranks that do not read it fail too, and no
    * rank's memory changes */
-  char rank3[300];
-  snprintf(rank3, sizeof rank3, "%s/rank00003.safetensors", dir_a);
+  char rank3[600], folder[512];
+  assert_int_equal(mpu_ckpt_latest(dir_a, folder, sizeof folder), 0);
+  assert_non_null(strstr(folder, "/iter_0000007")); /* the root's iteration of step 7 */
+  snprintf(rank3, sizeof rank3, "%s/rank00003.safetensors", folder);
   struct stat st;
   assert_int_equal(stat(rank3, &st), 0);
   f = fopen(rank3, "r+b");
@@ -483,7 +488,7 @@ static void patch(const char *path, long at, const void *bytes, size_t n) {
 
 static void test_refusals(void **state) {
   (void)state;
-  char dir[256], file[300];
+  char dir[256], folder[300], file[400];
   make_dir("refusals", dir, sizeof dir);
   mpu_ckpt_set set;
   one_rank_set(&set, "b", 6);
@@ -491,7 +496,8 @@ static void test_refusals(void **state) {
   for (int i = 0; i < 6; i++) one_b[i] = 100.0f + (float)i;
   assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
   mpu_ckpt_set_free(&set);
-  snprintf(file, sizeof file, "%s/rank00000.safetensors", dir);
+  snprintf(folder, sizeof folder, "%s/iter_0000000", dir); /* step 0 */
+  snprintf(file, sizeof file, "%s/rank00000.safetensors", folder);
 
   one_rank_set(&set, "c", 6); /* c is missing, b is extra */
   expect_failure(dir, &set, "'c'", "missing");
@@ -521,8 +527,8 @@ static void test_refusals(void **state) {
   assert_int_equal(truncate(file, st.st_size - 4), 0);
   expect_failure(dir, &set, "rank00000.safetensors", "truncated");
   /* no index: a save that did not finish */
-  char index[300];
-  snprintf(index, sizeof index, "%s/index.json", dir);
+  char index[400];
+  snprintf(index, sizeof index, "%s/index.json", folder);
   assert_int_equal(unlink(index), 0);
   expect_failure(dir, &set, "index.json", "did not finish");
   /* an index that is not JSON */
@@ -558,83 +564,179 @@ static void test_refusals(void **state) {
   remove_dir(dir);
 }
 
-/* ---- a save killed midway ------------------------------------------------------------------ */
+/* ---- saves that could never be loaded are refused before anything is written ---------- */
 
-enum { KILL_RANKS = 4, KILL_ELEMS = 1 << 18 };
-static char kill_dir[256];
-
-/* every rank saves its quarter of one tensor, all elements = the save's number, forever */
-static mpu_result_t save_forever(mpu_comm *world, void *arg) {
-  (void)arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
-  float *data = malloc(KILL_ELEMS * sizeof(float));
-  if (!data) return MPU_ERR_OUT_OF_MEMORY;
-  int64_t shape[1] = {(int64_t)KILL_RANKS * KILL_ELEMS}, local[1] = {KILL_ELEMS};
-  mpu_ckpt_box box;
-  memset(&box, 0, sizeof box);
-  box.global_offset[0] = (int64_t)rank * KILL_ELEMS, box.length[0] = KILL_ELEMS;
-  for (int k = 1;; k++) {
-    for (int i = 0; i < KILL_ELEMS; i++) data[i] = (float)k;
-    mpu_ckpt_set set;
-    mpu_ckpt_set_init(&set);
-    mpu_ckpt_span sp = {0, KILL_ELEMS, data};
-    mpu_result_t r = mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, local, &box, 1, &sp, 1, &sp, 1);
-    set.step = k;
-    if (!r) r = mpu_ckpt_save(kill_dir, world, &set);
-    mpu_ckpt_set_free(&set);
-    if (r) return r;
+/* the set one_rank_set gives, with one field spoiled by how */
+static void spoil(mpu_ckpt_set *set, int how) {
+  set->has_adamw = 1, set->adamw = (mpu_adamw_options)MPU_ADAMW_OPTIONS_INIT;
+  switch (how) {
+  case 0: set->adamw.lr = NAN; break;
+  case 1: set->adamw.clip_grad = INFINITY; break;
+  case 2: set->step = -1; break;
+  case 3: set->optimizer_step = -5; break;
+  case 4: set->layout.tp = 1 << 25; break;
+  case 5: set->layout.dp = -1; break;
+  case 6: set->n_meta = MPU_CKPT_META_MAX + 1; break;
+  case 7: set->n_meta = -1; break;
+  case 8: memset(set->layout.flavor, 'x', sizeof set->layout.flavor); break;
+  case 9: /* a key twice: JSON objects hold each once */
+    mpu_ckpt_set_meta(set, "k", "1");
+    mpu_ckpt_set_meta(set, "j", "2");
+    set->meta[1][0][0] = 'k';
+    break;
+  case 10: /* a value without its NUL */
+    mpu_ckpt_set_meta(set, "k", "1");
+    memset(set->meta[0][1], 'v', sizeof set->meta[0][1]);
+    break;
   }
 }
 
-static void test_killed_saves(void **state) {
+static const char *const spoiled[] = {"lr",     "clip_grad", "step -1", "optimizer step",
+                                      "tp",     "dp",        "33 metadata", "-1 metadata",
+                                      "flavor", "twice",     "too long"};
+enum { NSPOILED = sizeof spoiled / sizeof *spoiled };
+
+typedef struct refusal_job {
+  const char *dir;
+  mpu_result_t r[2];
+  char msg[2][512];
+} refusal_job;
+
+/* rank 1's set is spoiled (lr NaN), or (r->dir ending in "steps") the ranks save different steps */
+static mpu_result_t refused_rank(mpu_comm *world, void *arg) {
+  refusal_job *j = arg;
+  int rank;
+  mpu_comm_rank(world, &rank);
+  mpu_ckpt_set set;
+  float x[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {8}, local[1] = {4};
+  mpu_ckpt_box box;
+  memset(&box, 0, sizeof box);
+  box.global_offset[0] = 4 * rank, box.length[0] = 4;
+  mpu_ckpt_span sp = {0, 4, x};
+  mpu_ckpt_set_init(&set);
+  mpu_result_t r = mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, local, &box, 1, &sp, 1, &sp, 1);
+  int steps = strstr(j->dir, "steps") != NULL;
+  if (steps) set.step = 5 + rank;
+  else if (rank == 1) spoil(&set, 0);
+  if (!r) r = mpu_ckpt_save(j->dir, world, &set);
+  j->r[rank] = r;
+  snprintf(j->msg[rank], sizeof j->msg[rank], "%s", mpu_last_error());
+  mpu_ckpt_set_free(&set);
+  return MPU_SUCCESS;
+}
+
+static void test_save_refusals(void **state) {
   (void)state;
-  make_dir("killed", kill_dir, sizeof kill_dir);
-  unsigned seed = (unsigned)time(NULL);
-  int complete = 0, refused = 0;
-  float *all = malloc((size_t)KILL_RANKS * KILL_ELEMS * sizeof(float));
-  assert_non_null(all);
-  for (int round = 0; round < 20; round++) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-      mpu_launch(KILL_RANKS, save_forever, NULL, NULL, NULL);
-      _exit(3);
-    }
-    usleep(20000 + (useconds_t)(rand_r(&seed) % 400000)); /* somewhere in a save */
-    kill(pid, SIGKILL);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFSIGNALED(status)); /* it was still saving */
-    /* what inspect does: open (index and sizes) and read every piece (CRC-32) */
-    mpu_ckpt *ck = NULL;
-    if (mpu_ckpt_open(kill_dir, &ck) || mpu_ckpt_verify(ck)) {
-      if (round == 0) printf("killed save refused: %s\n", mpu_last_error());
-      refused++;
-      mpu_ckpt_close(ck);
-      continue;
-    }
-    /* accepted: it must hold one whole save, every element of the same one */
-    mpu_ckpt_info in;
-    mpu_ckpt_get_info(ck, &in);
+  char dir[256];
+  struct stat st;
+  make_dir("unloadable", dir, sizeof dir);
+  for (int how = 0; how < NSPOILED; how++) {
     mpu_ckpt_set set;
-    mpu_ckpt_set_init(&set);
-    int64_t shape[1] = {(int64_t)KILL_RANKS * KILL_ELEMS};
-    mpu_ckpt_box box;
-    memset(&box, 0, sizeof box);
-    box.length[0] = shape[0];
-    mpu_ckpt_span sp = {0, (size_t)shape[0], all};
-    assert_int_equal(mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, shape, &box, 1, &sp, 1, NULL, 0), 0);
-    assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
-    for (int64_t i = 0; i < shape[0]; i++)
-      if (all[i] != (float)in.step) fail_msg("element %lld is %g, the save's step %lld", (long long)i, all[i], (long long)in.step);
-    complete++;
+    one_rank_set(&set, "b", 6);
+    spoil(&set, how);
+    mpu_result_t r = mpu_ckpt_save(dir, NULL, &set);
     mpu_ckpt_set_free(&set);
-    mpu_ckpt_close(ck);
+    if (r != MPU_ERR_INVALID_ARGUMENT || !strstr(mpu_last_error(), spoiled[how]))
+      fail_msg("spoiled %d: %s: '%s' lacks '%s'", how, mpu_result_name(r), mpu_last_error(), spoiled[how]);
+    assert_int_equal(stat(dir, &st), -1); /* nothing written, not even the folder */
   }
-  printf("killed saves: %d left a complete checkpoint, %d a directory that is refused\n", complete, refused);
-  free(all);
-  remove_dir(kill_dir);
+  /* one rank's set: every rank refuses, the others naming it */
+  refusal_job j = {dir, {0, 0}, {"", ""}};
+  assert_int_equal(mpu_launch(2, refused_rank, &j, NULL, NULL), MPU_SUCCESS);
+  assert_int_equal(j.r[1], MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(j.msg[1], "lr"));
+  assert_int_equal(j.r[0], MPU_ERR_ABORTED);
+  if (!strstr(j.msg[0], "rank 1")) fail_msg("'%s' does not name rank 1", j.msg[0]);
+  assert_int_equal(stat(dir, &st), -1);
+  /* ranks that save different steps */
+  char steps[300];
+  snprintf(steps, sizeof steps, "%s_steps", dir);
+  j.dir = steps;
+  assert_int_equal(mpu_launch(2, refused_rank, &j, NULL, NULL), MPU_SUCCESS);
+  assert_int_equal(j.r[0], MPU_ERR_MISMATCH);
+  assert_int_equal(j.r[1], MPU_ERR_MISMATCH);
+  if (!strstr(j.msg[0], "step 6")) fail_msg("'%s' does not name step 6", j.msg[0]);
+  assert_int_equal(stat(steps, &st), -1);
+  /* what a loader reads back of a good one: the same hyper-parameters */
+  mpu_ckpt_set set;
+  one_rank_set(&set, "b", 6);
+  spoil(&set, -1);
+  set.adamw.lr = 1.0000001e-3f, set.optimizer_step = 3, set.step = 4;
+  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
+  mpu_ckpt *ck = NULL;
+  mpu_ckpt_info in;
+  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
+  assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
+  assert_true(in.adamw.lr == set.adamw.lr && in.optimizer_step == 3 && in.step == 4);
+  mpu_ckpt_close(ck);
+  /* the same step again: the new folder takes the old one's place, no *.tmp is left */
+  for (int i = 0; i < 12; i++) one_a[i] = 50.0f + (float)i;
+  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
+  for (int i = 0; i < 12; i++) one_a[i] = -1.0f;
+  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
+  assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
+  assert_true(one_a[11] == 61.0f);
+  mpu_ckpt_close(ck);
+  char tmp[400];
+  snprintf(tmp, sizeof tmp, "%s/iter_0000004.tmp", dir);
+  assert_int_equal(stat(tmp, &st), -1);
+  mpu_ckpt_set_free(&set);
+  remove_dir(dir);
+}
+
+/* ---- which folder a root means ------------------------------------------------------------ */
+
+static void touch(const char *dir, const char *name, const char *text) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void expect_latest(const char *dir, const char *want) {
+  char got[600], path[600];
+  assert_int_equal(mpu_ckpt_latest(dir, got, sizeof got), 0);
+  snprintf(path, sizeof path, "%s%s", dir, want);
+  if (strcmp(got, path)) fail_msg("%s means '%s', not '%s'", dir, got, path);
+}
+
+static void test_latest(void **state) {
+  (void)state;
+  char dir[256], sub[400];
+  make_dir("latest", dir, sizeof dir);
+  expect_latest(dir, ""); /* nothing there: the folder itself (open then says why) */
+  assert_int_equal(mkdir(dir, 0755), 0);
+  touch(dir, "index.json", "{}"); /* saved before roots: the folder itself */
+  expect_latest(dir, "");
+  const char *iters[] = {"iter_0000010", "iter_0000020", "iter_0000030", "iter_0000040.tmp",
+                         "iter_0000050", "iter_x"};
+  for (int i = 0; i < 6; i++) {
+    snprintf(sub, sizeof sub, "%s/%s", dir, iters[i]);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    if (i != 4) touch(sub, "index.json", "{}"); /* 50 did not finish */
+  }
+  expect_latest(dir, "/iter_0000030"); /* no tracker: the highest complete iteration */
+  touch(dir, "latest_checkpointed_iteration.txt", "20\n");
+  expect_latest(dir, "/iter_0000020"); /* the tracker, as Megatron-LM */
+  touch(dir, "latest_checkpointed_iteration.txt", "50");
+  expect_latest(dir, "/iter_0000030"); /* it names a folder without an index */
+  touch(dir, "latest_checkpointed_iteration.txt", "-20");
+  expect_latest(dir, "/iter_0000030");
+  touch(dir, "latest_checkpointed_iteration.txt", "99999999999999999999999");
+  expect_latest(dir, "/iter_0000030");
+  snprintf(sub, sizeof sub, "%s/latest_checkpointed_iteration.txt", dir);
+  assert_int_equal(unlink(sub), 0);
+  assert_int_equal(mkfifo(sub, 0644), 0); /* read without blocking, and refused */
+  expect_latest(dir, "/iter_0000030");
+  snprintf(sub, sizeof sub, "%s/iter_0000010", dir);
+  expect_latest(sub, ""); /* one iteration's folder given directly */
+  char small[8];
+  assert_int_equal(mpu_ckpt_latest(dir, small, sizeof small), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_ckpt_latest(NULL, small, sizeof small), MPU_ERR_INVALID_ARGUMENT);
+  remove_dir(dir);
 }
 
 int main(void) {
@@ -642,7 +744,8 @@ int main(void) {
       cmocka_unit_test(test_reshard),
       cmocka_unit_test(test_fsdp),
       cmocka_unit_test(test_refusals),
-      cmocka_unit_test(test_killed_saves),
+      cmocka_unit_test(test_save_refusals),
+      cmocka_unit_test(test_latest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

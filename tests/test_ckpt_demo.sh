@@ -8,9 +8,10 @@
 # (tp 2 x dp 4) continues in tp 2 x pp 2 x dp 2 under ZeRO-1, and the ZeRO-1
 # save continues under --hsdp 2x2 (tp 2). On thread ranks, and with MPIRUN given also
 # under mpirun (saved by MPI processes, loaded by MPI processes). Then the
-# tool: inspect accepts the checkpoint, merge writes one file, a corrupted or
-# truncated piece is refused naming the tensor and the file, bad arguments
-# exit 2.
+# tool: inspect accepts the checkpoint (its root, or the iteration's folder), merge
+# writes one file, a corrupted or truncated piece is refused naming the tensor and
+# the file, bad arguments exit 2. A root with a damaged tracker and what killed
+# saves leave still continues from its newest complete iteration.
 # Usage: test_ckpt_demo.sh [--quick] MPU              thread ranks and the tool
 #        test_ckpt_demo.sh [--quick] MPU MPIRUN...    MPI processes (and threads loading their save)
 # --quick (the sanitizer builds): two of the four layouts, tp 1 and tp 2 x dp 4 plain.
@@ -75,12 +76,13 @@ if [ $quick -eq 0 ]; then
   check_continued zero1_to_hsdp
 fi
 # every continued run's steps 11-20 against the uninterrupted parallel run's (the demo's 1e-4)
-for i in "${!layouts[@]}"; do
+same_losses() { # name
   paste <(grep -E '^ +(1[1-9]|20) ' "$tmp/save.txt" | awk '{print $2}') \
-        <(grep -E '^ +(1[1-9]|20) ' "$tmp/load$i.txt" | awk '{print $2}') |
+        <(grep -E '^ +(1[1-9]|20) ' "$tmp/$1.txt" | awk '{print $2}') |
     awk 'BEGIN { n = 0; bad = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $1) bad++ }
-         END { exit !(n == 10 && bad == 0) }' && ok || bad "load$i: steps 11-20 differ from the uninterrupted run"
-done
+         END { exit !(n == 10 && bad == 0) }' && ok || bad "$1: steps 11-20 differ from the uninterrupted run"
+}
+for i in "${!layouts[@]}"; do same_losses "load$i"; done
 # the tool
 "$mpu" ckpt inspect "$tmp/ck" >"$tmp/inspect.txt" && grep -q "step 10" "$tmp/inspect.txt" && ok || bad "inspect"
 "$mpu" ckpt inspect "$tmp/ck" --format json | python3 -c '
@@ -90,7 +92,22 @@ assert d["complete"] and d["step"] == 10 and d["layout"]["tp"] == 2 and d["layou
 assert len(d["files"]) == 8 and any(t["name"] == "layer3.qkv.weight" and t["shape"] == [192, 64] for t in d["tensors"])
 ' && ok || bad "inspect --format json"
 "$mpu" ckpt merge "$tmp/ck" "$tmp/model.safetensors" >/dev/null && [ -s "$tmp/model.safetensors" ] && ok || bad "merge"
-cp -r "$tmp/ck" "$tmp/bad"
+# the root names iteration 10, which holds the files (Megatron's layout)
+[ "$(cat "$tmp/ck/latest_checkpointed_iteration.txt")" = "10" ] && [ -s "$tmp/ck/iter_0000010/index.json" ] &&
+  [ "$(ls "$tmp/ck")" = "$(printf 'iter_0000010\nlatest_checkpointed_iteration.txt')" ] && ok || bad "the root: $(ls "$tmp/ck")"
+# one iteration's folder given directly
+"$mpu" ckpt inspect "$tmp/ck/iter_0000010" >"$tmp/inspect.txt" && grep -q "iter_0000010: complete.*step 10" "$tmp/inspect.txt" && ok || bad "inspect of iter_0000010"
+# what a save killed later leaves (its .tmp folder, an iteration folder without an index) and
+# a damaged tracker: the newest complete iteration is still the one loaded
+cp -r "$tmp/ck" "$tmp/later"
+mkdir "$tmp/later/iter_0000015.tmp" "$tmp/later/iter_0000020"
+cp "$tmp/ck/iter_0000010/rank00000.safetensors" "$tmp/later/iter_0000015.tmp/"
+cp "$tmp/ck/iter_0000010/rank00000.safetensors" "$tmp/later/iter_0000020/"
+echo 2x >"$tmp/later/latest_checkpointed_iteration.txt"
+run later "$mpu" demo gpt --steps 20 ${layouts[0]} --load "$tmp/later"
+check_continued later
+same_losses later
+cp -r "$tmp/ck/iter_0000010" "$tmp/bad"
 # flip a byte in the middle of rank 5's data: the load names the tensor and the file
 size=$(stat -c %s "$tmp/bad/rank00005.safetensors")
 printf '\x7f' | dd of="$tmp/bad/rank00005.safetensors" bs=1 seek=$((size - 100)) conv=notrunc status=none

@@ -53,6 +53,9 @@ def main():
             if float(np.abs(x - y).max()) > tol:
                 failures.append("%s differs from the one-rank model by %g" % (name, float(np.abs(x - y).max())))
         # the rank files are safetensors files too; the pieces rebuild the tensors exactly
+        # the root's newest iteration, as latest_checkpointed_iteration.txt names it (Megatron's)
+        it = int(open(os.path.join(par, "latest_checkpointed_iteration.txt")).read())
+        par = os.path.join(par, "iter_%07d" % it)
         index = json.load(open(os.path.join(par, "index.json")))
         files = {f["name"]: load_file(os.path.join(par, f["name"])) for f in index["files"]}
         for name, t in index["tensors"].items():

@@ -15,10 +15,13 @@
  * distributed optimizer's state, this rank's piece of each bucket of a
  * sharded buffer (mpu/fsdp.h: FSDP, ZeRO-2, HSDP).
  *
- * Saving is collective over the world; a save that dies midway never leaves
- * a directory that opens: files are written under temporary names, synced
- * and renamed, and the index is written last (after removing the old one).
- * Loading reads each needed piece once with pread, checks its CRC-32, copies
+ * Saving is collective over the world and goes into a checkpoint root, one
+ * folder per iteration as Megatron-LM's (root/iter_0000100/ and the tracker
+ * root/latest_checkpointed_iteration.txt): the folder is written under a
+ * temporary name, every file and the folder synced, the index last, then
+ * renamed into place, and the tracker replaced last of all. A save killed at
+ * any byte, or one that runs out of disk, leaves every earlier iteration as
+ * it was, and the new one complete or ignored. Loading reads each needed piece once with pread, checks its CRC-32, copies
  * its overlap with every box and span of the rank, and changes nothing in
  * the caller's memory unless every rank loaded everything.
  */
@@ -168,15 +171,48 @@ MPU_API mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f,
 MPU_API mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_rank, int chunk,
                                            int *first, int *count);
 
-/* Save the set of every rank of world into dir (created if absent). */
+/*
+ * Save the set of every rank of world as iteration set->step of the
+ * checkpoint root dir (created if absent; the same path on every rank):
+ * dir/iter_<step, 7 digits>/ holds index.json and one rankNNNNN.safetensors
+ * per rank, and dir/latest_checkpointed_iteration.txt names the iteration
+ * (Megatron-LM's layout). The folder is built as dir/iter_<step>.tmp and
+ * renamed into place when every file and the index are synced; a step saved
+ * before is swapped with the new folder in one rename (Linux's
+ * RENAME_EXCHANGE; MPU_ERR_UNSUPPORTED where the file system has none).
+ * Folders *.tmp that killed saves left are removed: one job saves into a
+ * root at a time.
+ *
+ * Refused on every rank before anything is written (MPU_ERR_INVALID_ARGUMENT
+ * on the rank whose set is wrong, MPU_ERR_ABORTED naming it on the others):
+ * what the loader would refuse, a negative step or optimizer step, AdamW
+ * options out of range (a NaN or infinite lr or clip), layout sizes outside
+ * 0..2^24, a flavor without its NUL, n_meta outside 0..MPU_CKPT_META_MAX, a
+ * metadata pair or random stream name that mpu_ckpt_set_meta would refuse or
+ * that comes twice, and ranks saving different steps (MPU_ERR_MISMATCH).
+ * A save that fails later (a full disk: MPU_ERR_SYSTEM naming the file and
+ * the reason on the rank that met it) removes its folder; the root then
+ * means what it meant before.
+ */
 MPU_API mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set *set);
+
+/*
+ * The folder mpu_ckpt_open(dir) reads, into path (cap bytes): the iteration
+ * named by dir/latest_checkpointed_iteration.txt if its folder holds an
+ * index; else (no tracker, not a number, or its folder incomplete) the
+ * highest iteration folder iter_<digits> holding one; else dir itself (one
+ * iteration folder given directly, or a checkpoint saved before roots, with
+ * index.json in dir). Fails only on NULL arguments or a path over cap.
+ */
+MPU_API mpu_result_t mpu_ckpt_latest(const char *dir, char *path, size_t cap);
 
 /* ---- reading -------------------------------------------------------------------------- */
 
 typedef struct mpu_ckpt mpu_ckpt;
 
-/* Open a checkpoint: read and check its index, and that every file it names
- * has the size it says (a save that did not finish has no index). */
+/* Open a checkpoint (dir: a root, whose newest complete iteration is opened
+ * as mpu_ckpt_latest says, or one folder with an index): read and check its
+ * index, and that every file it names has the size it says. */
 MPU_API mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out);
 MPU_API void mpu_ckpt_close(mpu_ckpt *ck);
 

@@ -15,6 +15,10 @@
 #define CKPT_INDEX "index.json"
 #define CKPT_FORMAT "mpu-checkpoint"
 #define CKPT_VERSION 1
+#define CKPT_SIZE_MAX (1 << 24) /* the most of any layout size (tp, pp, vp, dp, cp, ep) */
+#define CKPT_TRACKER "latest_checkpointed_iteration.txt" /* Megatron-LM's name */
+#define CKPT_ITER_PREFIX "iter_"
+#define CKPT_STAGE_SUFFIX ".tmp" /* iter_0000100.tmp: a save in progress */
 
 /* A stored piece: a global box, the span [flat_lo, flat_hi) of its elements
  * in row-major order, and their values (flat_hi - flat_lo floats). */
@@ -45,6 +49,12 @@ uint64_t mpu__ckpt_transfer(const ckpt_piece_view *piece, int ndim, const int64_
 
 uint32_t mpu__ckpt_crc32(uint32_t crc, const void *data, size_t n);
 
+/* A metadata pair as mpu_ckpt_set_meta takes it: key a valid name, both
+ * NUL-terminated within their cap and under 64 bytes, the value printable
+ * ASCII; else MPU_ERR_INVALID_ARGUMENT naming fn. */
+mpu_result_t mpu__ckpt_meta_check(const char *fn, const char *key, size_t key_cap,
+                                  const char *value, size_t value_cap);
+
 /* 0 if name is a valid tensor name (printable ASCII, no '"' '\\' or space). */
 int mpu__ckpt_name_ok(const char *name);
 
@@ -60,5 +70,26 @@ int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name);
 /* Write data to path through path.tmp: write, fsync, rename, fsync dir. */
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,
                                   const size_t *lens, int nparts);
+
+/* fsync a folder (its entries); 0 or -1 (errno) */
+int mpu__ckpt_sync_dir(const char *dir);
+
+/* ---- a checkpoint root (root.c) ---- */
+
+/* "iter_%07d" + suffix; 0 or -1 if it does not fit */
+int mpu__ckpt_iter_name(char *out, size_t cap, int64_t iteration, const char *suffix);
+
+/* Rank 0 of a save: create root (if absent), remove what killed saves left,
+ * and create the empty folder stage where the ranks write. */
+mpu_result_t mpu__ckpt_stage(const char *root, const char *stage);
+
+/* Rank 0, after every file and the index are in stage: rename it to
+ * root/iter_N, sync root, replace the tracker. Before the rename root is as
+ * it was; after it iteration N is complete (the tracker may still name the
+ * one before). */
+mpu_result_t mpu__ckpt_publish(const char *root, const char *stage, int64_t iteration);
+
+/* Remove a stage folder and its files (a save that failed); best effort. */
+void mpu__ckpt_discard(const char *stage);
 
 #endif

@@ -36,13 +36,7 @@ void mpu_ckpt_set_free(mpu_ckpt_set *set) {
 mpu_result_t mpu_ckpt_set_meta(mpu_ckpt_set *set, const char *key, const char *value) {
   static const char fn[] = "mpu_ckpt_set_meta";
   if (!set || !key || !value) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  if (strlen(key) >= sizeof set->meta[0][0] || strlen(value) >= sizeof set->meta[0][1] ||
-      mpu__ckpt_name_ok(key))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: key '%s' or its value too long (63 bytes) or not printable", fn, key);
-  for (const char *c = value; *c; c++)
-    if (*c < 0x20 || *c > 0x7e)
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the value of '%s' is not printable", fn, key);
+  MPU_CHECK(mpu__ckpt_meta_check(fn, key, strlen(key) + 1, value, strlen(value) + 1));
   int i = 0;
   while (i < set->n_meta && strcmp(set->meta[i][0], key)) i++;
   if (i == MPU_CKPT_META_MAX)
@@ -50,6 +44,21 @@ mpu_result_t mpu_ckpt_set_meta(mpu_ckpt_set *set, const char *key, const char *v
   snprintf(set->meta[i][0], sizeof set->meta[i][0], "%s", key);
   snprintf(set->meta[i][1], sizeof set->meta[i][1], "%s", value);
   if (i == set->n_meta) set->n_meta++;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu__ckpt_meta_check(const char *fn, const char *key, size_t key_cap,
+                                  const char *value, size_t value_cap) {
+  static const size_t most = sizeof ((mpu_ckpt_set *)0)->meta[0][0];
+  size_t kn = strnlen(key, key_cap), vn = strnlen(value, value_cap);
+  if (kn == key_cap || vn == value_cap || kn >= most || vn >= most || mpu__ckpt_name_ok(key))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: metadata key '%.*s' or its value too long (%zu bytes) or not printable",
+                      fn, (int)(kn < most ? kn : most - 1), key, most - 1);
+  for (size_t c = 0; c < vn; c++)
+    if (value[c] < 0x20 || value[c] > 0x7e)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the value of metadata key '%s' is not printable",
+                        fn, key);
   return MPU_SUCCESS;
 }
 
@@ -438,12 +447,14 @@ int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name) {
   return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static void sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
+int mpu__ckpt_sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int bad = fsync(fd) && errno != EINVAL; /* EINVAL: a file system that cannot sync folders */
+  int e = errno;
+  close(fd);
+  errno = e;
+  return bad ? -1 : 0;
 }
 
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,
@@ -465,6 +476,6 @@ mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void 
     unlink(tmp);
     return mpu__error(MPU_ERR_SYSTEM, "checkpoint: cannot write %s: %s", path, strerror(e));
   }
-  sync_dir(dir);
+  mpu__ckpt_sync_dir(dir);
   return MPU_SUCCESS;
 }

@@ -106,7 +106,7 @@ static mpu_result_t read_layout(mpu_ckpt *ck) {
   int64_t v[7];
   const char *keys[7] = {"world", "tp", "pp", "vp", "dp", "cp", "ep"};
   for (int i = 0; i < 7; i++)
-    if (mpu__json_int(l, keys[i], &v[i]) || v[i] < 0 || v[i] > (1 << 24))
+    if (mpu__json_int(l, keys[i], &v[i]) || v[i] < 0 || v[i] > CKPT_SIZE_MAX)
       return bad_index(ck, NULL, "the layout lacks a size or has one out of range");
   o->world = (int)v[0], o->tp = (int)v[1], o->pp = (int)v[2], o->vp = (int)v[3];
   o->dp = (int)v[4], o->cp = (int)v[5], o->ep = (int)v[6];
@@ -271,6 +271,9 @@ mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out) {
   static const char fn[] = "mpu_ckpt_open";
   if (!dir || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
   *out = NULL;
+  char where[4096]; /* a root's newest complete iteration (root.c) */
+  MPU_CHECK(mpu_ckpt_latest(dir, where, sizeof where));
+  dir = where;
   {
     const uint16_t one = 1;
     if (*(const uint8_t *)&one != 1)

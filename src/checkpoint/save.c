@@ -2,7 +2,7 @@
  * save.c - mpu_ckpt_save: each rank writes its pieces into one safetensors
  * file and describes them in a few lines of text; rank 0 gathers the
  * descriptions, checks that every element of every tensor is saved exactly
- * once, and writes the index last.
+ * once, and writes the index last; root.c puts the folder in place.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -16,6 +16,7 @@
 #include "checkpoint/json.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "train/adamw.h"
 
 typedef struct piece {
   int tensor, box;
@@ -304,6 +305,71 @@ static mpu_result_t build_index(const mpu_ckpt_set *set, char *const *texts, int
 
 /* ---- the collective ---------------------------------------------------------------------- */
 
+/* Everything the index records besides tensors, as the reader accepts it:
+ * a save the loader would refuse is refused before anything is written. */
+static mpu_result_t check_set(const char *fn, const mpu_ckpt_set *set) {
+  if (set->step < 0)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: step %lld is negative", fn, (long long)set->step);
+  if (set->has_adamw) {
+    MPU_CHECK(mpu__adamw_check(fn, &set->adamw));
+    if (set->optimizer_step < 0)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: optimizer step %lld is negative", fn,
+                        (long long)set->optimizer_step);
+  }
+  const mpu_ckpt_layout *l = &set->layout;
+  const int sizes[6] = {l->tp, l->pp, l->vp, l->dp, l->cp, l->ep};
+  static const char *const names[6] = {"tp", "pp", "vp", "dp", "cp", "ep"};
+  for (int i = 0; i < 6; i++)
+    if (sizes[i] < 0 || sizes[i] > CKPT_SIZE_MAX)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layout %s %d out of range (0..%d)", fn,
+                        names[i], sizes[i], CKPT_SIZE_MAX);
+  if (!memchr(l->flavor, '\0', sizeof l->flavor))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the layout's flavor is not a string of at most %zu bytes",
+                      fn, sizeof l->flavor - 1);
+  if (set->n_meta < 0 || set->n_meta > MPU_CKPT_META_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d metadata pairs (0..%d)", fn, set->n_meta,
+                      MPU_CKPT_META_MAX);
+  for (int i = 0; i < set->n_meta; i++) {
+    MPU_CHECK(mpu__ckpt_meta_check(fn, set->meta[i][0], sizeof set->meta[i][0], set->meta[i][1],
+                                   sizeof set->meta[i][1]));
+    for (int k = 0; k < i; k++)
+      if (!strcmp(set->meta[k][0], set->meta[i][0]))
+        return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: metadata key '%s' twice", fn, set->meta[i][0]);
+  }
+  if (set->rng.n < 0 || set->rng.n > MPU_RNG_TRACKER_MAX)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d random streams (0..%d)", fn, set->rng.n,
+                      MPU_RNG_TRACKER_MAX);
+  for (int k = 0; k < set->rng.n; k++) {
+    const char *name = set->rng.names[k];
+    if (!memchr(name, '\0', sizeof set->rng.names[k]) || mpu__ckpt_name_ok(name))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: random stream %d's name is empty, too long, or has a space, a quote or "
+                        "a byte outside printable ASCII", fn, k);
+    for (int j = 0; j < k; j++)
+      if (!strcmp(set->rng.names[j], name))
+        return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: random stream '%s' twice", fn, name);
+  }
+  return MPU_SUCCESS;
+}
+
+/* Collective: every rank's status and step; MPU_SUCCESS only where every rank
+ * succeeded with rank 0's step (the folder's name), the first other named. */
+static mpu_result_t agree(const char *fn, mpu_comm *world, int size, mpu_result_t mine, int64_t step,
+                          const char *what) {
+  if (!world) return mine;
+  int64_t me[2] = {mine != MPU_SUCCESS, step}, *all = calloc((size_t)size * 2, sizeof *all);
+  if (!all) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d ranks", fn, size);
+  mpu_result_t r = mpu_comm_all_gather(world, me, all, 2, MPU_INT64);
+  for (int i = 0; !r && i < size; i++)
+    if (all[2 * i] && !mine)
+      r = mpu__error(MPU_ERR_ABORTED, "%s: rank %d %s; nothing written", fn, i, what);
+    else if (all[2 * i + 1] != all[1] && !all[2 * i] && !mine)
+      r = mpu__error(MPU_ERR_MISMATCH, "%s: rank %d saves step %lld, rank 0 step %lld", fn, i,
+                     (long long)all[2 * i + 1], (long long)all[1]);
+  free(all);
+  return mine ? mine : r;
+}
+
 mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set *set) {
   static const char fn[] = "mpu_ckpt_save";
   if (!dir || !*dir || !set) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
@@ -312,25 +378,16 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
     MPU_CHECK(mpu_comm_rank(world, &rank));
     MPU_CHECK(mpu_comm_size(world, &size));
   }
-  /* no index while the files change: a save that dies from here on leaves none */
-  mpu_result_t r = MPU_SUCCESS;
-  for (int k = 0; k < set->rng.n && k < MPU_RNG_TRACKER_MAX && !r; k++)
-    if (mpu__ckpt_name_ok(set->rng.names[k]))
-      r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                     "%s: random stream '%s' has a space, a quote or a byte outside printable ASCII",
-                     fn, set->rng.names[k]);
-  if (set->rng.n < 0 || set->rng.n > MPU_RNG_TRACKER_MAX)
-    r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d random streams", fn, set->rng.n);
-  if (mkdir(dir, 0755) && errno != EEXIST)
-    r = mpu__error(MPU_ERR_SYSTEM, "%s: cannot create %s: %s", fn, dir, strerror(errno));
-  char path[4096];
-  if (!r && rank == 0) {
-    if (mpu__ckpt_path(path, sizeof path, dir, CKPT_INDEX))
-      r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the path %s is too long", fn, dir);
-    else if (unlink(path) && errno != ENOENT)
-      r = mpu__error(MPU_ERR_SYSTEM, "%s: cannot remove the old %s: %s", fn, path, strerror(errno));
-  }
-  if (world) MPU_CHECK(mpu_comm_barrier(world));
+  /* the new iteration is built in dir/iter_N.tmp, which no load ever opens,
+   * and renamed into place when complete: earlier iterations stay as they are */
+  char name[64], stage[4096];
+  mpu_result_t r = check_set(fn, set);
+  if (!r && (mpu__ckpt_iter_name(name, sizeof name, set->step, CKPT_STAGE_SUFFIX) ||
+             mpu__ckpt_path(stage, sizeof stage, dir, name)))
+    r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the path %s is too long", fn, dir);
+  MPU_CHECK(agree(fn, world, size, r, set->step, "refused its set"));
+  if (rank == 0) r = mpu__ckpt_stage(dir, stage);
+  MPU_CHECK(agree(fn, world, size, r, set->step, "could not create the folder of the save"));
   piece *p = NULL;
   int np = 0;
   char file[64];
@@ -338,7 +395,7 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
   uint64_t bytes = 0;
   json_buf text = {0};
   if (!r) r = cut_pieces(set, rank, &p, &np);
-  if (!r) r = write_rank_file(dir, file, set, p, np, rank, &bytes);
+  if (!r) r = write_rank_file(stage, file, set, p, np, rank, &bytes);
   if (!r) describe(&text, set, file, bytes, p, np);
   if (!r && text.failed) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: the description", fn);
   free_pieces(p, np);
@@ -368,10 +425,11 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
   }
   mpu__jb_free(&text);
   if (!r && !cr && failed >= 0)
-    r = mpu__error(MPU_ERR_ABORTED, "%s: rank %lld could not write its file; no index written", fn,
+    r = mpu__error(MPU_ERR_ABORTED, "%s: rank %lld could not write its file; nothing saved", fn,
                    (long long)failed);
   if (!r) r = cr;
-  /* rank 0 writes the index; its status goes to every rank */
+  /* rank 0 writes the index, puts the folder in place and names it in the
+   * tracker; its status goes to every rank */
   int32_t status = r != MPU_SUCCESS;
   if (!r && rank == 0) {
     for (int i = 0; i < size; i++) texts[i] = blobs + (size_t)i * (size_t)longest;
@@ -380,17 +438,21 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
     if (!r) {
       const void *parts[1] = {ix.s};
       size_t lens[1] = {ix.len};
-      r = mpu__ckpt_write_file(dir, CKPT_INDEX, parts, lens, 1);
+      r = mpu__ckpt_write_file(stage, CKPT_INDEX, parts, lens, 1);
     }
     mpu__jb_free(&ix);
+    if (!r) r = mpu__ckpt_publish(dir, stage, set->step);
     status = r != MPU_SUCCESS;
   }
+  /* every rank has written or given up (the gathers): a failed save's folder goes */
+  if (r && rank == 0 && !cr) mpu__ckpt_discard(stage);
   free(blobs), free(texts), free(all);
   if (world && !cr) {
     mpu_result_t b = mpu_comm_broadcast(world, &status, 1, MPU_INT32, 0);
     if (b && !r) r = b;
   }
   if (!r && status)
-    r = mpu__error(MPU_ERR_ABORTED, "%s: rank 0 could not write the index of %s", fn, dir);
+    r = mpu__error(MPU_ERR_ABORTED,
+                   "%s: rank 0 could not write the index of %s or put its folder in place", fn, dir);
   return r;
 }

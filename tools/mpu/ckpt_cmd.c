@@ -15,8 +15,11 @@ static void help(void) {
   printf("usage: mpu ckpt inspect DIR [--format text|json]\n"
          "       mpu ckpt merge DIR OUT.safetensors [--all]\n"
          "\n"
-         "Distributed checkpoints (mpu/checkpoint.h, `mpu demo gpt --save DIR`): one safetensors\n"
-         "file per rank and an index.json that says where every piece of every global tensor is.\n"
+         "Distributed checkpoints (mpu/checkpoint.h, `mpu demo gpt --save DIR`): one folder per\n"
+         "saved iteration (DIR/iter_0000010/) and DIR/latest_checkpointed_iteration.txt naming\n"
+         "the newest; in each, one safetensors file per rank and an index.json that says where\n"
+         "every piece of every global tensor is. DIR may be the root (its newest complete\n"
+         "iteration is read) or one iteration's folder.\n"
          "\n"
          "  inspect DIR    the step, the layout that saved it, the optimizer, every tensor with\n"
          "                 its shape and pieces, and the bytes of each rank's file; reads every\n"
@@ -58,7 +61,8 @@ static void print_shape(const int64_t *shape, int ndim) {
 
 static int inspect(const char *dir, cli_format format) {
   mpu_ckpt *ck = NULL;
-  if (mpu_ckpt_open(dir, &ck) || mpu_ckpt_verify(ck)) {
+  char folder[4096]; /* a root's newest complete iteration */
+  if (mpu_ckpt_latest(dir, folder, sizeof folder) || mpu_ckpt_open(folder, &ck) || mpu_ckpt_verify(ck)) {
     fprintf(stderr, "mpu ckpt inspect: %s\n", mpu_last_error());
     mpu_ckpt_close(ck);
     return 1;
@@ -76,6 +80,8 @@ static int inspect(const char *dir, cli_format format) {
   if (format == CLI_JSON) {
     printf("{\"dir\": ");
     print_json_string(dir);
+    printf(", \"folder\": ");
+    print_json_string(folder);
     printf(", \"complete\": true, \"step\": %" PRId64 ", \"layout\": {\"world\": %d, "
            "\"tp\": %d, \"pp\": %d, \"vp\": %d, \"dp\": %d, \"cp\": %d, \"ep\": %d, \"zero1\": %s, "
            "\"flavor\": ",
@@ -103,7 +109,7 @@ static int inspect(const char *dir, cli_format format) {
     printf("\n ]}\n");
   } else {
     char size[32];
-    printf("# checkpoint %s: complete (every piece's CRC-32 checked), step %" PRId64 "\n", dir, in.step);
+    printf("# checkpoint %s: complete (every piece's CRC-32 checked), step %" PRId64 "\n", folder, in.step);
     printf("layout: %d ranks, tp %d x pp %d (vp %d) x dp %d%s, cp %d, ep %d, flavour %s\n", l->world,
            l->tp, l->pp, l->vp, l->dp, l->zero1 ? " (ZeRO-1)" : "", l->cp, l->ep, l->flavor);
     if (in.has_adamw)
