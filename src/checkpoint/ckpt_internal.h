@@ -25,6 +25,7 @@ typedef struct ckpt_piece_view {
   float *data;
 } ckpt_piece_view;
 
+/* The product of the sizes; UINT64_MAX when it overflows or a size is negative. */
 uint64_t mpu__ckpt_numel(int ndim, const int64_t *shape);
 
 /* How many elements of box (in local coordinates) have a local row-major
@@ -43,10 +44,19 @@ uint64_t mpu__ckpt_transfer(const ckpt_piece_view *piece, int ndim, const int64_
                             const mpu_ckpt_box *boxes, int nboxes, const mpu_ckpt_span *spans,
                             int nspans, int to_local, uint8_t *const *hits);
 
+/* Whether the stored spans of pieces[0, npieces) (each inside a tensor of
+ * shape, their sizes summing to its element count) hold every element once:
+ * on success *first = *second = -1 if they do, else two pieces that overlap. */
+mpu_result_t mpu__ckpt_tiles(int ndim, const int64_t *shape, const ckpt_piece_view *pieces,
+                             int npieces, int *first, int *second);
+
 uint32_t mpu__ckpt_crc32(uint32_t crc, const void *data, size_t n);
 
 /* 0 if name is a valid tensor name (printable ASCII, no '"' '\\' or space). */
 int mpu__ckpt_name_ok(const char *name);
+
+/* 0 if key and value may be a metadata pair of a set (mpu_ckpt_set_meta's rule). */
+int mpu__ckpt_meta_ok(const char *key, const char *value);
 
 int mpu__ckpt_kind_from_name(const char *name, mpu_ckpt_kind *out);
 

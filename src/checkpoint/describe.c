@@ -12,6 +12,7 @@
 
 #include "checkpoint/ckpt_internal.h"
 #include "core/error.h"
+#include "core/files.h"
 
 /* ---- the set ---------------------------------------------------------------------------- */
 
@@ -34,13 +35,9 @@ void mpu_ckpt_set_free(mpu_ckpt_set *set) {
 mpu_result_t mpu_ckpt_set_meta(mpu_ckpt_set *set, const char *key, const char *value) {
   static const char fn[] = "mpu_ckpt_set_meta";
   if (!set || !key || !value) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  if (strlen(key) >= sizeof set->meta[0][0] || strlen(value) >= sizeof set->meta[0][1] ||
-      mpu__ckpt_name_ok(key))
+  if (mpu__ckpt_meta_ok(key, value))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: key '%s' or its value too long (63 bytes) or not printable", fn, key);
-  for (const char *c = value; *c; c++)
-    if (*c < 0x20 || *c > 0x7e)
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the value of '%s' is not printable", fn, key);
   int i = 0;
   while (i < set->n_meta && strcmp(set->meta[i][0], key)) i++;
   if (i == MPU_CKPT_META_MAX)
@@ -49,6 +46,15 @@ mpu_result_t mpu_ckpt_set_meta(mpu_ckpt_set *set, const char *key, const char *v
   snprintf(set->meta[i][1], sizeof set->meta[i][1], "%s", value);
   if (i == set->n_meta) set->n_meta++;
   return MPU_SUCCESS;
+}
+
+int mpu__ckpt_meta_ok(const char *key, const char *value) {
+  if (strlen(key) >= sizeof ((mpu_ckpt_set *)0)->meta[0][0] ||
+      strlen(value) >= sizeof ((mpu_ckpt_set *)0)->meta[0][1] || mpu__ckpt_name_ok(key))
+    return -1;
+  for (const char *c = value; *c; c++)
+    if (*c < 0x20 || *c > 0x7e) return -1;
+  return 0;
 }
 
 int mpu__ckpt_name_ok(const char *name) {
@@ -72,7 +78,8 @@ int mpu__ckpt_kind_from_name(const char *name, mpu_ckpt_kind *out) {
 
 uint64_t mpu__ckpt_numel(int ndim, const int64_t *shape) {
   uint64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= (uint64_t)shape[d];
+  for (int d = 0; d < ndim; d++) /* four sizes of 2^40 would wrap to 0 */
+    if (shape[d] < 0 || __builtin_mul_overflow(n, (uint64_t)shape[d], &n)) return UINT64_MAX;
   return n;
 }
 
@@ -145,9 +152,10 @@ mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kin
   for (int k = 0; k < nboxes; k++) {
     for (int d = 0; d < ndim; d++) {
       const mpu_ckpt_box *b = &boxes[k];
+      /* sizes are at most 2^40: subtracting cannot overflow where adding could */
       if (b->length[d] < 1 || b->local_offset[d] < 0 || b->global_offset[d] < 0 ||
-          b->local_offset[d] + b->length[d] > local_shape[d] ||
-          b->global_offset[d] + b->length[d] > shape[d])
+          b->length[d] > local_shape[d] || b->local_offset[d] > local_shape[d] - b->length[d] ||
+          b->global_offset[d] > shape[d] - b->length[d])
         return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                           "%s: '%s': box %d leaves the local or the global tensor in dim %d", fn,
                           name, k, d);
@@ -289,14 +297,17 @@ mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f, const mpu_ckpt_gl
 
 mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_rank, int chunk, int *first,
                                    int *count) {
+  /* pp x vp in 64 bits: in int it wraps (to 0 for 65536 x 65536, a division by zero) */
+  int64_t stages = (int64_t)pp * vp;
   if (!first || !count || layers < 1 || pp < 1 || vp < 1 || pp_rank < 0 || pp_rank >= pp ||
-      chunk < 0 || chunk >= vp || layers % (pp * vp))
+      chunk < 0 || chunk >= vp || stages > layers || layers % stages)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "mpu_ckpt_chunk_layers: %d layers over pp %d x vp %d (rank %d, chunk %d): "
                       "pp x vp must divide the layers",
                       layers, pp, vp, pp_rank, chunk);
-  *count = layers / (pp * vp);
-  *first = (chunk * pp + pp_rank) * *count;
+  /* below layers: (chunk x pp + pp_rank) < pp x vp, times layers / (pp x vp) */
+  *count = (int)(layers / stages);
+  *first = (int)(((int64_t)chunk * pp + pp_rank) * *count);
   return MPU_SUCCESS;
 }
 
@@ -430,33 +441,10 @@ int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name) {
   return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static void sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-}
-
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,
                                   const size_t *lens, int nparts) {
-  char path[4096], tmp[4096 + 8];
+  char path[4096];
   if (mpu__ckpt_path(path, sizeof path, dir, name))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint: the path %s/%s is too long", dir, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return mpu__error(MPU_ERR_SYSTEM, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
-  int bad = 0;
-  for (int i = 0; i < nparts && !bad; i++) bad = mpu__ckpt_write_all(fd, parts[i], lens[i]);
-  int e = errno;
-  if (!bad && fsync(fd)) bad = 1, e = errno;
-  if (close(fd) && !bad) bad = 1, e = errno;
-  if (!bad && rename(tmp, path)) bad = 1, e = errno;
-  if (bad) {
-    unlink(tmp);
-    return mpu__error(MPU_ERR_SYSTEM, "checkpoint: cannot write %s: %s", path, strerror(e));
-  }
-  sync_dir(dir);
-  return MPU_SUCCESS;
+  return mpu__output_write("checkpoint", path, parts, lens, nparts, NULL, 0);
 }

@@ -147,22 +147,21 @@ static mpu_result_t parse_number(parser *p, json *v) {
     while (p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') p->pos++;
     if (p->pos == d) return fail(p, "a bad exponent");
   }
-  char buf[64];
+  /* the whole literal, however long: strtod and strtoll read it exactly (a cut one would read
+   * "1.000...0e-3" as 1) */
   size_t n = p->pos - start;
-  if (n >= sizeof buf) { /* long literals: the value as a double only */
-    integer = 0;
-    n = sizeof buf - 1;
-  }
+  char small[64], *buf = n < sizeof small ? small : malloc(n + 1);
+  if (!buf) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a number of %zu bytes", p->what, n);
   memcpy(buf, p->s + start, n);
   buf[n] = '\0';
   v->type = JSON_NUMBER;
-  errno = 0;
-  v->number = strtod(buf, NULL);
+  v->number = strtod(buf, NULL); /* out of range: +-HUGE_VAL or 0, for the reader to refuse */
   if (integer) {
     errno = 0;
     long long x = strtoll(buf, NULL, 10);
     if (errno == 0) v->is_int = 1, v->integer = x;
   }
+  if (buf != small) free(buf);
   return MPU_SUCCESS;
 }
 
