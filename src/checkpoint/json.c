@@ -344,20 +344,43 @@ void mpu__jb_printf(json_buf *b, const char *fmt, ...) {
   free(big);
 }
 
-void mpu__jb_string(json_buf *b, const char *s) {
+/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong forms, no
+ * surrogates, at most U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s) {
+  unsigned char c = s[0];
+  size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+      (c == 0xF4 && s[1] > 0x8F))
+    return 0;
+  return n;
+}
+
+void mpu__jb_string_ex(json_buf *b, const char *s, int script_safe) {
   mpu__jb_append(b, "\"", 1);
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+  for (const unsigned char *c = (const unsigned char *)s; *c;) {
+    size_t n;
     if (*c == '"' || *c == '\\') {
       char e[2] = {'\\', (char)*c};
       mpu__jb_append(b, e, 2);
-    } else if (*c < 0x20) {
+    } else if (*c < 0x20 || *c == 0x7F || (script_safe && (*c == '<' || *c == '>' || *c == '&'))) {
       mpu__jb_printf(b, "\\u%04x", *c);
-    } else {
+    } else if (*c < 0x80) {
       mpu__jb_append(b, (const char *)c, 1);
+    } else if ((n = utf8_len(c))) {
+      mpu__jb_append(b, (const char *)c, n);
+      c += n;
+      continue;
+    } else {
+      mpu__jb_append(b, "\\ufffd", 6); /* a byte that is not UTF-8: JSON text is UTF-8 */
     }
+    c++;
   }
   mpu__jb_append(b, "\"", 1);
 }
+
+void mpu__jb_string(json_buf *b, const char *s) { mpu__jb_string_ex(b, s, 0); }
 
 void mpu__jb_free(json_buf *b) {
   free(b->s);

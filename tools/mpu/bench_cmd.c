@@ -312,11 +312,8 @@ static void parse(int argc, char **argv, bench_opts *o) {
   if (rows > MAX_ROWS)
     cli_usage_error("bench", "%d rows to measure (at most %d): fewer sizes, types, ops, "
                     "collectives or rank counts", rows, MAX_ROWS);
-  if (o->csv) { /* a bad output path fails now, before the work */
-    FILE *f = *o->csv ? fopen(o->csv, "a") : NULL;
-    if (!f) cli_usage_error("bench", "cannot write --csv '%s'", o->csv);
-    fclose(f);
-  }
+  if (o->csv && cli_check_output("bench", o->csv)) /* a bad output path fails now, before the work */
+    cli_usage_error("bench", "cannot write --csv '%s'", o->csv);
 }
 
 /* The sizes of the sweep: -b to -e, times -f or plus -i. */
