@@ -22,13 +22,13 @@ python3 - "$ck" <<'EOF'
 import json, os, struct, sys, zlib
 ck = sys.argv[1].encode()
 os.makedirs(ck)
-names = [b'q"u\\ote.bin', b'\xff.bin']  # a quote and a backslash; a byte that is not UTF-8
+names = [b'q"u\\ote.bin', "\u00e9.bin".encode()]  # a quote and a backslash; UTF-8
 files, pieces = [], []
 for k, name in enumerate(names):
     data = struct.pack("<8f", *range(8 * k, 8 * k + 8))
     with open(os.path.join(ck, name), "wb") as f:
         f.write(b"\0" * 8 + data)
-    esc = json.dumps(name.decode("latin-1"), ensure_ascii=False)[1:-1].encode("latin-1")  # raw byte kept
+    esc = json.dumps(name.decode(), ensure_ascii=False)[1:-1].encode()
     files.append(b'{"name": "%s", "bytes": %d}' % (esc, 8 + len(data)))
     pieces.append(b'{"file": "%s", "offsets": [%d, 0], "lengths": [2, 4], "flat": [0, 8], '
                   b'"bytes": [8, %d], "crc32": "%08x"}' % (esc, 2 * k, 8 + len(data), zlib.crc32(data)))
@@ -46,9 +46,17 @@ EOF
 python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1], encoding="utf-8"))
-assert sorted(f["name"] for f in d["files"]) == ["q\"u\\ote.bin", "\ufffd.bin"], d["files"]
+assert sorted(f["name"] for f in d["files"]) == ["q\"u\\ote.bin", "\u00e9.bin"], d["files"]
 assert d["step"] == 3 and d["tensors"][0]["name"] == "x"
 ' "$tmp/json" && ok || bad "inspect --format json is not JSON with the names escaped: $(cat "$tmp/json")"
+
+# a directory whose name is not UTF-8: U+FFFD in the JSON, which stays UTF-8
+cp -r "$ck" "$tmp/ck"$'\xff'
+"$mpu" ckpt inspect "$tmp/ck"$'\xff' --format json >"$tmp/json" 2>"$tmp/err" || bad "inspect: $(cat "$tmp/err")"
+python3 -c '
+import json, sys
+assert json.load(open(sys.argv[1], encoding="utf-8"))["dir"].endswith("ck\ufffd")
+' "$tmp/json" && ok || bad "inspect --format json of a directory that is not UTF-8: $(cat "$tmp/json")"
 
 # merge: never over the checkpoint's own files, a FIFO or a directory
 cp "$ck/index.json" "$tmp/index.before"

@@ -64,6 +64,19 @@ static void put_utf8(char *d, size_t *n, unsigned cp) {
   }
 }
 
+/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong forms, no
+ * surrogates, at most U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s) {
+  unsigned char c = s[0];
+  size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+      (c == 0xF4 && s[1] > 0x8F))
+    return 0;
+  return n;
+}
+
 /* After the opening quote: the decoded string (never longer than its source). */
 static mpu_result_t parse_string(parser *p, char **out) {
   size_t start = p->pos, end = start;
@@ -77,6 +90,16 @@ static mpu_result_t parse_string(parser *p, char **out) {
     if (c < 0x20) {
       free(d);
       return fail(p, "a control character in a string");
+    }
+    if (c >= 0x80) { /* JSON text is UTF-8: a sequence that is not is refused */
+      size_t k = utf8_len((const unsigned char *)p->s + p->pos - 1);
+      if (!k) {
+        free(d);
+        return fail(p, "a byte that is not UTF-8 in a string");
+      }
+      memcpy(d + n, p->s + p->pos - 1, k);
+      n += k, p->pos += k - 1;
+      continue;
     }
     if (c != '\\') {
       d[n++] = (char)c;
@@ -342,19 +365,6 @@ void mpu__jb_printf(json_buf *b, const char *fmt, ...) {
   va_end(ap);
   mpu__jb_append(b, big, (size_t)n);
   free(big);
-}
-
-/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong forms, no
- * surrogates, at most U+10FFFF), or 0. */
-static size_t utf8_len(const unsigned char *s) {
-  unsigned char c = s[0];
-  size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-  for (size_t i = 1; i < n; i++)
-    if ((s[i] & 0xC0) != 0x80) return 0;
-  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
-      (c == 0xF4 && s[1] > 0x8F))
-    return 0;
-  return n;
 }
 
 void mpu__jb_string_ex(json_buf *b, const char *s, int script_safe) {

@@ -22,7 +22,8 @@ typedef struct json {
                              past a double's range) */
   int is_int;             /* an integer literal that fits int64 */
   int64_t integer;
-  char *string;           /* JSON_STRING: NUL-terminated (NUL inside refused) */
+  char *string;           /* JSON_STRING: NUL-terminated UTF-8 (NUL inside, or bytes that are
+                             not UTF-8, refused) */
   size_t n;               /* items of an array or object */
   struct json *items;
   char **keys;            /* JSON_OBJECT: keys[i] names items[i] */
