@@ -253,7 +253,7 @@ int bench_write_csv(const bench_run *run) {
               mpu_dtype_name(row->dtype), op_column(row), ip, r->bytes, r->count, r->mean_us,
               r->time_us, mean_algbw(r), busbw(row, ip), wrong, row->roof_us[ip], raw);
     }
-  int bad = fclose(f) || !text ? -1 : cli_write_output("bench", o->csv, text, len);
+  int bad = fclose(f) || !text ? -1 : cli_write_output("bench", "--csv", o->csv, text, len);
   if (!text) fprintf(stderr, "mpu bench: --csv %s: out of memory\n", o->csv);
   free(text);
   return bad;

@@ -221,19 +221,14 @@ void cli_json_string(FILE *f, const char *s, int script_safe) {
   mpu__jb_free(&b);
 }
 
-int cli_check_output(const char *cmd, const char *path) {
-  char fn[64];
-  snprintf(fn, sizeof fn, "mpu %s", cmd);
-  if (!mpu__output_check(fn, path, NULL, 0)) return 0;
-  fprintf(stderr, "%s\n", mpu_last_error());
-  return -1;
+int cli_check_output(const char *what, const char *path) {
+  return mpu__output_check(what, path, NULL, 0) ? -1 : 0;
 }
 
-int cli_write_output(const char *cmd, const char *path, const void *data, size_t n) {
-  char fn[64];
-  snprintf(fn, sizeof fn, "mpu %s", cmd);
+int cli_write_output(const char *cmd, const char *what, const char *path, const void *data,
+                     size_t n) {
   const void *parts[1] = {data};
-  if (!mpu__output_write(fn, path, parts, &n, 1, NULL, 0)) return 0;
-  fprintf(stderr, "%s\n", mpu_last_error());
+  if (!mpu__output_write(what, path, parts, &n, 1, NULL, 0)) return 0;
+  fprintf(stderr, "mpu %s: %s\n", cmd, mpu_last_error());
   return -1;
 }
