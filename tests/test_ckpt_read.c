@@ -95,6 +95,22 @@ static void write_ckpt(const char *dir, long step, const char *opt, const char *
   free(ix);
 }
 
+/* replace the first `from` in dir's index by `to` (of the same length) */
+static void patch_index(const char *dir, const char *from, const char *to) {
+  char path[300], text[8192];
+  snprintf(path, sizeof path, "%s/index.json", dir);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  char *at = strstr(text, from);
+  assert_non_null(at);
+  assert_int_equal(strlen(from), strlen(to));
+  memcpy(at, to, strlen(to));
+  write_text(dir, "index.json", text, n);
+}
+
 static char whole[512]; /* one piece: all of x */
 
 static void write_plain(const char *dir, long step) {
@@ -169,6 +185,10 @@ static void test_numbers(void **state) {
   expect_refused(dir_a, "index.json", "lr");
   write_ckpt(dir_a, 1, adamw("-0.1"), "{}", whole);
   expect_refused(dir_a, "index.json", "lr");
+  /* a layout of tp 0 was never saved */
+  write_plain(dir_a, 1);
+  patch_index(dir_a, "\"tp\": 1", "\"tp\": 0");
+  expect_refused(dir_a, "index.json", "layout");
   /* a CRC-32 is 8 hex digits, not what strtoul also takes */
   char bad[512];
   snprintf(bad, sizeof bad, "%s", whole);
