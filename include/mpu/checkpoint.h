@@ -167,7 +167,9 @@ MPU_API mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f,
 
 /* The global layers of model chunk `chunk` of pipeline rank pp_rank, with
  * pp x vp virtual stages of layers / (pp x vp) layers each (Megatron's
- * interleaved assignment: virtual stage chunk x pp + pp_rank). */
+ * interleaved assignment: virtual stage chunk x pp + pp_rank). pp x vp is
+ * computed in 64 bits: any product that does not divide layers is
+ * MPU_ERR_INVALID_ARGUMENT. */
 MPU_API mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_rank, int chunk,
                                            int *first, int *count);
 
@@ -212,7 +214,11 @@ typedef struct mpu_ckpt mpu_ckpt;
 
 /* Open a checkpoint (dir: a root, whose newest complete iteration is opened
  * as mpu_ckpt_latest says, or one folder with an index): read and check its
- * index, and that every file it names has the size it says. */
+ * index (a regular file; a FIFO is refused, not waited on), every number in
+ * it against its range, that the pieces of each tensor hold each of its
+ * elements exactly once (pieces that overlap are refused even where their
+ * sizes add up), and that every file it names is a regular file of the size
+ * it says. */
 MPU_API mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out);
 MPU_API void mpu_ckpt_close(mpu_ckpt *ck);
 
@@ -226,7 +232,9 @@ MPU_API mpu_result_t mpu_ckpt_verify(mpu_ckpt *ck);
  * loads; with world (NULL: this rank alone) the ranks agree, and the
  * caller's memory is written only if every rank read everything (a rank
  * that could not open the checkpoint calls it with ck NULL, so that the
- * others do not wait for it, and every rank fails). Also sets
+ * others do not wait for it, and every rank fails). Ranks that opened
+ * different checkpoints (another step, or another index: its size and
+ * CRC-32 are compared) fail with MPU_ERR_MISMATCH, nothing changed. Also sets
  * set->step, layout, adamw, optimizer_step and meta from the index (the
  * caller puts them in place: an optimizer's step, its streams).
  */
@@ -281,7 +289,11 @@ MPU_API uint64_t mpu_ckpt_bytes_read(const mpu_ckpt *ck);
 
 /* One safetensors file with every parameter whole (all: the optimizer's
  * moments too), as safetensors.numpy.load_file / safetensors.torch.load_file
- * read it; written under a temporary name and renamed. */
+ * read it. out_path must be absent or a regular file, and none of the
+ * checkpoint's own files (compared by device and inode, so not through a
+ * link either): anything else is MPU_ERR_INVALID_ARGUMENT before any work.
+ * Written to out_path.tmp, synced and renamed, so a failure leaves
+ * out_path as it was. */
 MPU_API mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all);
 
 #ifdef __cplusplus

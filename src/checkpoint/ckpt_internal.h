@@ -29,6 +29,7 @@ typedef struct ckpt_piece_view {
   float *data;
 } ckpt_piece_view;
 
+/* The product of the sizes; UINT64_MAX when it overflows or a size is negative. */
 uint64_t mpu__ckpt_numel(int ndim, const int64_t *shape);
 
 /* How many elements of box (in local coordinates) have a local row-major
@@ -47,6 +48,12 @@ uint64_t mpu__ckpt_transfer(const ckpt_piece_view *piece, int ndim, const int64_
                             const mpu_ckpt_box *boxes, int nboxes, const mpu_ckpt_span *spans,
                             int nspans, int to_local, uint8_t *const *hits);
 
+/* Whether the stored spans of pieces[0, npieces) (each inside a tensor of
+ * shape, their sizes summing to its element count) hold every element once:
+ * on success *first = *second = -1 if they do, else two pieces that overlap. */
+mpu_result_t mpu__ckpt_tiles(int ndim, const int64_t *shape, const ckpt_piece_view *pieces,
+                             int npieces, int *first, int *second);
+
 uint32_t mpu__ckpt_crc32(uint32_t crc, const void *data, size_t n);
 
 /* A metadata pair as mpu_ckpt_set_meta takes it: key a valid name, both
@@ -60,8 +67,7 @@ int mpu__ckpt_name_ok(const char *name);
 
 int mpu__ckpt_kind_from_name(const char *name, mpu_ckpt_kind *out);
 
-/* Write all of buf at fd; read exactly n bytes at offset (pread). 0 or -1 (errno). */
-int mpu__ckpt_write_all(int fd, const void *buf, size_t n);
+/* Read exactly n bytes at offset (pread): the count read, or -1 (errno). */
 ssize_t mpu__ckpt_pread_all(int fd, void *buf, size_t n, uint64_t offset);
 
 /* path = dir + "/" + name, checked for length; 0 or -1 */

@@ -13,6 +13,7 @@
 
 #include "checkpoint/ckpt_internal.h"
 #include "core/error.h"
+#include "core/files.h"
 
 /* ---- the set ---------------------------------------------------------------------------- */
 
@@ -83,7 +84,8 @@ int mpu__ckpt_kind_from_name(const char *name, mpu_ckpt_kind *out) {
 
 uint64_t mpu__ckpt_numel(int ndim, const int64_t *shape) {
   uint64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= (uint64_t)shape[d];
+  for (int d = 0; d < ndim; d++) /* four sizes of 2^40 would wrap to 0 */
+    if (shape[d] < 0 || __builtin_mul_overflow(n, (uint64_t)shape[d], &n)) return UINT64_MAX;
   return n;
 }
 
@@ -156,9 +158,10 @@ mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kin
   for (int k = 0; k < nboxes; k++) {
     for (int d = 0; d < ndim; d++) {
       const mpu_ckpt_box *b = &boxes[k];
+      /* sizes are at most 2^40: subtracting cannot overflow where adding could */
       if (b->length[d] < 1 || b->local_offset[d] < 0 || b->global_offset[d] < 0 ||
-          b->local_offset[d] + b->length[d] > local_shape[d] ||
-          b->global_offset[d] + b->length[d] > shape[d])
+          b->length[d] > local_shape[d] || b->local_offset[d] > local_shape[d] - b->length[d] ||
+          b->global_offset[d] > shape[d] - b->length[d])
         return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                           "%s: '%s': box %d leaves the local or the global tensor in dim %d", fn,
                           name, k, d);
@@ -306,14 +309,17 @@ mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f, const mpu_ckpt_gl
 
 mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_rank, int chunk, int *first,
                                    int *count) {
+  /* pp x vp in 64 bits: in int it wraps (to 0 for 65536 x 65536, a division by zero) */
+  int64_t stages = (int64_t)pp * vp;
   if (!first || !count || layers < 1 || pp < 1 || vp < 1 || pp_rank < 0 || pp_rank >= pp ||
-      chunk < 0 || chunk >= vp || layers % (pp * vp))
+      chunk < 0 || chunk >= vp || stages > layers || layers % stages)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "mpu_ckpt_chunk_layers: %d layers over pp %d x vp %d (rank %d, chunk %d): "
                       "pp x vp must divide the layers",
                       layers, pp, vp, pp_rank, chunk);
-  *count = layers / (pp * vp);
-  *first = (chunk * pp + pp_rank) * *count;
+  /* below layers: (chunk x pp + pp_rank) < pp x vp, times layers / (pp x vp) */
+  *count = (int)(layers / stages);
+  *first = (int)(((int64_t)chunk * pp + pp_rank) * *count);
   return MPU_SUCCESS;
 }
 
@@ -418,17 +424,6 @@ uint32_t mpu__ckpt_crc32(uint32_t crc, const void *data, size_t n) {
   return ~crc;
 }
 
-int mpu__ckpt_write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w, n -= (size_t)w;
-  }
-  return 0;
-}
-
 ssize_t mpu__ckpt_pread_all(int fd, void *buf, size_t n, uint64_t offset) {
   char *p = buf;
   size_t got = 0;
@@ -459,23 +454,8 @@ int mpu__ckpt_sync_dir(const char *dir) {
 
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,
                                   const size_t *lens, int nparts) {
-  char path[4096], tmp[4096 + 8];
+  char path[4096];
   if (mpu__ckpt_path(path, sizeof path, dir, name))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint: the path %s/%s is too long", dir, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return mpu__error(MPU_ERR_SYSTEM, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
-  int bad = 0;
-  for (int i = 0; i < nparts && !bad; i++) bad = mpu__ckpt_write_all(fd, parts[i], lens[i]);
-  int e = errno;
-  if (!bad && fsync(fd)) bad = 1, e = errno;
-  if (close(fd) && !bad) bad = 1, e = errno;
-  if (!bad && rename(tmp, path)) bad = 1, e = errno;
-  if (bad) {
-    unlink(tmp);
-    return mpu__error(MPU_ERR_SYSTEM, "checkpoint: cannot write %s: %s", path, strerror(e));
-  }
-  mpu__ckpt_sync_dir(dir);
-  return MPU_SUCCESS;
+  return mpu__output_write("checkpoint", path, parts, lens, nparts, NULL, 0);
 }

@@ -64,6 +64,19 @@ static void put_utf8(char *d, size_t *n, unsigned cp) {
   }
 }
 
+/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong forms, no
+ * surrogates, at most U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s) {
+  unsigned char c = s[0];
+  size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+      (c == 0xF4 && s[1] > 0x8F))
+    return 0;
+  return n;
+}
+
 /* After the opening quote: the decoded string (never longer than its source). */
 static mpu_result_t parse_string(parser *p, char **out) {
   size_t start = p->pos, end = start;
@@ -77,6 +90,16 @@ static mpu_result_t parse_string(parser *p, char **out) {
     if (c < 0x20) {
       free(d);
       return fail(p, "a control character in a string");
+    }
+    if (c >= 0x80) { /* JSON text is UTF-8: a sequence that is not is refused */
+      size_t k = utf8_len((const unsigned char *)p->s + p->pos - 1);
+      if (!k) {
+        free(d);
+        return fail(p, "a byte that is not UTF-8 in a string");
+      }
+      memcpy(d + n, p->s + p->pos - 1, k);
+      n += k, p->pos += k - 1;
+      continue;
     }
     if (c != '\\') {
       d[n++] = (char)c;
@@ -147,22 +170,21 @@ static mpu_result_t parse_number(parser *p, json *v) {
     while (p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') p->pos++;
     if (p->pos == d) return fail(p, "a bad exponent");
   }
-  char buf[64];
+  /* the whole literal, however long: strtod and strtoll read it exactly (a cut one would read
+   * "1.000...0e-3" as 1) */
   size_t n = p->pos - start;
-  if (n >= sizeof buf) { /* long literals: the value as a double only */
-    integer = 0;
-    n = sizeof buf - 1;
-  }
+  char small[64], *buf = n < sizeof small ? small : malloc(n + 1);
+  if (!buf) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a number of %zu bytes", p->what, n);
   memcpy(buf, p->s + start, n);
   buf[n] = '\0';
   v->type = JSON_NUMBER;
-  errno = 0;
-  v->number = strtod(buf, NULL);
+  v->number = strtod(buf, NULL); /* out of range: +-HUGE_VAL or 0, for the reader to refuse */
   if (integer) {
     errno = 0;
     long long x = strtoll(buf, NULL, 10);
     if (errno == 0) v->is_int = 1, v->integer = x;
   }
+  if (buf != small) free(buf);
   return MPU_SUCCESS;
 }
 
@@ -345,20 +367,30 @@ void mpu__jb_printf(json_buf *b, const char *fmt, ...) {
   free(big);
 }
 
-void mpu__jb_string(json_buf *b, const char *s) {
+void mpu__jb_string_ex(json_buf *b, const char *s, int script_safe) {
   mpu__jb_append(b, "\"", 1);
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+  for (const unsigned char *c = (const unsigned char *)s; *c;) {
+    size_t n;
     if (*c == '"' || *c == '\\') {
       char e[2] = {'\\', (char)*c};
       mpu__jb_append(b, e, 2);
-    } else if (*c < 0x20) {
+    } else if (*c < 0x20 || *c == 0x7F || (script_safe && (*c == '<' || *c == '>' || *c == '&'))) {
       mpu__jb_printf(b, "\\u%04x", *c);
-    } else {
+    } else if (*c < 0x80) {
       mpu__jb_append(b, (const char *)c, 1);
+    } else if ((n = utf8_len(c))) {
+      mpu__jb_append(b, (const char *)c, n);
+      c += n;
+      continue;
+    } else {
+      mpu__jb_append(b, "\\ufffd", 6); /* a byte that is not UTF-8: JSON text is UTF-8 */
     }
+    c++;
   }
   mpu__jb_append(b, "\"", 1);
 }
+
+void mpu__jb_string(json_buf *b, const char *s) { mpu__jb_string_ex(b, s, 0); }
 
 void mpu__jb_free(json_buf *b) {
   free(b->s);

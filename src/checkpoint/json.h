@@ -18,10 +18,12 @@ typedef enum json_type { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_AR
 typedef struct json {
   json_type type;
   int boolean;
-  double number;
+  double number;          /* the literal's value, however long, correctly rounded (+-HUGE_VAL
+                             past a double's range) */
   int is_int;             /* an integer literal that fits int64 */
   int64_t integer;
-  char *string;           /* JSON_STRING: NUL-terminated (NUL inside refused) */
+  char *string;           /* JSON_STRING: NUL-terminated UTF-8 (NUL inside, or bytes that are
+                             not UTF-8, refused) */
   size_t n;               /* items of an array or object */
   struct json *items;
   char **keys;            /* JSON_OBJECT: keys[i] names items[i] */
@@ -50,8 +52,12 @@ typedef struct json_buf {
 
 MPU_SIBLING_API void mpu__jb_printf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 MPU_SIBLING_API void mpu__jb_append(json_buf *b, const char *s, size_t n);
-/* s as a JSON string literal, quotes and escapes included */
+/* s as a JSON string literal, quotes and escapes included: the one escaper of mpu's JSON,
+ * the tool's included. Control characters as \u00XX, a byte that is not part of well-formed
+ * UTF-8 as \ufffd (the replacement character; JSON text is UTF-8); script_safe also escapes
+ * < > & (JSON inside an HTML <script>). */
 MPU_SIBLING_API void mpu__jb_string(json_buf *b, const char *s);
+MPU_SIBLING_API void mpu__jb_string_ex(json_buf *b, const char *s, int script_safe);
 MPU_SIBLING_API void mpu__jb_free(json_buf *b);
 
 #endif

@@ -4,6 +4,7 @@
  * semantics, and the merge into one safetensors file.
  */
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,6 +17,8 @@
 #include "checkpoint/json.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/files.h"
+#include "train/adamw.h"
 
 typedef struct ck_piece {
   int file;
@@ -42,9 +45,11 @@ struct mpu_ckpt {
   char dir[4096];
   json root;
   mpu_ckpt_info info;
+  uint32_t index_crc;       /* which index the ranks read: compared before a load commits */
   int nfiles;
   const char **files;
   uint64_t *file_bytes;
+  mpu__file_id *ids;        /* the index (ids[nfiles]) and the files: never a merge's output */
   int *fds;
   int ntensors;
   ck_tensor *t;            /* sorted by name */
@@ -69,15 +74,28 @@ static int int_list(const json *a, int n, int64_t *out, int64_t lo) {
   return 0;
 }
 
+/* exactly `digits` hex digits (strtoull would take a sign, spaces or "0x") */
+static int parse_hex(const char *s, int digits, uint64_t *out) {
+  uint64_t v = 0;
+  for (int i = 0; i < digits; i++) {
+    char c = s[i];
+    int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (x < 0) return -1;
+    v = v << 4 | (uint64_t)x;
+  }
+  if (s[digits]) return -1;
+  *out = v;
+  return 0;
+}
+
 static int parse_rng(const char *hex, mpu_rng *g) {
   if (!hex || strlen(hex) != 64) return -1;
   for (int i = 0; i < 4; i++) {
     char part[17];
     memcpy(part, hex + 16 * i, 16);
     part[16] = '\0';
-    char *end;
-    g->s[i] = strtoull(part, &end, 16);
-    if (*end) return -1;
+    if (parse_hex(part, 16, &g->s[i])) return -1;
   }
   return 0;
 }
@@ -91,13 +109,14 @@ static const ck_tensor *find(const mpu_ckpt *ck, const char *name) {
   return bsearch(&key, ck->t, (size_t)ck->ntensors, sizeof key, cmp_tensor);
 }
 
-static double num(const json *o, const char *key, int *ok) {
+/* A float option: a number a float holds (1e39 would be infinite); its range is AdamW's rule. */
+static float num(const json *o, const char *key, int *ok) {
   const json *v = mpu__json_get(o, key);
-  if (!v || v->type != JSON_NUMBER) {
+  if (!v || v->type != JSON_NUMBER || !(v->number >= -FLT_MAX && v->number <= FLT_MAX)) {
     *ok = 0;
     return 0;
   }
-  return v->number;
+  return (float)v->number;
 }
 
 static mpu_result_t read_layout(mpu_ckpt *ck) {
@@ -105,9 +124,10 @@ static mpu_result_t read_layout(mpu_ckpt *ck) {
   mpu_ckpt_layout *o = &ck->info.layout;
   int64_t v[7];
   const char *keys[7] = {"world", "tp", "pp", "vp", "dp", "cp", "ep"};
-  for (int i = 0; i < 7; i++)
-    if (mpu__json_int(l, keys[i], &v[i]) || v[i] < 0 || v[i] > CKPT_SIZE_MAX)
-      return bad_index(ck, NULL, "the layout lacks a size or has one out of range");
+  for (int i = 0; i < 7; i++) /* sizes of a real layout: vp 0 means no virtual stages */
+    if (mpu__json_int(l, keys[i], &v[i]) || v[i] < (i == 3 ? 0 : 1) || v[i] > CKPT_SIZE_MAX)
+      return bad_index(ck, NULL, "the layout lacks a size or has one out of range (1 to 2^24; "
+                                 "vp 0 to 2^24)");
   o->world = (int)v[0], o->tp = (int)v[1], o->pp = (int)v[2], o->vp = (int)v[3];
   o->dp = (int)v[4], o->cp = (int)v[5], o->ep = (int)v[6];
   const json *z = mpu__json_get(l, "zero1");
@@ -123,21 +143,31 @@ static mpu_result_t read_layout(mpu_ckpt *ck) {
     int ok = 1;
     mpu_adamw_options a = MPU_ADAMW_OPTIONS_INIT;
     const char *type = mpu__json_str(opt, "type");
-    a.lr = (float)num(opt, "lr", &ok), a.beta1 = (float)num(opt, "beta1", &ok);
-    a.beta2 = (float)num(opt, "beta2", &ok), a.eps = (float)num(opt, "eps", &ok);
-    a.weight_decay = (float)num(opt, "weight_decay", &ok);
-    a.clip_grad = (float)num(opt, "clip_grad", &ok);
+    a.lr = num(opt, "lr", &ok), a.beta1 = num(opt, "beta1", &ok);
+    a.beta2 = num(opt, "beta2", &ok), a.eps = num(opt, "eps", &ok);
+    a.weight_decay = num(opt, "weight_decay", &ok);
+    a.clip_grad = num(opt, "clip_grad", &ok);
     if (!ok || !type || strcmp(type, "adamw") || mpu__json_int(opt, "step", &ck->info.optimizer_step) ||
         ck->info.optimizer_step < 0)
       return bad_index(ck, NULL, "the optimizer entry wants type adamw, lr, beta1, beta2, eps, "
-                                 "weight_decay, clip_grad and step");
+                                 "weight_decay, clip_grad (numbers a float holds) and step");
+    if (mpu__adamw_check("the optimizer entry", &a)) { /* the values an optimizer would take */
+      char why[256];
+      snprintf(why, sizeof why, "%s", mpu_last_error());
+      return bad_index(ck, NULL, why);
+    }
     ck->info.has_adamw = 1, ck->info.adamw = a;
   }
   const json *meta = mpu__json_get(&ck->root, "metadata");
   if (!meta || meta->type != JSON_OBJECT) return bad_index(ck, NULL, "no metadata object");
+  if (meta->n > MPU_CKPT_META_MAX) /* a load would drop the rest */
+    return bad_index(ck, NULL, "more metadata pairs than a set holds (32)");
   for (size_t i = 0; i < meta->n; i++)
-    if (meta->items[i].type != JSON_STRING)
-      return bad_index(ck, NULL, "a metadata value is not a string");
+    if (meta->items[i].type != JSON_STRING || mpu__ckpt_meta_check("checkpoint", meta->keys[i], strlen(meta->keys[i]) + 1,
+                                                            meta->items[i].string,
+                                                            strlen(meta->items[i].string) + 1))
+      return bad_index(ck, NULL, "a metadata pair is not a printable key and string of at most 63 "
+                                 "bytes each");
   const json *rng = mpu__json_get(&ck->root, "rng");
   if (!rng || rng->type != JSON_ARRAY) return bad_index(ck, NULL, "no rng list");
   ck->rng = calloc(rng->n + 1, sizeof *ck->rng);
@@ -170,7 +200,9 @@ static mpu_result_t read_files(mpu_ckpt *ck) {
   ck->files = calloc(n + 1, sizeof *ck->files);
   ck->file_bytes = calloc(n + 1, sizeof *ck->file_bytes);
   ck->fds = malloc((n + 1) * sizeof *ck->fds);
-  if (!ck->files || !ck->file_bytes || !ck->fds)
+  mpu__file_id *ids = realloc(ck->ids, (n + 1) * sizeof *ck->ids); /* ids[0]: the index's */
+  if (ids) ck->ids = ids, ids[n] = ids[0];
+  if (!ck->files || !ck->file_bytes || !ck->fds || !ids)
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: %zu files", n);
   for (size_t i = 0; i < n; i++) ck->fds[i] = -1;
   ck->nfiles = (int)n;
@@ -189,6 +221,10 @@ static mpu_result_t read_files(mpu_ckpt *ck) {
     if (stat(path, &st))
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: file %s: %s", ck->dir, name,
                         strerror(errno));
+    if (!S_ISREG(st.st_mode))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: file %s is not a regular file",
+                        ck->dir, name);
+    ck->ids[i] = mpu__file_id_of(&st);
     if ((uint64_t)st.st_size != (uint64_t)bytes)
       return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                         "checkpoint %s: file %s has %lld bytes, the index says %lld (%s)", ck->dir,
@@ -202,6 +238,29 @@ static int file_index(const mpu_ckpt *ck, const char *name) {
   for (int i = 0; name && i < ck->nfiles; i++)
     if (!strcmp(ck->files[i], name)) return i;
   return -1;
+}
+
+static ckpt_piece_view view(const ck_tensor *t, int k, float *data) {
+  const ck_piece *p = &t->pieces[k];
+  ckpt_piece_view v = {t->ndim, p->off, p->len, p->flat_lo, p->flat_hi, data};
+  return v;
+}
+
+/* as many elements as the tensor is not enough: no two pieces may overlap */
+static mpu_result_t check_tiling(const mpu_ckpt *ck, const ck_tensor *t) {
+  ckpt_piece_view *v = malloc(((size_t)t->npieces + 1) * sizeof *v);
+  if (!v) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: pieces of %s", t->name);
+  for (int k = 0; k < t->npieces; k++) v[k] = view(t, k, NULL);
+  int a, b;
+  mpu_result_t r = mpu__ckpt_tiles(t->ndim, t->shape, v, t->npieces, &a, &b);
+  free(v);
+  if (!r && a >= 0) {
+    char why[128];
+    snprintf(why, sizeof why, "pieces %d and %d overlap, so the pieces do not hold every element "
+                              "once", a < b ? a : b, a < b ? b : a);
+    r = bad_index(ck, t->name, why);
+  }
+  return r;
 }
 
 static mpu_result_t read_tensors(mpu_ckpt *ck) {
@@ -237,7 +296,6 @@ static mpu_result_t read_tensors(mpu_ckpt *ck) {
       ck_piece *p = &t->pieces[t->npieces++];
       int64_t flat[2], bytes[2];
       const char *crc = mpu__json_str(pj, "crc32");
-      char *end = NULL;
       p->file = file_index(ck, mpu__json_str(pj, "file"));
       if (p->file < 0) return bad_index(ck, name, "a piece names a file not in the files list");
       if (int_list(mpu__json_get(pj, "offsets"), t->ndim, p->off, 0) ||
@@ -245,10 +303,11 @@ static mpu_result_t read_tensors(mpu_ckpt *ck) {
           int_list(mpu__json_get(pj, "flat"), 2, flat, 0) ||
           int_list(mpu__json_get(pj, "bytes"), 2, bytes, 8) || !crc || strlen(crc) != 8)
         return bad_index(ck, name, "a piece wants offsets, lengths, flat, bytes and crc32");
-      p->crc = (uint32_t)strtoul(crc, &end, 16);
-      if (*end) return bad_index(ck, name, "a piece's crc32 is not 8 hex digits");
-      for (int d = 0; d < t->ndim; d++)
-        if (p->off[d] + p->len[d] > t->shape[d])
+      uint64_t crc_value;
+      if (parse_hex(crc, 8, &crc_value)) return bad_index(ck, name, "a piece's crc32 is not 8 hex digits");
+      p->crc = (uint32_t)crc_value;
+      for (int d = 0; d < t->ndim; d++) /* off + len would overflow near INT64_MAX */
+        if (p->len[d] > t->shape[d] || p->off[d] > t->shape[d] - p->len[d])
           return bad_index(ck, name, "a piece leaves the tensor");
       p->flat_lo = (uint64_t)flat[0], p->flat_hi = (uint64_t)flat[1];
       p->byte_lo = (uint64_t)bytes[0], p->byte_hi = (uint64_t)bytes[1];
@@ -260,6 +319,7 @@ static mpu_result_t read_tensors(mpu_ckpt *ck) {
       held += p->flat_hi - p->flat_lo;
     }
     if (held != numel) return bad_index(ck, name, "the pieces do not hold every element once");
+    MPU_CHECK(check_tiling(ck, t));
   }
   qsort(ck->t, (size_t)ck->ntensors, sizeof *ck->t, cmp_tensor);
   for (int i = 1; i < ck->ntensors; i++)
@@ -290,15 +350,22 @@ mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out) {
   mpu__ckpt_path(path, sizeof path, dir, CKPT_INDEX);
   mpu_result_t r = MPU_SUCCESS;
   char *text = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  int fd = -1;
+  struct stat st;
+  if (access(path, F_OK) && errno == ENOENT) {
     r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: no %s (%s): not a checkpoint, or a "
                    "save that did not finish", dir, CKPT_INDEX, strerror(errno));
     goto out;
   }
-  struct stat st;
-  if (fstat(fileno(f), &st) || st.st_size > (1 << 30)) {
-    r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: %s is unreadable or over 1 GiB", dir, CKPT_INDEX);
+  /* without blocking: an index that is a FIFO would wait for a writer forever */
+  if ((r = mpu__input_open(fn, "checkpoint index", path, &fd, &st))) goto out;
+  if (!(ck->ids = malloc(sizeof *ck->ids))) {
+    r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+    goto out;
+  }
+  ck->ids[0] = mpu__file_id_of(&st);
+  if (st.st_size > (1 << 30)) {
+    r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: %s is over 1 GiB", dir, CKPT_INDEX);
     goto out;
   }
   text = malloc((size_t)st.st_size + 1);
@@ -306,8 +373,14 @@ mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out) {
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %lld bytes", fn, (long long)st.st_size);
     goto out;
   }
-  size_t got = fread(text, 1, (size_t)st.st_size, f);
+  ssize_t read = mpu__ckpt_pread_all(fd, text, (size_t)st.st_size, 0);
+  if (read < 0) {
+    r = mpu__error(MPU_ERR_SYSTEM, "checkpoint %s: reading %s: %s", dir, CKPT_INDEX, strerror(errno));
+    goto out;
+  }
+  size_t got = (size_t)read;
   ck->bytes_read += got, ck->info.index_bytes = got;
+  ck->index_crc = mpu__ckpt_crc32(0, text, got);
   if ((r = mpu__json_parse(text, got, path, &ck->root))) goto out;
   int64_t version, step;
   const char *format = mpu__json_str(&ck->root, "format");
@@ -320,7 +393,7 @@ mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out) {
   if ((r = read_layout(ck)) || (r = read_files(ck)) || (r = read_tensors(ck))) goto out;
   ck->info.ntensors = ck->ntensors, ck->info.nfiles = ck->nfiles;
 out:
-  if (f) fclose(f);
+  if (fd >= 0) close(fd);
   free(text);
   if (r) mpu_ckpt_close(ck);
   else *out = ck;
@@ -332,7 +405,7 @@ void mpu_ckpt_close(mpu_ckpt *ck) {
   for (int i = 0; ck->fds && i < ck->nfiles; i++)
     if (ck->fds[i] >= 0) close(ck->fds[i]);
   for (int i = 0; ck->t && i < ck->ntensors; i++) free(ck->t[i].pieces);
-  free(ck->t), free(ck->files), free(ck->file_bytes), free(ck->fds), free(ck->rng);
+  free(ck->t), free(ck->files), free(ck->file_bytes), free(ck->fds), free(ck->rng), free(ck->ids);
   mpu__json_free(&ck->root);
   free(ck);
 }
@@ -346,10 +419,11 @@ static mpu_result_t read_piece(mpu_ckpt *ck, const ck_tensor *t, int k, float *b
   if (ck->fds[p->file] < 0) {
     char path[4200];
     mpu__ckpt_path(path, sizeof path, ck->dir, file);
-    ck->fds[p->file] = open(path, O_RDONLY | O_CLOEXEC);
-    if (ck->fds[p->file] < 0)
-      return mpu__error(MPU_ERR_SYSTEM, "checkpoint %s: tensor '%s': cannot open %s: %s", ck->dir,
-                        t->name, file, strerror(errno));
+    mpu_result_t r = mpu__input_open("checkpoint", "file", path, &ck->fds[p->file], NULL);
+    if (r) {
+      mpu__error_prefix("checkpoint %s: tensor '%s'", ck->dir, t->name);
+      return r;
+    }
   }
   size_t n = (size_t)(p->byte_hi - p->byte_lo);
   ssize_t got = mpu__ckpt_pread_all(ck->fds[p->file], buf, n, p->byte_lo);
@@ -369,12 +443,6 @@ static mpu_result_t read_piece(mpu_ckpt *ck, const ck_tensor *t, int k, float *b
                       ", the index says %08" PRIx32 ")",
                       ck->dir, t->name, k, file, crc, p->crc);
   return MPU_SUCCESS;
-}
-
-static ckpt_piece_view view(const ck_tensor *t, int k, float *data) {
-  const ck_piece *p = &t->pieces[k];
-  ckpt_piece_view v = {t->ndim, p->off, p->len, p->flat_lo, p->flat_hi, data};
-  return v;
 }
 
 mpu_result_t mpu_ckpt_verify(mpu_ckpt *ck) {
@@ -415,22 +483,23 @@ static mpu_result_t fill(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor
   return MPU_SUCCESS;
 }
 
-/* fill, then check that every element the rank wants came from exactly one piece */
+/* fill, then check that every element the rank wants came from exactly one piece (messages
+ * name t, the checkpoint's tensor: merge's w is an unnamed whole) */
 static mpu_result_t fill_checked(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor *w,
                                  const mpu_ckpt_span *spans) {
   uint8_t **hits = calloc((size_t)w->nspans + 1, sizeof *hits);
-  if (!hits) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: '%s'", w->name);
+  if (!hits) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: '%s'", t->name);
   mpu_result_t r = MPU_SUCCESS;
   for (int s = 0; s < w->nspans && !r; s++)
     if (!(hits[s] = calloc(w->spans[s].hi - w->spans[s].lo, 1)))
-      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: '%s'", w->name);
+      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: '%s'", t->name);
   if (!r) r = fill(ck, t, w, spans, hits);
   for (int s = 0; s < w->nspans && !r; s++)
     for (size_t e = 0; e < w->spans[s].hi - w->spans[s].lo && !r; e++)
       if (hits[s][e] != 1)
         r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
                        "checkpoint %s: tensor '%s': element %zu is in %d pieces (want 1)",
-                       ck->dir, w->name, w->spans[s].lo + e, hits[s][e]);
+                       ck->dir, t->name, w->spans[s].lo + e, hits[s][e]);
   for (int s = 0; s < w->nspans; s++) free(hits[s]);
   free(hits);
   return r;
@@ -509,18 +578,26 @@ mpu_result_t mpu_ckpt_load(mpu_ckpt *ck, mpu_comm *world, mpu_ckpt_set *set) {
     }
   }
   if (!r) r = load_local(ck, set, staging);
-  /* all or nothing: the ranks agree (and that they read one index) before any memory of the
-   * caller changes; a rank without a checkpoint (ck NULL) takes part as failed */
-  int64_t agree[3] = {r != MPU_SUCCESS, ck ? ck->ntensors : 0, ck ? -(int64_t)ck->ntensors : 0};
+  /* all or nothing: the ranks agree (and that they read one index: its step, size and CRC-32,
+   * so that ranks that opened step 100 and step 200 do not mix them) before any memory of the
+   * caller changes; a rank without a checkpoint (ck NULL) takes part as failed. Each value x
+   * goes with -x: under MAX, the ranks agree when max(x) == -max(-x). */
+  int64_t id[3] = {ck ? ck->info.step : 0, ck ? (int64_t)ck->info.index_bytes : 0,
+                   ck ? (int64_t)ck->index_crc : 0};
+  int64_t agree[7] = {r != MPU_SUCCESS, id[0], -id[0], id[1], -id[1], id[2], -id[2]};
   if (world) {
-    mpu_result_t a = mpu_comm_all_reduce(world, agree, agree, 3, MPU_INT64, MPU_MAX);
+    mpu_result_t a = mpu_comm_all_reduce(world, agree, agree, 7, MPU_INT64, MPU_MAX);
     if (a && !r) r = a;
   }
   if (!r && agree[0])
     r = mpu__error(MPU_ERR_ABORTED, "%s: another rank could not load %s; nothing was changed", fn,
                    ck->dir);
-  if (!r && agree[1] != -agree[2])
-    r = mpu__error(MPU_ERR_MISMATCH, "%s: the ranks opened indexes of different tensors", fn);
+  if (!r && (agree[1] != -agree[2] || agree[3] != -agree[4] || agree[5] != -agree[6]))
+    r = mpu__error(MPU_ERR_MISMATCH,
+                   "%s: the ranks opened different checkpoints (steps %" PRId64 " to %" PRId64
+                   ", or indexes that differ; this rank: %s at step %" PRId64 "); nothing was "
+                   "changed",
+                   fn, -agree[2], agree[1], ck->dir, ck->info.step);
   if (!r && set->strict) r = check_extra(ck, world, set); /* the same answer on every rank */
   free_staging(set, staging, !r);
   /* the pieces of sharded buffers changed: their whole buckets and gathers in flight are stale */
@@ -600,6 +677,8 @@ mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all) {
   static const char fn[] = "mpu_ckpt_merge";
   if (!ck || !out_path || !*out_path)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  /* before the work: never over the checkpoint's own index or files, never a device */
+  MPU_CHECK(mpu__output_check(fn, out_path, ck->ids, ck->nfiles + 1));
   int n = 0;
   for (int i = 0; i < ck->ntensors; i++) n += all || ck->t[i].kind == MPU_CKPT_PARAM;
   st_item *items = calloc((size_t)n + 1, sizeof *items);
@@ -639,11 +718,7 @@ mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all) {
   if (!r) r = mpu__st_header(items, n, meta, 2, &head, &hlen);
   if (!r) {
     parts[0] = head, lens[0] = hlen;
-    char dir[4096];
-    const char *slash = strrchr(out_path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - out_path ? slash - out_path : 1), out_path);
-    r = mpu__ckpt_write_file(dir, slash ? slash + 1 : out_path, parts, lens, n + 1);
+    r = mpu__output_write(fn, out_path, parts, lens, n + 1, ck->ids, ck->nfiles + 1);
   }
   for (int i = 0; i < n && data; i++) free(data[i]);
   free(items), free(data), free(parts), free(lens), free(head);

@@ -79,7 +79,8 @@ static void help(void) {
       "                          raw MPI call timed interleaved on the same buffers and mpu with\n"
       "                          call checking on (the main columns have it off); nccl: -t\n"
       "                          thread ranks, each with one GPU and an NCCL communicator\n"
-      "      --csv FILE          also write the rows as CSV\n"
+      "      --csv FILE          also write the rows as CSV (a regular file, written through\n"
+      "                          FILE.tmp and renamed)\n"
       "      --format text|json  output format (default text; json has null where a value is\n"
       "                          absent)\n"
       "  -h, --help              this text\n"
@@ -312,11 +313,8 @@ static void parse(int argc, char **argv, bench_opts *o) {
   if (rows > MAX_ROWS)
     cli_usage_error("bench", "%d rows to measure (at most %d): fewer sizes, types, ops, "
                     "collectives or rank counts", rows, MAX_ROWS);
-  if (o->csv) { /* a bad output path fails now, before the work */
-    FILE *f = *o->csv ? fopen(o->csv, "a") : NULL;
-    if (!f) cli_usage_error("bench", "cannot write --csv '%s'", o->csv);
-    fclose(f);
-  }
+  if (o->csv && cli_check_output("--csv", o->csv)) /* a bad output path fails now, before the work */
+    cli_usage_error("bench", "cannot write %s", mpu_last_error());
 }
 
 /* The sizes of the sweep: -b to -e, times -f or plus -i. */

@@ -24,9 +24,12 @@ static void help(void) {
          "  inspect DIR    the step, the layout that saved it, the optimizer, every tensor with\n"
          "                 its shape and pieces, and the bytes of each rank's file; reads every\n"
          "                 piece and checks its CRC-32. Exits 0 if the checkpoint is complete and\n"
-         "                 intact, 1 if not (a save that did not finish has no index).\n"
+         "                 intact (its pieces hold every element once), 1 if not (a save that\n"
+         "                 did not finish has no index).\n"
          "  merge DIR OUT  write every parameter whole into one safetensors file, which\n"
-         "                 safetensors.numpy.load_file / safetensors.torch.load_file read.\n"
+         "                 safetensors.numpy.load_file / safetensors.torch.load_file read;\n"
+         "                 OUT is a new or regular file, never one of the checkpoint's own,\n"
+         "                 written through OUT.tmp and renamed.\n"
          "\n"
          "options:\n"
          "  --format text|json  inspect's output format (default text)\n"
@@ -40,17 +43,6 @@ static void help(void) {
          "  mpu ckpt inspect ckpt\n"
          "  mpu ckpt inspect ckpt --format json\n"
          "  mpu ckpt merge ckpt model.safetensors --all\n");
-}
-
-/* s as a JSON string (a directory or a flavour name may hold anything) */
-static void print_json_string(const char *s) {
-  putchar('"');
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') printf("\\%c", *c);
-    else if (*c < 0x20) printf("\\u%04x", *c);
-    else putchar(*c);
-  }
-  putchar('"');
 }
 
 static void print_shape(const int64_t *shape, int ndim) {
@@ -79,14 +71,14 @@ static int inspect(const char *dir, cli_format format) {
   }
   if (format == CLI_JSON) {
     printf("{\"dir\": ");
-    print_json_string(dir);
+    cli_json_string(stdout, dir, 0);
     printf(", \"folder\": ");
-    print_json_string(folder);
+    cli_json_string(stdout, folder, 0);
     printf(", \"complete\": true, \"step\": %" PRId64 ", \"layout\": {\"world\": %d, "
            "\"tp\": %d, \"pp\": %d, \"vp\": %d, \"dp\": %d, \"cp\": %d, \"ep\": %d, \"zero1\": %s, "
            "\"flavor\": ",
            in.step, l->world, l->tp, l->pp, l->vp, l->dp, l->cp, l->ep, l->zero1 ? "true" : "false");
-    print_json_string(l->flavor);
+    cli_json_string(stdout, l->flavor, 0);
     printf("}, \"optimizer_step\": %" PRId64 ", \"parameters\": %" PRIu64 ", \"bytes\": %" PRIu64
            ",\n \"files\": [",
            in.optimizer_step, params, total);
@@ -94,14 +86,17 @@ static int inspect(const char *dir, cli_format format) {
       const char *name;
       uint64_t bytes;
       mpu_ckpt_file_at(ck, f, &name, &bytes);
-      printf("%s\n  {\"name\": \"%s\", \"bytes\": %" PRIu64 "}", f ? "," : "", name, bytes);
+      printf("%s\n  {\"name\": ", f ? "," : "");
+      cli_json_string(stdout, name, 0);
+      printf(", \"bytes\": %" PRIu64 "}", bytes);
     }
     printf("\n ],\n \"tensors\": [");
     for (int i = 0; i < in.ntensors; i++) {
       mpu_ckpt_tensor_info t;
       mpu_ckpt_tensor_at(ck, i, &t);
-      printf("%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": ", i ? "," : "",
-             t.name, mpu_ckpt_kind_name(t.kind),
+      printf("%s\n  {\"name\": ", i ? "," : "");
+      cli_json_string(stdout, t.name, 0);
+      printf(", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": ", mpu_ckpt_kind_name(t.kind),
              t.dtype);
       print_shape(t.shape, t.ndim);
       printf(", \"pieces\": %d}", t.npieces);

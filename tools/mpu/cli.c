@@ -3,6 +3,10 @@
  */
 #include "cli.h"
 
+#include "checkpoint/json.h"
+#include "core/files.h"
+#include "mpu.h"
+
 #include <ctype.h>
 #include <math.h>
 #include <errno.h>
@@ -208,4 +212,23 @@ void cli_progress_done(void) {
   if (shown && isatty(STDERR_FILENO)) fputs("\r\033[K", stderr);
   shown = 0;
   share = -1;
+}
+
+void cli_json_string(FILE *f, const char *s, int script_safe) {
+  json_buf b = {0};
+  mpu__jb_string_ex(&b, s, script_safe);
+  fputs(b.failed || !b.s ? "null" : b.s, f); /* out of memory: still JSON */
+  mpu__jb_free(&b);
+}
+
+int cli_check_output(const char *what, const char *path) {
+  return mpu__output_check(what, path, NULL, 0) ? -1 : 0;
+}
+
+int cli_write_output(const char *cmd, const char *what, const char *path, const void *data,
+                     size_t n) {
+  const void *parts[1] = {data};
+  if (!mpu__output_write(what, path, parts, &n, 1, NULL, 0)) return 0;
+  fprintf(stderr, "mpu %s: %s\n", cmd, mpu_last_error());
+  return -1;
 }

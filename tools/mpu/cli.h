@@ -16,6 +16,20 @@ typedef enum cli_format { CLI_TEXT, CLI_JSON, CLI_SVG, CLI_HTML } cli_format;
 /* Print "mpu <cmd>: <message>" and a hint to stderr; exit with status 2. */
 void cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
+/* s as a JSON string literal to f: the library's one escaper (quotes, backslashes and control
+ * characters escaped, a byte that is not UTF-8 as U+FFFD; script_safe: < > & too, for JSON
+ * inside an HTML <script>). */
+void cli_json_string(FILE *f, const char *s, int script_safe);
+
+/* Every file the tool writes follows the library's one rule (src/core/files.h): a regular
+ * file or none, never a file the same command reads, written through PATH.tmp and renamed.
+ * cli_check_output says before the work whether path may be written: 0, or -1 with the
+ * reason ("<what>: ...") in mpu_last_error(). cli_write_output writes data there: 0, or -1
+ * with "mpu <cmd>: <what>: <why>" on stderr. */
+int cli_check_output(const char *what, const char *path);
+int cli_write_output(const char *cmd, const char *what, const char *path, const void *data,
+                     size_t n);
+
 /* "16M", "1G", "8", "512K" (powers of 1024; also "KiB", "MB" style suffixes).
  * Returns 0 on success, -1 if s is not a size or overflows. */
 /* The "exit status:" section of a --help text: 0 success, 1 `one`, 2 a usage

@@ -178,9 +178,11 @@ static int bench(const mesh_opts *o) {
   mpu_mesh_describe(m, desc, sizeof desc);
   size_t bytes = mpu_mesh_memory(m);
   if (o->format == CLI_JSON) {
-    printf("{\"mesh\": \"%s\", \"ranks\": %lld, \"rank\": %d, \"memory_bytes\": %zu, "
+    printf("{\"mesh\": ");
+    cli_json_string(stdout, desc, 0);
+    printf(", \"ranks\": %lld, \"rank\": %d, \"memory_bytes\": %zu, "
            "\"build_us\": %.3f, \"coords_us\": %.4f, \"local_rank_us\": %.4f, \"group_us\": [",
-           desc, (long long)numel, rank, bytes, build_ns / 1e3, coords_ns / 1e3, local_ns / 1e3);
+           (long long)numel, rank, bytes, build_ns / 1e3, coords_ns / 1e3, local_ns / 1e3);
     for (int d = 0; d < o->ndim; d++) printf("%s%.4f", d ? ", " : "", group_ns[d] / 1e3);
     printf("], \"group_sizes\": [");
     for (int d = 0; d < o->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)gsize[d]);
@@ -304,7 +306,10 @@ static int show(const mesh_opts *o) {
     printf("{\"shape\": [");
     for (int d = 0; d < o->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)o->shape[d]);
     printf("], \"names\": [");
-    for (int d = 0; d < o->ndim; d++) printf("%s\"%s\"", d ? ", " : "", mpu_mesh_dim_name(m, d));
+    for (int d = 0; d < o->ndim; d++) {
+      printf("%s", d ? ", " : "");
+      cli_json_string(stdout, mpu_mesh_dim_name(m, d), 0);
+    }
     printf("], \"rank\": %d, \"coords\": [", rank);
     for (int d = 0; d < o->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)coords[d]);
     printf("],\n \"dims\": [");
@@ -319,8 +324,10 @@ static int show(const mesh_opts *o) {
     mpu_mesh_groups(m, &d, 1, all, (size_t)numel, &ng, &gs);
     const char *name = mpu_mesh_dim_name(m, d);
     if (json) {
-      printf("%s\n  {\"dim\": %d, \"name\": \"%s\", \"size\": %lld, \"local_rank\": %lld, "
-             "\"group\": ", d ? "," : "", d, name, (long long)o->shape[d], (long long)coords[d]);
+      printf("%s\n  {\"dim\": %d, \"name\": ", d ? "," : "", d);
+      cli_json_string(stdout, name, 0);
+      printf(", \"size\": %lld, \"local_rank\": %lld, \"group\": ", (long long)o->shape[d],
+             (long long)coords[d]);
       print_list(g, n);
       printf(", \"groups\": [");
       for (int64_t k = 0; k < ng; k++) {

@@ -2,6 +2,7 @@
  * picture.c - ranks on a grid and their groups, as SVG or a self-contained
  * HTML page (see picture.h).
  */
+#include "cli.h"
 #include "picture.h"
 
 #include <math.h>
@@ -87,18 +88,6 @@ static void xml_text(FILE *f, const char *s) {
     case '\'': fputs("&#39;", f); break;
     default: fputc(*s, f);
     }
-}
-
-/* a JSON string that is also safe inside <script> */
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20 || c == '<' || c == '>' || c == '&') fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
 }
 
 /* Every group of the kind holds one rank: nothing to tell apart, no colours. */
@@ -400,9 +389,9 @@ void pic_html(const pic *p, FILE *f) {
   fprintf(f, "],\n \"kinds\": [");
   for (int k = 0; k < p->nkinds; k++) {
     fprintf(f, "%s\n {\"name\": ", k ? "," : "");
-    json_string(f, p->kinds[k].name);
+    cli_json_string(f, p->kinds[k].name, 1);
     fprintf(f, ", \"caption\": ");
-    json_string(f, p->kinds[k].caption);
+    cli_json_string(f, p->kinds[k].caption, 1);
     fprintf(f, ", \"n\": %d, \"g\": [", p->kinds[k].ngroups);
     for (int r = 0; r < p->nranks; r++) fprintf(f, "%s%d", r ? "," : "", p->kinds[k].group_of[r]);
     fprintf(f, "]}");
@@ -410,9 +399,9 @@ void pic_html(const pic *p, FILE *f) {
   fprintf(f, "],\n \"names\": {");
   for (const pic_name *n = p->info_names; n && n->key; n++) {
     fprintf(f, "%s", n == p->info_names ? "" : ", ");
-    json_string(f, n->key);
+    cli_json_string(f, n->key, 1);
     fprintf(f, ": ");
-    json_string(f, n->shown);
+    cli_json_string(f, n->shown, 1);
   }
   fprintf(f, "},\n \"info\": [");
   for (int r = 0; r < p->nranks; r++)

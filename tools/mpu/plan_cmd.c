@@ -855,7 +855,10 @@ int cmd_plan(int argc, char **argv) {
     printf("{\"flavor\": \"%s\", \"world_size\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d",
            mpu_flavor_name(c->flavor), c->world_size, c->tp, c->pp, mpu_layout_dp(l));
     if (c->flavor == MPU_FLAVOR_DEEPSPEED) printf(", \"sp\": %d, \"fp8\": %s", c->sp, c->fp8 ? "true" : "false");
-    else printf(", \"cp\": %d, \"ep\": %d, \"order\": \"%s\"", c->cp, c->ep, c->order[0] ? c->order : "tp-cp-ep-dp-pp");
+    else {
+      printf(", \"cp\": %d, \"ep\": %d, \"order\": ", c->cp, c->ep);
+      cli_json_string(stdout, c->order[0] ? c->order : "tp-cp-ep-dp-pp", 0);
+    }
     if (c->flavor == MPU_FLAVOR_CORE_019) {
       int etp, edp;
       mpu_layout_experts(l, &etp, &edp);

@@ -68,16 +68,6 @@ static void put_ranks(FILE *out, const int *v, int n) {
   for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", v[i]);
 }
 
-static void put_json_string(FILE *out, const char *s) {
-  fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-    else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-    else fputc(*p, out);
-  }
-  fputc('"', out);
-}
-
 /* Every group of kind, each sorted: JSON lists, or text wrapped at 100
  * columns under the flavour's name. buf holds a world's ranks. */
 static int list_groups(FILE *out, const mpu_layout *l, mpu_group_kind kind, int json, int *buf,
@@ -166,7 +156,7 @@ int plan_compare(FILE *out, FILE *err, const mpu_layout_config *cfg, int json) {
     fprintf(out, "%s\n  \"%s\": ", f ? "," : "", mpu_flavor_name(flavors[f]));
     if (!l[f]) {
       fprintf(out, "{\"refused\": ");
-      put_json_string(out, why[f]);
+      cli_json_string(out, why[f], 0);
       fprintf(out, "}");
       continue;
     }

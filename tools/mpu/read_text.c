@@ -1,10 +1,11 @@
 /*
- * read_text.c - a bounded read of a file the user names: open without
- * blocking (a FIFO with no writer would block open itself), refuse what is
- * not a regular file, check every read.
+ * read_text.c - a bounded read of a file the user names: opened by the
+ * library's rule for inputs (without blocking, a regular file only), every
+ * read checked.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,27 +13,16 @@
 
 #include "read_text.h"
 
-static const char *kind_of(mode_t m) {
-  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
-         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
-}
+#include "core/files.h"
 
 mpu_result_t cli_read_text(const char *option, const char *path, size_t max, unsigned char **out,
                            size_t *n) {
   *out = NULL, *n = 0;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "cannot open %s %s: %s", option, path,
-                              strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st)) {
-    int e = errno;
-    close(fd);
-    return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "cannot stat %s %s: %s", option, path, strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "%s %s is %s, not a regular file", option, path,
-                    kind_of(st.st_mode));
+  int fd;
+  if (mpu__input_open("mpu", option, path, &fd, NULL)) { /* the library's rule for inputs */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", mpu_last_error() + strlen("mpu: "));
+    return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "%s", why);
   }
   unsigned char *buf = malloc(max ? max : 1);
   if (!buf) {
