@@ -588,12 +588,13 @@ static void spoil(mpu_ckpt_set *set, int how) {
     mpu_ckpt_set_meta(set, "k", "1");
     memset(set->meta[0][1], 'v', sizeof set->meta[0][1]);
     break;
+  case 11: set->layout.pp = 0; break; /* a size the loader refuses: one rule for both */
   }
 }
 
 static const char *const spoiled[] = {"lr",     "clip_grad", "step -1", "optimizer step",
                                       "tp",     "dp",        "33 metadata", "-1 metadata",
-                                      "flavor", "twice",     "too long"};
+                                      "flavor", "twice",     "too long", "layout pp 0"};
 enum { NSPOILED = sizeof spoiled / sizeof *spoiled };
 
 typedef struct refusal_job {

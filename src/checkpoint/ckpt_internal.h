@@ -62,6 +62,11 @@ uint32_t mpu__ckpt_crc32(uint32_t crc, const void *data, size_t n);
 mpu_result_t mpu__ckpt_meta_check(const char *fn, const char *key, size_t key_cap,
                                   const char *value, size_t value_cap);
 
+/* The sizes a layout may record, for save and load alike: world, tp, pp, dp,
+ * cp and ep 1 to CKPT_SIZE_MAX, vp 0 (no virtual stages) to CKPT_SIZE_MAX.
+ * MPU_SUCCESS, or MPU_ERR_INVALID_ARGUMENT naming fn and the size. */
+mpu_result_t mpu__ckpt_layout_check(const char *fn, const mpu_ckpt_layout *l);
+
 /* 0 if name is a valid tensor name (printable ASCII, no '"' '\\' or space). */
 int mpu__ckpt_name_ok(const char *name);
 

@@ -26,6 +26,18 @@ void mpu_ckpt_set_init(mpu_ckpt_set *set) {
   snprintf(set->layout.flavor, sizeof set->layout.flavor, "core");
 }
 
+mpu_result_t mpu__ckpt_layout_check(const char *fn, const mpu_ckpt_layout *l) {
+  const int sizes[7] = {l->world, l->tp, l->pp, l->vp, l->dp, l->cp, l->ep};
+  static const char *const names[7] = {"world", "tp", "pp", "vp", "dp", "cp", "ep"};
+  for (int i = 0; i < 7; i++) {
+    int least = i == 3 ? 0 : 1; /* vp 0: no virtual stages */
+    if (sizes[i] < least || sizes[i] > CKPT_SIZE_MAX)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layout %s %d out of range (%d..%d)", fn,
+                        names[i], sizes[i], least, CKPT_SIZE_MAX);
+  }
+  return MPU_SUCCESS;
+}
+
 void mpu_ckpt_set_free(mpu_ckpt_set *set) {
   if (!set) return;
   for (int i = 0; i < set->n; i++) free(set->t[i].spans), free(set->t[i].save);

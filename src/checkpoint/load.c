@@ -124,12 +124,14 @@ static mpu_result_t read_layout(mpu_ckpt *ck) {
   mpu_ckpt_layout *o = &ck->info.layout;
   int64_t v[7];
   const char *keys[7] = {"world", "tp", "pp", "vp", "dp", "cp", "ep"};
-  for (int i = 0; i < 7; i++) /* sizes of a real layout: vp 0 means no virtual stages */
-    if (mpu__json_int(l, keys[i], &v[i]) || v[i] < (i == 3 ? 0 : 1) || v[i] > CKPT_SIZE_MAX)
+  for (int i = 0; i < 7; i++)
+    if (mpu__json_int(l, keys[i], &v[i]) || v[i] < 0 || v[i] > CKPT_SIZE_MAX)
       return bad_index(ck, NULL, "the layout lacks a size or has one out of range (1 to 2^24; "
                                  "vp 0 to 2^24)");
   o->world = (int)v[0], o->tp = (int)v[1], o->pp = (int)v[2], o->vp = (int)v[3];
   o->dp = (int)v[4], o->cp = (int)v[5], o->ep = (int)v[6];
+  if (mpu__ckpt_layout_check("checkpoint", o))
+    return bad_index(ck, NULL, "the layout has a size out of range (1 to 2^24; vp 0 to 2^24)");
   const json *z = mpu__json_get(l, "zero1");
   const char *flavor = mpu__json_str(l, "flavor");
   if (!z || z->type != JSON_BOOL || !flavor || strlen(flavor) >= sizeof o->flavor)

@@ -317,12 +317,7 @@ static mpu_result_t check_set(const char *fn, const mpu_ckpt_set *set) {
                         (long long)set->optimizer_step);
   }
   const mpu_ckpt_layout *l = &set->layout;
-  const int sizes[6] = {l->tp, l->pp, l->vp, l->dp, l->cp, l->ep};
-  static const char *const names[6] = {"tp", "pp", "vp", "dp", "cp", "ep"};
-  for (int i = 0; i < 6; i++)
-    if (sizes[i] < 0 || sizes[i] > CKPT_SIZE_MAX)
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layout %s %d out of range (0..%d)", fn,
-                        names[i], sizes[i], CKPT_SIZE_MAX);
+  MPU_CHECK(mpu__ckpt_layout_check(fn, l));
   if (!memchr(l->flavor, '\0', sizeof l->flavor))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the layout's flavor is not a string of at most %zu bytes",
                       fn, sizeof l->flavor - 1);
