@@ -118,3 +118,26 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   double_push(st, &t->t);
   return cudaSuccess;
 }
+
+/* ---- host functions on a stream ----------------------------------------------------- */
+
+typedef struct host_task {
+  task t;
+  cudaHostFn_t fn;
+  void *arg;
+} host_task;
+
+static void host_run(task *t) { ((host_task *)t)->fn(((host_task *)t)->arg); }
+
+/* The stream runs fn when it reaches it, and waits for it (as CUDA does). */
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
+  cudaStream_t st = double_stream(s);
+  if (!st || !fn) return cudaErrorInvalidValue;
+  cudaError_t e = double_sticky(st->device);
+  if (e) return e;
+  host_task *t = calloc(1, sizeof *t);
+  if (!t) return cudaErrorMemoryAllocation;
+  *t = (host_task){{NULL, host_run, NULL, NULL}, fn, arg};
+  double_push(st, &t->t);
+  return cudaSuccess;
+}

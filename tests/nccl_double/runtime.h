@@ -15,6 +15,7 @@
  *     registry), CUDA_ERROR_NOT_FOUND outside every allocation.
  *   - cudaMallocAsync / cudaFreeAsync: stream-ordered; the free happens when
  *     the stream reaches it, without synchronising the device.
+ *   - cudaLaunchHostFunc: the stream runs the function when it reaches it.
  *   - double_pretend_host_alias(1): the device maps registered host memory
  *     at another address (cudaDevAttrCanUseHostPointerForRegisteredMem 0):
  *     cudaPointerGetAttributes' devicePointer differs from the host pointer.
