@@ -314,7 +314,8 @@ static int usable_at(const void *p, int device, char *what, size_t n) {
  * memory at the start of the span is, then the driver where that allocation
  * ends: the whole span must lie in it (cudaMalloc's small blocks are often
  * adjacent, so a span running into the next one would pass a check of its
- * last byte). Without the driver's answer, both ends are checked. */
+ * last byte). Where the driver has no answer (no entry point, or memory it
+ * does not list, such as some host registrations), both ends are checked. */
 static int nccl_check_buffer(const mpu_comm *c, const void *p, size_t bytes, char *why, size_t n) {
   int device = impl_of(c)->device;
   char what[224], last[160];
@@ -328,7 +329,7 @@ static int nccl_check_buffer(const mpu_comm *c, const void *p, size_t bytes, cha
       snprintf(what, sizeof what, "runs past the end of its allocation (%zu bytes at %p) by %zu bytes",
                size, (void *)base, bytes - (off > size ? 0 : size - off));
       ok = 0;
-    } else if (known < 0 && !usable_at((const char *)p + bytes - 1, device, last, sizeof last)) {
+    } else if (known <= 0 && !usable_at((const char *)p + bytes - 1, device, last, sizeof last)) {
       snprintf(what, sizeof what, "runs past the end of its allocation: its last byte %s", last);
       ok = 0;
     }
