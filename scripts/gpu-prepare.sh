@@ -53,12 +53,14 @@ for l in libmpu.so.0 libmpu_layers.so.0 libmpu_nccl.so.0; do cp -L "$build/lib/$
 cp tests/test_store_torch.py "$kit/share/"
 
 # ---- what they need beyond the C library: the CUDA runtime, OpenBLAS, Fortran --------
-# (libnccl is the GPU machine's; libc, libm, libgcc_s and the loader are everywhere)
+# (libnccl is the GPU machine's; libc, libm, libgcc_s, the loader and libstdc++, which
+# all_reduce_perf alone needs, are on any machine with PyTorch, and a newer libstdc++
+# than the machine's glibc would refuse to load)
 for f in "$kit"/bin/* "$kit"/lib/*; do
   ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do
   case $name in
-  libmpu*|libnccl.so*|libc.so*|libm.so*|libgcc_s.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
+  libmpu*|libnccl.so*|libc.so*|libm.so*|libgcc_s.so*|libstdc++.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
   *) [ -e "$kit/lib/$name" ] || cp -L "$path" "$kit/lib/$name" ;;
   esac
 done
@@ -68,10 +70,11 @@ test -e "$kit/lib/libcudart.so.13" -o -n "$(ls "$kit"/lib/libcudart.so.* 2>/dev/
 # ---- nccl-tests' all_reduce_perf, from its source, for sm_90 only --------------------
 src=${NCCL_TESTS_SRC:-/work/.mirror/NVIDIA+nccl-tests/repo}
 if [ -e "$src" ]; then
-  tests=$build/nccl-tests
-  rm -rf "$tests"
-  mkdir -p "$tests"
-  if [ -d "$src/src" ]; then cp -r "$src"/. "$tests"/; else git --git-dir="$src" archive HEAD | tar -x -C "$tests"; fi
+  tests=$build/nccl-tests # a copy outside the repository's tracked files (never committed)
+  if [ ! -d "$tests/src" ]; then
+    mkdir -p "$tests"
+    if [ -d "$src/src" ]; then cp -r "$src"/. "$tests"/; else git --git-dir="$src" archive HEAD | tar -x -C "$tests"; fi
+  fi
   nccl_inc=$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")
   if make -C "$tests/src" -j"$jobs" CUDA_HOME="$cuda" NCCL_HOME="$(dirname "$nccl_inc")" \
     CUDARTLIB=cudart_static NVCC_GENCODE="$gencode" BUILDDIR="$(pwd)/$tests/build" \

@@ -109,12 +109,12 @@ mkdir -p "$bench"
 flags=(-b 8 -e 64M -f 4 -n 20 -w 5 -d float -o sum -c 1)
 # shellcheck disable=SC2016 # the inner shell expands them (timeout runs a program, not a function)
 step "mpu bench --backend nccl -t $gpus (all_reduce)" 90 \
-  bash -c '"$0" bench --backend nccl -t "$1" -g 1 --columns nccl-tests "${@:3}" | tee "$2/mpu.0.txt"' \
+  bash -o pipefail -c '"$0" bench --backend nccl -t "$1" -g 1 --columns nccl-tests "${@:3}" | tee "$2/mpu.0.txt"' \
   "$kit/bin/mpu" "$gpus" "$bench" "${flags[@]}"
 if [ -x "$kit/bin/all_reduce_perf" ]; then
   # shellcheck disable=SC2016
   step "nccl-tests all_reduce_perf -g $gpus" 90 \
-    bash -c '"$0" -g "$1" "${@:3}" | tee "$2/nccl.0.txt"' "$kit/bin/all_reduce_perf" "$gpus" "$bench" "${flags[@]}"
+    bash -o pipefail -c '"$0" -g "$1" "${@:3}" | tee "$2/nccl.0.txt"' "$kit/bin/all_reduce_perf" "$gpus" "$bench" "${flags[@]}"
 else
   skip "nccl-tests all_reduce_perf" "the kit has none ($(kit_line nccl_tests))"
 fi

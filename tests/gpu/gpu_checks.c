@@ -248,6 +248,7 @@ int main(int argc, char **argv) {
   /* [--unordered] [pointers|order|split] */
   int unordered = argc > 1 && !strcmp(argv[1], "--unordered");
   const char *only = argc > 1 + unordered ? argv[1 + unordered] : "";
+  setvbuf(stdout, NULL, _IOLBF, 0); /* every line in the log, even if the process dies */
   if (!check_runtime()) return 1;
   mpu_result_t r;
   if (!*only || !strcmp(only, "pointers"))
