@@ -129,14 +129,6 @@ struct mpu_comm {
 MPU_SIBLING_API mpu_comm *mpu__comm_new(const mpu__comm_ops *ops, int rank, int size, const int *world_ranks,
                         void *impl);
 
-/* The communicator's scratch buffer, at least bytes long, in the memory its
- * calls take (device memory on NCCL): grown when too small, kept for the
- * next call, freed at mpu_comm_destroy, so a layer's per-call staging needs
- * no allocation per call (cudaFree may synchronise the whole device). Its
- * contents are undefined; it is the caller's until its next call that may
- * use the scratch. */
-mpu_result_t mpu__comm_scratch(mpu_comm *c, size_t bytes, void **out);
-
 /* Free the base (not impl); the handle is poisoned against reuse. */
 void mpu__comm_free(mpu_comm *c);
 

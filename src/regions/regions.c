@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "core/error.h"
 #include "tensor/tensor_internal.h"
 #include "mpu/regions.h"

@@ -10,7 +10,6 @@
 
 #include "core/error.h"
 #include "state/state_internal.h"
-#include "comm/comm_internal.h"
 #include "comm/services.h"
 #include "core/options.h"
 #include "core/registry.h"

@@ -64,6 +64,9 @@ void mpu__comm_free(mpu_comm *c) {
   if (!c) return;
   mpu__detach_requests(c);
   live_take(c, 0);
+  /* the threads world's handles end here (mpu_launch); a device backend's
+   * scratch is released in mpu_comm_destroy, while its stream still is */
+  if (!c->ops->scratch_resize) free(c->scratch);
   c->magic = MPU_COMM_FREED;
   free(c->world_ranks);
   free(c);
