@@ -33,18 +33,19 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
 # ---- mpu: the programs and their libraries, run paths relative to the kit --------
+mkdir -p "$build" # its logs live there too
 # shellcheck disable=SC2016 # $ORIGIN is the loader's, not the shell's
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" -DCUDAToolkit_ROOT="$cuda" \
   -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib;$ORIGIN' \
-  ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 1; }
-grep -q "NCCL backend on" "$build.configure.log" ||
-  { echo "gpu-prepare: CUDA/NCCL not found:"; grep "NCCL backend" "$build.configure.log"; exit 1; }
+  ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 1; }
+grep -q "NCCL backend on" "$build/configure.log" ||
+  { echo "gpu-prepare: CUDA/NCCL not found:"; grep "NCCL backend" "$build/configure.log"; exit 1; }
 programs=(mpu_tool gpu_checks test_conformance_gpu gpu_regions example_gpu_tp_dp store_peer mpu_nccl)
 targets=()
 for t in "${programs[@]}"; do targets+=(--target "$t"); done
-cmake --build "$build" -j"$jobs" "${targets[@]}" >"$build.build.log" 2>&1 ||
-  { tail -30 "$build.build.log"; exit 1; }
+cmake --build "$build" -j"$jobs" "${targets[@]}" >"$build/build.log" 2>&1 ||
+  { tail -30 "$build/build.log"; exit 1; }
 
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib" "$kit/share"
@@ -78,11 +79,11 @@ if [ -e "$src" ]; then
   nccl_inc=$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")
   if make -C "$tests/src" -j"$jobs" CUDA_HOME="$cuda" NCCL_HOME="$(dirname "$nccl_inc")" \
     CUDARTLIB=cudart_static NVCC_GENCODE="$gencode" BUILDDIR="$(pwd)/$tests/build" \
-    "$(pwd)/$tests/build/all_reduce_perf" >"$build.nccl-tests.log" 2>&1; then
+    "$(pwd)/$tests/build/all_reduce_perf" >"$build/nccl-tests.log" 2>&1; then
     cp "$tests/build/all_reduce_perf" "$kit/bin/"
     nccl_tests=$(git --git-dir="$src" log -1 --format='%h %s' 2>/dev/null || echo "from $src")
   else
-    echo "gpu-prepare: building nccl-tests failed (see $build.nccl-tests.log); the kit has no all_reduce_perf"
+    echo "gpu-prepare: building nccl-tests failed (see $build/nccl-tests.log); the kit has no all_reduce_perf"
   fi
 else
   echo "gpu-prepare: no nccl-tests source (NCCL_TESTS_SRC); the kit has no all_reduce_perf"
@@ -93,7 +94,7 @@ glibc=$(for f in "$kit"/bin/* "$kit"/lib/*; do objdump -T "$f" 2>/dev/null; done
   grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)
 {
   echo "built $(date -u +%Y-%m-%dT%H:%MZ) from $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with local changes)')"
-  grep "NCCL backend on" "$build.configure.log" | sed 's/^-- //'
+  grep "NCCL backend on" "$build/configure.log" | sed 's/^-- //'
   echo "cuda_major $(sed -n 's/^#define CUDART_VERSION \([0-9]*\)/\1/p' "$cuda/include/cuda_runtime_api.h" | head -1 | awk '{ print int($1 / 1000) }')"
   echo "glibc_needed $glibc"
   echo "nccl_tests ${nccl_tests:-none}"
