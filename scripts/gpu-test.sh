@@ -1,44 +1,150 @@
 #!/usr/bin/env bash
-# On a machine with NVIDIA GPUs: build mpu with the real CUDA runtime and NCCL,
-# then run on every visible GPU (NCCL allows one rank per GPU, so one GPU means
-# one rank, and it must still pass):
-#   1. the conformance suite on the NCCL backend (thread ranks, managed memory)
-#   2. the region walkthrough on device tensors (tp = the GPUs)
-#   3. docs/gpu.md's tp x dp program (thread ranks; and under mpirun if present)
-#   4. mpu bench --backend nccl, nccl-tests' columns
-# and print a summary. Exit 1 if any step failed, 2 if there is no GPU.
+# On a machine with an NVIDIA GPU, from the folder scripts/gpu-prepare.sh
+# built on a CPU machine (gpu-kit/, carried with the repository): no
+# compiler, network or package registry needed, at most 8 minutes. NCCL is
+# the machine's: a system libnccl.so.2, else the one in PyTorch's wheel
+# (python3 -c 'import nvidia.nccl'). Runs, on every visible GPU:
+#   1. gpu_checks: NCCL runtime vs header; pointer kinds and mpu's refusals;
+#      stream ordering behind a 100 ms host function on the legacy, blocking,
+#      non-blocking and mpu_comm_set_stream paths; a non-blocking split's
+#      *newcomm
+#   2. the conformance suite on the NCCL backend (thread ranks, managed memory)
+#   3. the region walkthrough on device tensors (tp = the GPUs)
+#   4. docs/gpu.md's tp x dp program (thread ranks; under mpirun if the kit
+#      and the machine have MPI)
+#   5. mpu bench --backend nccl beside nccl-tests' all_reduce_perf
+#   6. mpu's TCPStore against PyTorch's TCPStore and torchrun
+# and writes OUT/gpu-test.log (everything) and OUT/gpu-summary.md (for
+# docs/gpu.md); OUT is $OUT, else gpu-test-out/. KIT names another kit
+# folder, NCCL_LIB_DIR the folder of the libnccl.so.2 to use. Exit 0 if every step
+# passed, 1 if one failed or the kit cannot run here (one line says why),
+# 2 if there is no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu-common.sh
 . scripts/gpu-common.sh
 gpu_require gpu-test
-dir=build-gpu
-gpu_build gpu-test "$dir"
+kit=$(cd "${KIT:-gpu-kit}" 2>/dev/null && pwd || echo "${KIT:-gpu-kit}")
+out=${OUT:-gpu-test-out}
+budget=${BUDGET_S:-480} # the whole run
+start=$SECONDS
+[ -f "$kit/KIT" ] || { echo "gpu-test: no $kit (run scripts/gpu-prepare.sh on a CPU machine and bring the folder)" >&2; exit 1; }
+mkdir -p "$out"
+log=$out/gpu-test.log summary=$out/gpu-summary.md
+: >"$log"
+kit_line() { sed -n "s/^$1 //p" "$kit/KIT"; }
 
-declare -a names results
-run() { # name, command...
-  local name=$1; shift
-  echo "==> $name" >&2
-  if "$@"; then results+=("PASS"); else results+=("FAIL"); fi
-  names+=("$name")
+# ---- can the kit run here: C library, CUDA driver, an NCCL --------------------------
+glibc_here=$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9]\+\.[0-9]\+$')
+glibc_needed=$(kit_line glibc_needed)
+if [ -n "$glibc_needed" ] && [ "$(printf '%s\n%s\n' "$glibc_needed" "$glibc_here" | sort -V | head -1)" != "$glibc_needed" ]; then
+  echo "gpu-test: the kit needs glibc $glibc_needed, this machine has $glibc_here (build it on an older system)" >&2
+  exit 1
+fi
+driver_cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
+if [ -n "$driver_cuda" ] && [ "${driver_cuda%%.*}" -lt "$(kit_line cuda_major)" ]; then
+  echo "gpu-test: the kit's CUDA runtime is $(kit_line cuda_major).x, the driver supports CUDA $driver_cuda (build the kit against an older toolkit: CUDA_HOME)" >&2
+  exit 1
+fi
+nccl_dir=""
+system_nccl=$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | sed -n 's/.*libnccl\.so\.2 .*=> //p' | head -1)
+if [ -n "${NCCL_LIB_DIR:-}" ]; then
+  nccl_dir=$NCCL_LIB_DIR
+  nccl_from="NCCL_LIB_DIR ($nccl_dir/libnccl.so.2)"
+elif [ -n "$system_nccl" ]; then
+  nccl_from="system ($system_nccl)"
+else
+  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  if [ -z "$nccl_dir" ] || [ ! -e "$nccl_dir/libnccl.so.2" ]; then
+    echo "gpu-test: no libnccl.so.2 (neither the system's nor PyTorch's nvidia.nccl wheel)" >&2
+    exit 1
+  fi
+  nccl_from="PyTorch's wheel ($nccl_dir/libnccl.so.2)"
+fi
+export LD_LIBRARY_PATH=$kit/lib${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+
+# ---- the steps: each under what is left of the budget ---------------------------------
+declare -a names results times
+step() { # name, limit_s, command...
+  local name=$1 limit=$2 left rc t0=$SECONDS
+  shift 2
+  left=$((budget - (SECONDS - start) - 10))
+  ((limit > left)) && limit=$left
+  if ((limit < 5)); then
+    names+=("$name") results+=("SKIP (no time left)") times+=(0)
+    return
+  fi
+  echo "==> $name (limit ${limit}s): $*" >>"$log"
+  timeout -k 5 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  case $rc in
+  0) results+=("PASS") ;;
+  77) results+=("SKIP") ;;
+  124 | 137) results+=("FAIL (timed out after ${limit}s)") ;;
+  *) results+=("FAIL (exit $rc)") ;;
+  esac
+  names+=("$name") times+=($((SECONDS - t0)))
+  echo "<== $name: ${results[-1]}" >>"$log"
 }
+skip() { names+=("$1") results+=("SKIP: $2") times+=(0); echo "<== $1: SKIP: $2" >>"$log"; }
+
 tp=1
 while ((tp * 2 <= gpus)); do tp=$((tp * 2)); done
-run "conformance on NCCL ($gpus GPU(s))" "$dir/bin/test_conformance_gpu"
-run "regions on device tensors (tp $tp)" "$dir/bin/gpu_regions" "$tp"
-run "tp x dp program, $gpus thread rank(s)" "$dir/bin/example_gpu_tp_dp" --tp "$tp" --threads "$gpus"
-if command -v mpirun >/dev/null; then
-  run "tp x dp program, mpirun -n $gpus" mpirun --allow-run-as-root --oversubscribe -n "$gpus" \
-    "$dir/bin/example_gpu_tp_dp" --tp "$tp" --mpi
+step "gpu_checks (runtime, pointers, order, split)" 90 "$kit/bin/gpu_checks" --unordered
+step "conformance on NCCL ($gpus GPU(s))" 150 "$kit/bin/test_conformance_gpu"
+step "regions on device tensors (tp $tp)" 60 "$kit/bin/gpu_regions" "$tp"
+step "tp x dp program, $gpus thread rank(s)" 60 "$kit/bin/example_gpu_tp_dp" --tp "$tp" --threads "$gpus"
+if ! command -v mpirun >/dev/null; then
+  skip "tp x dp program under mpirun" "no mpirun on this machine"
+elif [ ! -e "$kit/lib/libmpu_mpi.so.0" ]; then
+  skip "tp x dp program under mpirun" "the kit has no MPI backend"
+else
+  step "tp x dp program, mpirun -n $gpus" 60 mpirun --allow-run-as-root --oversubscribe -n "$gpus" \
+    "$kit/bin/example_gpu_tp_dp" --tp "$tp" --mpi
 fi
-run "mpu bench --backend nccl -t $gpus" "$dir/bin/mpu" bench --backend nccl -t "$gpus" -g 1 \
-  --collective all_reduce,all_gather,reduce_scatter,broadcast,all_to_all -b 8 -e 256M -f 4
+bench=$out/bench
+mkdir -p "$bench"
+flags=(-b 8 -e 64M -f 4 -n 20 -w 5 -d float -o sum -c 1)
+# shellcheck disable=SC2016 # the inner shell expands them (timeout runs a program, not a function)
+step "mpu bench --backend nccl -t $gpus (all_reduce)" 90 \
+  bash -o pipefail -c '"$0" bench --backend nccl -t "$1" -g 1 --columns nccl-tests "${@:3}" | tee "$2/mpu.0.txt"' \
+  "$kit/bin/mpu" "$gpus" "$bench" "${flags[@]}"
+if [ -x "$kit/bin/all_reduce_perf" ]; then
+  # shellcheck disable=SC2016
+  step "nccl-tests all_reduce_perf -g $gpus" 90 \
+    bash -o pipefail -c '"$0" -g "$1" "${@:3}" | tee "$2/nccl.0.txt"' "$kit/bin/all_reduce_perf" "$gpus" "$bench" "${flags[@]}"
+else
+  skip "nccl-tests all_reduce_perf" "the kit has none ($(kit_line nccl_tests))"
+fi
+step "store: mpu's TCPStore against PyTorch's" 90 python3 "$kit/share/test_store_torch.py" "$kit/bin/store_peer"
 
-echo
-echo "gpu-test summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $gpus GPU(s)):"
+# ---- the summary ----------------------------------------------------------------------
 failed=0
-for i in "${!names[@]}"; do
-  printf '  %-4s %s\n' "${results[$i]}" "${names[$i]}"
-  [ "${results[$i]}" = PASS ] || failed=1
-done
+{
+  echo "### One-GPU run, $(date -u +%Y-%m-%d)"
+  echo
+  echo "- GPU: $gpus x $gpu_name, driver $driver (CUDA $driver_cuda)"
+  echo "- NCCL: $nccl_from; $(grep -m1 '^PASS runtime\|^FAIL runtime' "$log" | sed 's/^[A-Z]* runtime: //')"
+  echo "- kit: $(kit_line built)"
+  echo "- $(grep 'NCCL backend on' "$kit/KIT")"
+  echo "- took $((SECONDS - start)) s"
+  echo
+  echo '| step | result | s |'
+  echo '|---|---|---|'
+  for i in "${!names[@]}"; do
+    echo "| ${names[$i]} | ${results[$i]} | ${times[$i]} |"
+    case ${results[$i]} in FAIL*) failed=1 ;; esac
+  done
+  echo
+  echo '```'
+  grep -E '^(PASS|FAIL|INFO) ' "$log" | cut -c1-200
+  echo
+  echo "all_reduce float sum, $gpus GPU(s), one round, out-of-place time:"
+  gpu_bench_table "$bench"
+  echo '```'
+} >"$summary"
+cat "$summary"
+echo "gpu-test: the whole log is $log"
 exit $failed

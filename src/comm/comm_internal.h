@@ -60,6 +60,12 @@ typedef struct mpu__comm_ops {
   mpu_result_t (*set_stream)(mpu_comm *c, void *stream);
   mpu_result_t (*mem_alloc)(mpu_comm *c, size_t bytes, void **out);
   mpu_result_t (*mem_free)(mpu_comm *c, void *p);
+  /* Optional, for device backends (NULL: host memory by malloc/free): the
+   * communicator's scratch buffer (mpu__comm_scratch) grown from old to
+   * bytes (old NULL: none yet; bytes 0: free old only, at destroy), in the
+   * order of the communicator's work, without waiting for the device. On
+   * failure *out is what is still held: old, or NULL once old was released. */
+  mpu_result_t (*scratch_resize)(mpu_comm *c, void *old, size_t bytes, void **out);
   mpu_result_t (*copy2d)(mpu_comm *c, void *dst, size_t dpitch, const void *src, size_t spitch,
                          size_t width, size_t height);
   void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
@@ -114,6 +120,8 @@ struct mpu_comm {
   mpu_comm *next_live;   /* comm.c's registry of live handles (catches double destroy) */
   mpu_request *queue_head, *queue_tail; /* requests not yet run (request.c) */
   mpu_request *freed_head, *freed_tail; /* mpu_request_free'd, not yet complete (request.c) */
+  void *scratch;         /* mpu__comm_scratch's buffer, scratch_bytes long; freed at destroy */
+  size_t scratch_bytes;
 };
 
 /* A new base communicator. world_ranks (size entries, or NULL for the

@@ -31,4 +31,12 @@ mpu_result_t mpu__comm_group_described(mpu_comm *comm, int pos, int size,
  * MPU_ERR_INVALID_ARGUMENT naming fn: host buffers would fault the GPU. */
 MPU_SIBLING_API mpu_result_t mpu__comm_for_host(mpu_comm *comm, const char *fn, mpu_comm **out);
 
+/* The communicator's scratch buffer, at least bytes long, in the memory its
+ * calls take (device memory on NCCL): grown when too small (in the order of
+ * the communicator's work, backend's scratch_resize), kept for the next
+ * call, freed at mpu_comm_destroy, so a layer's staging needs no allocation
+ * per call (cudaFree may synchronise the whole device). Its contents are
+ * undefined; it is the caller's until its next call that may use it. */
+mpu_result_t mpu__comm_scratch(mpu_comm *c, size_t bytes, void **out);
+
 #endif

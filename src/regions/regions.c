@@ -7,9 +7,11 @@
  * gathered blocks are concatenated with mpu_tensor_concat, as Megatron's
  * torch.cat does. Splits copy this rank's part (.contiguous() in Megatron).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/services.h"
 #include "core/error.h"
 #include "tensor/tensor_internal.h"
 #include "mpu/regions.h"
@@ -129,7 +131,11 @@ mpu_result_t mpu_primitive_run(mpu_primitive prim, mpu_comm *comm, const mpu_ten
     return mpu_comm_all_to_all(comm, in->data, out->data, count / (size_t)n, in->dtype);
   default: { /* gather along the last dim: all_gather the blocks, then concatenate */
     void *mem = NULL;
-    mpu_result_t r = mpu_comm_mem_alloc(comm, bytes * (size_t)n, &mem);
+    if (bytes > SIZE_MAX / (size_t)n)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "gather (last dim): %d blocks of %zu bytes", n,
+                        bytes);
+    /* the blocks are staged in the communicator's scratch, kept between calls */
+    mpu_result_t r = mpu__comm_scratch(comm, bytes * (size_t)n, &mem);
     char *stacked = mem;
     mpu_tensor parts[64], *p = n <= 64 ? parts : malloc((size_t)n * sizeof *p);
     if (!r && !p) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "gather (last dim): %d parts", n);
@@ -142,7 +148,6 @@ mpu_result_t mpu_primitive_run(mpu_primitive prim, mpu_comm *comm, const mpu_ten
       }
       if (!r) r = mpu__tensor_concat_with(p, n, -1, out, comm_copy2d, comm);
     }
-    if (stacked) mpu_comm_mem_free(comm, stacked);
     if (p != parts) free(p);
     return r;
   }

@@ -113,13 +113,12 @@ static mpu_result_t host_collective(mpu_comm *c, int gather, void *buf, size_t b
   if (caps.memory == MPU_MEMORY_HOST)
     return gather ? mpu_comm_all_gather(c, (char *)buf + (size_t)rank * bytes, buf, bytes, MPU_UINT8)
                   : mpu_comm_broadcast(c, buf, bytes, MPU_UINT8, root);
-  void *dev = NULL;
-  MPU_CHECK(mpu_comm_mem_alloc(c, total, &dev));
+  void *dev = NULL; /* the communicator's scratch: no cudaMalloc/cudaFree per call */
+  MPU_CHECK(mpu__comm_scratch(c, total, &dev));
   mpu_result_t r = mpu_comm_copy2d(c, dev, total, buf, total, total, 1);
   if (!r) r = gather ? mpu_comm_all_gather(c, (char *)dev + (size_t)rank * bytes, dev, bytes, MPU_UINT8)
                      : mpu_comm_broadcast(c, dev, bytes, MPU_UINT8, root);
   if (!r) r = mpu_comm_copy2d(c, buf, total, dev, total, total, 1);
-  mpu_comm_mem_free(c, dev);
   return r;
 }
 

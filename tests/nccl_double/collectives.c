@@ -470,10 +470,13 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, nccl
   return enqueue(c, s, (slot){K_REDUCE, sendbuff, recvbuff, count, t, op, root}, 0);
 }
 
+/* NCCL 2.28.3's; a double pretending to be an older NCCL has none (runtime.h) */
+#if !defined(DOUBLE_NCCL_CODE) || DOUBLE_NCCL_CODE >= 22803
 ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t,
                           ncclComm_t c, cudaStream_t s) {
   return enqueue(c, s, (slot){K_ALL_TO_ALL, sendbuff, recvbuff, count, t, ncclSum, 0}, 0);
 }
+#endif
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t t, int peer,
                       ncclComm_t c, cudaStream_t s) {

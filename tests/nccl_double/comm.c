@@ -59,11 +59,6 @@ const char *ncclGetLastError(ncclComm_t comm) {
   return last_error_seen;
 }
 
-ncclResult_t ncclGetVersion(int *version) {
-  *version = NCCL_VERSION_CODE;
-  return ncclSuccess;
-}
-
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   static uint64_t counter;
   pthread_mutex_lock(&registry_lock);

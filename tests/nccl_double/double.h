@@ -2,7 +2,8 @@
  * double.h - a test double for the subset of the CUDA runtime and NCCL that
  * src/comm/nccl/ uses, over host memory, for ranks that are threads of one
  * process. Only tests link it (libmpu_nccl_double:
- * cuda.c the runtime, comm.c NCCL's communicators, collectives.c its calls); it is never installed.
+ * cuda.c the runtime, comm.c NCCL's communicators, collectives.c its calls,
+ * runtime.c the versions and device properties it pretends); it is never installed.
  * The NCCL backend is compiled once, against the real headers; linked with
  * this file instead of libcudart and libnccl it runs on any CPU.
  *
@@ -37,6 +38,9 @@
  *     element type, pre-multiplied float avg, 16-bit rounding per step),
  *     folded in rank order (NCCL's own order is a ring or tree; tests of the
  *     backend use exactly representable values).
+ *   - the NCCL version, the driver's allocation ranges, the stream-ordered
+ *     allocator and registered memory at another device address are what
+ *     runtime.h says.
  * Each forgiving shortcut is a switch (switches.h).
  */
 #ifndef MPU_TESTS_NCCL_DOUBLE_H
@@ -166,5 +170,6 @@ int double_group_depth(void); /* this thread's ncclGroupStart nesting */
 #include "nccl_double/memory.h"
 #include "nccl_double/order.h"
 #include "nccl_double/switches.h"
+#include "nccl_double/runtime.h"
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "nccl_double/double.h"
 #include "nccl_double/memory.h"
+#include "nccl_double/runtime.h"
 
 /* ---- the registry: a list under one lock (tests make few allocations) ------ */
 
@@ -109,7 +110,14 @@ static cudaError_t alloc(void **p, size_t bytes, enum cudaMemoryType type) {
   return e;
 }
 
-cudaError_t cudaMalloc(void **p, size_t bytes) { return alloc(p, bytes, cudaMemoryTypeDevice); }
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+  double_cuda_tally("cudaMalloc");
+  return alloc(p, bytes, cudaMemoryTypeDevice);
+}
+
+cudaError_t double_mem_alloc_device(void **p, size_t bytes) {
+  return alloc(p, bytes, cudaMemoryTypeDevice);
+}
 
 cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned int flags) {
   (void)flags;
@@ -136,7 +144,17 @@ static cudaError_t release(void *p, unsigned kinds) {
   return e;
 }
 
+/* cudaFreeAsync's task (runtime.c): the stream reached it, no device-wide wait */
+int double_mem_release_now(void *p) {
+  double_alloc a;
+  if (!take(p, 1u << cudaMemoryTypeDevice, 0, &a)) return -1;
+  double_order_free(p);
+  free(p);
+  return 0;
+}
+
 cudaError_t cudaFree(void *p) {
+  double_cuda_tally("cudaFree");
   return release(p, 1u << cudaMemoryTypeDevice | 1u << cudaMemoryTypeManaged);
 }
 
@@ -177,6 +195,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
   attr->type = a.type;
   attr->device = a.device;
   attr->devicePointer = (void *)(uintptr_t)p; /* unified addressing: one address */
+  if (a.registered) attr->devicePointer = double_host_device_pointer((void *)(uintptr_t)p);
   attr->hostPointer = a.type == cudaMemoryTypeDevice ? NULL : (void *)(uintptr_t)p;
   return cudaSuccess;
 }

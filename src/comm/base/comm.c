@@ -64,6 +64,9 @@ void mpu__comm_free(mpu_comm *c) {
   if (!c) return;
   mpu__detach_requests(c);
   live_take(c, 0);
+  /* the threads world's handles end here (mpu_launch); a device backend's
+   * scratch is released in mpu_comm_destroy, while its stream still is */
+  if (!c->ops->scratch_resize) free(c->scratch);
   c->magic = MPU_COMM_FREED;
   free(c->world_ranks);
   free(c);
@@ -327,6 +330,39 @@ mpu_result_t mpu_comm_mem_free(mpu_comm *comm, void *p) {
     free(p);
   free(m);
   return r;
+}
+
+mpu_result_t mpu__comm_scratch(mpu_comm *c, size_t bytes, void **out) {
+  if (bytes <= c->scratch_bytes && c->scratch) {
+    *out = c->scratch;
+    return MPU_SUCCESS;
+  }
+  void *grown = NULL;
+  if (c->ops->scratch_resize) {
+    /* the old buffer is released in stream order: the work using it ends first */
+    mpu_result_t r = c->ops->scratch_resize(c, c->scratch, bytes, &grown);
+    if (r) {
+      if (grown != c->scratch) c->scratch = NULL, c->scratch_bytes = 0;
+      return r;
+    }
+  } else {
+    if (!(grown = malloc(bytes ? bytes : 1)))
+      return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%zu bytes of scratch", bytes);
+    free(c->scratch);
+  }
+  c->scratch = grown;
+  c->scratch_bytes = bytes;
+  *out = grown;
+  return MPU_SUCCESS;
+}
+
+/* At destroy: a device backend's release is ordered after the work issued. */
+static void scratch_free(mpu_comm *c) {
+  void *none = NULL;
+  if (c->scratch && c->ops->scratch_resize) c->ops->scratch_resize(c, c->scratch, 0, &none);
+  else free(c->scratch);
+  c->scratch = NULL;
+  c->scratch_bytes = 0;
 }
 
 mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const void *src,
@@ -886,6 +922,7 @@ mpu_result_t mpu_comm_destroy(mpu_comm *comm) {
                       "mpu_comm_destroy: %p is not a live communicator (destroyed twice?)",
                       (void *)comm);
   mpu__detach_requests(comm);
+  scratch_free(comm);
   comm->ops->destroy(comm);
   comm->magic = MPU_COMM_FREED;
   free(comm->world_ranks);

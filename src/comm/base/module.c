@@ -82,6 +82,7 @@ mpu_result_t mpu__module_get(const char *fn, const char *name, const mpu__module
                         "install it next to libmpu)",
                         fn, name, why, mod_needs[i], name);
   }
+  if (m->usable) MPU_CHECK(m->usable(fn));
   *out = m;
   return MPU_SUCCESS;
 }

@@ -17,6 +17,18 @@
 
 #include "comm/comm_internal.h"
 
+/* The oldest NCCL the backend runs on: ncclCommSplit and its config's
+ * splitShare are 2.18's. Configure reads it from here too
+ * (cmake/MpuNcclVersion.cmake); runtime.c refuses an older libnccl.so.2. */
+#define MPU_NCCL_FLOOR 2, 18, 0
+
+/* Entry points called directly that NCCLs older than the floor lack: weak,
+ * so that libmpu_nccl still loads there and runtime.c's version check can
+ * refuse the library in one line before any of them is called. */
+#pragma weak ncclCommSplit
+#pragma weak ncclCommInitRankConfig
+#pragma weak ncclGetLastError
+
 typedef struct nccl_impl {
   ncclComm_t comm;
   int device;
@@ -107,6 +119,18 @@ void mpu__nccl_request_free(nccl_request *q);
 /* calls.c: a call may be issued (not broken, on the rank's device, after the caller's work) */
 mpu_result_t mpu__nccl_begin(mpu_comm *c, const char *fn);
 mpu_result_t mpu__nccl_event_record(mpu_comm *c, cudaEvent_t ev, const char *fn);
+
+/* runtime.c: the libnccl.so.2 loaded. MPU_SUCCESS when its version is at
+ * least the floor, else MPU_ERR_UNSUPPORTED naming both versions. */
+mpu_result_t mpu__nccl_runtime_check(const char *fn);
+/* ncclAlltoAll (NCCL 2.28.3+) of the library loaded, or NULL without it */
+typedef ncclResult_t (*mpu__nccl_alltoall_fn)(const void *send, void *recv, size_t count,
+                                              ncclDataType_t type, ncclComm_t comm,
+                                              cudaStream_t stream);
+mpu__nccl_alltoall_fn mpu__nccl_alltoall(void);
+/* The allocation holding p, from the driver's cuMemGetAddressRange: 1 with
+ * its base and size, 0 when p is in none, -1 when the driver cannot say. */
+int mpu__nccl_allocation(const void *p, uintptr_t *base, size_t *bytes);
 
 /* calls.c */
 ncclDataType_t mpu__nccl_type(mpu_dtype dt);

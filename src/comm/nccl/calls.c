@@ -26,10 +26,6 @@
 #define NCCL_BF16 ((ncclDataType_t)9)
 #endif
 
-/* ncclAlltoAll exists from NCCL 2.28.3; below it, all_to_all is one group of
- * sends and receives (what ncclAlltoAll does inside). */
-#define HAVE_NCCL_ALLTOALL (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 3))
-
 static ncclDataType_t type_of(mpu_dtype dt) {
   switch (dt) {
   case MPU_FLOAT32: return ncclFloat32;
@@ -108,9 +104,10 @@ static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *
   return MPU_SUCCESS;
 }
 
-#if !HAVE_NCCL_ALLTOALL
-/* all_to_all as one group: block p of send to rank p, block p of recv from
- * it; this rank's own block too (NCCL copies a send to self in a group). */
+/* all_to_all as one group where the library has no ncclAlltoAll (before
+ * NCCL 2.28.3; runtime.c looks it up): block p of send to rank p, block p of
+ * recv from it; this rank's own block too (NCCL copies a send to self in a
+ * group), which is what ncclAlltoAll does inside. */
 static mpu_result_t enqueue_all_to_all(mpu_comm *c, const mpu__call *k, const char *fn) {
   nccl_impl *m = impl_of(c);
   ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
@@ -125,7 +122,6 @@ static mpu_result_t enqueue_all_to_all(mpu_comm *c, const mpu__call *k, const ch
   e = ncclGroupEnd(); /* always closes the group it opened */
   return mpu__nccl_issued(c, r ? r : e, fn);
 }
-#endif
 
 static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
   nccl_impl *m = impl_of(c);
@@ -147,15 +143,15 @@ static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
     r = ncclReduce(k->send, c->rank == s->root ? k->recv : (void *)(uintptr_t)k->send, n, t, op,
                    s->root, m->comm, m->stream);
     break;
-#if HAVE_NCCL_ALLTOALL
-  case MPU_COLL_ALL_TO_ALL: r = ncclAlltoAll(k->send, k->recv, n, t, m->comm, m->stream); break;
-#endif
+  case MPU_COLL_ALL_TO_ALL: {
+    mpu__nccl_alltoall_fn alltoall = mpu__nccl_alltoall();
+    if (!alltoall) return enqueue_all_to_all(c, k, fn);
+    r = alltoall(k->send, k->recv, n, t, m->comm, m->stream);
+    break;
+  }
   case MPU_COLL_BARRIER: /* NCCL has no barrier: a one-int all-reduce is one */
     r = ncclAllReduce(m->one, m->one, 1, ncclInt32, ncclSum, m->comm, m->stream);
     break;
-#if !HAVE_NCCL_ALLTOALL
-  case MPU_COLL_ALL_TO_ALL: return enqueue_all_to_all(c, k, fn);
-#endif
   default: return enqueue_uneven(c, k, fn);
   }
   return mpu__nccl_issued(c, r, fn);
@@ -281,8 +277,11 @@ static mpu_result_t nccl_stream_wait(mpu_comm *c, void *handle, void *stream) {
 /* ---- memory and streams ---------------------------------------------------------- */
 
 /* What the memory at p is, for a message; 1 when this rank's NCCL kernels
- * may touch it: device memory of its device, managed memory, or host memory
- * page-locked and mapped (cudaMallocHost, cudaHostRegister). */
+ * may touch it at this address: device memory of its device, managed
+ * memory, or page-locked host memory (cudaMallocHost, cudaHostRegister)
+ * that the device maps at the host's own address. A device without
+ * cudaDevAttrCanUseHostPointerForRegisteredMem maps registered memory
+ * elsewhere: NCCL would be handed an address the GPU cannot use. */
 static int usable_at(const void *p, int device, char *what, size_t n) {
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -293,30 +292,53 @@ static int usable_at(const void *p, int device, char *what, size_t n) {
   switch (a.type) {
   case cudaMemoryTypeDevice:
     if (a.device == device) return 1;
-    snprintf(what, n, "device memory of device %d", a.device);
+    snprintf(what, n, "is device memory of device %d", a.device);
     return 0;
   case cudaMemoryTypeManaged: return 1;
   case cudaMemoryTypeHost:
-    if (a.devicePointer) return 1;
-    snprintf(what, n, "page-locked host memory that device %d cannot address", device);
+    if (a.devicePointer == p) return 1;
+    if (!a.devicePointer)
+      snprintf(what, n, "is page-locked host memory that device %d cannot address", device);
+    else
+      snprintf(what, n,
+               "is page-locked host memory that device %d maps at another address (%p: "
+               "cudaHostGetDevicePointer)",
+               device, a.devicePointer);
     return 0;
-  default: snprintf(what, n, "host memory not registered with CUDA"); return 0;
+  default: snprintf(what, n, "is host memory not registered with CUDA"); return 0;
   }
 }
 
 /* NCCL checks no pointers (NCCL_CHECK_POINTERS=0): a host buffer would fault
- * the GPU and leave its context broken, so mpu asks CUDA first, about both
- * ends of the span. */
+ * the GPU and leave its context broken, so mpu asks CUDA first what the
+ * memory at the start of the span is, then the driver where that allocation
+ * ends: the whole span must lie in it (cudaMalloc's small blocks are often
+ * adjacent, so a span running into the next one would pass a check of its
+ * last byte). Where the driver has no answer (no entry point, or memory it
+ * does not list, such as some host registrations), both ends are checked. */
 static int nccl_check_buffer(const mpu_comm *c, const void *p, size_t bytes, char *why, size_t n) {
   int device = impl_of(c)->device;
-  char what[96];
-  const char *last = (const char *)p + bytes - 1;
-  int first_ok = usable_at(p, device, what, sizeof what);
-  if (first_ok && usable_at(last, device, what, sizeof what)) return 1;
+  char what[224], last[160];
+  uintptr_t base = 0;
+  size_t size = 0;
+  int ok = usable_at(p, device, what, sizeof what);
+  if (ok) {
+    int known = mpu__nccl_allocation(p, &base, &size);
+    size_t off = (uintptr_t)p - base;
+    if (known > 0 && (off > size || bytes > size - off)) {
+      snprintf(what, sizeof what, "runs past the end of its allocation (%zu bytes at %p) by %zu bytes",
+               size, (void *)base, bytes - (off > size ? 0 : size - off));
+      ok = 0;
+    } else if (known <= 0 && !usable_at((const char *)p + bytes - 1, device, last, sizeof last)) {
+      snprintf(what, sizeof what, "runs past the end of its allocation: its last byte %s", last);
+      ok = 0;
+    }
+  }
+  if (ok) return 1;
   snprintf(why, n,
-           "%s %s; NCCL on device %d takes device memory (mpu_comm_mem_alloc), managed or "
+           "%s; NCCL on device %d takes device memory (mpu_comm_mem_alloc), managed or "
            "registered host memory",
-           first_ok ? "runs past the end of its allocation into" : "is", what, device);
+           what, device);
   return 0;
 }
 
@@ -363,6 +385,21 @@ static mpu_result_t nccl_mem_free(mpu_comm *c, void *p) {
   return mpu__nccl_cuda_error(cudaFree(p), "mpu_comm_mem_free");
 }
 
+/* The scratch buffer from CUDA's stream-ordered allocator on the
+ * communicator's stream: the old one is released after the work that used
+ * it, the new one is ready for the work after it, and neither waits for the
+ * device as cudaFree may. */
+static mpu_result_t nccl_scratch_resize(mpu_comm *c, void *old, size_t bytes, void **out) {
+  static const char fn[] = "scratch buffer";
+  nccl_impl *m = impl_of(c);
+  *out = old; /* what the communicator still holds if this fails */
+  MPU_CHECK(mpu__nccl_cuda_error(cudaSetDevice(m->device), fn));
+  if (old) MPU_CHECK(mpu__nccl_cuda_error(cudaFreeAsync(old, m->stream), fn));
+  *out = NULL;
+  if (!bytes) return MPU_SUCCESS;
+  return mpu__nccl_cuda_error(cudaMallocAsync(out, bytes, m->stream), fn);
+}
+
 static mpu_result_t nccl_copy2d(mpu_comm *c, void *dst, size_t dpitch, const void *src,
                                 size_t spitch, size_t width, size_t height) {
   static const char fn[] = "mpu_comm_copy2d";
@@ -398,6 +435,7 @@ const mpu__comm_ops mpu__nccl_ops = {
     .set_stream = nccl_set_stream,
     .mem_alloc = nccl_mem_alloc,
     .mem_free = nccl_mem_free,
+    .scratch_resize = nccl_scratch_resize,
     .copy2d = nccl_copy2d,
     .destroy = mpu__nccl_destroy,
     .check_buffer = nccl_check_buffer,

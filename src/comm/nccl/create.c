@@ -379,6 +379,7 @@ static const mpu__module nccl_module = {
     .version = MPU_VERSION_STRING,
     .nccl_create = nccl_create,
     .nccl_from_env = nccl_from_env,
+    .usable = mpu__nccl_runtime_check,
 };
 
 __attribute__((constructor)) static void nccl_module_load(void) {
