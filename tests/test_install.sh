@@ -166,6 +166,9 @@ if [ -d "$build/man" ]; then
   test -f "$work/default/share/man/man1/mpu-demo-gpt.1"
 fi
 
+# the DCP reader of mpu ckpt export's folders (docs/checkpoint.md)
+test -f "$work/default/share/mpu/python/mpu_dcp.py"
+
 # 2. Debian's multiarch libdir: the libraries alone, configured here
 cmake -S "$src" -B "$work/multiarch-build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_INSTALL_LIBDIR=lib/x86_64-linux-gnu -DMPU_BUILD_TESTS=OFF -DMPU_BUILD_TOOLS=OFF \

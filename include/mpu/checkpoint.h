@@ -245,6 +245,34 @@ MPU_API uint64_t mpu_ckpt_bytes_read(const mpu_ckpt *ck);
  * read it; written under a temporary name and renamed. */
 MPU_API mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all);
 
+/* Options of mpu_ckpt_export. Start from MPU_CKPT_EXPORT_OPTIONS_INIT. */
+typedef struct mpu_ckpt_export_options {
+  size_t size;              /* sizeof(mpu_ckpt_export_options), set by the initializer */
+  uint64_t max_shard_bytes; /* a shard's tensor bytes at most (a larger tensor gets a shard of
+                               its own); 0: 5 GB (10^9 bytes a GB), transformers' default */
+  int all;                  /* the optimizer's moments too, as mpu_ckpt_merge's all */
+  int nnames;               /* a name map: tensor names[2k] is written as names[2k + 1]; */
+  const char *const *names; /* tensors it does not name keep theirs */
+} mpu_ckpt_export_options;
+
+#define MPU_CKPT_EXPORT_OPTIONS_INIT {sizeof(mpu_ckpt_export_options), 0, 0, 0, NULL}
+
+/*
+ * Write the tensors of mpu_ckpt_merge whole into dir (created if absent) in
+ * transformers' sharded layout (modeling_utils.save_pretrained): files
+ * model-00001-of-0000N.safetensors, each holding whole tensors (in the
+ * checkpoint's order, a new file whenever the next tensor would pass
+ * max_shard_bytes), and model.safetensors.index.json with
+ * {"metadata": {"total_size": bytes}, "weight_map": {name: file}}, which
+ * transformers' from_pretrained / load_sharded_checkpoint read, and so does
+ * mpu's python/mpu_dcp.py for torch.distributed.checkpoint.load. A name map
+ * entry that names no tensor of the checkpoint, and two tensors given one
+ * name, are errors. The old index is removed first and the new one written
+ * last, so a directory with an index holds a whole export.
+ */
+MPU_API mpu_result_t mpu_ckpt_export(mpu_ckpt *ck, const char *dir,
+                                     const mpu_ckpt_export_options *options);
+
 #ifdef __cplusplus
 }
 #endif

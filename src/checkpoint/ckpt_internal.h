@@ -57,6 +57,10 @@ ssize_t mpu__ckpt_pread_all(int fd, void *buf, size_t n, uint64_t offset);
 /* path = dir + "/" + name, checked for length; 0 or -1 */
 int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name);
 
+/* Tensor i of ck (mpu_ckpt_tensor_at's order) whole into out (numel floats),
+ * every piece's CRC-32 checked and every element found in exactly one piece. */
+mpu_result_t mpu__ckpt_read_whole(mpu_ckpt *ck, int i, float *out);
+
 /* Write data to path through path.tmp: write, fsync, rename, fsync dir. */
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,
                                   const size_t *lens, int nparts);
