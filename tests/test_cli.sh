@@ -113,7 +113,12 @@ grep -q "frame = tensor-parallel group (tp)" "$tmp/legend.svg" &&
   grep -q "hierarchical context-parallel group, level 0" "$tmp/c019.svg" && ok || bad "core-0.19 kinds captioned 'group'"
 # the schedule: every block labelled F m.c / B m.c or with a tooltip, coloured by chunk, a time axis
 "$mpu" plan --schedule interleaved --pp 4 --vp 2 --micro-batches 8 --format svg >"$tmp/sched.svg"
-[ "$(grep -c '<g class="block"><title>' "$tmp/sched.svg")" -eq 128 ] && grep -q '>F 0.0</text>' "$tmp/sched.svg" &&
+# at most 1380 px drawn, scaled to the window (viewBox, width 100%); narrow forwards say m
+grep -q '^<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1380 [0-9]*" width="100%"' "$tmp/sched.svg" &&
+  "$mpu" plan --schedule 1f1b --pp 2 --micro-batches 4 --format svg >"$tmp/wide.svg" &&
+  grep -q '>F 0.0</text>' "$tmp/wide.svg" &&
+  grep -q 'text-anchor="middle">3</text>' "$tmp/sched.svg" &&
+  [ "$(grep -c '<g class="block"><title>' "$tmp/sched.svg")" -eq 128 ] &&
   grep -q '>B 7.1</text>' "$tmp/sched.svg" && grep -q "time, in forwards of one model chunk" "$tmp/sched.svg" &&
   grep -q 'fill="url(#idle)"' "$tmp/sched.svg" && [ "$(grep -o 'fill="#[0-9a-f]*" stroke="#fff"/><text' "$tmp/sched.svg" | sort -u | wc -l)" -eq 4 ] &&
   ok || bad "schedule svg: labels, chunk colours, axis, bubble"
