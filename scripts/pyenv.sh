@@ -18,9 +18,18 @@ rm -rf "$dir"
 "$python" -m venv "$dir"
 pip=("$dir/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" numpy safetensors
-"${pip[@]}" transformers || echo "mpu pyenv: transformers did not install; its tests will skip" >&2
+# optional: what does not install (or import) is removed, and the tests that need it skip
+optional() { # module, pip's names...
+  local module=$1
+  shift
+  if ! timeout 900 "${pip[@]}" "$@" || ! "$dir/bin/python" -c "import $module" >/dev/null 2>&1; then
+    echo "mpu pyenv: $module did not install; the tests that need it will skip" >&2
+    "$dir/bin/python" -m pip uninstall -q -y "$@" >/dev/null 2>&1 || true
+  fi
+}
+optional transformers transformers
 if [ "${MPU_PYENV_TORCH:-1}" != 0 ]; then
-  "${pip[@]}" torch || echo "mpu pyenv: torch did not install; its tests will skip" >&2
+  optional torch torch
 fi
 "$dir/bin/python" - <<'PY'
 import importlib.util

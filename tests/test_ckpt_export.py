@@ -6,7 +6,7 @@ model.safetensors.index.json (metadata.total_size, weight_map) such that:
 every tensor equals `mpu ckpt merge`'s bit for bit, read the way transformers
 reads an index (transformers.utils.hub.get_checkpoint_shard_files, or the same
 steps written out where transformers is not installed), by
-transformers.modeling_utils.load_sharded_checkpoint and by
+transformers' load_sharded_checkpoint and by
 torch.distributed.checkpoint.load through python/mpu_dcp.py (where torch is
 installed; one line says what was skipped). A name map renames tensors, and
 its mistakes are refused.
@@ -165,12 +165,16 @@ def module_for(names, shapes):
 
 def check_torch(out, merged, src, failures, skipped):
     shapes = {n: tuple(v.shape) for n, v in merged.items()}
-    try:
-        from transformers.modeling_utils import load_sharded_checkpoint
+    try:  # transformers 5 keeps it in trainer_utils, 4 in modeling_utils
+        from transformers.trainer_utils import load_sharded_checkpoint
     except ImportError:
-        load_sharded_checkpoint = None
+        try:
+            from transformers.modeling_utils import load_sharded_checkpoint
+        except ImportError:
+            load_sharded_checkpoint = None
+    if load_sharded_checkpoint is None:
         skipped.append("transformers is not installed: load_sharded_checkpoint not run")
-    if load_sharded_checkpoint:
+    else:
         model = module_for(sorted(merged), shapes)
         load_sharded_checkpoint(model, out, strict=True)
         for name, value in model.state_dict().items():

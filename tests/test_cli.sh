@@ -406,5 +406,7 @@ grep -q "stages 2048 to 129023 are not listed" "$tmp/deep.text" && grep -q "stag
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['steps_listed'] and d['stages'][1]['phases'][1]['steps'] == 524288" "$tmp/sched.json" && ok || bad "plan --schedule json summary"
 expect_usage_error plan --schedule 1f1b --pp 2 --micro-batches 1000000 --format svg
 grep -q "at most 1048576" "$tmp/err" && ok || bad "plan --schedule past the limit: $(cat "$tmp/err")"
+expect_usage_error plan --bench --format svg
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
