@@ -580,7 +580,7 @@ static mpu_result_t save_forever(mpu_comm *world, void *arg) {
     mpu_ckpt_set_init(&set);
     mpu_ckpt_span sp = {0, KILL_ELEMS, data};
     mpu_result_t r = mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, local, &box, 1, &sp, 1, &sp, 1);
-    set.step = k;
+    set.step = k, set.layout.dp = KILL_RANKS; /* no state here to take the layout from */
     if (!r) r = mpu_ckpt_save(kill_dir, world, &set);
     mpu_ckpt_set_free(&set);
     if (r) return r;

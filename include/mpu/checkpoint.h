@@ -87,11 +87,18 @@ typedef struct mpu_ckpt_layout {
   char flavor[16];       /* "core", "core-0.19", "deepspeed" */
 } mpu_ckpt_layout;
 
+/* Fill a layout from a parallel state (s, or NULL: this thread's current
+ * one): its world, tp, pp, vp (0: none), dp, cp, ep and flavour; zero1 is
+ * the optimizer's and is kept. Fails, with out unchanged, without a state. */
+MPU_API mpu_result_t mpu_ckpt_layout_from_state(const mpu_state *s, mpu_ckpt_layout *out);
+
 typedef struct mpu_ckpt_set {
   int n, cap;
   mpu_ckpt_tensor *t;
   int64_t step;                      /* training steps done */
-  mpu_ckpt_layout layout;
+  mpu_ckpt_layout layout;            /* mpu_ckpt_layout_from_state fills it; a save of
+                                        more ranks than mpu_ckpt_set_init's 1 x 1 x 1 fills it
+                                        from the current state, or is refused */
   int has_adamw;
   mpu_adamw_options adamw;           /* the optimizer's hyper-parameters ... */
   int64_t optimizer_step;            /* ... and its step count */
@@ -165,7 +172,10 @@ MPU_API mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f,
 MPU_API mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_rank, int chunk,
                                            int *first, int *count);
 
-/* Save the set of every rank of world into dir (created if absent). */
+/* Save the set of every rank of world into dir (created if absent). The
+ * set's layout must multiply to world's size (tp x pp x cp x dp); left as
+ * mpu_ckpt_set_init made it, it is taken from this thread's current state
+ * when that has as many ranks, else the save is refused. */
 MPU_API mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set *set);
 
 /* ---- reading -------------------------------------------------------------------------- */

@@ -61,6 +61,12 @@ int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name);
  * every piece's CRC-32 checked and every element found in exactly one piece. */
 mpu_result_t mpu__ckpt_read_whole(mpu_ckpt *ck, int i, float *out);
 
+/* The layout a save of world ranks records (layout.c): the set's, or, when
+ * the set's is mpu_ckpt_set_init's and this thread's current state has world
+ * ranks, the state's; refused unless tp x pp x cp x dp is world. */
+mpu_result_t mpu__ckpt_layout_for_save(const mpu_ckpt_layout *given, int world,
+                                       mpu_ckpt_layout *out);
+
 /* Write data to path through path.tmp: write, fsync, rename, fsync dir. */
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,
                                   const size_t *lens, int nparts);

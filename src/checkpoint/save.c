@@ -321,6 +321,8 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
                      fn, set->rng.names[k]);
   if (set->rng.n < 0 || set->rng.n > MPU_RNG_TRACKER_MAX)
     r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d random streams", fn, set->rng.n);
+  mpu_ckpt_set with_layout = *set; /* the layout recorded (layout.c) */
+  if (!r) r = mpu__ckpt_layout_for_save(&set->layout, size, &with_layout.layout);
   if (mkdir(dir, 0755) && errno != EEXIST)
     r = mpu__error(MPU_ERR_SYSTEM, "%s: cannot create %s: %s", fn, dir, strerror(errno));
   char path[4096];
@@ -376,7 +378,7 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
   if (!r && rank == 0) {
     for (int i = 0; i < size; i++) texts[i] = blobs + (size_t)i * (size_t)longest;
     json_buf ix = {0};
-    r = build_index(set, texts, size, &ix);
+    r = build_index(&with_layout, texts, size, &ix);
     if (!r) {
       const void *parts[1] = {ix.s};
       size_t lens[1] = {ix.len};
