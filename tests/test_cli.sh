@@ -408,5 +408,16 @@ expect_usage_error plan --schedule 1f1b --pp 2 --micro-batches 1000000 --format 
 grep -q "at most 1048576" "$tmp/err" && ok || bad "plan --schedule past the limit: $(cat "$tmp/err")"
 expect_usage_error plan --bench --format svg
 
+# the main job's first lines say in plain words what tp, pp, vp, dp and the bubble are
+"$mpu" demo gpt --steps 1 >"$tmp/gpt.txt" 2>&1 || bad "demo gpt --steps 1 failed"
+for w in "tp, tensor parallel:" "pp, pipeline parallel:" "vp, virtual pipeline:" "dp, data parallel:" \
+  "pipeline bubble:"; do
+  head -5 "$tmp/gpt.txt" | grep -q "^# $w" && ok || bad "demo gpt's first lines do not explain '$w'"
+done
+# README's first command builds the tool alone, without the tests
+src=$(dirname "$0")/..
+grep -q -- '--target mpu_tool' "$src/scripts/run.sh" && grep -q -- '-DMPU_BUILD_TESTS=OFF' "$src/scripts/run.sh" &&
+  grep -q -- '-DMPU_BUILD_TESTS=ON' "$src/scripts/test.sh" && ok || bad "scripts/run.sh builds more than the tool"
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
