@@ -10,6 +10,8 @@ if [ "${1:-}" = "--test" ]; then
   packages+=(valgrind clang libclang-rt-14-dev chromium)
   # ip, tc and unshare for scripts/multihost.sh's hosts (network namespaces)
   packages+=(iproute2 util-linux)
+  # venv for the Python checkpoint tests' environment (scripts/pyenv.sh)
+  packages+=(python3-venv)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+# the tool alone (its libraries come with it): the tests and examples are scripts/test.sh's
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMPU_BUILD_TESTS=OFF -DMPU_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build build -j"$(nproc)" --target mpu_tool
 build/bin/mpu demo gpt "$@"
 build/bin/mpu bench -t 2 -b 8 -e 16M -f 8 --collective all_reduce

@@ -18,11 +18,13 @@ run() { # name, cmake args...
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 }
 
-run "" -DCMAKE_BUILD_TYPE=Release
+# tests, tools and examples on: scripts/run.sh configures build/ with the tool alone
+all=(-DMPU_BUILD_TESTS=ON -DMPU_BUILD_TOOLS=ON -DMPU_BUILD_EXAMPLES=ON)
+run "" -DCMAKE_BUILD_TYPE=Release "${all[@]}"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  run asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_SANITIZE=address,undefined -DMPU_SANITIZE_ONLY=ON
+  run asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_SANITIZE=address,undefined -DMPU_SANITIZE_ONLY=ON "${all[@]}"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  run tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_SANITIZE=thread -DMPU_SANITIZE_ONLY=ON
+  run tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_SANITIZE=thread -DMPU_SANITIZE_ONLY=ON "${all[@]}"
 CC=clang run fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPU_FUZZ=ON -DMPU_SANITIZE=address,undefined \
   -DMPU_BUILD_TESTS=OFF -DMPU_BUILD_TOOLS=OFF -DMPU_BUILD_EXAMPLES=OFF
 echo "mpu: all test builds passed" >&2

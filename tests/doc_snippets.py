@@ -13,9 +13,10 @@ Each ```c block must follow a marker comment that says how it runs:
     <!-- test: state N TP PP -->      the body of a state function (s, world,
                                       rank), mpu_with_state with tp x pp
 
-Lines after the first of the marker, up to -->, are file-scope code placed
-before the snippet (what the prose assumes: buffers, helpers). A block with
-no marker fails the test, so a new snippet cannot go untested.
+A snippet shows everything it uses: the marker is one line (no code hidden in
+it), and a rank or state body starts with a comment naming what the function
+around it gives (SCOPE below); a helper function makes the snippet a program.
+A block with no marker fails the test, so a new snippet cannot go untested.
 
 usage: doc_snippets.py SOURCE_DIR BUILD_DIR [MPIRUN...]
 """
@@ -65,6 +66,12 @@ int main(void) {{
   return r != MPU_SUCCESS;
 }}
 """
+
+# the first line of a rank or state snippet: the names the function around it gives
+SCOPE = {
+    "rank": "/* in a rank function (mpu_launch runs it on each rank): mpu_comm *world; int rank, size */",
+    "state": "/* in a function mpu_with_state runs on each rank: mpu_state *s; mpu_comm *world; int rank */",
+}
 
 MAIN = """
 int main(void) {{
@@ -118,6 +125,16 @@ def main():
                 failures += 1
                 continue
             kind, args = marker[0], marker[1:]
+            # what a reader sees is all there is: no code hidden in the marker, and a rank or
+            # state body says first what is in scope (the function around it)
+            if prelude.strip():
+                print("FAIL %s: code hidden in the marker: put it in the block" % where)
+                failures += 1
+                continue
+            if kind in SCOPE and not code.startswith(SCOPE[kind]):
+                print("FAIL %s: a %s snippet's first line is not '%s'" % (where, kind, SCOPE[kind]))
+                failures += 1
+                continue
             body = "\n".join("  " + l for l in code.split("\n"))
             run_with, env_for_run = [], {}
             if kind == "program":

@@ -594,7 +594,7 @@ static void spoil(mpu_ckpt_set *set, int how) {
 
 static const char *const spoiled[] = {"lr",     "clip_grad", "step -1", "optimizer step",
                                       "tp",     "dp",        "33 metadata", "-1 metadata",
-                                      "flavor", "twice",     "too long", "layout pp 0"};
+                                      "flavor", "twice",     "too long", "pp 0"};
 enum { NSPOILED = sizeof spoiled / sizeof *spoiled };
 
 typedef struct refusal_job {
@@ -617,6 +617,7 @@ static mpu_result_t refused_rank(mpu_comm *world, void *arg) {
   mpu_ckpt_span sp = {0, 4, x};
   mpu_ckpt_set_init(&set);
   mpu_result_t r = mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, local, &box, 1, &sp, 1, &sp, 1);
+  set.layout.dp = 2; /* no state here to take the layout from */
   int steps = strstr(j->dir, "steps") != NULL;
   if (steps) set.step = 5 + rank;
   else if (rank == 1) spoil(&set, 0);

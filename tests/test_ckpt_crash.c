@@ -81,7 +81,7 @@ static mpu_result_t save_steps(mpu_comm *world, void *arg) {
     mpu_ckpt_span sp = {0, ELEMS, data};
     r = mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, local, &box, 1, &sp, 1, &sp, 1);
     set.step = k, set.has_adamw = 1, set.adamw = (mpu_adamw_options)MPU_ADAMW_OPTIONS_INIT;
-    set.optimizer_step = 2 * k;
+    set.optimizer_step = 2 * k, set.layout.dp = RANKS; /* no state here to take the layout from */
     if (!r) r = mpu_ckpt_save(root, world, &set);
     mpu_ckpt_set_free(&set);
     if (!r && rank == 0 && s->done) __atomic_store_n(s->done, k, __ATOMIC_SEQ_CST);

@@ -4,7 +4,8 @@ x dp 2 ZeRO-1 run loads with safetensors.numpy.load_file and every tensor
 equals the one-rank run's (saved at the same step) to the demo's tolerance;
 every rank file loads too, and the pieces put where index.json says give the
 merged tensors exactly. The docs/checkpoint.md Python snippet runs as shown.
-Exits 77 (skipped) when python3 has no safetensors or numpy.
+Run by ctest in the environment scripts/pyenv.sh makes; exits 77 (skipped)
+when the Python has no safetensors or numpy.
 
 usage: test_ckpt_python.py MPU SOURCE_DIR
 """

@@ -113,7 +113,12 @@ grep -q "frame = tensor-parallel group (tp)" "$tmp/legend.svg" &&
   grep -q "hierarchical context-parallel group, level 0" "$tmp/c019.svg" && ok || bad "core-0.19 kinds captioned 'group'"
 # the schedule: every block labelled F m.c / B m.c or with a tooltip, coloured by chunk, a time axis
 "$mpu" plan --schedule interleaved --pp 4 --vp 2 --micro-batches 8 --format svg >"$tmp/sched.svg"
-[ "$(grep -c '<g class="block"><title>' "$tmp/sched.svg")" -eq 128 ] && grep -q '>F 0.0</text>' "$tmp/sched.svg" &&
+# at most 1380 px drawn, scaled to the window (viewBox, width 100%); narrow forwards say m
+grep -q '^<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 1380 [0-9]*" width="100%"' "$tmp/sched.svg" &&
+  "$mpu" plan --schedule 1f1b --pp 2 --micro-batches 4 --format svg >"$tmp/wide.svg" &&
+  grep -q '>F 0.0</text>' "$tmp/wide.svg" &&
+  grep -q 'text-anchor="middle">3</text>' "$tmp/sched.svg" &&
+  [ "$(grep -c '<g class="block"><title>' "$tmp/sched.svg")" -eq 128 ] &&
   grep -q '>B 7.1</text>' "$tmp/sched.svg" && grep -q "time, in forwards of one model chunk" "$tmp/sched.svg" &&
   grep -q 'fill="url(#idle)"' "$tmp/sched.svg" && [ "$(grep -o 'fill="#[0-9a-f]*" stroke="#fff"/><text' "$tmp/sched.svg" | sort -u | wc -l)" -eq 4 ] &&
   ok || bad "schedule svg: labels, chunk colours, axis, bubble"
@@ -401,5 +406,18 @@ grep -q "stages 2048 to 129023 are not listed" "$tmp/deep.text" && grep -q "stag
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['steps_listed'] and d['stages'][1]['phases'][1]['steps'] == 524288" "$tmp/sched.json" && ok || bad "plan --schedule json summary"
 expect_usage_error plan --schedule 1f1b --pp 2 --micro-batches 1000000 --format svg
 grep -q "at most 1048576" "$tmp/err" && ok || bad "plan --schedule past the limit: $(cat "$tmp/err")"
+expect_usage_error plan --bench --format svg
+
+# the main job's first lines say in plain words what tp, pp, vp, dp and the bubble are
+"$mpu" demo gpt --steps 1 >"$tmp/gpt.txt" 2>&1 || bad "demo gpt --steps 1 failed"
+for w in "tp, tensor parallel:" "pp, pipeline parallel:" "vp, virtual pipeline:" "dp, data parallel:" \
+  "pipeline bubble:"; do
+  head -5 "$tmp/gpt.txt" | grep -q "^# $w" && ok || bad "demo gpt's first lines do not explain '$w'"
+done
+# README's first command builds the tool alone, without the tests
+src=$(dirname "$0")/..
+grep -q -- '--target mpu_tool' "$src/scripts/run.sh" && grep -q -- '-DMPU_BUILD_TESTS=OFF' "$src/scripts/run.sh" &&
+  grep -q -- '-DMPU_BUILD_TESTS=ON' "$src/scripts/test.sh" && ok || bad "scripts/run.sh builds more than the tool"
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

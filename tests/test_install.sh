@@ -95,9 +95,9 @@ check_prefix() {
   local cm_args=(-DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLE_SOURCE="$work/readme.c"
     -DLAYERS_PROGRAM="$src/tests/install/layers.c")
   if [ -f "$lib/pkgconfig/mpu-mpi.pc" ]; then
-    # a program that includes mpu/comm_mpi.h: mpu-mpi, plus its MPI's own flags
-    # for its own MPI calls (mpu-mpi names that MPI in Requires.private)
-    grep -q '^Requires.private: ompi-c' "$lib/pkgconfig/mpu-mpi.pc"
+    # a program that includes mpu/comm_mpi.h and calls MPI itself: mpu-mpi alone
+    # (it names its MPI in Requires, as mpu/comm_mpi.h exposes MPI's types)
+    grep -q '^Requires: mpu ompi-c' "$lib/pkgconfig/mpu-mpi.pc"
     if grep -q -- '-I/' "$lib/pkgconfig/mpu-mpi.pc"; then
       echo "mpu-mpi.pc copies MPI's flags instead of requiring it" >&2
       exit 1
@@ -114,7 +114,7 @@ int main(void) {
   return MPI_Finalize();
 }
 C
-    cc -std=c11 "$work/m.c" $(pkg-config --cflags --libs mpu-mpi ompi-c) -o "$prefix/with_mpu_mpi"
+    cc -std=c11 "$work/m.c" $(pkg-config --cflags --libs mpu-mpi) -o "$prefix/with_mpu_mpi"
     LD_LIBRARY_PATH=$lib "$prefix/with_mpu_mpi" | grep -q "mpi size 1"
     cm_args+=(-DMPI_PROGRAM="$work/m.c")
   fi
@@ -165,6 +165,9 @@ if [ -d "$build/man" ]; then
   test -f "$work/default/share/man/man1/mpu-plan.1"
   test -f "$work/default/share/man/man1/mpu-demo-gpt.1"
 fi
+
+# the DCP reader of mpu ckpt export's folders (docs/checkpoint.md)
+test -f "$work/default/share/mpu/python/mpu_dcp.py"
 
 # 2. Debian's multiarch libdir: the libraries alone, configured here
 cmake -S "$src" -B "$work/multiarch-build" -DCMAKE_BUILD_TYPE=Release \

@@ -12,13 +12,16 @@ hovering another rank shows it and leaving returns to the pinned one, that the
 kind selector recolours the grid, that no text is smaller than 9 pixels on the
 screen and that no rank's cell is clipped (every cell and its number inside the
 picture's visible width, no sideways scrolling); then take a screenshot. The
-schedule SVG (`mpu plan --schedule ... --format svg`) gets the text-size check
-and a screenshot too. Usage: test_picture_browser.py MPU OUT_DIR. Exits 77
+schedule SVG (`mpu plan --schedule ... --format svg`) gets the text-size check,
+labels that agree with each block's tooltip, the whole schedule inside the
+window (a viewBox, no block or text outside it, no sideways scrolling), and a
+screenshot too. Usage: test_picture_browser.py MPU OUT_DIR. Exits 77
 (skipped) when no chromium is installed.
 """
 import base64
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -252,8 +255,23 @@ def check_svg(chromium, tmp, name, args, shot):
                               ".textContent, g.querySelector('text') ? g.querySelector('text').textContent : null])")
         if not labels or any(not t for t, _ in labels):
             failures.append("%s: a block without a tooltip" % name)
-        if not any(l and l.startswith("F ") for _, l in labels) or not any(l and l.startswith("B ") for _, l in labels):
-            failures.append("%s: forward and backward blocks are not labelled" % name)
+        # each block labelled, as "F m.c", "m.c" or "m" where narrow, agreeing with its tooltip
+        for title, label in labels:
+            m = re.search(r"(forward|backward) of micro-batch (\d+), chunk (\d+)", title or "")
+            if not m or label not in ("%s %s.%s" % (m[1][0].upper(), m[2], m[3]), "%s.%s" % (m[2], m[3]), m[2]):
+                failures.append("%s: block '%s' is labelled %r" % (name, title, label))
+                break
+        if not any(l and l.startswith("B ") for _, l in labels):
+            failures.append("%s: no backward block says B m.c" % name)
+        # the whole schedule inside the 1400-pixel window: a viewBox, no scrolling, every block in view
+        fit = browser.eval("(() => { const s = document.documentElement, w = innerWidth, h = innerHeight;"
+                           " const out = [...document.querySelectorAll('g.block rect, text')].filter(e => {"
+                           " const r = e.getBoundingClientRect(); return r.left < 0 || r.right > w || r.top < 0"
+                           " || r.bottom > h; }).length;"
+                           " return [s.getAttribute('viewBox'), out, s.scrollWidth > w, w]; })()")
+        if not fit[0] or fit[1] or fit[2]:
+            failures.append("%s: in a %d-pixel window: viewBox %s, %d blocks or texts outside it%s"
+                            % (name, fit[3], fit[0], fit[1], ", a sideways scroll bar" if fit[2] else ""))
         shot_png = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
         open(shot, "wb").write(shot_png)
     finally:

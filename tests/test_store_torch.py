@@ -20,7 +20,7 @@ from datetime import timedelta
 try:
     import torch.distributed as dist
 except ImportError as e:
-    print("SKIP: this python3 cannot import torch (%s); set MPU_TORCH_PYTHON" % e)
+    print("SKIP: this Python cannot import torch (%s); scripts/pyenv.sh installs it where it can" % e)
     sys.exit(77)
 
 peer = sys.argv[1]

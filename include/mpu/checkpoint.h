@@ -90,11 +90,18 @@ typedef struct mpu_ckpt_layout {
   char flavor[16];       /* "core", "core-0.19", "deepspeed" */
 } mpu_ckpt_layout;
 
+/* Fill a layout from a parallel state (s, or NULL: this thread's current
+ * one): its world, tp, pp, vp (0: none), dp, cp, ep and flavour; zero1 is
+ * the optimizer's and is kept. Fails, with out unchanged, without a state. */
+MPU_API mpu_result_t mpu_ckpt_layout_from_state(const mpu_state *s, mpu_ckpt_layout *out);
+
 typedef struct mpu_ckpt_set {
   int n, cap;
   mpu_ckpt_tensor *t;
   int64_t step;                      /* training steps done */
-  mpu_ckpt_layout layout;
+  mpu_ckpt_layout layout;            /* mpu_ckpt_layout_from_state fills it; a save of
+                                        more ranks than mpu_ckpt_set_init's 1 x 1 x 1 fills it
+                                        from the current state, or is refused */
   int has_adamw;
   mpu_adamw_options adamw;           /* the optimizer's hyper-parameters ... */
   int64_t optimizer_step;            /* ... and its step count */
@@ -187,9 +194,12 @@ MPU_API mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_ra
  *
  * Refused on every rank before anything is written (MPU_ERR_INVALID_ARGUMENT
  * on the rank whose set is wrong, MPU_ERR_ABORTED naming it on the others):
- * what the loader would refuse, a negative step or optimizer step, AdamW
+ * what the loader would refuse, a layout whose tp x pp x cp x dp is not
+ * world's size (left as mpu_ckpt_set_init made it, the layout is taken from
+ * this thread's current state when that has as many ranks; see
+ * mpu_ckpt_layout_from_state), a negative step or optimizer step, AdamW
  * options out of range (a NaN or infinite lr or clip), layout sizes outside
- * 0..2^24, a flavor without its NUL, n_meta outside 0..MPU_CKPT_META_MAX, a
+ * 1..2^24 (vp 0..2^24), a flavor without its NUL, n_meta outside 0..MPU_CKPT_META_MAX, a
  * metadata pair or random stream name that mpu_ckpt_set_meta would refuse or
  * that comes twice, and ranks saving different steps (MPU_ERR_MISMATCH).
  * A save that fails later (a full disk: MPU_ERR_SYSTEM naming the file and
@@ -295,6 +305,34 @@ MPU_API uint64_t mpu_ckpt_bytes_read(const mpu_ckpt *ck);
  * Written to out_path.tmp, synced and renamed, so a failure leaves
  * out_path as it was. */
 MPU_API mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all);
+
+/* Options of mpu_ckpt_export. Start from MPU_CKPT_EXPORT_OPTIONS_INIT. */
+typedef struct mpu_ckpt_export_options {
+  size_t size;              /* sizeof(mpu_ckpt_export_options), set by the initializer */
+  uint64_t max_shard_bytes; /* a shard's tensor bytes at most (a larger tensor gets a shard of
+                               its own); 0: 5 GB (10^9 bytes a GB), transformers' default */
+  int all;                  /* the optimizer's moments too, as mpu_ckpt_merge's all */
+  int nnames;               /* a name map: tensor names[2k] is written as names[2k + 1]; */
+  const char *const *names; /* tensors it does not name keep theirs */
+} mpu_ckpt_export_options;
+
+#define MPU_CKPT_EXPORT_OPTIONS_INIT {sizeof(mpu_ckpt_export_options), 0, 0, 0, NULL}
+
+/*
+ * Write the tensors of mpu_ckpt_merge whole into dir (created if absent) in
+ * transformers' sharded layout (modeling_utils.save_pretrained): files
+ * model-00001-of-0000N.safetensors, each holding whole tensors (in the
+ * checkpoint's order, a new file whenever the next tensor would pass
+ * max_shard_bytes), and model.safetensors.index.json with
+ * {"metadata": {"total_size": bytes}, "weight_map": {name: file}}, which
+ * transformers' from_pretrained / load_sharded_checkpoint read, and so does
+ * mpu's python/mpu_dcp.py for torch.distributed.checkpoint.load. A name map
+ * entry that names no tensor of the checkpoint, and two tensors given one
+ * name, are errors. The old index is removed first and the new one written
+ * last, so a directory with an index holds a whole export.
+ */
+MPU_API mpu_result_t mpu_ckpt_export(mpu_ckpt *ck, const char *dir,
+                                     const mpu_ckpt_export_options *options);
 
 #ifdef __cplusplus
 }

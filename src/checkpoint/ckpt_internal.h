@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "core/files.h"
 #include "mpu/checkpoint.h"
 
 #define CKPT_INDEX "index.json"
@@ -77,6 +78,20 @@ ssize_t mpu__ckpt_pread_all(int fd, void *buf, size_t n, uint64_t offset);
 
 /* path = dir + "/" + name, checked for length; 0 or -1 */
 int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name);
+
+/* The files ck was opened from (its index and every file it names), which
+ * no output of a tool reading ck may replace (core/files.h). */
+void mpu__ckpt_inputs(const mpu_ckpt *ck, const mpu__file_id **ids, int *n);
+
+/* Tensor i of ck (mpu_ckpt_tensor_at's order) whole into out (numel floats),
+ * every piece's CRC-32 checked and every element found in exactly one piece. */
+mpu_result_t mpu__ckpt_read_whole(mpu_ckpt *ck, int i, float *out);
+
+/* The layout a save of world ranks records (layout.c): the set's, or, when
+ * the set's is mpu_ckpt_set_init's and this thread's current state has world
+ * ranks, the state's; refused unless tp x pp x cp x dp is world. */
+mpu_result_t mpu__ckpt_layout_for_save(const mpu_ckpt_layout *given, int world,
+                                       mpu_ckpt_layout *out);
 
 /* Write data to path through path.tmp: write, fsync, rename, fsync dir. */
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,

@@ -1,7 +1,7 @@
 /*
  * load.c - reading a checkpoint: the index (checked field by field), the
  * pieces (pread, CRC-32), loading into any layout with all-or-nothing
- * semantics, and the merge into one safetensors file.
+ * semantics, and whole tensors for the merge and the export (export.c).
  */
 #include <errno.h>
 #include <float.h>
@@ -673,56 +673,24 @@ mpu_result_t mpu_ckpt_file_at(const mpu_ckpt *ck, int f, const char **name, uint
 
 uint64_t mpu_ckpt_bytes_read(const mpu_ckpt *ck) { return ck ? ck->bytes_read : 0; }
 
-/* ---- merge ------------------------------------------------------------------------------- */
+/* ---- whole tensors (merge and export, export.c) ------------------------------------------ */
 
-mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all) {
-  static const char fn[] = "mpu_ckpt_merge";
-  if (!ck || !out_path || !*out_path)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  /* before the work: never over the checkpoint's own index or files, never a device */
-  MPU_CHECK(mpu__output_check(fn, out_path, ck->ids, ck->nfiles + 1));
-  int n = 0;
-  for (int i = 0; i < ck->ntensors; i++) n += all || ck->t[i].kind == MPU_CKPT_PARAM;
-  st_item *items = calloc((size_t)n + 1, sizeof *items);
-  float **data = calloc((size_t)n + 1, sizeof *data);
-  const void **parts = calloc((size_t)n + 1, sizeof *parts);
-  size_t *lens = calloc((size_t)n + 1, sizeof *lens);
-  char *head = NULL;
-  mpu_result_t r = items && data && parts && lens ? MPU_SUCCESS
-                                                  : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
-  int j = 0;
-  for (int i = 0; i < ck->ntensors && !r; i++) {
-    const ck_tensor *t = &ck->t[i];
-    if (!all && t->kind != MPU_CKPT_PARAM) continue;
-    uint64_t numel = mpu__ckpt_numel(t->ndim, t->shape);
-    if (!(data[j] = malloc(numel * sizeof(float)))) {
-      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: '%s'", fn, t->name);
-      break;
-    }
-    mpu_ckpt_tensor whole; /* the whole tensor as one local tensor */
-    memset(&whole, 0, sizeof whole);
-    whole.ndim = t->ndim, whole.nboxes = 1, whole.nspans = 1;
-    memcpy(whole.shape, t->shape, sizeof whole.shape);
-    memcpy(whole.local_shape, t->shape, sizeof whole.shape);
-    memcpy(whole.boxes[0].length, t->shape, sizeof whole.shape);
-    mpu_ckpt_span span = {0, (size_t)numel, data[j]};
-    whole.spans = &span;
-    r = fill_checked(ck, t, &whole, &span);
-    items[j].name = t->name, items[j].ndim = t->ndim, items[j].shape = t->shape;
-    items[j].bytes = numel * sizeof(float);
-    parts[j + 1] = data[j], lens[j + 1] = (size_t)items[j].bytes;
-    j++;
-  }
-  size_t hlen = 0;
-  char step[32];
-  snprintf(step, sizeof step, "%" PRId64, ck->info.step);
-  const char *meta[4] = {"format", "pt", "step", step}; /* "pt": what transformers expects */
-  if (!r) r = mpu__st_header(items, n, meta, 2, &head, &hlen);
-  if (!r) {
-    parts[0] = head, lens[0] = hlen;
-    r = mpu__output_write(fn, out_path, parts, lens, n + 1, ck->ids, ck->nfiles + 1);
-  }
-  for (int i = 0; i < n && data; i++) free(data[i]);
-  free(items), free(data), free(parts), free(lens), free(head);
-  return r;
+mpu_result_t mpu__ckpt_read_whole(mpu_ckpt *ck, int i, float *out) {
+  if (!ck || i < 0 || i >= ck->ntensors || !out)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "checkpoint: no tensor %d", i);
+  const ck_tensor *t = &ck->t[i];
+  mpu_ckpt_tensor whole; /* the whole tensor as one local tensor */
+  memset(&whole, 0, sizeof whole);
+  snprintf(whole.name, sizeof whole.name, "%s", t->name);
+  whole.ndim = t->ndim, whole.nboxes = 1, whole.nspans = 1;
+  memcpy(whole.shape, t->shape, sizeof whole.shape);
+  memcpy(whole.local_shape, t->shape, sizeof whole.shape);
+  memcpy(whole.boxes[0].length, t->shape, sizeof whole.shape);
+  mpu_ckpt_span span = {0, (size_t)mpu__ckpt_numel(t->ndim, t->shape), out};
+  whole.spans = &span;
+  return fill_checked(ck, t, &whole, &span);
+}
+
+void mpu__ckpt_inputs(const mpu_ckpt *ck, const mpu__file_id **ids, int *n) {
+  *ids = ck->ids, *n = ck->nfiles + 1;
 }

@@ -376,7 +376,9 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
   /* the new iteration is built in dir/iter_N.tmp, which no load ever opens,
    * and renamed into place when complete: earlier iterations stay as they are */
   char name[64], stage[4096];
-  mpu_result_t r = check_set(fn, set);
+  mpu_ckpt_set with_layout = *set; /* the layout recorded (layout.c) */
+  mpu_result_t r = mpu__ckpt_layout_for_save(&set->layout, size, &with_layout.layout);
+  if (!r) r = check_set(fn, &with_layout);
   if (!r && (mpu__ckpt_iter_name(name, sizeof name, set->step, CKPT_STAGE_SUFFIX) ||
              mpu__ckpt_path(stage, sizeof stage, dir, name)))
     r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the path %s is too long", fn, dir);
@@ -429,7 +431,7 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
   if (!r && rank == 0) {
     for (int i = 0; i < size; i++) texts[i] = blobs + (size_t)i * (size_t)longest;
     json_buf ix = {0};
-    r = build_index(set, texts, size, &ix);
+    r = build_index(&with_layout, texts, size, &ix);
     if (!r) {
       const void *parts[1] = {ix.s};
       size_t lens[1] = {ix.len};

@@ -1,19 +1,24 @@
 /*
  * ckpt_cmd.c - `mpu ckpt`: look into a distributed checkpoint (inspect:
  * tensors, shapes, layout, step, bytes per rank file, every piece's CRC-32
- * checked) and merge it into one safetensors file.
+ * checked), merge it into one safetensors file, and export it in
+ * transformers' sharded layout.
  */
+#include <ctype.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "mpu.h"
+#include "read_text.h"
 
 static void help(void) {
   printf("usage: mpu ckpt inspect DIR [--format text|json]\n"
          "       mpu ckpt merge DIR OUT.safetensors [--all]\n"
+         "       mpu ckpt export DIR OUT [--name-map FILE] [--max-shard-size N] [--all]\n"
          "\n"
          "Distributed checkpoints (mpu/checkpoint.h, `mpu demo gpt --save DIR`): one folder per\n"
          "saved iteration (DIR/iter_0000010/) and DIR/latest_checkpointed_iteration.txt naming\n"
@@ -30,10 +35,20 @@ static void help(void) {
          "                 safetensors.numpy.load_file / safetensors.torch.load_file read;\n"
          "                 OUT is a new or regular file, never one of the checkpoint's own,\n"
          "                 written through OUT.tmp and renamed.\n"
+         "  export DIR OUT the same tensors in transformers' sharded layout: OUT/model-00001-of-\n"
+         "                 0000N.safetensors files of whole tensors and model.safetensors.index.json\n"
+         "                 (metadata.total_size, weight_map), which transformers' from_pretrained\n"
+         "                 reads, and torch.distributed.checkpoint.load through mpu's\n"
+         "                 python/mpu_dcp.py (docs/checkpoint.md).\n"
          "\n"
          "options:\n"
          "  --format text|json  inspect's output format (default text)\n"
-         "  --all               merge the optimizer's moments (<name>.exp_avg, .exp_avg_sq) too\n"
+         "  --all               merge or export the optimizer's moments (<name>.exp_avg, .exp_avg_sq)\n"
+         "                      too\n"
+         "  --name-map FILE     export: lines 'MPU_NAME OTHER_NAME' (# starts a comment); the named\n"
+         "                      tensors are written under the other name, the rest keep theirs\n"
+         "  --max-shard-size N  export: a file's bytes at most, as 512M or 5G (default 5 GB, as\n"
+         "                      transformers); a larger tensor gets a file of its own\n"
          "  -h, --help          this text\n"
          "\n");
   cli_help_exit_status("the checkpoint is incomplete or damaged, or it cannot be read or written");
@@ -42,7 +57,8 @@ static void help(void) {
          "  mpu demo gpt --save ckpt\n"
          "  mpu ckpt inspect ckpt\n"
          "  mpu ckpt inspect ckpt --format json\n"
-         "  mpu ckpt merge ckpt model.safetensors --all\n");
+         "  mpu ckpt merge ckpt model.safetensors --all\n"
+         "  mpu ckpt export ckpt hf --max-shard-size 64K\n");
 }
 
 static void print_shape(const int64_t *shape, int ndim) {
@@ -136,13 +152,91 @@ static int inspect(const char *dir, cli_format format) {
   return 0;
 }
 
+/* The pairs of a --name-map file: "MPU_NAME OTHER_NAME" a line, '#' to the
+ * line's end a comment; *text holds the names (free it and *names). */
+static int read_name_map(const char *path, char **text, const char ***names, int *n) {
+  unsigned char *buf;
+  size_t len;
+  if (cli_read_text("--name-map", path, (size_t)16 << 20, &buf, &len)) {
+    fprintf(stderr, "mpu ckpt export: %s\n", mpu_last_error());
+    return -1;
+  }
+  char *t = realloc(buf, len + 1);
+  if (!t) {
+    free(buf);
+    fprintf(stderr, "mpu ckpt export: out of memory reading %s\n", path);
+    return -1;
+  }
+  t[len] = '\0';
+  *text = t, *names = NULL, *n = 0;
+  int cap = 0, line = 1;
+  for (char *p = t; *p; line++) {
+    char *end = strchr(p, '\n'), *hash;
+    if (end) *end = '\0';
+    if ((hash = strchr(p, '#'))) *hash = '\0';
+    char *word[3] = {0};
+    int w = 0;
+    for (char *q = p; *q && w < 3;) {
+      while (*q && isspace((unsigned char)*q)) *q++ = '\0';
+      if (!*q) break;
+      word[w++] = q;
+      while (*q && !isspace((unsigned char)*q)) q++;
+    }
+    if (w != 0 && w != 2) {
+      fprintf(stderr, "mpu ckpt export: %s line %d: want 'MPU_NAME OTHER_NAME'\n", path, line);
+      return -1;
+    }
+    if (w == 2) {
+      if (*n == cap) {
+        cap = cap ? 2 * cap : 64;
+        const char **g = realloc(*names, (size_t)cap * 2 * sizeof *g);
+        if (!g) {
+          fprintf(stderr, "mpu ckpt export: out of memory reading %s\n", path);
+          return -1;
+        }
+        *names = g;
+      }
+      (*names)[2 * *n] = word[0], (*names)[2 * *n + 1] = word[1];
+      (*n)++;
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  return 0;
+}
+
+static int export(const char *dir, const char *out, const char *map, size_t max, int all) {
+  mpu_ckpt_export_options o = MPU_CKPT_EXPORT_OPTIONS_INIT;
+  o.max_shard_bytes = max, o.all = all;
+  char *text = NULL;
+  const char **names = NULL;
+  int rc = 1;
+  mpu_ckpt *ck = NULL;
+  if (map && read_name_map(map, &text, &names, &o.nnames)) goto out;
+  o.names = names;
+  if (mpu_ckpt_open(dir, &ck) || mpu_ckpt_export(ck, out, &o)) {
+    fprintf(stderr, "mpu ckpt export: %s\n", mpu_last_error());
+    goto out;
+  }
+  printf("mpu ckpt export: wrote %s/model.safetensors.index.json\n", out);
+  rc = 0;
+out:
+  mpu_ckpt_close(ck);
+  free(text), free(names);
+  return rc;
+}
+
 int cmd_ckpt(int argc, char **argv) {
   static const struct option longs[] = {{"format", required_argument, 0, 'F'},
                                         {"all", no_argument, 0, 'a'},
+                                        {"name-map", required_argument, 0, 'N'},
+                                        {"max-shard-size", required_argument, 0, 'S'},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   cli_format format = CLI_TEXT;
   int all = 0, c, given_format = 0;
+  const char *map = NULL;
+  size_t max_shard = 0;
   opterr = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
@@ -153,6 +247,11 @@ int cmd_ckpt(int argc, char **argv) {
       given_format = 1;
       break;
     case 'a': all = 1; break;
+    case 'N': map = optarg; break;
+    case 'S':
+      if (cli_parse_size(optarg, &max_shard) || max_shard == 0)
+        cli_usage_error("ckpt", "--max-shard-size wants a size above 0 such as 512M, not '%s'", optarg);
+      break;
     case 'h': help(); return 0;
     case ':': cli_usage_error("ckpt", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("ckpt", "unknown option '%s'", argv[optind - 1]);
@@ -160,10 +259,12 @@ int cmd_ckpt(int argc, char **argv) {
   }
   int n = argc - optind;
   const char *sub = n > 0 ? argv[optind] : NULL;
-  if (!sub) cli_usage_error("ckpt", "which? (inspect DIR, merge DIR OUT.safetensors)");
+  if (!sub) cli_usage_error("ckpt", "which? (inspect DIR, merge DIR OUT.safetensors, export DIR OUT)");
+  if (strcmp(sub, "export") && (map || max_shard))
+    cli_usage_error("ckpt", "--name-map and --max-shard-size are export's options");
   if (!strcmp(sub, "inspect")) {
     if (n != 2) cli_usage_error("ckpt", "inspect wants one directory");
-    if (all) cli_usage_error("ckpt", "--all is merge's option");
+    if (all) cli_usage_error("ckpt", "--all is merge's and export's option");
     return inspect(argv[optind + 1], format);
   }
   if (!strcmp(sub, "merge")) {
@@ -179,5 +280,10 @@ int cmd_ckpt(int argc, char **argv) {
     printf("mpu ckpt merge: wrote %s\n", argv[optind + 2]);
     return 0;
   }
-  cli_usage_error("ckpt", "unknown subcommand '%s' (inspect, merge)", sub);
+  if (!strcmp(sub, "export")) {
+    if (n != 3) cli_usage_error("ckpt", "export wants a directory and an output directory");
+    if (given_format) cli_usage_error("ckpt", "--format is inspect's option");
+    return export(argv[optind + 1], argv[optind + 2], map, max_shard, all);
+  }
+  cli_usage_error("ckpt", "unknown subcommand '%s' (inspect, merge, export)", sub);
 }

@@ -927,6 +927,18 @@ int cmd_demo_gpt(int argc, char **argv) {
            run.param_diff, ptol, params_ok ? "true" : "false", gpt_recompute_name(o.recompute),
            o.recompute_layers, run.saved[0], run.saved[1], run.saved[2]);
   } else {
+    /* Megatron's words, in plain ones, before they are used */
+    printf("# tp, tensor parallel: each layer's weight matrices are split over tp ranks that "
+           "compute the layer together\n"
+           "# pp, pipeline parallel: the layers are cut into pp stages on different ranks; "
+           "micro-batches flow through them in turn\n"
+           "# vp, virtual pipeline: each stage holds vp separate chunks of layers (the interleaved "
+           "schedule), so the pipeline fills sooner\n"
+           "# dp, data parallel: dp copies of the model each take their own micro-batches and "
+           "average their gradients (ZeRO-1: each copy keeps only its share of the optimizer "
+           "state)\n"
+           "# pipeline bubble: the share of a step that stages sit idle while the pipeline fills "
+           "and drains, (pp-1)/(vp m) for m micro-batches\n");
     printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
            "%ld heads, %ld tokens per micro-batch, %ld micro-batch%s per replica, vocabulary %d "
            "(padded %d), dropout %g, AdamW lr %g, %s\n",

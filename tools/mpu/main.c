@@ -20,7 +20,7 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"bench", cmd_bench, "time collectives (threads, MPI or NCCL; nccl-tests style), or an MLP block"},
-    {"ckpt", cmd_ckpt, "inspect a distributed checkpoint, or merge it into one safetensors file"},
+    {"ckpt", cmd_ckpt, "inspect a distributed checkpoint, merge it into one safetensors file, or export it"},
     {"demo", cmd_demo, "run a self-checking demo (gpt, hsdp, mappings, train)"},
     {"mesh", cmd_mesh, "show a device mesh's groups, or time its queries (--bench)"},
     {"plan", cmd_plan, "plan a Megatron layout: its rank groups and every getter's answer"},

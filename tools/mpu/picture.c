@@ -284,10 +284,12 @@ void pic_svg(const pic *p, FILE *f) {
   }
   for (size_t i = 0; i < (size_t)p->nrows * (size_t)p->ncols; i++) at[i] = -1;
   for (int r = 0; r < p->nranks; r++) at[(size_t)p->row[r] * p->ncols + p->col[r]] = r;
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-             "font-family=\"monospace\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" "
-             "fill=\"#fff\"/>\n",
-          g.width, g.height);
+  /* drawn at its own size (a cell's number stays legible at 4096 ranks; the page scrolls),
+   * with a viewBox so that a program that shows it smaller scales it whole */
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" "
+             "height=\"%d\" font-family=\"monospace\" font-size=\"12\">\n<rect width=\"100%%\" "
+             "height=\"100%%\" fill=\"#fff\"/>\n",
+          g.width, g.height, g.width, g.height);
   title(p, &g, f);
   legend(p, &g, f);
   main_grid(p, &g, f, at);

@@ -80,6 +80,7 @@ static void help(void) {
          "  --bench                   time one rank's groups and getters at 4,096 and 1,048,576\n"
          "                            ranks, and initialising the state of 64 thread ranks\n"
          "                            (tp 4, pp 4, dp 4) against every rank creating every group\n"
+         "                            (text or json)\n"
          "  -h, --help                this text\n"
          "\n");
   cli_help_exit_status("out of memory");
@@ -96,7 +97,7 @@ static void help(void) {
 #define LAYOUT_SIZES "wtpvks8ceoEHDGOL"
 static void refuse_unread(const plan_opts *o, const struct option *longs) {
   const char *mode = "a layout plan", *reads = LAYOUT_SIZES "frRF";
-  if (o->bench) mode = "--bench", reads = "B";
+  if (o->bench) mode = "--bench", reads = "BF";
   else if (o->compare) mode = "--compare", reads = LAYOUT_SIZES "CF";
   else if (o->has_schedule) mode = "--schedule", reads = "SpvMNYF";
   for (const char *g = o->given; *g; g++) {
@@ -107,8 +108,8 @@ static void refuse_unread(const plan_opts *o, const struct option *longs) {
     cli_usage_error("plan", "%s does not use --%s%s", mode, name,
                     strchr("MNY", *g) ? " (it is for --schedule)" : "");
   }
-  if (o->compare && o->format != CLI_TEXT && o->format != CLI_JSON)
-    cli_usage_error("plan", "--compare prints text or json, not --format %s",
+  if ((o->compare || o->bench) && o->format != CLI_TEXT && o->format != CLI_JSON)
+    cli_usage_error("plan", "%s prints text or json, not --format %s", mode,
                     o->format == CLI_SVG ? "svg" : "html");
 }
 
@@ -723,10 +724,11 @@ static mpu_result_t init_rank(mpu_comm *world, void *arg) {
   return r;
 }
 
-static int bench(void) {
-  printf("# mpu plan --bench: one rank's groups and getters (mpu_layout_rank_info), mean of "
-         "repeated calls for the last rank\n");
-  printf("  %-10s %-44s %12s\n", "flavour", "layout", "time");
+static int bench(cli_format format) {
+  static const char *const rows_text[2][2] = {{"W 4096, tp 8, pp 8, fp8", "W 1048576, tp 8, pp 8, fp8"},
+                                              {"W 4096, tp 8, pp 8, cp 2, ep 4",
+                                               "W 1048576, tp 8, pp 8, cp 2, ep 4"}};
+  double info_us[2][2], mock_us[2][2], init_us[2][2];
   for (int f = 0; f < 2; f++)
     for (int big = 0; big < 2; big++) {
       mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
@@ -742,15 +744,9 @@ static int bench(void) {
       double t0 = now_us();
       for (int i = 0; i < iters; i++)
         if (mpu_layout_rank_info(l, c.world_size - 1 - (i & 7), &info)) fail("rank info");
-      double us = (now_us() - t0) / iters;
-      char desc[64];
-      snprintf(desc, sizeof desc, "W %d, tp 8, pp 8, %s", c.world_size,
-               f ? "cp 2, ep 4" : "fp8");
-      printf("  %-10s %-44s %9.2f us\n", mpu_flavor_name(c.flavor), desc, us);
+      info_us[f][big] = (now_us() - t0) / iters;
       mpu_layout_free(l);
     }
-  printf("\n# one rank's whole parallel state on the fake backend (mpu_state_mock: every group a\n"
-         "# communicator, made from its description), best of 5, last rank\n");
   for (int f = 0; f < 2; f++)
     for (int w = 0; w < 2; w++) {
       mpu_layout_config c = MPU_LAYOUT_CONFIG_INIT;
@@ -767,12 +763,8 @@ static int bench(void) {
         mpu_state_destroy(st);
         best = t < best ? t : best;
       }
-      char desc[64];
-      snprintf(desc, sizeof desc, "W %d, tp 8, pp 8, %s", c.world_size, f ? "cp 2, ep 4" : "dp only");
-      printf("  %-10s %-44s %9.2f us\n", mpu_flavor_name(c.flavor), desc, best);
+      mock_us[f][w] = best;
     }
-  printf("\n# initialising the parallel state of 64 thread ranks (tp 4, pp 4, dp 4), threads "
-         "backend,\n# rank 0's time between barriers, median of 5\n");
   for (int f = 0; f < 2; f++) {
     double t[2][5];
     for (int way = 0; way < 2; way++)
@@ -785,7 +777,7 @@ static int bench(void) {
         cli_progress_share((f * 10 + way * 5 + rep + 1) / 20.0);
         cli_progress("mpu plan --bench: state initialisation %d/20", f * 10 + way * 5 + rep + 1);
       }
-    for (int way = 0; way < 2; way++) /* median of 5 */
+    for (int way = 0; way < 2; way++) { /* median of 5 */
       for (int i = 0; i < 5; i++)
         for (int j = i + 1; j < 5; j++)
           if (t[way][j] < t[way][i]) {
@@ -793,17 +785,56 @@ static int bench(void) {
             t[way][i] = t[way][j];
             t[way][j] = x;
           }
-    printf("  %-10s mpu (members only) %10.0f us   every rank every group %10.0f us   (%.1fx)\n",
-           f ? "core" : "deepspeed", t[0][2], t[1][2], t[1][2] / t[0][2]);
+      init_us[f][way] = t[way][2];
+    }
   }
   cli_progress_done();
+  static const char *const mock_text[2][2] = {{"W 1048576, tp 8, pp 8, dp only", "W 16777216, tp 8, pp 8, dp only"},
+                                              {"W 1048576, tp 8, pp 8, cp 2, ep 4",
+                                               "W 16777216, tp 8, pp 8, cp 2, ep 4"}};
+  const char *flavor[2] = {mpu_flavor_name(MPU_FLAVOR_DEEPSPEED), mpu_flavor_name(MPU_FLAVOR_CORE)};
+  if (format == CLI_JSON) {
+    printf("{\"rank_info_us\": [");
+    for (int f = 0; f < 2; f++)
+      for (int b = 0; b < 2; b++)
+        printf("%s\n  {\"flavor\": \"%s\", \"layout\": \"%s\", \"us\": %.4g}", f || b ? "," : "",
+               flavor[f], rows_text[f][b], info_us[f][b]);
+    printf("],\n \"state_mock_us\": [");
+    for (int f = 0; f < 2; f++)
+      for (int w = 0; w < 2; w++)
+        printf("%s\n  {\"flavor\": \"%s\", \"layout\": \"%s\", \"us\": %.4g}", f || w ? "," : "",
+               flavor[f], mock_text[f][w], mock_us[f][w]);
+    printf("],\n \"state_init_64_ranks_us\": [");
+    for (int f = 0; f < 2; f++)
+      printf("%s\n  {\"flavor\": \"%s\", \"layout\": \"tp 4, pp 4, dp 4\", \"members_only\": "
+             "%.4g, \"every_rank_every_group\": %.4g}", f ? "," : "", flavor[f], init_us[f][0],
+             init_us[f][1]);
+    printf("]}\n");
+    return 0;
+  }
+  printf("# mpu plan --bench: one rank's groups and getters (mpu_layout_rank_info), mean of "
+         "repeated calls for the last rank\n");
+  printf("  %-10s %-44s %12s\n", "flavour", "layout", "time");
+  for (int f = 0; f < 2; f++)
+    for (int b = 0; b < 2; b++)
+      printf("  %-10s %-44s %9.2f us\n", flavor[f], rows_text[f][b], info_us[f][b]);
+  printf("\n# one rank's whole parallel state on the fake backend (mpu_state_mock: every group a\n"
+         "# communicator, made from its description), best of 5, last rank\n");
+  for (int f = 0; f < 2; f++)
+    for (int w = 0; w < 2; w++)
+      printf("  %-10s %-44s %9.2f us\n", flavor[f], mock_text[f][w], mock_us[f][w]);
+  printf("\n# initialising the parallel state of 64 thread ranks (tp 4, pp 4, dp 4), threads "
+         "backend,\n# rank 0's time between barriers, median of 5\n");
+  for (int f = 0; f < 2; f++)
+    printf("  %-10s mpu (members only) %10.0f us   every rank every group %10.0f us   (%.1fx)\n",
+           flavor[f], init_us[f][0], init_us[f][1], init_us[f][1] / init_us[f][0]);
   return 0;
 }
 
 int cmd_plan(int argc, char **argv) {
   plan_opts o;
   parse(argc, argv, &o);
-  if (o.bench) return bench();
+  if (o.bench) return bench(o.format);
   if (o.compare) return plan_compare(stdout, stderr, &o.cfg, o.format == CLI_JSON);
   if (o.has_schedule) return plan_schedule(&o.schedule, o.format);
   mpu_layout *l = NULL;

@@ -21,6 +21,7 @@
 /* and past these many stages the first and the last half of them are
  * given, with a line for the ones between */
 #define SVG_MAX_STAGES 64
+#define SVG_WIDTH 1380
 #define LIST_MAX_STAGES 4096
 
 /* Stage p's place among the stages shown (max of pp), or -1 when it is not
@@ -68,10 +69,13 @@ static const char *const chunk_dark[6] = {"#5b8fc7", "#4fa84a", "#9175b5", "#e08
                                           "#d06fa0"};
 
 /* The timeline: a row per stage, a block per forward (F) and backward (B) labelled
- * micro-batch.chunk where the label fits (a tooltip everywhere), coloured by chunk;
- * a time axis in units of one forward of a chunk; idle time hatched: the bubble.
- * Past SVG_MAX_STEPS steps each stage's three phases are drawn instead of its
- * blocks, and past SVG_MAX_STAGES stages the first and the last half of them. */
+ * "F m.c", else "m.c", else "m" (micro-batch m, chunk c), whichever fits (a tooltip
+ * everywhere), coloured by chunk, light forwards and dark backwards; a time axis in
+ * units of one forward of a chunk; idle time hatched: the bubble. Past
+ * SVG_MAX_STEPS steps each stage's three phases are drawn instead of its blocks,
+ * and past SVG_MAX_STAGES stages the first and the last half of them. The drawing
+ * is at most SVG_WIDTH wide, with a viewBox and width 100%: it scales to the
+ * window, and a 1400-pixel one shows all of it with text at its own size. */
 static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double **start, int n,
                 double makespan, double bubble, double analytic) {
   enum { LEFT = 80, FONT = 11 };
@@ -82,10 +86,10 @@ static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double 
   double units = makespan * c->vp; /* one forward of a chunk takes 1/vp */
   double scale = 900.0 / makespan; /* pixels per model forward */
   if (whole && scale / c->vp < 46) scale = 46.0 * c->vp; /* room for "F 12.3" in a forward */
-  if (makespan * scale > 6000) scale = 6000 / makespan;
+  if (LEFT + makespan * scale + 110 > SVG_WIDTH) scale = (SVG_WIDTH - LEFT - 110) / makespan;
   int W = (int)(LEFT + makespan * scale + 110), H = (int)(104 + row * rows + 56 + (whole ? 0 : 40));
   if (W < 900) W = 900;
-  printf("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+  printf("<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"100%%\" "
          "font-family=\"monospace\" font-size=\"%d\">\n<defs><pattern id=\"idle\" width=\"6\" "
          "height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect "
          "width=\"6\" height=\"6\" fill=\"#eee\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" "
@@ -109,7 +113,8 @@ static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double 
     }
     printf("<rect x=\"%d\" y=\"48\" width=\"38\" height=\"16\" fill=\"url(#idle)\"/><text "
            "x=\"%d\" y=\"60\">idle</text><text x=\"%d\" y=\"60\">F m.c / B m.c: forward / "
-           "backward of micro-batch m, model chunk c</text>\n", lx, lx + 44, lx + 90);
+           "backward of micro-batch m, model chunk c (narrow blocks: m.c or m)</text>\n", lx,
+           lx + 44, lx + 90);
   } else {
     /* legend: the three phases, and idle */
     int lx = 10;
@@ -153,9 +158,13 @@ static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double 
       const mpu_schedule_step *s = &order[p][i];
       double cost = (s->phase == 'F' ? 1.0 : c->backward_cost) / c->vp, w = cost * scale;
       int ch = s->chunk % 6;
-      char label[32];
-      snprintf(label, sizeof label, "%c %d.%d", s->phase == 'F' ? 'F' : 'B', s->microbatch,
-               s->chunk);
+      char labels[3][32], *label = NULL;
+      snprintf(labels[0], sizeof labels[0], "%c %d.%d", s->phase == 'F' ? 'F' : 'B',
+               s->microbatch, s->chunk);
+      snprintf(labels[1], sizeof labels[1], "%d.%d", s->microbatch, s->chunk);
+      snprintf(labels[2], sizeof labels[2], "%d", s->microbatch);
+      for (int k = 0; k < 3 && !label; k++)
+        if (w >= char_w * (double)strlen(labels[k]) + 4) label = labels[k];
       idle -= cost;
       printf("<g class=\"block\"><title>stage %d: %s of micro-batch %d, chunk %d, from %.3g to "
              "%.3g</title><rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
@@ -163,7 +172,7 @@ static void svg(const mpu_schedule_config *c, mpu_schedule_step **order, double 
              p, s->phase == 'F' ? "forward" : "backward", s->microbatch, s->chunk,
              start[p][i] * c->vp, (start[p][i] + cost) * c->vp, LEFT + start[p][i] * scale, y, w,
              row - 6, s->phase == 'F' ? chunk_light[ch] : chunk_dark[ch]);
-      if (w >= char_w * (double)strlen(label) + 4)
+      if (label)
         printf("<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>",
                LEFT + start[p][i] * scale + w / 2, y + row / 2 + 1, label);
       printf("</g>\n");
