@@ -740,6 +740,33 @@ static void test_latest(void **state) {
   remove_dir(dir);
 }
 
+/* A save clears what killed saves left (iter_N.tmp folders), never through a
+ * link of that name: the folder it points to keeps its files. */
+static void test_stage_link(void **state) {
+  (void)state;
+  char dir[256], other[256], link[600], kept[600];
+  make_dir("stage_link", dir, sizeof dir);
+  make_dir("stage_link_other", other, sizeof other);
+  assert_int_equal(mkdir(other, 0755), 0);
+  touch(other, "keep.txt", "mine");
+  mpu_ckpt_set set;
+  one_rank_set(&set, "b", 6);
+  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
+  snprintf(link, sizeof link, "%s/iter_0000009.tmp", dir);
+  char target[600];
+  snprintf(target, sizeof target, "../%s", other);
+  assert_int_equal(symlink(target, link), 0);
+  set.step = 1;
+  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
+  mpu_ckpt_set_free(&set);
+  snprintf(kept, sizeof kept, "%s/keep.txt", other);
+  struct stat st;
+  if (stat(kept, &st)) fail_msg("a save removed %s through the link %s", kept, link);
+  expect_latest(dir, "/iter_0000001");
+  remove_dir(dir);
+  remove_dir(other);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshard),
@@ -747,6 +774,7 @@ int main(void) {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_save_refusals),
       cmocka_unit_test(test_latest),
+      cmocka_unit_test(test_stage_link),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,10 +100,17 @@ mpu_result_t mpu_ckpt_latest(const char *dir, char *out, size_t cap) {
 
 /* ---- saving ------------------------------------------------------------------------------ */
 
-/* Remove a folder of plain files (what a save writes); best effort. */
+/* Remove a folder of plain files (what a save writes); best effort. Never
+ * through a link: a link named like a killed save's folder is not one, and
+ * following it would empty the folder it points to. */
 static void remove_folder(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return;
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return;
+  }
   for (struct dirent *e; (e = readdir(d));)
     if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
   closedir(d);
