@@ -90,9 +90,13 @@ int mpu__ckpt_sync_dir(const char *dir);
 /* "iter_%07d" + suffix; 0 or -1 if it does not fit */
 int mpu__ckpt_iter_name(char *out, size_t cap, int64_t iteration, const char *suffix);
 
-/* Rank 0 of a save: create root (if absent), remove what killed saves left,
- * and create the empty folder stage where the ranks write. */
-mpu_result_t mpu__ckpt_stage(const char *root, const char *stage);
+/* Rank 0 of a save: create root (if absent), lock it against other saves
+ * (*lock: held until mpu__ckpt_unlock; refused if another save holds it),
+ * remove what killed saves left, and create the empty folder stage where
+ * the ranks write. */
+mpu_result_t mpu__ckpt_stage(const char *root, const char *stage, int *lock);
+/* Release what mpu__ckpt_stage locked (nothing if *lock is -1). */
+void mpu__ckpt_unlock(int *lock);
 
 /* Rank 0, after every file and the index are in stage: rename it to
  * root/iter_N, sync root, replace the tracker. Before the rename root is as
