@@ -800,6 +800,30 @@ static void test_save_lock(void **state) {
   remove_dir(dir);
 }
 
+/* The tracker that chose the folder is an input of the merge: never its
+ * output (written over, the root would mean its newest iteration instead of
+ * the one the tracker named). */
+static void test_merge_tracker(void **state) {
+  (void)state;
+  char dir[256], tracker[400];
+  make_dir("merge_tracker", dir, sizeof dir);
+  mpu_ckpt_set set;
+  one_rank_set(&set, "b", 6);
+  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
+  set.step = 5;
+  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
+  mpu_ckpt_set_free(&set);
+  touch(dir, "latest_checkpointed_iteration.txt", "0\n"); /* rolled back, as Megatron-LM users do */
+  snprintf(tracker, sizeof tracker, "%s/latest_checkpointed_iteration.txt", dir);
+  mpu_ckpt *ck;
+  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
+  assert_int_equal(mpu_ckpt_merge(ck, tracker, 0), MPU_ERR_INVALID_ARGUMENT);
+  if (!strstr(mpu_last_error(), "reads")) fail_msg("'%s'", mpu_last_error());
+  mpu_ckpt_close(ck);
+  expect_latest(dir, "/iter_0000000");
+  remove_dir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshard),
@@ -809,6 +833,7 @@ int main(void) {
       cmocka_unit_test(test_latest),
       cmocka_unit_test(test_stage_link),
       cmocka_unit_test(test_save_lock),
+      cmocka_unit_test(test_merge_tracker),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

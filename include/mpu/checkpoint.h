@@ -292,8 +292,9 @@ MPU_API uint64_t mpu_ckpt_bytes_read(const mpu_ckpt *ck);
 /* One safetensors file with every parameter whole (all: the optimizer's
  * moments too), as safetensors.numpy.load_file / safetensors.torch.load_file
  * read it. out_path must be absent or a regular file, and none of the
- * checkpoint's own files (compared by device and inode, so not through a
- * link either): anything else is MPU_ERR_INVALID_ARGUMENT before any work.
+ * checkpoint's own files nor the root's tracker that chose its folder
+ * (compared by device and inode, so not through a link either): anything
+ * else is MPU_ERR_INVALID_ARGUMENT before any work.
  * Written to out_path.tmp, synced and renamed, so a failure leaves
  * out_path as it was. */
 MPU_API mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all);
