@@ -158,7 +158,7 @@ mpu_result_t mpu__ckpt_stage(const char *root, const char *stage, int *lock) {
 }
 
 void mpu__ckpt_unlock(int *lock) {
-  if (*lock >= 0) close(*lock);
+  if (*lock >= 0) flock(*lock, LOCK_UN), close(*lock); /* unlocked even if a fork shares it */
   *lock = -1;
 }
 
