@@ -520,6 +520,7 @@ static mpu_result_t fresh_rank(mpu_comm *world, void *arg) {
       g[p] = (mpu_ckpt_global){b.params[p].name, 1, {(int64_t)b.params[p].numel}};
     mpu_ckpt_set save;
     mpu_ckpt_set_init(&save);
+    if (!r) r = mpu_comm_size(world, &save.layout.dp); /* no state here to take the layout from */
     if (!r) r = mpu_fsdp_gather_params(f, before);
     if (!r) r = mpu_ckpt_add_fsdp(&save, f, g, 1);
     if (!r) r = mpu_ckpt_save(fresh_dir, world, &save);

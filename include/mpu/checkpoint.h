@@ -189,8 +189,10 @@ MPU_API mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_ra
  * renamed into place when every file and the index are synced; a step saved
  * before is swapped with the new folder in one rename (Linux's
  * RENAME_EXCHANGE; MPU_ERR_UNSUPPORTED where the file system has none).
- * Folders *.tmp that killed saves left are removed: one job saves into a
- * root at a time.
+ * One save into a root at a time: rank 0 locks the root (flock) for the
+ * save, and a save into a root another save holds is refused
+ * (MPU_ERR_INVALID_USAGE, nothing written). Folders *.tmp that killed saves
+ * left are then removed (never through a link).
  *
  * Refused on every rank before anything is written (MPU_ERR_INVALID_ARGUMENT
  * on the rank whose set is wrong, MPU_ERR_ABORTED naming it on the others):
@@ -300,8 +302,9 @@ MPU_API uint64_t mpu_ckpt_bytes_read(const mpu_ckpt *ck);
 /* One safetensors file with every parameter whole (all: the optimizer's
  * moments too), as safetensors.numpy.load_file / safetensors.torch.load_file
  * read it. out_path must be absent or a regular file, and none of the
- * checkpoint's own files (compared by device and inode, so not through a
- * link either): anything else is MPU_ERR_INVALID_ARGUMENT before any work.
+ * checkpoint's own files nor the root's tracker that chose its folder
+ * (compared by device and inode, so not through a link either): anything
+ * else is MPU_ERR_INVALID_ARGUMENT before any work.
  * Written to out_path.tmp, synced and renamed, so a failure leaves
  * out_path as it was. */
 MPU_API mpu_result_t mpu_ckpt_merge(mpu_ckpt *ck, const char *out_path, int all);

@@ -79,7 +79,8 @@ ssize_t mpu__ckpt_pread_all(int fd, void *buf, size_t n, uint64_t offset);
 /* path = dir + "/" + name, checked for length; 0 or -1 */
 int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name);
 
-/* The files ck was opened from (its index and every file it names), which
+/* The files ck was opened from (its index, every file it names, and the
+ * tracker of a root), which
  * no output of a tool reading ck may replace (core/files.h). */
 void mpu__ckpt_inputs(const mpu_ckpt *ck, const mpu__file_id **ids, int *n);
 
@@ -105,9 +106,13 @@ int mpu__ckpt_sync_dir(const char *dir);
 /* "iter_%07d" + suffix; 0 or -1 if it does not fit */
 int mpu__ckpt_iter_name(char *out, size_t cap, int64_t iteration, const char *suffix);
 
-/* Rank 0 of a save: create root (if absent), remove what killed saves left,
- * and create the empty folder stage where the ranks write. */
-mpu_result_t mpu__ckpt_stage(const char *root, const char *stage);
+/* Rank 0 of a save: create root (if absent), lock it against other saves
+ * (*lock: held until mpu__ckpt_unlock; refused if another save holds it),
+ * remove what killed saves left, and create the empty folder stage where
+ * the ranks write. */
+mpu_result_t mpu__ckpt_stage(const char *root, const char *stage, int *lock);
+/* Release what mpu__ckpt_stage locked (nothing if *lock is -1). */
+void mpu__ckpt_unlock(int *lock);
 
 /* Rank 0, after every file and the index are in stage: rename it to
  * root/iter_N, sync root, replace the tracker. Before the rename root is as

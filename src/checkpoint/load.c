@@ -49,7 +49,9 @@ struct mpu_ckpt {
   int nfiles;
   const char **files;
   uint64_t *file_bytes;
-  mpu__file_id *ids;        /* the index (ids[nfiles]) and the files: never a merge's output */
+  mpu__file_id *ids;        /* the files, the index (ids[nfiles]) and the root's tracker that
+                               named the folder (if any): never a merge's output */
+  int nids;
   int *fds;
   int ntensors;
   ck_tensor *t;            /* sorted by name */
@@ -335,6 +337,10 @@ mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out) {
   *out = NULL;
   char where[4096]; /* a root's newest complete iteration (root.c) */
   MPU_CHECK(mpu_ckpt_latest(dir, where, sizeof where));
+  char tracker[4200]; /* read to choose the folder: an input too */
+  struct stat tst;
+  int has_tracker = !mpu__ckpt_path(tracker, sizeof tracker, dir, CKPT_TRACKER) &&
+                    !stat(tracker, &tst) && S_ISREG(tst.st_mode);
   dir = where;
   {
     const uint16_t one = 1;
@@ -394,6 +400,15 @@ mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out) {
   ck->info.step = step;
   if ((r = read_layout(ck)) || (r = read_files(ck)) || (r = read_tensors(ck))) goto out;
   ck->info.ntensors = ck->ntensors, ck->info.nfiles = ck->nfiles;
+  ck->nids = ck->nfiles + 1;
+  if (has_tracker) {
+    mpu__file_id *ids = realloc(ck->ids, ((size_t)ck->nids + 1) * sizeof *ids);
+    if (!ids) {
+      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+      goto out;
+    }
+    ck->ids = ids, ck->ids[ck->nids++] = mpu__file_id_of(&tst);
+  }
 out:
   if (fd >= 0) close(fd);
   free(text);
@@ -692,5 +707,5 @@ mpu_result_t mpu__ckpt_read_whole(mpu_ckpt *ck, int i, float *out) {
 }
 
 void mpu__ckpt_inputs(const mpu_ckpt *ck, const mpu__file_id **ids, int *n) {
-  *ids = ck->ids, *n = ck->nfiles + 1;
+  *ids = ck->ids, *n = ck->nids;
 }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -100,23 +101,45 @@ mpu_result_t mpu_ckpt_latest(const char *dir, char *out, size_t cap) {
 
 /* ---- saving ------------------------------------------------------------------------------ */
 
-/* Remove a folder of plain files (what a save writes); best effort. */
+/* Remove a folder of plain files (what a save writes); best effort. Never
+ * through a link: a link named like a killed save's folder is not one, and
+ * following it would empty the folder it points to. */
 static void remove_folder(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return;
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return;
+  }
   for (struct dirent *e; (e = readdir(d));)
     if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
   closedir(d);
   rmdir(path);
 }
 
-mpu_result_t mpu__ckpt_stage(const char *root, const char *stage) {
+mpu_result_t mpu__ckpt_stage(const char *root, const char *stage, int *lock) {
   static const char fn[] = "mpu_ckpt_save";
   struct stat st;
+  *lock = -1;
   if (mkdir(root, 0755) && (errno != EEXIST || stat(root, &st) || !S_ISDIR(st.st_mode)))
     return mpu__error(MPU_ERR_SYSTEM, "%s: cannot create the folder %s: %s", fn, root,
                       strerror(errno == EEXIST ? ENOTDIR : errno));
-  /* what killed saves left (never an iteration a root can mean): one job saves into a root at a time */
+  /* one save into a root at a time: another one's folder in the making
+   * would be taken for a killed save's and emptied under it. The lock goes
+   * with the process, so a killed save holds it no longer; a file system
+   * without locks saves unlocked. */
+  int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB)) {
+    int e = errno;
+    close(fd), fd = -1;
+    if (e == EWOULDBLOCK)
+      return mpu__error(MPU_ERR_INVALID_USAGE,
+                        "%s: another save into %s is running; one save into a root at a time", fn,
+                        root);
+  }
+  *lock = fd;
+  /* what killed saves left (never an iteration a root can mean) */
   DIR *d = opendir(root);
   for (struct dirent *e; d && (e = readdir(d));) {
     char path[4200];
@@ -125,9 +148,18 @@ mpu_result_t mpu__ckpt_stage(const char *root, const char *stage) {
       remove_folder(path);
   }
   if (d) closedir(d);
-  if (mkdir(stage, 0755))
-    return mpu__error(MPU_ERR_SYSTEM, "%s: cannot create the folder %s: %s", fn, stage, strerror(errno));
+  if (mkdir(stage, 0755)) {
+    mpu_result_t r = mpu__error(MPU_ERR_SYSTEM, "%s: cannot create the folder %s: %s", fn, stage,
+                                strerror(errno));
+    mpu__ckpt_unlock(lock);
+    return r;
+  }
   return MPU_SUCCESS;
+}
+
+void mpu__ckpt_unlock(int *lock) {
+  if (*lock >= 0) flock(*lock, LOCK_UN), close(*lock); /* unlocked even if a fork shares it */
+  *lock = -1;
 }
 
 void mpu__ckpt_discard(const char *stage) { remove_folder(stage); }

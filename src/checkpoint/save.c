@@ -383,8 +383,13 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
              mpu__ckpt_path(stage, sizeof stage, dir, name)))
     r = mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the path %s is too long", fn, dir);
   MPU_CHECK(agree(fn, world, size, r, set->step, "refused its set"));
-  if (rank == 0) r = mpu__ckpt_stage(dir, stage);
-  MPU_CHECK(agree(fn, world, size, r, set->step, "could not create the folder of the save"));
+  int lock = -1;
+  if (rank == 0) r = mpu__ckpt_stage(dir, stage, &lock);
+  r = agree(fn, world, size, r, set->step, "could not create the folder of the save");
+  if (r) {
+    mpu__ckpt_unlock(&lock);
+    return r;
+  }
   piece *p = NULL;
   int np = 0;
   char file[64];
@@ -443,6 +448,7 @@ mpu_result_t mpu_ckpt_save(const char *dir, mpu_comm *world, const mpu_ckpt_set 
   }
   /* every rank has written or given up (the gathers): a failed save's folder goes */
   if (r && rank == 0 && !cr) mpu__ckpt_discard(stage);
+  mpu__ckpt_unlock(&lock);
   free(blobs), free(texts), free(all);
   if (world && !cr) {
     mpu_result_t b = mpu_comm_broadcast(world, &status, 1, MPU_INT32, 0);
