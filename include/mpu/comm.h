@@ -188,10 +188,16 @@ typedef struct mpu_nccl_options {
   double timeout_s; /* the watchdog: waits fail (and NCCL aborts) after this; <= 0: MPU_TIMEOUT */
   int keep_host;    /* 1: keep the host communicator as the twin (default); 0: do not
                        (groups then come from ncclCommSplit, as from the environment) */
+  int share_resources; /* 1: its splits share NCCL resources with it (NCCL's splitShare: one
+                          abort flag, and one device stream per rank on which the groups' work
+                          runs in issue order); 0 (default): every group its own (docs/gpu.md) */
+  int one_rank_through_nccl; /* 1: a communicator of one rank (its splits too) calls NCCL, so
+                                one GPU runs NCCL's kernels; 0: MPU_NCCL_ONE_RANK decides */
 } mpu_nccl_options;
 
-#define MPU_NCCL_OPTIONS_INIT {sizeof(mpu_nccl_options), -1, NULL, 0.0, 1}
-#define MPU_NCCL_OPTIONS_MIN_SIZE sizeof(mpu_nccl_options)
+#define MPU_NCCL_OPTIONS_INIT {sizeof(mpu_nccl_options), -1, NULL, 0.0, 1, 0, 0}
+/* the size before share_resources: older callers' options are still taken */
+#define MPU_NCCL_OPTIONS_MIN_SIZE offsetof(mpu_nccl_options, share_resources)
 
 /*
  * An NCCL communicator over the same ranks as host (collective over host: a

@@ -114,7 +114,14 @@ struct mpu_comm {
   mpu_comm *next_live;   /* comm.c's registry of live handles (catches double destroy) */
   mpu_request *queue_head, *queue_tail; /* requests not yet run (request.c) */
   mpu_request *freed_head, *freed_tail; /* mpu_request_free'd, not yet complete (request.c) */
+  int one_through_backend; /* a group of one calls the backend anyway (NCCL's kernels on one GPU) */
 };
+
+/* Whether comm.c answers a call itself, as a group of one (copies at most):
+ * the one rule for every backend. */
+static inline int mpu__comm_answers_alone(const mpu_comm *c) {
+  return c->size == 1 && !c->one_through_backend;
+}
 
 /* A new base communicator. world_ranks (size entries, or NULL for the
  * identity) is copied. Returns NULL when out of memory. */

@@ -263,9 +263,11 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     }
     *j = (init_job){c, double_current_device(), NULL, 0, 0, NULL};
     c->nonblocking = 1;
+    c->split_share = cfg->splitShare == 1;
     *out = c; /* NCCL hands out the handle at once: poll it, or abort it */
     return launch(c, j);
   }
+  c->split_share = cfg && cfg->splitShare == 1;
   r = join(c, double_current_device()); /* blocks until every rank came, as NCCL's */
   if (r != ncclSuccess) {
     release(c);
@@ -461,7 +463,9 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
   if (nb < 0) return ncclInvalidArgument;
   if (!cfg) nb = c->nonblocking; /* the child copies the parent's config */
   atomic_fetch_add(&splits, 1);
-  int share = cfg && cfg->splitShare == 1;
+  /* the parent's config decides (init.cc, ncclCommInitChildComm:
+   * comm->shareResources = ... comm->config.splitShare) */
+  int share = c->split_share;
   if (share) atomic_fetch_add(&shared_splits, 1);
   if (!nb) atomic_fetch_add(&blocking_children, 1);
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
@@ -486,6 +490,7 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
     h = hash_eat(h, &split_no, sizeof split_no);
     child->hash = hash_eat(h, &color, sizeof color);
     child->nonblocking = nb;
+    child->split_share = cfg ? cfg->splitShare == 1 : c->split_share;
   }
   init_job *j = calloc(1, sizeof *j);
   if (!j) {

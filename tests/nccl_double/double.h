@@ -168,6 +168,7 @@ struct ncclComm {
   int has_joiner;
   int nonblocking;             /* made with blocking = 0: calls may say ncclInProgress */
   uint64_t hash;               /* NCCL's commHash (group order) */
+  int split_share;             /* its config's splitShare: its children share with it */
   int splits;                  /* ncclCommSplit calls on it: a child's hash eats the count */
   struct double_family *family; /* what it shares with splitShare relatives (share.c) */
 };

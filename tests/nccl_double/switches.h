@@ -35,7 +35,7 @@ int double_forgives(double_switch s);
 /* What the double counted since the process started, for tests that check
  * how communicators are made: "init" (bootstraps by ncclCommInitRank or
  * ncclCommInitRankConfig), "split" (ncclCommSplit calls), "split_shared"
- * (those whose config asked for splitShare = 1), "split_blocking_child"
+ * (those whose parent's config has splitShare = 1, as NCCL decides), "split_blocking_child"
  * (those whose config asked for a blocking child). -1 for an unknown name. */
 long double_count(const char *name);
 
