@@ -220,9 +220,13 @@ static mpu_result_t host_released(mpu_comm *world, void *arg) {
   void *stream = NULL;
   ROK(mpu_comm_stream(nc, &stream));
   if (me == 1) {
+    void *h = NULL;
+    ROK(mpu_comm_nccl_handle(nc, &h));
+    cudaDeviceSynchronize(); /* d is written: the raw call needs no ordering of mpu's */
     double t0 = test_now();
     while (!atomic_load(&flag) && test_now() - t0 < 8) sleep_ms(5);
-    if (!atomic_load(&flag)) mpu_comm_all_reduce(nc, d, d, 4, MPU_FLOAT32, MPU_SUM); /* rescue */
+    if (!atomic_load(&flag)) /* the rescue, past mpu (which may know of the abort) */
+      ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, h, stream);
   } else {
     cudaStream_t mine = NULL;
     RCHECK(!cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking), "stream");
