@@ -468,6 +468,14 @@ mpu_result_t mpu__nccl_split(mpu_comm *c, int color, int key, mpu_comm **out) {
   if (!r) r = mpu__nccl_error(ncclCommCount(nm->maker, &size), nm->maker, fn);
   if (!r) r = equip(nm, s.stream, fn); /* a parent on the caller's stream: the child too */
   if (!r) r = add_work(nm, rank, fn);
+  if (!r && !twin && m->oob_post_abort == mpu__rendezvous_post_abort) {
+    /* a split of a torchrun world: a channel of its own on the store */
+    char name[48];
+    snprintf(name, sizeof name, "split%d.%d", split_no, color);
+    mpu__rendezvous *rv = NULL;
+    r = mpu__rendezvous_child(m->oob_ctx, name, nm->timeout_s, &rv);
+    if (!r) keep_store(nm, rv);
+  }
   if (!r && mpu__nccl_oob_is_board(m) && twin) {
     /* the members in this process share the parent's board: name the
      * child's after it, the split and the color */
