@@ -196,6 +196,44 @@ static mpu_result_t shared_destroy_busy(mpu_comm *world, void *arg) {
   return MPU_SUCCESS;
 }
 
+/* A communicator NCCL failed (here: a raw send/recv pair of mismatched
+ * sizes on its handle, which the "p2p_size" switch fails at once instead of
+ * hanging until a watchdog, so the error is there before destroy looks) is
+ * ended by ncclCommAbort: NCCL 2.28's ncclCommDestroy of it would return
+ * early inside its own group, and every later call of the thread, on any
+ * communicator, would be held and answer success unwritten. */
+static mpu_result_t destroy_failed(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm_rank(world, &me);
+  mpu_comm *a = NULL, *b = NULL;
+  ROK(bare(world, 5, 0, &a));
+  ROK(bare(world, 5, 0, &b));
+  float *x = device_floats(8, 1), *y = device_floats(4, (float)(me + 1)), *z = device_floats(4, 0);
+  RCHECK(x && y && z, "cudaMalloc");
+  void *h = NULL, *stream = NULL;
+  ROK(mpu_comm_nccl_handle(a, &h));
+  ROK(mpu_comm_stream(a, &stream));
+  cudaDeviceSynchronize();
+  ncclResult_t q = me == 0 ? ncclSend(x, 4, ncclFloat32, 1, h, stream)
+                           : ncclRecv(x, 8, ncclFloat32, 0, h, stream);
+  RCHECK(q == ncclSuccess || q == ncclInProgress, "raw call: %d", (int)q);
+  cudaStreamSynchronize(stream);
+  ncclResult_t async = ncclInProgress;
+  for (double t0 = test_now(); async == ncclInProgress && test_now() - t0 < 5;) {
+    ncclCommGetAsyncError(h, &async);
+    cudaStreamSynchronize(stream);
+  }
+  RCHECK(async == ncclInvalidUsage, "the pair did not fail: %d", (int)async);
+  mpu_comm_destroy(a);
+  ROK(mpu_comm_all_reduce(b, y, z, 4, MPU_FLOAT32, MPU_SUM));
+  RCHECK(first(z) == 3, "another communicator's sum after destroy: %g", first(z));
+  mpu_comm_barrier(world);
+  mpu_comm_destroy(b);
+  cudaFree(x), cudaFree(y), cudaFree(z);
+  return MPU_SUCCESS;
+}
+
 /* ---- the watchdog thread ----------------------------------------------------------- */
 
 /* Rank 0 starts an all-reduce rank 1 never joins and blocks the host in
@@ -367,6 +405,12 @@ static void test_split_past_deadline(void **state) { (void)state; run_n(2, split
 static void test_split_meets_all_reduce(void **state) { (void)state; run_n(2, split_meets_all_reduce, NULL); }
 static void test_groups_overlap(void **state) { (void)state; run_n(2, groups_overlap, NULL); }
 static void test_shared_destroy_busy(void **state) { (void)state; run_n(2, shared_destroy_busy, NULL); }
+static void test_destroy_failed(void **state) {
+  (void)state;
+  double_forgive("p2p_size", 1);
+  run_n(2, destroy_failed, NULL);
+  double_forgive("p2p_size", 0);
+}
 static void test_watchdog_releases_host(void **state) {
   (void)state;
   int how = 0;
@@ -390,6 +434,7 @@ int main(void) {
       cmocka_unit_test(test_split_meets_all_reduce),
       cmocka_unit_test(test_groups_overlap),
       cmocka_unit_test(test_shared_destroy_busy),
+      cmocka_unit_test(test_destroy_failed),
       cmocka_unit_test(test_watchdog_releases_host),
       cmocka_unit_test(test_abort_from_thread_releases_host),
       cmocka_unit_test(test_raw_handle_blocking),

@@ -324,9 +324,10 @@ static void drain(ncclComm_t c) {
 }
 
 /* ncclCommEnsureReady: a communicator whose init or split job still runs
- * answers ncclInvalidArgument. */
+ * answers ncclInvalidArgument; one that failed, its error (NCCL keeps it). */
 static ncclResult_t ensure_ready(ncclComm_t c, const char *fn) {
-  if (atomic_load(&c->async) != ncclInProgress) return ncclSuccess;
+  ncclResult_t a = atomic_load(&c->async);
+  if (a != ncclInProgress) return a;
   double_set_error("%s: Attempt to use communicator before the previous operation returned "
                    "ncclSuccess", fn);
   return ncclInvalidArgument;
@@ -342,8 +343,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
   if (!c) return ncclSuccess;
   if (ensure_ready(c, "ncclCommDestroy") != ncclSuccess) {
     /* NCCL 2.28's ncclCommDestroy opens a group (ncclGroupStartInternal) and
-     * returns through NCCLCHECK(ncclCommEnsureReady) without closing it:
-     * this thread stays inside a group */
+     * returns through NCCLCHECK(ncclCommEnsureReady) without closing it, for
+     * a communicator in progress or failed: this thread stays inside a group */
     (void)ncclGroupStart();
     return ncclInvalidArgument;
   }

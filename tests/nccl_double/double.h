@@ -33,8 +33,9 @@
  *     its result into the parent's async error; meanwhile the parent answers
  *     every call with ncclInvalidArgument (ncclCommEnsureReady), its
  *     ncclCommDestroy returns early *inside the group it opened* (this
- *     thread's later calls are held and never launched, as NCCL's), and its
- *     ncclCommAbort ends the job (the job still writes *newcomm first);
+ *     thread's later calls are held and never launched, as NCCL's; the same
+ *     for a communicator whose async error is set), and its ncclCommAbort
+ *     ends the job (the job still writes *newcomm first);
  *   - a split's meeting is the bootstrap's, apart from the kernels: a rank
  *     in a split and its peer in a collective on the same parent both hang
  *     until aborted;
