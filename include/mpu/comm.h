@@ -226,9 +226,9 @@ MPU_API mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host);
  * caller enqueues on it are ordered with mpu's calls only through the stream
  * they are enqueued on: enqueue them on mpu_comm_stream's stream (or order
  * the streams with events) so they run in the same order on every rank.
- * It is a non-blocking NCCL communicator (made with config.blocking = 0, so
- * creation has a deadline): a raw call may return ncclInProgress, and is
- * enqueued once ncclCommGetAsyncError no longer says ncclInProgress.
+ * It is a blocking NCCL communicator (config.blocking = 1; creation keeps its
+ * deadline through a non-blocking handle it is split from, docs/gpu.md): a
+ * raw call returns ncclSuccess once enqueued, never ncclInProgress.
  * MPU_ERR_UNSUPPORTED for other backends; a broken communicator (aborted,
  * timed out) gives its error, as its handle may be gone. *nccl_comm is NULL
  * on failure.
