@@ -133,6 +133,7 @@ void mpu__nccl_watchdog_kick(void) {
 mpu_result_t mpu__nccl_track(nccl_impl *m, const char *fn) {
   mpu_result_t r = MPU_SUCCESS;
   pthread_mutex_lock(&m->lock);
+  oldest(m); /* what completed goes first, so the ring stays as long as the work in flight */
   if (m->npending == m->cap_pending) { /* grow the ring, oldest first */
     size_t cap = m->cap_pending ? 2 * m->cap_pending : 8;
     nccl_pending *more = calloc(cap, sizeof *more);
