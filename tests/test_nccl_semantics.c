@@ -162,6 +162,41 @@ static mpu_result_t groups_overlap(mpu_comm *world, void *arg) {
   return MPU_SUCCESS;
 }
 
+/* One group over two communicators on one stream, their calls issued in
+ * opposite orders on the two ranks: NCCL launches a group's communicators
+ * in ascending commHash (include/group.h), the same order on every rank, so
+ * it completes (in issue order it would wait forever: switch "group_order"). */
+static mpu_result_t group_in_hash_order(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me;
+  mpu_comm_rank(world, &me);
+  mpu_comm *nc = NULL, *a = NULL, *b = NULL;
+  ROK(bare(world, 5, 0, &nc));
+  ROK(mpu_comm_split(nc, 0, me, &a));
+  ROK(mpu_comm_split(nc, 0, me, &b));
+  cudaStream_t s = NULL;
+  RCHECK(!cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  ROK(mpu_comm_set_stream(a, s));
+  ROK(mpu_comm_set_stream(b, s));
+  float *x = device_floats(4, 1), *y = device_floats(4, 2);
+  RCHECK(x && y, "cudaMalloc");
+  cudaDeviceSynchronize();
+  ROK(mpu_group_start());
+  mpu_result_t r1 = me == 0 ? mpu_comm_all_reduce(a, x, x, 4, MPU_FLOAT32, MPU_SUM)
+                            : mpu_comm_all_reduce(b, y, y, 4, MPU_FLOAT32, MPU_SUM);
+  mpu_result_t r2 = me == 0 ? mpu_comm_all_reduce(b, y, y, 4, MPU_FLOAT32, MPU_SUM)
+                            : mpu_comm_all_reduce(a, x, x, 4, MPU_FLOAT32, MPU_SUM);
+  mpu_result_t r3 = mpu_group_end();
+  RCHECK(!r1 && !r2 && !r3, "group: %s %s %s: %s", mpu_result_name(r1), mpu_result_name(r2),
+         mpu_result_name(r3), mpu_last_error());
+  RCHECK(first(x) == 2 && first(y) == 4, "sums %g %g", first(x), first(y));
+  mpu_comm_barrier(world);
+  mpu_comm_destroy(b), mpu_comm_destroy(a), mpu_comm_destroy(nc);
+  cudaStreamDestroy(s);
+  cudaFree(x), cudaFree(y);
+  return MPU_SUCCESS;
+}
+
 /* options.share_resources: the splits share (NCCL's splitShare). Destroy of
  * a group whose stream is still busy waits for its work instead of
  * aborting it, which would raise the shared abort flag and stop the
@@ -404,6 +439,7 @@ static void run_n(int n, mpu_rank_fn fn, void *arg) {
 static void test_split_past_deadline(void **state) { (void)state; run_n(2, split_past_deadline, NULL); }
 static void test_split_meets_all_reduce(void **state) { (void)state; run_n(2, split_meets_all_reduce, NULL); }
 static void test_groups_overlap(void **state) { (void)state; run_n(2, groups_overlap, NULL); }
+static void test_group_in_hash_order(void **state) { (void)state; run_n(2, group_in_hash_order, NULL); }
 static void test_shared_destroy_busy(void **state) { (void)state; run_n(2, shared_destroy_busy, NULL); }
 static void test_destroy_failed(void **state) {
   (void)state;
@@ -433,6 +469,7 @@ int main(void) {
       cmocka_unit_test(test_split_past_deadline),
       cmocka_unit_test(test_split_meets_all_reduce),
       cmocka_unit_test(test_groups_overlap),
+      cmocka_unit_test(test_group_in_hash_order),
       cmocka_unit_test(test_shared_destroy_busy),
       cmocka_unit_test(test_destroy_failed),
       cmocka_unit_test(test_watchdog_releases_host),

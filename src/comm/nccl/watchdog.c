@@ -23,10 +23,16 @@
 
 #define TICK_MS 10
 
+/* dog_lock: the list, held by the thread over a round (an abort in it may
+ * wait for queued kernels); kick_lock: only its sleep, so that breaking a
+ * communicator (any thread) never waits for a round */
+static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER; /* starting and joining it */
 static pthread_mutex_t dog_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t dog_cond = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t kick_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t kick_cond = PTHREAD_COND_INITIALIZER;
 static nccl_impl *watched;
-static int nwatched, stopping, kicked;
+static int nwatched;
+static atomic_int stopping, kicked;
 static pthread_t dog;
 static _Thread_local int on_dog; /* this thread is the watchdog (it holds dog_lock) */
 
@@ -68,43 +74,49 @@ static void check(nccl_impl *m) {
 static void *dog_main(void *arg) {
   (void)arg;
   on_dog = 1;
-  pthread_mutex_lock(&dog_lock);
-  while (!stopping) {
+  while (!atomic_load(&stopping)) {
+    pthread_mutex_lock(&dog_lock);
     for (nccl_impl *m = watched; m; m = m->watch_next) {
       if (pthread_mutex_trylock(&m->lock)) continue; /* its owner is inside NCCL: next tick */
       check(m);
       pthread_mutex_unlock(&m->lock);
     }
-    kicked = 0;
+    pthread_mutex_unlock(&dog_lock);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += TICK_MS * 1000000L;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    while (!stopping && !kicked &&
-           pthread_cond_timedwait(&dog_cond, &dog_lock, &until) != ETIMEDOUT) {
+    pthread_mutex_lock(&kick_lock);
+    while (!atomic_load(&stopping) && !atomic_load(&kicked) &&
+           pthread_cond_timedwait(&kick_cond, &kick_lock, &until) != ETIMEDOUT) {
     }
+    atomic_store(&kicked, 0);
+    pthread_mutex_unlock(&kick_lock);
   }
-  pthread_mutex_unlock(&dog_lock);
   return NULL;
 }
 
 mpu_result_t mpu__nccl_watchdog_add(nccl_impl *m) {
+  pthread_mutex_lock(&life_lock);
   pthread_mutex_lock(&dog_lock);
+  mpu_result_t r = MPU_SUCCESS;
   if (nwatched == 0) {
-    stopping = 0;
-    if (pthread_create(&dog, NULL, dog_main, NULL)) {
-      pthread_mutex_unlock(&dog_lock);
-      return mpu__error(MPU_ERR_SYSTEM, "mpu_comm_nccl_create: could not start the watchdog thread");
-    }
+    atomic_store(&stopping, 0);
+    if (pthread_create(&dog, NULL, dog_main, NULL))
+      r = mpu__error(MPU_ERR_SYSTEM, "mpu_comm_nccl_create: could not start the watchdog thread");
   }
-  m->watch_next = watched;
-  watched = m;
-  nwatched++;
+  if (!r) {
+    m->watch_next = watched;
+    watched = m;
+    nwatched++;
+  }
   pthread_mutex_unlock(&dog_lock);
-  return MPU_SUCCESS;
+  pthread_mutex_unlock(&life_lock);
+  return r;
 }
 
 void mpu__nccl_watchdog_remove(nccl_impl *m) {
+  pthread_mutex_lock(&life_lock);
   pthread_mutex_lock(&dog_lock);
   int found = 0;
   for (nccl_impl **p = &watched; *p; p = &(*p)->watch_next)
@@ -114,20 +126,21 @@ void mpu__nccl_watchdog_remove(nccl_impl *m) {
       break;
     }
   int last = found && --nwatched == 0;
-  if (last) {
-    stopping = 1;
-    pthread_cond_broadcast(&dog_cond);
-  }
   pthread_mutex_unlock(&dog_lock);
-  if (last) pthread_join(dog, NULL); /* a later communicator starts a new one */
+  if (last) {
+    atomic_store(&stopping, 1);
+    mpu__nccl_watchdog_kick();
+    pthread_join(dog, NULL); /* a later communicator starts a new one */
+  }
+  pthread_mutex_unlock(&life_lock);
 }
 
 void mpu__nccl_watchdog_kick(void) {
   if (on_dog) return; /* it is looking already */
-  pthread_mutex_lock(&dog_lock);
-  kicked = 1;
-  pthread_cond_broadcast(&dog_cond);
-  pthread_mutex_unlock(&dog_lock);
+  pthread_mutex_lock(&kick_lock);
+  atomic_store(&kicked, 1);
+  pthread_cond_broadcast(&kick_cond);
+  pthread_mutex_unlock(&kick_lock);
 }
 
 mpu_result_t mpu__nccl_track(nccl_impl *m, const char *fn) {
