@@ -43,10 +43,10 @@ typedef struct nccl_impl {
   int share;          /* maker's splitShare: its splits share its resources */
   int one_rank;       /* a group of one calls NCCL (handed on to splits and groups) */
   /* lock: held by this rank's thread while it is inside NCCL with the
-   * handles (to a group's end, group.c), by whoever ends them, and over the
-   * watchdog's pending list; recursive (a failing call inside a group ends
-   * its handles while holding it) */
+   * handles, by whoever ends them, and over the watchdog's pending list and
+   * grouped; recursive (a failing call ends its handles while holding it) */
   pthread_mutex_t lock;
+  int grouped;        /* an open group of its owner holds calls of it: the watchdog waits */
   nccl_pending *pending; /* [npending] from pending_head, a ring of cap_pending */
   size_t pending_head, npending, cap_pending;
   struct nccl_impl *watch_next; /* the watchdog's list (watchdog.c) */
@@ -133,7 +133,8 @@ mpu_result_t mpu__nccl_track(nccl_impl *m, const char *fn);
 void mpu__nccl_pending_free(nccl_impl *m);
 
 /* group.c: inside NCCL with c's handles (the watchdog leaves them alone);
- * MPU error if they are gone. Inside an mpu group, held to its end. */
+ * MPU error if they are gone. Inside an mpu group the watchdog leaves them
+ * alone to the group's end. */
 mpu_result_t mpu__nccl_enter(mpu_comm *c, const char *fn);
 void mpu__nccl_leave(mpu_comm *c);
 mpu_result_t mpu__nccl_oob_join(nccl_impl *m, const ncclUniqueId *id);

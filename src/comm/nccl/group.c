@@ -24,8 +24,9 @@ typedef struct deferred {
 static _Thread_local int open_group;
 static _Thread_local deferred *records;
 static _Thread_local size_t nrecords, cap_records;
-/* the communicators whose lock this thread holds until ncclGroupEnd: NCCL's
- * group keeps their handles until it launches */
+/* the communicators this thread's open group holds calls of: NCCL keeps
+ * their handles until ncclGroupEnd launches, so the watchdog leaves them
+ * alone (nccl_impl.grouped) until then */
 static _Thread_local nccl_impl **held;
 static _Thread_local size_t nheld, cap_held;
 
@@ -37,7 +38,6 @@ static int held_here(const nccl_impl *m) {
 
 mpu_result_t mpu__nccl_enter(mpu_comm *c, const char *fn) {
   nccl_impl *m = impl_of(c);
-  if (open_group && held_here(m)) return MPU_SUCCESS;
   if (open_group && nheld == cap_held) {
     size_t cap = cap_held ? 2 * cap_held : 8;
     nccl_impl **more = realloc(held, cap * sizeof *more);
@@ -49,16 +49,21 @@ mpu_result_t mpu__nccl_enter(mpu_comm *c, const char *fn) {
     pthread_mutex_unlock(&m->lock);
     return mpu__nccl_broken_error(m, fn);
   }
-  if (open_group) held[nheld++] = m;
+  if (open_group && !held_here(m)) {
+    held[nheld++] = m;
+    m->grouped = 1;
+  }
   return MPU_SUCCESS;
 }
 
-void mpu__nccl_leave(mpu_comm *c) {
-  if (!open_group) pthread_mutex_unlock(&impl_of(c)->lock);
-}
+void mpu__nccl_leave(mpu_comm *c) { pthread_mutex_unlock(&impl_of(c)->lock); }
 
 static void release_held(void) {
-  for (size_t i = 0; i < nheld; i++) pthread_mutex_unlock(&held[i]->lock);
+  for (size_t i = 0; i < nheld; i++) {
+    pthread_mutex_lock(&held[i]->lock);
+    held[i]->grouped = 0;
+    pthread_mutex_unlock(&held[i]->lock);
+  }
   free(held);
   held = NULL, nheld = cap_held = 0;
 }

@@ -52,7 +52,7 @@ static nccl_pending *oldest(nccl_impl *m) {
 static void check(nccl_impl *m) {
   static const char fn[] = "the NCCL watchdog";
   mpu_comm *c = m->self;
-  if (!c) return; /* still being made, or being destroyed */
+  if (!c || m->grouped) return; /* being made or destroyed; or NCCL's group holds its handle */
   nccl_pending *p = atomic_load(&m->broken) || !m->comm ? NULL : oldest(m);
   if (p) {
     ncclResult_t async = ncclSuccess;
