@@ -61,6 +61,8 @@ else
   fi
   nccl_from="PyTorch's wheel ($nccl_dir/libnccl.so.2)"
 fi
+# a group of one through NCCL too: on one GPU every call then runs NCCL's kernels (docs/gpu.md)
+export MPU_NCCL_ONE_RANK=1
 export LD_LIBRARY_PATH=$kit/lib${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)

@@ -6,7 +6,8 @@
  * process, so the ranks are two threads; the environment is per process, so
  * rank 1's RANK is set only once rank 0 has read its own (rank 0 has put
  * the job key in its store). Then an abort on one rank reaches the other's
- * wait as MPU_ERR_ABORTED within 1 s. A world of one needs no store at all.
+ * wait as MPU_ERR_ABORTED within 1 s, on the world and on a split of it
+ * (its own key on the store). A world of one needs no store at all.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -70,18 +71,25 @@ static void *run_rank(void *arg) {
   copy(j->comm, h, y, sizeof h, cudaMemcpyDeviceToHost);
   if (!j->reduced && (h[0] != 3 || h[1] != 4 || h[3] != 8)) j->reduced = MPU_ERR_BACKEND;
   pthread_barrier_wait(j->both);
-  if (j->abort_test) {
+  mpu_comm *sub = NULL, *target = j->comm;
+  if (j->abort_test == 2) { /* a split of the world */
+    j->after = mpu_comm_split(j->comm, 0, j->rank, &sub);
+    if (j->after) snprintf(j->msg, sizeof j->msg, "split: %s", mpu_last_error());
+    target = sub;
+  }
+  if (j->abort_test && target) {
     if (j->rank == 1) {
       sleep_ms(300);
-      mpu_comm_abort(j->comm);
+      mpu_comm_abort(target);
     } else { /* waits for a peer that gave up: the store tells */
       double t0 = mpu__now();
-      j->after = mpu_comm_all_reduce(j->comm, x, y, 4, MPU_FLOAT32, MPU_SUM);
+      j->after = mpu_comm_all_reduce(target, x, y, 4, MPU_FLOAT32, MPU_SUM);
       j->waited = mpu__now() - t0;
       snprintf(j->msg, sizeof j->msg, "%s", mpu_last_error());
     }
   }
   pthread_barrier_wait(j->both);
+  mpu_comm_destroy(sub);
   mpu_comm_mem_free(j->comm, x);
   mpu_comm_mem_free(j->comm, y);
   mpu_comm_destroy(j->comm);
@@ -139,6 +147,16 @@ static void test_abort_through_store(void **state) {
   assert_true(j[0].waited < 0.3 + 1.0 + 0.5); /* the abort came 0.3 s in; 1 s to see it */
 }
 
+static void test_abort_through_store_on_split(void **state) {
+  (void)state;
+  rank_job j[2];
+  two_ranks(2, j);
+  fprintf(stderr, "rank 0 on the split: %s after %.3f s: %s\n", mpu_result_name(j[0].after),
+          j[0].waited, j[0].msg);
+  assert_int_equal(j[0].after, MPU_ERR_ABORTED);
+  assert_true(j[0].waited < 0.3 + 1.5);
+}
+
 static void test_world_of_one(void **state) {
   (void)state;
   set_env(0, 1); /* nobody listens on port 1: a world of one never asks */
@@ -156,6 +174,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_from_env),
       cmocka_unit_test(test_abort_through_store),
+      cmocka_unit_test(test_abort_through_store_on_split),
       cmocka_unit_test(test_world_of_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -196,7 +196,7 @@ static mpu_result_t late(mpu_comm *world, void *arg) {
 
 /* mpu_comm_abort from a helper thread while rank 0 waits in a collective
  * rank 1 has not joined: the wait ends in MPU_ERR_ABORTED (never success
- * with partial output), NCCL is aborted once, by the waiting thread; rank 1,
+ * with partial output), NCCL is aborted once (by the watchdog thread or the waiter); rank 1,
  * calling after the abort, learns of it through the host twin at once. */
 static atomic_int abort_done;
 

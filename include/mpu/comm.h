@@ -190,10 +190,16 @@ typedef struct mpu_nccl_options {
   double timeout_s; /* the watchdog: waits fail (and NCCL aborts) after this; <= 0: MPU_TIMEOUT */
   int keep_host;    /* 1: keep the host communicator as the twin (default); 0: do not
                        (groups then come from ncclCommSplit, as from the environment) */
+  int share_resources; /* 1: its splits share NCCL resources with it (NCCL's splitShare: one
+                          abort flag, and one device stream per rank on which the groups' work
+                          runs in issue order); 0 (default): every group its own (docs/gpu.md) */
+  int one_rank_through_nccl; /* 1: a communicator of one rank (its splits too) calls NCCL, so
+                                one GPU runs NCCL's kernels; 0: MPU_NCCL_ONE_RANK decides */
 } mpu_nccl_options;
 
-#define MPU_NCCL_OPTIONS_INIT {sizeof(mpu_nccl_options), -1, NULL, 0.0, 1}
-#define MPU_NCCL_OPTIONS_MIN_SIZE sizeof(mpu_nccl_options)
+#define MPU_NCCL_OPTIONS_INIT {sizeof(mpu_nccl_options), -1, NULL, 0.0, 1, 0, 0}
+/* the size before share_resources: older callers' options are still taken */
+#define MPU_NCCL_OPTIONS_MIN_SIZE offsetof(mpu_nccl_options, share_resources)
 
 /*
  * An NCCL communicator over the same ranks as host (collective over host: a
@@ -228,9 +234,9 @@ MPU_API mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host);
  * caller enqueues on it are ordered with mpu's calls only through the stream
  * they are enqueued on: enqueue them on mpu_comm_stream's stream (or order
  * the streams with events) so they run in the same order on every rank.
- * It is a non-blocking NCCL communicator (made with config.blocking = 0, so
- * creation has a deadline): a raw call may return ncclInProgress, and is
- * enqueued once ncclCommGetAsyncError no longer says ncclInProgress.
+ * It is a blocking NCCL communicator (config.blocking = 1; creation keeps its
+ * deadline through a non-blocking handle it is split from, docs/gpu.md): a
+ * raw call returns ncclSuccess once enqueued, never ncclInProgress.
  * MPU_ERR_UNSUPPORTED for other backends; a broken communicator (aborted,
  * timed out) gives its error, as its handle may be gone. *nccl_comm is NULL
  * on failure.

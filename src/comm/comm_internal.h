@@ -122,7 +122,14 @@ struct mpu_comm {
   mpu_request *freed_head, *freed_tail; /* mpu_request_free'd, not yet complete (request.c) */
   void *scratch;         /* mpu__comm_scratch's buffer, scratch_bytes long; freed at destroy */
   size_t scratch_bytes;
+  int one_through_backend; /* a group of one calls the backend anyway (NCCL's kernels on one GPU) */
 };
+
+/* Whether comm.c answers a call itself, as a group of one (copies at most):
+ * the one rule for every backend. */
+static inline int mpu__comm_answers_alone(const mpu_comm *c) {
+  return c->size == 1 && !c->one_through_backend;
+}
 
 /* A new base communicator. world_ranks (size entries, or NULL for the
  * identity) is copied. Returns NULL when out of memory. */

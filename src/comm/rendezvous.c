@@ -12,6 +12,8 @@
  *                     a key the job never reads, and cannot lock rank r out
  *   comm<n>/id        the blob rank 0 publishes
  *   comm<n>/abort     posted by an abort, seen by every peer's watch loop
+ *   comm<n>/<split>/abort   the same for a communicator split from it (and so
+ *                     on down), <split> naming the split and the color
  * Every rank calls mpu_comm_nccl_from_env in the same order, so n agrees.
  */
 #include "comm/rendezvous.h"
@@ -121,7 +123,10 @@ static void serve_release(void) {
 struct mpu__rendezvous {
   mpu__store *store;
   int serving, rank;
-  char abort_key[64];
+  mpu__rendezvous_env env; /* where the store is: a split's channel connects there too */
+  char prefix[64];
+  char base[192];          /* comm<n>[/<split>...]: its keys' folder */
+  char abort_key[208];
   _Atomic double next_poll;
   atomic_int seen;
 };
@@ -195,16 +200,17 @@ mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, si
   mpu__rendezvous *rv = call < 0 ? NULL : calloc(1, sizeof *rv);
   if (!rv) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   rv->rank = env->rank;
-  snprintf(rv->abort_key, sizeof rv->abort_key, "comm%d/abort", call);
+  rv->env = *env;
+  snprintf(rv->base, sizeof rv->base, "comm%d", call);
+  snprintf(rv->abort_key, sizeof rv->abort_key, "%s/abort", rv->base);
   mpu_result_t r = MPU_SUCCESS;
   if (env->rank == 0 && !env->agent_store) {
     r = serve_acquire(env->port);
     rv->serving = !r;
   }
-  char prefix[64];
-  if (env->agent_store) snprintf(prefix, sizeof prefix, "mpu/attempt_%d", env->attempt);
-  else snprintf(prefix, sizeof prefix, "mpu");
-  if (!r) r = mpu__store_connect(fn, env->addr, env->port, prefix, timeout_s, &rv->store);
+  if (env->agent_store) snprintf(rv->prefix, sizeof rv->prefix, "mpu/attempt_%d", env->attempt);
+  else snprintf(rv->prefix, sizeof rv->prefix, "mpu");
+  if (!r) r = mpu__store_connect(fn, env->addr, env->port, rv->prefix, timeout_s, &rv->store);
 #define LEFT (deadline - mpu__now() > 0 ? deadline - mpu__now() : 0)
   if (!r) r = check_job(rv, env, LEFT);
   char key[64], job[320], claim[400];
@@ -262,6 +268,36 @@ void mpu__rendezvous_leave(mpu__rendezvous *rv) {
 }
 
 void mpu__rendezvous_free(void *ctx) { mpu__rendezvous_leave(ctx); }
+
+mpu_result_t mpu__rendezvous_child(const mpu__rendezvous *parent, const char *name,
+                                   double timeout_s, mpu__rendezvous **out) {
+  *out = NULL;
+  mpu__rendezvous *rv = calloc(1, sizeof *rv);
+  if (!rv) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_split: an abort channel");
+  rv->rank = parent->rank;
+  rv->env = parent->env;
+  memcpy(rv->prefix, parent->prefix, sizeof rv->prefix);
+  int n = snprintf(rv->base, sizeof rv->base, "%s/%s", parent->base, name);
+  mpu_result_t r = n < 0 || (size_t)n >= sizeof rv->base
+                       ? mpu__error(MPU_ERR_UNSUPPORTED, "mpu_comm_split: splits nested too deep "
+                                                         "for the store's abort channel")
+                       : MPU_SUCCESS;
+  snprintf(rv->abort_key, sizeof rv->abort_key, "%s/abort", rv->base);
+  /* rank 0's store serves while any of its channels lives */
+  if (!r && parent->serving) {
+    r = serve_acquire(parent->env.port);
+    rv->serving = !r;
+  }
+  if (!r)
+    r = mpu__store_connect("mpu_comm_split", rv->env.addr, rv->env.port, rv->prefix, timeout_s,
+                           &rv->store);
+  if (r) {
+    mpu__rendezvous_leave(rv);
+    return r;
+  }
+  *out = rv;
+  return MPU_SUCCESS;
+}
 
 /* the posted value: "<rank> <why>" */
 void mpu__rendezvous_post_abort(void *ctx, int rank, const char *why) {

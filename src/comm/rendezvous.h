@@ -53,4 +53,11 @@ void mpu__rendezvous_post_abort(void *ctx, int rank, const char *why);
 int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n);
 void mpu__rendezvous_free(void *ctx);
 
+/* The channel of a communicator split from parent's: a connection of its
+ * own to the same store (rank 0's serves while any channel lives), its
+ * abort key under parent's, named by name (the same on every member of the
+ * split, distinct from its siblings'). */
+mpu_result_t mpu__rendezvous_child(const mpu__rendezvous *parent, const char *name,
+                                   double timeout_s, mpu__rendezvous **out);
+
 #endif

@@ -28,6 +28,8 @@ static const knob knobs[] = {
                                    "stores (-1: 3/4 of the last-level cache)"},
     {"MPU_MPI_P2P_CHECK_RANKS", "16", "the largest MPI communicator whose call checking exchanges "
                                       "point to point (larger: MPI_Iallgather; at most 64)"},
+    {"MPU_NCCL_ONE_RANK", "0", "1: an NCCL communicator of one rank calls NCCL (its kernels run on "
+                               "one GPU) instead of answering as a group of one"},
 };
 
 static mpu__env_values values;
@@ -72,6 +74,7 @@ static void load(void) {
   values.debug = as_long(3) != 0;
   values.stream_min = as_long(4);
   values.mpi_p2p_check_ranks = as_long(5);
+  values.nccl_one_rank = as_long(6) != 0;
 }
 
 const mpu__env_values *mpu__env(void) {
@@ -92,3 +95,5 @@ double mpu__env_timeout(double timeout_s) {
 int mpu__env_timeout_given(void) { return mpu__env()->timeout_given; }
 
 long mpu__env_mpi_p2p_check_ranks(void) { return mpu__env()->mpi_p2p_check_ranks; }
+
+int mpu__env_nccl_one_rank(void) { return mpu__env()->nccl_one_rank; }

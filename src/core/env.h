@@ -17,6 +17,7 @@ typedef struct mpu__env_values {
   int debug;        /* MPU_DEBUG: log each error's path (file:line) to stderr */
   long stream_min;  /* MPU_STREAM_MIN_BYTES: streaming-store threshold; -1 = from the cache */
   long mpi_p2p_check_ranks; /* MPU_MPI_P2P_CHECK_RANKS: point-to-point signature exchange up to */
+  int nccl_one_rank; /* MPU_NCCL_ONE_RANK: an NCCL communicator of one rank calls NCCL */
 } mpu__env_values;
 
 /* The knobs, parsed on first use (thread-safe). A malformed value falls back
@@ -32,5 +33,7 @@ MPU_SIBLING_API double mpu__env_timeout(double timeout_s);
 MPU_SIBLING_API int mpu__env_timeout_given(void);
 /* MPU_MPI_P2P_CHECK_RANKS (the MPI backend's signature exchange). */
 MPU_SIBLING_API long mpu__env_mpi_p2p_check_ranks(void);
+/* MPU_NCCL_ONE_RANK (the NCCL backend's groups of one). */
+MPU_SIBLING_API int mpu__env_nccl_one_rank(void);
 
 #endif

@@ -312,8 +312,8 @@ mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options
     o.size = sizeof o;
   }
   /* One NCCL communicator over the world, and every group an ncclCommSplit of
-   * it (sharing its resources where NCCL has splitShare) instead of a
-   * bootstrap of its own. Every rank walks the kinds in init's order and
+   * it (sharing its resources only when options.share_resources asks)
+   * instead of a bootstrap of its own. Every rank walks the kinds in init's order and
    * takes part in every split: a rank in no group of a kind (outside a
    * core-0.19 grid, or in no embedding group) with no color. Gloo twins stay
    * host groups (that is what they are for). */
@@ -336,7 +336,7 @@ mpu_result_t mpu_state_enable_nccl(mpu_state *s, const mpu_nccl_options *options
     if (!r) r = mpu_comm_split(world, color, key, &st->nccl[k]);
   }
   free(members);
-  mpu_comm_destroy(world); /* the groups keep what they share with it */
+  mpu_comm_destroy(world); /* the groups keep anything they share with it */
   for (int k = 0; k < MPU_GROUP_KIND_COUNT && !r; k++)
     if (st->borrowed[k]) st->nccl[k] = st->nccl[mpu_layout_alias_of(st->layout, (mpu_group_kind)k)];
   if (r)

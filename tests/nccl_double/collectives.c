@@ -223,7 +223,7 @@ static void post(ncclComm_t c, offer *o, int peer) {
 static void await_taken(ncclComm_t c, offer *o, int peer) {
   clique *q = c->q;
   pthread_mutex_lock(&q->lock);
-  while (!o->taken && !double_stopped(c)) pthread_cond_wait(&q->cond, &q->lock);
+  while (!o->taken && !double_stopped(c)) double_wait_a_while(q);
   if (!o->taken) { /* aborted: withdraw it */
     for (offer **p = &q->boxes[peer]; *p; p = &(*p)->next)
       if (*p == o) {
@@ -250,7 +250,7 @@ static void take(ncclComm_t c, int src, void *buf, size_t bytes) {
        * the watchdog ends it (switch "p2p_size": the double reports it) */
       if (!ok && !double_forgives(DOUBLE_FORGIVE_P2P_SIZE)) {
         if (double_stopped(c)) break;
-        pthread_cond_wait(&q->cond, &q->lock);
+        double_wait_a_while(q);
         continue;
       }
       *p = o->next;
@@ -262,7 +262,7 @@ static void take(ncclComm_t c, int src, void *buf, size_t bytes) {
       return;
     }
     if (double_stopped(c)) break;
-    pthread_cond_wait(&q->cond, &q->lock);
+    double_wait_a_while(q);
   }
   pthread_mutex_unlock(&q->lock);
   fail(c, ncclRemoteError);
@@ -305,13 +305,19 @@ static int faults(ncclComm_t c, coll_task *k) {
   return 1;
 }
 
-static void coll_run(task *t) {
+/* Stopped by a relative's abort through the shared flag (splitShare): as
+ * NCCL's kernels, the work quits without an error of its own. */
+static int quietly_stopped(ncclComm_t c) {
+  return !atomic_load(&c->aborted) && double_family_aborted(c);
+}
+
+void double_coll_run(task *t) {
   coll_task *k = (coll_task *)t;
   ncclComm_t c = t->comm;
   clique *q = c->q;
   int n = q->n, me = c->rank;
   pthread_mutex_lock(&q->lock); /* ncclCommAbort sets them from another thread */
-  int dropped = c->aborted || c->async;
+  int dropped = c->aborted || c->async || double_family_aborted(c);
   pthread_mutex_unlock(&q->lock);
   if (dropped || faults(c, k)) { /* work after a failure is dropped, as NCCL's */
     for (coll_task *g = k->more, *next; g; g = next) next = g->more, free(g);
@@ -347,7 +353,7 @@ static void coll_run(task *t) {
   }
   q->slots[me] = k->s;
   if (double_meet(c, q)) {
-    fail(c, ncclRemoteError);
+    if (!quietly_stopped(c)) fail(c, ncclRemoteError);
     done(c);
     return;
   }
@@ -383,7 +389,7 @@ static void coll_run(task *t) {
   }
   int bad = double_meet(c, q); /* nobody writes before everyone has read (in-place forms) */
   if (write && !bad && out_bytes) memcpy(s->recv, tmp, out_bytes);
-  if (bad) fail(c, ncclRemoteError);
+  if (bad && !quietly_stopped(c)) fail(c, ncclRemoteError);
   free(tmp);
   free(src);
   done(c);
@@ -407,6 +413,8 @@ long double_call_count(const char *nccl_function) {
 static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer) {
   stream = double_stream(stream); /* NULL: the legacy default stream, as NCCL's */
   if (!c || !stream) return ncclInvalidArgument;
+  ncclResult_t ready = double_comm_ready(c, "ncclEnqueueCheck");
+  if (ready != ncclSuccess) return ready;
   if (double_sticky(c->q->devices[c->rank])) { /* the context is broken: no launch */
     fail(c, ncclUnhandledCudaError);
     double_set_error("Cuda failure '%s'", cudaGetErrorString(cudaErrorIllegalAddress));
@@ -422,7 +430,7 @@ static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer)
     return ncclInvalidUsage; /* a stream-order violation (order.c), named in the last error */
   coll_task *k = calloc(1, sizeof *k);
   if (!k) return ncclSystemError;
-  k->t.run = coll_run;
+  k->t.run = double_coll_run;
   k->t.comm = c;
   k->s = s;
   k->peer = peer;
@@ -440,7 +448,7 @@ void double_submit(coll_task *k, cudaStream_t stream) {
   pthread_mutex_lock(&c->q->lock);
   c->inflight++;
   pthread_mutex_unlock(&c->q->lock);
-  double_push(stream, &k->t);
+  if (!double_family_submit(k, stream)) double_push(stream, &k->t);
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t,

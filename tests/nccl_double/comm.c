@@ -8,13 +8,22 @@
 #include "nccl_double/double.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_long inits, splits, shared_splits; /* double_count() */
+static atomic_long inits, splits, shared_splits, blocking_children; /* double_count() */
 
 long double_count(const char *name) {
-  return !strcmp(name, "init")           ? atomic_load(&inits)
-         : !strcmp(name, "split")        ? atomic_load(&splits)
-         : !strcmp(name, "split_shared") ? atomic_load(&shared_splits)
-                                         : -1;
+  return !strcmp(name, "init")                   ? atomic_load(&inits)
+         : !strcmp(name, "split")                ? atomic_load(&splits)
+         : !strcmp(name, "split_shared")         ? atomic_load(&shared_splits)
+         : !strcmp(name, "split_blocking_child") ? atomic_load(&blocking_children)
+                                                 : -1;
+}
+
+/* NCCL's commHash: getHash of the id's bytes for a root; for a split, the
+ * parent's hash, its split count and the color eaten in turn (init.cc). */
+static uint64_t hash_eat(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
 }
 static clique *cliques;
 static void release(ncclComm_t c);
@@ -71,12 +80,13 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 }
 
 int double_stopped(ncclComm_t c) {
-  return atomic_load(&c->aborted) || (c->q && c->q->aborted); /* q->aborted: switch "abort" only */
+  return atomic_load(&c->aborted) || double_family_aborted(c) ||
+         (c->q && c->q->aborted); /* q->aborted: switch "abort" only */
 }
 
 /* Wait on q's condition, but wake now and then: an abort of a communicator
  * still being made may not know which clique its joiner waits on. */
-static void wait_a_while(clique *q) {
+void double_wait_a_while(clique *q) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_nsec += 20 * 1000000L;
@@ -95,9 +105,11 @@ static ncclResult_t enter(ncclComm_t c, int nranks, const ncclUniqueId *id, int 
       q->slots = calloc((size_t)nranks, sizeof *q->slots);
       q->boxes = calloc((size_t)nranks, sizeof *q->boxes);
       q->devices = calloc((size_t)nranks, sizeof *q->devices);
+      q->boot_colors = calloc((size_t)nranks, sizeof(int));
+      q->boot_keys = calloc((size_t)nranks, sizeof(int));
     }
-    if (!q || !q->slots || !q->boxes || !q->devices) {
-      if (q) free(q->slots), free(q->boxes), free(q->devices);
+    if (!q || !q->slots || !q->boxes || !q->devices || !q->boot_colors || !q->boot_keys) {
+      if (q) free(q->slots), free(q->boxes), free(q->devices), free(q->boot_colors), free(q->boot_keys);
       free(q);
       pthread_mutex_unlock(&registry_lock);
       return ncclSystemError;
@@ -135,7 +147,7 @@ static ncclResult_t join(ncclComm_t c, int device) {
   q->devices[c->rank] = device;
   q->joined++;
   pthread_cond_broadcast(&q->cond);
-  while (q->joined < q->n && !atomic_load(&c->aborted)) wait_a_while(q);
+  while (q->joined < q->n && !atomic_load(&c->aborted)) double_wait_a_while(q);
   int gave_up = q->joined < q->n, dup = q->duplicate;
   if (gave_up) q->joined--; /* an aborted rank never completes the bootstrap */
   pthread_mutex_unlock(&q->lock);
@@ -163,6 +175,7 @@ typedef struct init_job {
   int device;
   ncclComm_t parent; /* a split: the parent's ranks meet first */
   int color, key;
+  ncclComm_t *out;   /* a split running as the parent's job: where the child goes at the end */
 } init_job;
 
 static ncclResult_t split_meet(ncclComm_t parent, ncclComm_t c, int color, int key, int *size,
@@ -181,6 +194,26 @@ static void *init_main(void *p) {
   if (r == ncclSuccess && (!j->parent || j->color != NCCL_SPLIT_NOCOLOR)) r = join(c, j->device);
   free(j);
   atomic_store(&c->async, r);
+  return NULL;
+}
+
+/* NCCL 2.28's non-blocking split: a job of the parent (ncclCommInitRankFunc
+ * run by the group's thread). The child joins its clique, then goes into
+ * *out whatever came of it, and the result into the parent's async error. */
+static void *split_job_main(void *p) {
+  init_job *j = p;
+  ncclComm_t parent = j->parent, child = j->c;
+  int size = 0, rank = 0;
+  ncclUniqueId id;
+  ncclResult_t r = split_meet(parent, parent, j->color, j->key, &size, &rank, &id);
+  if (child) {
+    if (r == ncclSuccess) r = enter(child, size, &id, rank);
+    if (r == ncclSuccess) r = join(child, j->device);
+    atomic_store(&child->async, r);
+    __atomic_store_n(j->out, child, __ATOMIC_RELEASE); /* init.cc: at exit, a failed child too */
+  }
+  free(j);
+  atomic_store(&parent->async, r);
   return NULL;
 }
 
@@ -206,8 +239,14 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
   }
   ncclComm_t c = calloc(1, sizeof *c);
   if (!c) return ncclSystemError;
+  if (double_family_join(c, NULL)) {
+    free(c);
+    return ncclSystemError;
+  }
+  c->hash = hash_eat(14695981039346656037ull, id.internal, sizeof id.internal);
   ncclResult_t r = enter(c, nranks, &id, rank);
   if (r != ncclSuccess) {
+    double_family_leave(c);
     free(c);
     return r;
   }
@@ -217,11 +256,13 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
       release(c);
       return ncclSystemError;
     }
-    *j = (init_job){c, double_current_device(), NULL, 0, 0};
+    *j = (init_job){c, double_current_device(), NULL, 0, 0, NULL};
     c->nonblocking = 1;
+    c->split_share = cfg->splitShare == 1;
     *out = c; /* NCCL hands out the handle at once: poll it, or abort it */
     return launch(c, j);
   }
+  c->split_share = cfg && cfg->splitShare == 1;
   r = join(c, double_current_device()); /* blocks until every rank came, as NCCL's */
   if (r != ncclSuccess) {
     release(c);
@@ -258,11 +299,14 @@ static void release(ncclComm_t c) {
       free(q->boxes); /* offers live on their senders' stacks */
       free(q->devices);
       free(q->slots);
+      free(q->boot_colors);
+      free(q->boot_keys);
       pthread_mutex_destroy(&q->lock);
       pthread_cond_destroy(&q->cond);
       free(q);
     }
   }
+  double_family_leave(c);
   free(c);
 }
 
@@ -274,11 +318,30 @@ static void drain(ncclComm_t c) {
   pthread_mutex_unlock(&c->q->lock);
 }
 
+/* ncclCommEnsureReady: a communicator whose init or split job still runs
+ * answers ncclInvalidArgument; one that failed, its error (NCCL keeps it). */
+static ncclResult_t ensure_ready(ncclComm_t c, const char *fn) {
+  ncclResult_t a = atomic_load(&c->async);
+  if (a != ncclInProgress) return a;
+  double_set_error("%s: Attempt to use communicator before the previous operation returned "
+                   "ncclSuccess", fn);
+  return ncclInvalidArgument;
+}
+
+ncclResult_t double_comm_ready(ncclComm_t c, const char *fn) {
+  ncclResult_t r = ensure_ready(c, fn);
+  if (r != ncclSuccess && c->nonblocking) atomic_store(&c->async, r); /* enqueue.cc's fail path */
+  return r;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
-  if (!c) return ncclInvalidArgument;
-  if (atomic_load(&c->async) == ncclInProgress) {
-    double_set_error("ncclCommDestroy: the communicator is still being made (abort it)");
-    return ncclInvalidUsage;
+  if (!c) return ncclSuccess;
+  if (ensure_ready(c, "ncclCommDestroy") != ncclSuccess) {
+    /* NCCL 2.28's ncclCommDestroy opens a group (ncclGroupStartInternal) and
+     * returns through NCCLCHECK(ncclCommEnsureReady) without closing it, for
+     * a communicator in progress or failed: this thread stays inside a group */
+    (void)ncclGroupStart();
+    return ncclInvalidArgument;
   }
   if (c->has_joiner) pthread_join(c->joiner, NULL);
   drain(c);
@@ -292,6 +355,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
 ncclResult_t ncclCommAbort(ncclComm_t c) {
   if (!c) return ncclSuccess;
   atomic_store(&c->aborted, 1);
+  double_family_abort(c);
   if (c->has_joiner) pthread_join(c->joiner, NULL); /* ends an init in progress */
   clique *q = c->q;
   if (q) {
@@ -329,21 +393,43 @@ ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) {
  * too) hands in its color and key; ranks of one color form a new clique
  * ordered by key, then parent rank. stop: the child being made (its abort
  * ends the wait). */
+/* The bootstrap's meeting of q's ranks (bootstrapAllGather), apart from the
+ * kernels' (double_meet): 0, or -1 if stop was aborted first. */
+static int boot_meet(ncclComm_t stop, clique *q) {
+  pthread_mutex_lock(&q->lock);
+  uint64_t gen = q->boot_generation;
+  if (++q->boot_arrived == q->n) {
+    q->boot_arrived = 0;
+    q->boot_generation++;
+    pthread_cond_broadcast(&q->cond);
+  } else {
+    while (gen == q->boot_generation && !double_stopped(stop)) double_wait_a_while(q);
+  }
+  int bad = gen == q->boot_generation;
+  if (bad) q->boot_arrived--;
+  pthread_mutex_unlock(&q->lock);
+  return bad ? -1 : 0;
+}
+
 static ncclResult_t split_meet(ncclComm_t parent, ncclComm_t stop, int color, int key, int *size,
                                int *rank, ncclUniqueId *id) {
   clique *q = parent->q;
   int n = q->n, me = parent->rank;
-  /* the host thread meets its peers through the slots, as the workers do */
-  q->slots[me] = (slot){-1, NULL, NULL, (size_t)(unsigned)color, ncclInt32, ncclSum, key};
-  if (double_meet(stop, q)) return ncclRemoteError;
+  pthread_mutex_lock(&q->lock);
+  q->boot_colors[me] = color, q->boot_keys[me] = key;
+  pthread_mutex_unlock(&q->lock);
+  if (boot_meet(stop, q)) return ncclRemoteError;
   int *colors = malloc((size_t)n * sizeof(int)), *keys = malloc((size_t)n * sizeof(int));
   if (!colors || !keys) {
     free(colors), free(keys);
     return ncclSystemError;
   }
-  for (int r = 0; r < n; r++) colors[r] = (int)(unsigned)q->slots[r].count, keys[r] = q->slots[r].root;
-  uint64_t split_no = q->generation; /* the same on every rank: names the new cliques */
-  if (double_meet(stop, q)) {
+  pthread_mutex_lock(&q->lock);
+  memcpy(colors, q->boot_colors, (size_t)n * sizeof(int));
+  memcpy(keys, q->boot_keys, (size_t)n * sizeof(int));
+  uint64_t split_no = q->boot_generation; /* the same on every rank: names the new cliques */
+  pthread_mutex_unlock(&q->lock);
+  if (boot_meet(stop, q)) {
     free(colors), free(keys);
     return ncclRemoteError;
   }
@@ -371,35 +457,77 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
   if (!c || !out) return ncclInvalidArgument;
   int nb = nonblocking(cfg);
   if (nb < 0) return ncclInvalidArgument;
+  if (!cfg) nb = c->nonblocking; /* the child copies the parent's config */
   atomic_fetch_add(&splits, 1);
-  if (cfg && cfg->splitShare == 1) atomic_fetch_add(&shared_splits, 1);
+  /* the parent's config decides (init.cc, ncclCommInitChildComm:
+   * comm->shareResources = ... comm->config.splitShare) */
+  int share = c->split_share;
+  if (share) atomic_fetch_add(&shared_splits, 1);
+  if (!nb) atomic_fetch_add(&blocking_children, 1);
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
     double_set_error("ncclCommSplit: color %d", color);
     return ncclInvalidArgument;
   }
-  *out = NULL;
-  if (nb) {
-    init_job *j = calloc(1, sizeof *j);
-    ncclComm_t child = color == NCCL_SPLIT_NOCOLOR ? NULL : calloc(1, sizeof *child);
-    if (!j || (color != NCCL_SPLIT_NOCOLOR && !child)) {
-      free(j), free(child);
+  *out = NULL; /* NCCL_COMM_NULL until the split is complete */
+  ncclResult_t r = ensure_ready(c, "ncclCommSplit");
+  if (r != ncclSuccess) return r;
+  int early = double_forgives(DOUBLE_FORGIVE_SPLIT_EARLY);
+  /* every split counts, NOCOLOR ones too: the child's hash eats the count */
+  int split_no = ++c->splits;
+  ncclComm_t child = NULL;
+  if (color != NCCL_SPLIT_NOCOLOR) {
+    child = calloc(1, sizeof *child);
+    if (!child) return ncclSystemError;
+    if (double_family_join(child, share && !double_forgives(DOUBLE_FORGIVE_SHARE) ? c : NULL)) {
+      free(child);
       return ncclSystemError;
     }
-    if (!child) { /* NOCOLOR: the work is the parent's */
+    uint64_t h = hash_eat(14695981039346656037ull, &c->hash, sizeof c->hash);
+    h = hash_eat(h, &split_no, sizeof split_no);
+    child->hash = hash_eat(h, &color, sizeof color);
+    child->nonblocking = nb;
+    child->split_share = cfg ? cfg->splitShare == 1 : c->split_share;
+  }
+  init_job *j = calloc(1, sizeof *j);
+  if (!j) {
+    if (child) release(child);
+    return ncclSystemError;
+  }
+  *j = (init_job){child ? child : c, double_current_device(), c, color, key, out};
+  if (early && nb) { /* switch "split_early": the child at once, its own job */
+    if (!child) {
       if (c->has_joiner) pthread_join(c->joiner, NULL), c->has_joiner = 0;
-      *j = (init_job){c, double_current_device(), c, color, key};
       return launch(c, j);
     }
-    *j = (init_job){child, double_current_device(), c, color, key};
-    child->nonblocking = 1;
+    j->out = NULL;
     *out = child;
     return launch(child, j);
   }
+  if (c->nonblocking) { /* the parent's mode decides (group.cc: ncclGroupBlocking) */
+    if (c->has_joiner) pthread_join(c->joiner, NULL), c->has_joiner = 0;
+    j->c = child;
+    atomic_store(&c->async, ncclInProgress);
+    if (pthread_create(&c->joiner, NULL, split_job_main, j)) {
+      free(j);
+      if (child) release(child);
+      atomic_store(&c->async, ncclSystemError);
+      return ncclSystemError;
+    }
+    c->has_joiner = 1;
+    return ncclInProgress;
+  }
+  free(j);
   int size = 0, rank = 0;
   ncclUniqueId id;
-  ncclResult_t r = split_meet(c, c, color, key, &size, &rank, &id);
-  if (r != ncclSuccess || color == NCCL_SPLIT_NOCOLOR) return r;
-  return init_rank(out, size, id, rank, NULL);
+  r = split_meet(c, c, color, key, &size, &rank, &id);
+  if (r == ncclSuccess && child) r = enter(child, size, &id, rank);
+  if (r == ncclSuccess && child) r = join(child, double_current_device());
+  if (r != ncclSuccess) {
+    if (child) release(child);
+    return r;
+  }
+  *out = child;
+  return ncclSuccess;
 }
 
 /* Group calls: every call issued between ncclGroupStart and ncclGroupEnd on
@@ -446,10 +574,26 @@ ncclResult_t ncclGroupStart(void) {
   return ncclSuccess;
 }
 
+/* The held communicators in ascending commHash (include/group.h,
+ * ncclGroupCommJoin), or in issue order (switch "group_order"). */
+static void sort_chains(void) {
+  if (double_forgives(DOUBLE_FORGIVE_GROUP_ORDER)) return;
+  held_chain *sorted = NULL;
+  while (chains) {
+    held_chain *h = chains, **p = &sorted;
+    chains = h->next;
+    while (*p && (*p)->comm->hash <= h->comm->hash) p = &(*p)->next;
+    h->next = *p;
+    *p = h;
+  }
+  chains = sorted;
+}
+
 ncclResult_t ncclGroupEnd(void) {
   if (depth <= 0) return ncclInvalidUsage;
   if (--depth > 0) return ncclSuccess;
   int nonblocking = 0;
+  sort_chains();
   for (held_chain *h = chains, *next; h; h = next) {
     next = h->next;
     for (coll_task *k = h->colls, *after; k; k = after) {
@@ -476,7 +620,7 @@ int double_meet(ncclComm_t c, clique *q) {
     q->generation++;
     pthread_cond_broadcast(&q->cond);
   } else {
-    while (gen == q->generation && !atomic_load(&c->aborted) && !q->aborted) wait_a_while(q);
+    while (gen == q->generation && !double_stopped(c)) double_wait_a_while(q);
   }
   int bad = gen == q->generation;
   if (bad) q->arrived--; /* gave up: it never met them */

@@ -420,6 +420,7 @@ typedef struct copy_task {
   const void *src;
   size_t dpitch, spitch, width, height;
   int value; /* memset: src is NULL */
+  char *staged; /* the source as it was at the call (pageable memory), or NULL */
 } copy_task;
 
 static void copy_run(task *t) {
@@ -427,6 +428,24 @@ static void copy_run(task *t) {
   for (size_t i = 0; i < c->height; i++)
     if (c->src) memmove((char *)c->dst + i * c->dpitch, (const char *)c->src + i * c->spitch, c->width);
     else memset((char *)c->dst + i * c->dpitch, c->value, c->width);
+  free(c->staged);
+}
+
+/* An async copy from pageable host memory (neither allocated nor registered
+ * with CUDA) is staged through a pinned buffer when it is called: the source
+ * is read then, not when the stream reaches the copy (the runtime API's
+ * synchronisation notes; switch "pageable": read late). 0, or -1 when out
+ * of memory. */
+static int stage_pageable(copy_task *t, const double_span *r) {
+  double_alloc a;
+  if (!t->src || !r->bytes || double_forgives(DOUBLE_FORGIVE_PAGEABLE) ||
+      double_mem_find(t->src, r->bytes, &a))
+    return 0;
+  t->staged = malloc(r->bytes);
+  if (!t->staged) return -1;
+  memcpy(t->staged, t->src, r->bytes);
+  t->src = t->staged;
+  return 0;
 }
 
 /* The bytes a 2D region spans; 0 if it does not fit in the address space. */
@@ -451,7 +470,11 @@ static cudaError_t enqueue_copy(cudaStream_t s, const char *what, void *dst, siz
   if (double_order_access(s->order, what, &r, src ? 1 : 0, &w, 1)) return cudaErrorIllegalState;
   copy_task *t = calloc(1, sizeof *t);
   if (!t) return cudaErrorMemoryAllocation;
-  *t = (copy_task){{NULL, copy_run, NULL, NULL}, dst, src, dpitch, spitch, width, height, value};
+  *t = (copy_task){{NULL, copy_run, NULL, NULL}, dst, src, dpitch, spitch, width, height, value, NULL};
+  if (stage_pageable(t, &r)) {
+    free(t);
+    return cudaErrorMemoryAllocation;
+  }
   double_push(s, &t->t);
   return cudaSuccess;
 }

@@ -18,13 +18,36 @@
  *     rank's block for all_gather / reduce_scatter);
  *   - ncclSend/ncclRecv match per (peer, order); a group holds its calls
  *     until ncclGroupEnd (sends and recvs of one communicator progress together);
- *   - ncclCommInitRank, ncclCommInitRankConfig and ncclCommSplit block until
- *     every member came; with config->blocking = 0 they return ncclInProgress
- *     at once and finish in the background (ncclCommGetAsyncError says
- *     ncclInProgress until then), and ncclCommAbort ends one still in progress;
- *     a config not made with NCCL_CONFIG_INITIALIZER is refused; calls on
- *     such a communicator (a collective, ncclGroupEnd) return ncclInProgress
- *     as NCCL's may, the work enqueued once ncclCommGetAsyncError says so;
+ *   - ncclCommInitRank and ncclCommInitRankConfig block until every member
+ *     came; with config->blocking = 0 they return ncclInProgress at once and
+ *     finish in the background (ncclCommGetAsyncError says ncclInProgress
+ *     until then), and ncclCommAbort ends one still in progress; a config not
+ *     made with NCCL_CONFIG_INITIALIZER is refused; calls on such a
+ *     communicator (a collective, ncclGroupEnd) return ncclInProgress as
+ *     NCCL's may, the work enqueued once ncclCommGetAsyncError says so;
+ *   - ncclCommSplit as NCCL 2.28's (init.cc, ncclCommInitChildComm and
+ *     ncclCommInitRankFunc; group.cc, ncclAsyncLaunch): it blocks or not as
+ *     the *parent* was made (the child's config decides only the child's
+ *     mode); a non-blocking split leaves *newcomm NULL and runs as a job of
+ *     the parent, whose async error says ncclInProgress until the job ends;
+ *     the job then writes the child into *newcomm (a failed child too) and
+ *     its result into the parent's async error; meanwhile the parent answers
+ *     every call with ncclInvalidArgument (ncclCommEnsureReady), its
+ *     ncclCommDestroy returns early *inside the group it opened* (this
+ *     thread's later calls are held and never launched, as NCCL's; the same
+ *     for a communicator whose async error is set), and its ncclCommAbort
+ *     ends the job (the job still writes *newcomm first);
+ *   - a split's meeting is the bootstrap's, apart from the kernels: a rank
+ *     in a split and its peer in a collective on the same parent both hang
+ *     until aborted;
+ *   - splitShare = 1 (share.c): the child shares the parent's abort flag (an
+ *     abort stops every communicator of the family, their pending work
+ *     dropped without an error, as NCCL's kernels quit on the flag) and one
+ *     device stream per rank on which the family's collectives run in the
+ *     order they were issued;
+ *   - ncclGroupEnd launches the communicators of a group in ascending
+ *     commHash (include/group.h, ncclGroupCommJoin), the hash from the id or,
+ *     for a split, from the parent's, its split count and the color;
  *   - ncclCommAbort stops only this rank's communicator: as on NVLink, P2P or
  *     SHM its peers are not told and hang in the collective until their own
  *     watchdog aborts them (switch "abort": they fail with ncclRemoteError);
@@ -133,6 +156,10 @@ typedef struct clique {
   uint64_t serial; /* unique in the process: names the cliques split from it (an address may be reused) */
   int arrived;
   slot *slots;
+  /* the bootstrap's meeting (splits), apart from the kernels' */
+  uint64_t boot_generation;
+  int boot_arrived;
+  int *boot_colors, *boot_keys; /* [n] */
   offer **boxes; /* [n]: sends waiting for rank i to receive them */
 } clique;
 
@@ -145,6 +172,10 @@ struct ncclComm {
   pthread_t joiner;            /* the background init of a non-blocking config */
   int has_joiner;
   int nonblocking;             /* made with blocking = 0: calls may say ncclInProgress */
+  uint64_t hash;               /* NCCL's commHash (group order) */
+  int split_share;             /* its config's splitShare: its children share with it */
+  int splits;                  /* ncclCommSplit calls on it: a child's hash eats the count */
+  struct double_family *family; /* what it shares with splitShare relatives (share.c) */
 };
 enum { K_ALL_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALL_TO_ALL, K_SEND, K_RECV };
 
@@ -161,8 +192,30 @@ long double_call_count(const char *nccl_function);
 /* NCCL's last error: one string for the process (comm.c) */
 void double_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int double_meet(ncclComm_t c, clique *q);                /* comm.c */
-int double_stopped(ncclComm_t c);  /* aborted here (or, switch "abort", anywhere in its clique) */
+/* aborted here, through its family's shared abort flag, or (switch
+ * "abort") anywhere in its clique */
+int double_stopped(ncclComm_t c);
+/* wait on q's condition for a short while (aborts by a relative's flag
+ * broadcast no condition of q) */
+void double_wait_a_while(clique *q);
+
+/* ---- splitShare (share.c) --------------------------------------------------------- */
+
+/* A new family for a communicator made by init or an unshared split; the
+ * parent's for a split with splitShare = 1. 0, or -1 when out of memory. */
+int double_family_join(ncclComm_t c, ncclComm_t share_with);
+void double_family_leave(ncclComm_t c);
+/* NCCL's abort flag: set by ncclCommAbort, for the whole family. */
+void double_family_abort(ncclComm_t c);
+int double_family_aborted(ncclComm_t c);
+/* Run a collective of a shared family: on the family's device stream, in
+ * issue order, with `stream` waiting for it. 1 if it took the task. */
+int double_family_submit(coll_task *k, cudaStream_t stream);
 void double_submit(coll_task *k, cudaStream_t stream);   /* collectives.c */
+void double_coll_run(task *t);                            /* collectives.c: a call's kernel */
+/* ncclCommEnsureReady for a call: ncclInvalidArgument while an init or
+ * split job of c runs (comm.c) */
+ncclResult_t double_comm_ready(ncclComm_t c, const char *fn);
 /* inside ncclGroupStart/End, calls are held until the end (comm.c) */
 ncclResult_t double_group_hold(coll_task *k, cudaStream_t stream, int *was_held);
 int double_group_depth(void); /* this thread's ncclGroupStart nesting */

@@ -8,8 +8,9 @@
 
 #include "nccl_double/switches.h"
 
-static const char *const names[DOUBLE_SWITCHES] = {"pointers", "abort", "order", "reductions",
-                                                   "p2p_size"};
+static const char *const names[DOUBLE_SWITCHES] = {
+    "pointers", "abort", "order", "reductions", "p2p_size", "split_early", "share", "group_order",
+    "pageable"};
 static atomic_int state[DOUBLE_SWITCHES];
 static pthread_once_t from_env = PTHREAD_ONCE_INIT;
 

@@ -17,6 +17,11 @@ typedef enum double_switch {
   DOUBLE_FORGIVE_ORDER,      /* "order": no stream-order checker */
   DOUBLE_FORGIVE_REDUCTIONS, /* "reductions": mpu's reduction rules, not NCCL's */
   DOUBLE_FORGIVE_P2P_SIZE,   /* "p2p_size": a send/recv size mismatch fails at once */
+  DOUBLE_FORGIVE_SPLIT_EARLY, /* "split_early": a non-blocking split hands out the child at
+                                 once and leaves the parent free (NCCL: NULL until done) */
+  DOUBLE_FORGIVE_SHARE,      /* "share": splitShare = 1 shares neither abort flag nor stream */
+  DOUBLE_FORGIVE_GROUP_ORDER, /* "group_order": a group launches in issue order, not commHash */
+  DOUBLE_FORGIVE_PAGEABLE,   /* "pageable": an async copy from pageable memory reads it late */
   DOUBLE_SWITCHES
 } double_switch;
 
@@ -30,7 +35,8 @@ int double_forgives(double_switch s);
 /* What the double counted since the process started, for tests that check
  * how communicators are made: "init" (bootstraps by ncclCommInitRank or
  * ncclCommInitRankConfig), "split" (ncclCommSplit calls), "split_shared"
- * (those whose config asked for splitShare = 1). -1 for an unknown name. */
+ * (those whose parent's config has splitShare = 1, as NCCL decides), "split_blocking_child"
+ * (those whose config asked for a blocking child). -1 for an unknown name. */
 long double_count(const char *name);
 
 #endif

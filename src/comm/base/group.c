@@ -126,7 +126,7 @@ static mpu_result_t own_lists(const char *fn, grouped *g, int n) {
 
 mpu_result_t mpu__group_call(const char *fn, mpu_comm *c, const mpu__call *call) {
   MPU_CHECK(mpu__group_enter(c));
-  if (c->size == 1) return mpu__run_call(c, call); /* a copy at most: nothing to wait for */
+  if (mpu__comm_answers_alone(c)) return mpu__run_call(c, call); /* a copy at most */
   grouped *g = new_entry(fn, c, G_CALL);
   if (!g) return MPU_ERR_OUT_OF_MEMORY;
   mpu_result_t r;

@@ -123,7 +123,7 @@ static mpu_result_t alone(mpu_comm *c, const mpu__call *k) {
 }
 
 mpu_result_t mpu__run_call(mpu_comm *c, const mpu__call *k) {
-  if (c->size == 1) return alone(c, k);
+  if (mpu__comm_answers_alone(c)) return alone(c, k);
   void *handle = NULL;
   MPU_CHECK(c->ops->start(c, k, &handle));
   if (!handle) return MPU_SUCCESS;
@@ -231,7 +231,7 @@ mpu_result_t mpu__submit(const char *fn, mpu_comm *c, const mpu__call *call, mpu
     /* earlier queued calls cannot exist (nothing is ever queued). The start
      * is on the clock (a backend's start may move data) */
     double t0 = mpu__clock_start();
-    mpu_result_t res = c->size == 1      ? alone(c, call)
+    mpu_result_t res = mpu__comm_answers_alone(c) ? alone(c, call)
                        : c->ops->start_nb ? c->ops->start_nb(c, call, &r->native)
                                           : c->ops->start(c, call, &r->native);
     res = mpu__clock_add_time(t0, res);

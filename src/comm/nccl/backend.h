@@ -10,6 +10,7 @@
 #ifndef MPU_COMM_NCCL_BACKEND_H
 #define MPU_COMM_NCCL_BACKEND_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include <cuda_runtime.h>
@@ -29,8 +30,39 @@
 #pragma weak ncclCommInitRankConfig
 #pragma weak ncclGetLastError
 
+/* Work the watchdog follows: an event recorded on the stream after a call,
+ * and when the call was issued (its deadline counts from there). */
+typedef struct nccl_pending {
+  cudaEvent_t event;
+  double start;
+} nccl_pending;
+
 typedef struct nccl_impl {
+  /*
+   * Two NCCL handles per communicator (docs/gpu.md, "Blocking handles"):
+   * maker is non-blocking (config.blocking = 0) so making it, and every
+   * split of it, runs under mpu's deadline; comm, a split of maker with
+   * config.blocking = 1, runs every call and is the raw handle, so it never
+   * answers ncclInProgress. NCCL 2.28 decides a split's mode by the parent's
+   * config (group.cc, ncclAsyncLaunch: ncclGroupBlocking = comm->config.
+   * blocking) and the child's from its own, so maker splits without
+   * blocking into blocking children. Both end together (end_handle).
+   */
   ncclComm_t comm;
+  ncclComm_t maker;
+  ncclComm_t split_out; /* *newcomm of a split of maker: written by NCCL's job when it ends,
+                           so it lives here, not in a caller's frame */
+  int share;          /* maker's splitShare: its splits share its resources */
+  int one_rank;       /* a group of one calls NCCL (handed on to splits and groups) */
+  /* lock: held by this rank's thread while it is inside NCCL with the
+   * handles, by whoever ends them, and over the watchdog's pending list and
+   * grouped; recursive (a failing call ends its handles while holding it) */
+  pthread_mutex_t lock;
+  int grouped;        /* an open group of its owner holds calls of it: the watchdog waits */
+  nccl_pending *pending; /* [npending] from pending_head, a ring of cap_pending */
+  size_t pending_head, npending, cap_pending;
+  struct nccl_impl *watch_next; /* the watchdog's list (watchdog.c) */
+  mpu_comm *self;     /* the communicator, for the watchdog's messages */
   int device;
   cudaStream_t stream;
   int own_stream;
@@ -93,6 +125,30 @@ mpu_result_t mpu__nccl_issued(mpu_comm *c, ncclResult_t r, const char *fn);
 mpu_result_t mpu__nccl_await(mpu_comm *c, ncclComm_t comm, ncclComm_t parent, double timeout_s,
                              const char *fn, const char *who);
 void mpu__nccl_end_handle(nccl_impl *m);
+/* Break c once with a code and a reason (any thread); 1 if this call broke it. */
+int mpu__nccl_mark_broken(mpu_comm *c, mpu_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Whether a peer posted an abort (1: this call broke c, -1: broken already, 0: none). */
+int mpu__nccl_peer_aborted(mpu_comm *c, const char *fn);
+/* ncclCommGetAsyncError of the work handle, under the lock (ncclSuccess once it is gone). */
+ncclResult_t mpu__nccl_async(nccl_impl *m);
+
+/* watchdog.c: one thread per process (ProcessGroupNCCL's watchdog) that
+ * fails hung work by its deadline and ends the handles of a broken
+ * communicator, even while its owner waits in CUDA. */
+/* add m (its self set later, under its lock: skipped until then) */
+mpu_result_t mpu__nccl_watchdog_add(nccl_impl *m);
+void mpu__nccl_watchdog_remove(nccl_impl *m);
+void mpu__nccl_watchdog_kick(void);
+/* Follow the work enqueued on m's stream so far (after a call). */
+mpu_result_t mpu__nccl_track(nccl_impl *m, const char *fn);
+void mpu__nccl_pending_free(nccl_impl *m);
+
+/* group.c: inside NCCL with c's handles (the watchdog leaves them alone);
+ * MPU error if they are gone. Inside an mpu group the watchdog leaves them
+ * alone to the group's end. */
+mpu_result_t mpu__nccl_enter(mpu_comm *c, const char *fn);
+void mpu__nccl_leave(mpu_comm *c);
 mpu_result_t mpu__nccl_oob_join(nccl_impl *m, const ncclUniqueId *id);
 void mpu__nccl_oob_leave(nccl_impl *m);
 int mpu__nccl_oob_is_board(const nccl_impl *m);

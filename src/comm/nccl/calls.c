@@ -123,7 +123,7 @@ static mpu_result_t enqueue_all_to_all(mpu_comm *c, const mpu__call *k, const ch
   return mpu__nccl_issued(c, r ? r : e, fn);
 }
 
-static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
+static mpu_result_t enqueue_locked(mpu_comm *c, const mpu__call *k, const char *fn) {
   nccl_impl *m = impl_of(c);
   const mpu__sig *s = &k->sig;
   size_t n = (size_t)s->count;
@@ -157,6 +157,14 @@ static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
   return mpu__nccl_issued(c, r, fn);
 }
 
+/* Enqueue k with the handle held (the watchdog does not end it meanwhile). */
+static mpu_result_t enqueue(mpu_comm *c, const mpu__call *k, const char *fn) {
+  MPU_CHECK(mpu__nccl_enter(c, fn));
+  mpu_result_t r = enqueue_locked(c, k, fn);
+  mpu__nccl_leave(c);
+  return r;
+}
+
 /* ---- ordering against the caller's work ----------------------------------------- */
 
 /* By default the communicator's own stream (non-blocking, so the legacy
@@ -181,6 +189,7 @@ static mpu_result_t wait_enqueued(mpu_comm *c, const char *fn) {
   if (!m->done)
     MPU_CHECK(mpu__nccl_cuda_error(cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming), fn));
   MPU_CHECK(mpu__nccl_cuda_error(cudaEventRecord(m->done, m->stream), fn));
+  MPU_CHECK(mpu__nccl_track(m, fn));
   return mpu__nccl_watch(c, m->done, -1, 0, fn);
 }
 
@@ -209,16 +218,20 @@ static mpu_result_t nccl_send(mpu_comm *c, const void *buf, size_t count, mpu_dt
   static const char fn[] = "mpu_comm_send";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_issued(c, ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), fn));
-  return wait_enqueued(c, fn);
+  MPU_CHECK(mpu__nccl_enter(c, fn));
+  mpu_result_t r = mpu__nccl_issued(c, ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), fn);
+  mpu__nccl_leave(c);
+  return r ? r : wait_enqueued(c, fn);
 }
 
 static mpu_result_t nccl_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
   static const char fn[] = "mpu_comm_recv";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_issued(c, ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), fn));
-  return wait_enqueued(c, fn);
+  MPU_CHECK(mpu__nccl_enter(c, fn));
+  mpu_result_t r = mpu__nccl_issued(c, ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), fn);
+  mpu__nccl_leave(c);
+  return r ? r : wait_enqueued(c, fn);
 }
 
 static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, int dst,
@@ -226,12 +239,14 @@ static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, 
   static const char fn[] = "mpu_comm_sendrecv";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_begin(c, fn));
+  MPU_CHECK(mpu__nccl_enter(c, fn));
   ncclResult_t r = ncclGroupStart();
   ncclResult_t s = r ? r : ncclSend(sbuf, scount, type_of(dt), dst, m->comm, m->stream);
   ncclResult_t v = r || s ? ncclSuccess : ncclRecv(rbuf, rcount, type_of(dt), src, m->comm, m->stream);
   ncclResult_t e = r ? ncclSuccess : ncclGroupEnd(); /* always closes the group it opened */
-  MPU_CHECK(mpu__nccl_issued(c, r ? r : s ? s : v ? v : e, fn));
-  return wait_enqueued(c, fn);
+  mpu_result_t res = mpu__nccl_issued(c, r ? r : s ? s : v ? v : e, fn);
+  mpu__nccl_leave(c);
+  return res ? res : wait_enqueued(c, fn);
 }
 
 /* ---- non-blocking: requests are events -------------------------------------------- */

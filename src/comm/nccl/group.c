@@ -24,6 +24,49 @@ typedef struct deferred {
 static _Thread_local int open_group;
 static _Thread_local deferred *records;
 static _Thread_local size_t nrecords, cap_records;
+/* the communicators this thread's open group holds calls of: NCCL keeps
+ * their handles until ncclGroupEnd launches, so the watchdog leaves them
+ * alone (nccl_impl.grouped) until then */
+static _Thread_local nccl_impl **held;
+static _Thread_local size_t nheld, cap_held;
+
+static int held_here(const nccl_impl *m) {
+  for (size_t i = 0; i < nheld; i++)
+    if (held[i] == m) return 1;
+  return 0;
+}
+
+mpu_result_t mpu__nccl_enter(mpu_comm *c, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  if (open_group && nheld == cap_held) {
+    size_t cap = cap_held ? 2 * cap_held : 8;
+    nccl_impl **more = realloc(held, cap * sizeof *more);
+    if (!more) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu grouped communicators", fn, cap);
+    held = more, cap_held = cap;
+  }
+  pthread_mutex_lock(&m->lock);
+  if (!m->comm) { /* ended by the watchdog since the caller last looked */
+    pthread_mutex_unlock(&m->lock);
+    return mpu__nccl_broken_error(m, fn);
+  }
+  if (open_group && !held_here(m)) {
+    held[nheld++] = m;
+    m->grouped = 1;
+  }
+  return MPU_SUCCESS;
+}
+
+void mpu__nccl_leave(mpu_comm *c) { pthread_mutex_unlock(&impl_of(c)->lock); }
+
+static void release_held(void) {
+  for (size_t i = 0; i < nheld; i++) {
+    pthread_mutex_lock(&held[i]->lock);
+    held[i]->grouped = 0;
+    pthread_mutex_unlock(&held[i]->lock);
+  }
+  free(held);
+  held = NULL, nheld = cap_held = 0;
+}
 
 /* A request: its event (recorded after the call, or after ncclGroupEnd) and
  * when it started, from which mpu_request_test's deadline counts. */
@@ -48,7 +91,10 @@ void mpu__nccl_request_free(nccl_request *q) {
 
 mpu_result_t mpu__nccl_event_record(mpu_comm *c, cudaEvent_t ev, const char *fn) {
   nccl_impl *m = impl_of(c);
-  if (!open_group) return mpu__nccl_cuda_error(cudaEventRecord(ev, m->stream), fn);
+  if (!open_group) {
+    MPU_CHECK(mpu__nccl_cuda_error(cudaEventRecord(ev, m->stream), fn));
+    return mpu__nccl_track(m, fn);
+  }
   if (nrecords == cap_records) {
     size_t cap = cap_records ? 2 * cap_records : 16;
     deferred *more = realloc(records, cap * sizeof *more);
@@ -80,10 +126,12 @@ mpu_result_t mpu__nccl_group_end(void) {
    * request's wait does not stay pending forever (the failure is the group's) */
   for (size_t i = 0; i < nrecords; i++) {
     mpu_result_t e = mpu__nccl_cuda_error(cudaEventRecord(records[i].event, records[i].stream), fn);
+    if (!e) e = mpu__nccl_track(impl_of(records[i].comm), fn);
     if (!r) r = e;
   }
   free(records);
   records = NULL, nrecords = cap_records = 0;
+  release_held();
   return r;
 }
 
@@ -95,9 +143,13 @@ mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t cou
   MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_request_new(fn, &q));
   ncclDataType_t t = mpu__nccl_type(dt);
-  ncclResult_t nr = is_send ? ncclSend(buf, count, t, peer, m->comm, m->stream)
-                            : ncclRecv(buf, count, t, peer, m->comm, m->stream);
-  mpu_result_t r = mpu__nccl_issued(c, nr, fn);
+  mpu_result_t r = mpu__nccl_enter(c, fn);
+  if (!r) {
+    ncclResult_t nr = is_send ? ncclSend(buf, count, t, peer, m->comm, m->stream)
+                              : ncclRecv(buf, count, t, peer, m->comm, m->stream);
+    r = mpu__nccl_issued(c, nr, fn);
+    mpu__nccl_leave(c);
+  }
   if (!r) r = mpu__nccl_event_record(c, q->event, fn);
   if (r) {
     mpu__nccl_request_free(q);

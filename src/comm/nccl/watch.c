@@ -47,11 +47,11 @@ mpu_result_t mpu__nccl_broken_error(const nccl_impl *m, const char *fn) {
 }
 
 /* Break the communicator with code and a reason, once: the first caller
- * claims it, writes why, then publishes the code (any thread may read it) and
- * tells the peers out of band. 1 if this call broke it. */
-static int mark_broken(mpu_comm *c, mpu_result_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int mark_broken(mpu_comm *c, mpu_result_t code, const char *fmt, ...) {
+ * claims it, writes why, then publishes the code (any thread may read it),
+ * tells the peers out of band and wakes the watchdog, which ends the handles
+ * (so a host waiting in CUDA behind the work is released). 1 if this call
+ * broke it. */
+int mpu__nccl_mark_broken(mpu_comm *c, mpu_result_t code, const char *fmt, ...) {
   nccl_impl *m = impl_of(c);
   int expected = 0;
   if (!atomic_compare_exchange_strong(&m->breaking, &expected, 1)) return 0;
@@ -61,15 +61,29 @@ static int mark_broken(mpu_comm *c, mpu_result_t code, const char *fmt, ...) {
   va_end(ap);
   atomic_store(&m->broken, code);
   if (m->oob_post_abort) m->oob_post_abort(m->oob_ctx, c->rank, m->why);
+  mpu__nccl_watchdog_kick();
   return 1;
 }
+#define mark_broken mpu__nccl_mark_broken
 
-/* The one way the NCCL handle ends early: called only by the thread using
- * the communicator (a wait, the next call, destroy), never by a helper
- * thread's mpu_comm_abort, so the handle has one owner and is aborted once. */
+/* The one way the NCCL handles end early (ncclCommAbort, the documented way
+ * out of a hung collective), once: under the lock, so neither the owner
+ * (a wait, the next call, destroy) nor the watchdog thread ends them while
+ * the other is inside NCCL with them. */
 void mpu__nccl_end_handle(nccl_impl *m) {
-  if (m->comm) ncclCommAbort(m->comm); /* the documented way out of a hung collective */
-  m->comm = NULL;
+  pthread_mutex_lock(&m->lock);
+  if (m->comm) ncclCommAbort(m->comm);
+  if (m->maker) ncclCommAbort(m->maker); /* after comm: NCCL frees a parent last */
+  m->comm = m->maker = NULL;
+  pthread_mutex_unlock(&m->lock);
+}
+
+ncclResult_t mpu__nccl_async(nccl_impl *m) {
+  ncclResult_t async = ncclSuccess;
+  pthread_mutex_lock(&m->lock);
+  if (m->comm) ncclCommGetAsyncError(m->comm, &async);
+  pthread_mutex_unlock(&m->lock);
+  return async;
 }
 
 /* The owner's exit from a broken communicator: end the handle, say why. */
@@ -88,7 +102,7 @@ static mpu_result_t leave_fresh(mpu_comm *c) {
 
 /* Whether a peer posted an abort; if so break this rank too: 1 if this call
  * broke it, -1 if it was broken already, 0 if no peer aborted. */
-static int peer_aborted(mpu_comm *c, const char *fn) {
+int mpu__nccl_peer_aborted(mpu_comm *c, const char *fn) {
   nccl_impl *m = impl_of(c);
   char why[256] = "";
   int who = -1;
@@ -125,15 +139,14 @@ static mpu_result_t watch_from(mpu_comm *c, cudaEvent_t event, double timeout_s,
         return leave_fresh(c);
       return leave_broken(c, fn);
     }
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(m->comm, &async);
+    ncclResult_t async = mpu__nccl_async(m);
     if (async != ncclSuccess && async != ncclInProgress) {
-      mpu_result_t r = mpu__nccl_error(async, m->comm, fn);
+      mpu_result_t r = mpu__nccl_error(async, NULL, fn);
       if (mark_broken(c, r, "%s", mpu_last_error())) return leave_fresh(c);
       return leave_broken(c, fn);
     }
     if (once || (spins & 255) == 255) {
-      int fresh = peer_aborted(c, fn);
+      int fresh = mpu__nccl_peer_aborted(c, fn);
       if (fresh) return fresh > 0 ? leave_fresh(c) : leave_broken(c, fn);
       if (mpu__now() - start > limit) {
         if (keep) return mpu__error(MPU_ERR_TIMEOUT, "%s: not complete after %.3g s", fn, limit);
@@ -149,12 +162,14 @@ static mpu_result_t watch_from(mpu_comm *c, cudaEvent_t event, double timeout_s,
     }
   }
   /* aborted while it ran, here or by a peer: the output may be partial */
-  int fresh = peer_aborted(c, fn);
+  int fresh = mpu__nccl_peer_aborted(c, fn);
   if (fresh > 0) return leave_fresh(c);
   if (atomic_load(&m->broken)) return leave_broken(c, fn);
-  ncclResult_t async = ncclSuccess;
-  ncclCommGetAsyncError(m->comm, &async);
-  return mpu__nccl_error(async, m->comm, fn);
+  ncclResult_t async = mpu__nccl_async(m);
+  if (async == ncclSuccess || async == ncclInProgress) return MPU_SUCCESS;
+  mpu_result_t r = mpu__nccl_error(async, NULL, fn);
+  if (mark_broken(c, r, "%s", mpu_last_error())) return leave_fresh(c);
+  return leave_broken(c, fn);
 }
 
 mpu_result_t mpu__nccl_watch(mpu_comm *c, cudaEvent_t event, double timeout_s, int keep,
@@ -180,14 +195,13 @@ mpu_result_t mpu__nccl_test(mpu_comm *c, const nccl_request *q, int *done) {
  * on the stream (or failed) before anything is recorded after it. */
 mpu_result_t mpu__nccl_issued(mpu_comm *c, ncclResult_t r, const char *fn) {
   nccl_impl *m = impl_of(c);
-  if (r != ncclInProgress) return mpu__nccl_error(r, m->comm, fn);
+  if (r != ncclInProgress) return mpu__nccl_error(r, NULL, fn);
   double start = mpu__now();
   for (long spins = 0;; spins++) {
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(m->comm, &async);
+    ncclResult_t async = mpu__nccl_async(m);
     if (async != ncclInProgress) {
       if (async == ncclSuccess) return MPU_SUCCESS;
-      mpu_result_t e = mpu__nccl_error(async, m->comm, fn);
+      mpu_result_t e = mpu__nccl_error(async, NULL, fn);
       if (mark_broken(c, e, "%s", mpu_last_error())) return leave_fresh(c);
       return leave_broken(c, fn);
     }
@@ -206,15 +220,15 @@ mpu_result_t mpu__nccl_issued(mpu_comm *c, ncclResult_t r, const char *fn) {
 
 mpu_result_t mpu__nccl_usable(const mpu_comm *c, const char *fn) {
   nccl_impl *m = impl_of(c);
-  if (peer_aborted((mpu_comm *)c, fn) > 0) return leave_fresh((mpu_comm *)c);
+  if (mpu__nccl_peer_aborted((mpu_comm *)c, fn) > 0) return leave_fresh((mpu_comm *)c);
   if (atomic_load(&m->broken)) return leave_broken((mpu_comm *)c, fn);
   return mpu__nccl_cuda_error(cudaSetDevice(m->device), fn); /* this thread's calls go to the rank's GPU */
 }
 
 /* mpu_comm_abort: safe from any thread. It marks the communicator broken and
- * tells the peers at once; the handle itself is aborted by the thread using
- * the communicator (its wait sees the mark within a few spins) or, when none
- * waits, by the next call or mpu_comm_destroy. */
+ * tells the peers at once; the watchdog thread then ends the handles (within
+ * its tick, even while the owner waits in cudaStreamSynchronize), or the
+ * owner does first (its wait sees the mark within a few spins). */
 mpu_result_t mpu__nccl_abort(mpu_comm *c) {
   mark_broken(c, MPU_ERR_ABORTED, "mpu_comm_abort was called on rank %d of this communicator",
               c->rank);
