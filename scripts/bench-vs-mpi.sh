@@ -64,6 +64,7 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 
 la() { cut -d' ' -f1 /proc/loadavg; }
+fail() { echo "bench-vs-mpi.sh: $1 failed (exit status $2)" >&2; exit 1; }
 IFS=, read -r -a load_list <<<"$loads"
 IFS=, read -r -a size_list <<<"$sizes"
 for L in "${load_list[@]}"; do
@@ -75,9 +76,9 @@ for L in "${load_list[@]}"; do
     for s in "${size_list[@]}"; do
       seen+=("$(la)")
       "$mpu" bench -t 2 -b "$s" -e "$s" -n "$iters" --collective "$collective" -c 0 --format json \
-        >"$tmp/threads.$L.$s.$i.json"
+        >"$tmp/threads.$L.$s.$i.json" || fail "mpu bench -t 2 at $s, round $i, $L busy" $?
       "${mpirun[@]}" "$mpu" bench --backend mpi -b "$s" -e "$s" -n "$iters" --collective "$collective" \
-        -c 0 --format json >"$tmp/mpi.$L.$s.$i.json"
+        -c 0 --format json >"$tmp/mpi.$L.$s.$i.json" || fail "mpirun ... --backend mpi at $s, round $i, $L busy" $?
     done
   done
   seen+=("$(la)")
