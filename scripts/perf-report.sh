@@ -7,21 +7,27 @@
 # `<!-- perf-report NAME -->` and `<!-- /perf-report NAME -->` lines: --write
 # puts the new tables there, otherwise they go to stdout only.
 #
-# Usage: [ROUNDS=3] scripts/perf-report.sh [--write] [--quick] [--compare-torch] [--only NAME]...
+# Usage: [ROUNDS=3] scripts/perf-report.sh [--write] [--quick] [--compare-torch] [--load N[,N...]]
+#                                           [--only NAME]...
 #   --quick          fewer iterations and rounds (a smoke run: its figures are not for the docs)
 #   --compare-torch  also time the same GPT in PyTorch (scripts/gpt_torch.py), interleaved with
 #                    `mpu demo gpt --bench`, on 1 and 2 threads; PYTHON (default python3) must
 #                    import torch, else one line says so and the rest goes on. torch is never
 #                    needed to build or test mpu.
-#   --only NAME      just that table (sweep, collectives, small, mpi, checked, plan, gpt, torch)
+#   --load N[,N...]  also the contention table: the 8-byte and 1 MiB all_reduce of 2 thread ranks
+#                    against raw Open MPI under N busy-loop processes each (0: none), which
+#                    scripts/bench-vs-mpi.sh starts and always stops; needs mpirun
+#   --only NAME      just that table (sweep, collectives, small, mpi, contention, checked, plan,
+#                    gpt, torch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-write=0 quick=0 torch=0 only=()
+write=0 quick=0 torch=0 only=() loads=
 while [ $# -gt 0 ]; do
   case "$1" in
   --write) write=1 ;;
   --quick) quick=1 ;;
   --compare-torch) torch=1 ;;
+  --load) loads=$2; shift ;;
   --only) only+=("$2"); shift ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   *) echo "perf-report.sh: unknown option '$1'" >&2; exit 2 ;;
@@ -123,6 +129,35 @@ if wanted mpi; then
     footer mpi
   else
     echo "perf-report.sh: no mpirun here: the table against Open MPI is skipped" >&2
+  fi
+fi
+if [ -n "$loads" ] && wanted contention; then
+  if command -v mpirun >/dev/null && [[ $("$mpu" bench --help) == *--backend* ]]; then
+    n8=5000 n1m=500
+    [ $quick = 1 ] && n8=200 n1m=20
+    header contention "ITERS=$n8 bash scripts/bench-vs-mpi.sh --load $loads --collective all_reduce 8 $rounds; ITERS=$n1m ... 1M $rounds"
+    for s in 8 1M; do
+      n=$n8
+      [ $s = 1M ] && n=$n1m
+      ITERS=$n bash scripts/bench-vs-mpi.sh --load "$loads" --collective all_reduce $s "$rounds"
+    done | python3 -c '
+import re, sys
+print("| size | busy processes | load average during | threads mean (us) | raw MPI mean (us) | MPI / threads | threads median (us) | raw MPI median (us) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for line in sys.stdin:
+    m = re.match(r"# (\S+) per call.*?; (\d+) busy processes; load average \S+ before them, (\S+) during", line)
+    if m:
+        size, busy, during = m.groups()
+    elif not line.startswith("#"):
+        f = line.split()
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (size + ("" if size[-1].isalpha() else " B"), busy, during, *f[1:]))
+' >>"$out"
+    printf '
+Each size and load: %s rounds, each a `mpu bench -t 2` run and then a `mpirun -n 2 mpu bench --backend mpi` run whose raw column is Open MPI'"'"'s own call; the median over rounds of each run'"'"'s mean.
+' "$rounds" >>"$out"
+    footer contention
+  else
+    echo "perf-report.sh: no mpirun here: the contention table is skipped" >&2
   fi
 fi
 if wanted checked; then

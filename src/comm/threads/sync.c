@@ -3,10 +3,18 @@
  * spins, yields or sleeps on a futex as the peers' placement warrants, and
  * that can be broken.
  *
- * Waiting adapts to where the peers run: a waiter spins (briefly, and less
- * after spins that did not pay) while its peers run on other CPUs, yields at
- * once when a peer last arrived from its own CPU (it cannot arrive while we
- * spin), and sleeps when neither ends the wait.
+ * Waiting adapts to where the peers run and to how crowded the machine is: a
+ * waiter spins (briefly, and less after spins that did not pay, or when more
+ * threads are runnable than there are CPUs) while its peers run on other
+ * CPUs, yields at once when a peer last arrived from its own CPU (it cannot
+ * arrive while we spin), and sleeps on a futex, which the last arrival wakes,
+ * when neither ends the wait. A yield hands the CPU to the peer only while
+ * nothing else waits for that CPU: on a crowded machine it runs a stranger's
+ * whole time slice first (a millisecond or more), while a sleeper is woken by
+ * the peer's arrival and, having used no CPU meanwhile, runs before the
+ * strangers. So a crowded machine (sampled from the runnable threads every
+ * CROWD_EVERY_S, or seen in a yield that came back late) turns yields into
+ * sleeps.
  *
  * The barrier is one 64-bit word: BROKEN | generation << 32 | arrivals. The
  * last member to arrive starts the next generation; a waiter that gives up
@@ -18,9 +26,11 @@
  * without anyone having to know who sleeps where; each look is O(1).
  */
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -39,8 +49,61 @@
 #define SHARED_YIELDS 2000   /* yields to a peer on our CPU before sleeping */
 #define SHARED_MOVE_EVERY 256 /* shared waits between two tries to move off the CPU */
 #define SHORT_WAIT_S 50e-6   /* a wait past the spin this short grows the budget back */
+#define CROWD_EVERY_S 0.02   /* how often a waiter counts the machine's runnable threads */
+#define YIELD_SLOW_S 50e-6   /* a yield that took this long ran someone else's time slice */
 
 static inline uint64_t gen_of(uint64_t s) { return (s >> 32) & GEN_MASK; }
+
+/* The threads runnable on the machine now, the reader included: the number
+ * before the '/' in /proc/loadavg's fourth field ("0.52 0.58 0.59 3/467
+ * 12345"). 0 where it cannot be read or parsed (then nothing counts as
+ * crowded). */
+long mpu__trunnable_parse(const char *text) {
+  const char *p = text;
+  for (int field = 0; field < 3; field++) {
+    p = strchr(p, ' ');
+    if (!p) return 0;
+    p++;
+  }
+  char *end;
+  long n = strtol(p, &end, 10);
+  return end != p && *end == '/' && n > 0 ? n : 0;
+}
+
+static long runnable_threads(void) {
+  char text[128];
+  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t got = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (got <= 0) return 0;
+  text[got] = 0;
+  return mpu__trunnable_parse(text);
+}
+
+long mpu__tspin_cap(long spin, long online, long runnable) {
+  if (runnable <= online || spin <= SPIN_MIN) return spin;
+  long cap = (long)((double)spin * (double)online / (double)runnable);
+  return cap < SPIN_MIN ? SPIN_MIN : cap;
+}
+
+/* Whether more threads are runnable than the machine has CPUs: then a late
+ * peer is likely descheduled, spinning for it takes time the machine needs
+ * elsewhere, and a yield runs a stranger first. Counted at most every
+ * CROWD_EVERY_S (by one waiter: the others read the last count), in the slow
+ * path only; the count also sets the spin budget's ceiling. */
+static int crowded(tworld *w) {
+  int64_t now = (int64_t)(mpu__now() * 1e6);
+  int64_t at = atomic_load_explicit(&w->crowd_at_us, memory_order_relaxed);
+  if (now - at >= (int64_t)(CROWD_EVERY_S * 1e6) &&
+      atomic_compare_exchange_strong(&w->crowd_at_us, &at, now)) {
+    long runnable = runnable_threads();
+    atomic_store_explicit(&w->spin_cap, mpu__tspin_cap(w->spin, w->online, runnable),
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->crowded, runnable > w->online, memory_order_relaxed);
+  }
+  return atomic_load_explicit(&w->crowded, memory_order_relaxed);
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -185,9 +248,10 @@ static int peer_on_my_cpu(const tgroup *g, int me, int cpu) {
 static mpu_result_t wait_slow(tcomm *tc, int breakable, const char *what, uint64_t gen,
                               int shared);
 
-/* A wait ended within the spin, or soon after: spin longer next time. */
+/* A wait ended within the spin, or soon after: spin longer next time (up to
+ * the ceiling the machine's crowding allows). */
 static inline void grow_spin(tcomm *tc) {
-  long most = tc->g->world->spin;
+  long most = atomic_load_explicit(&tc->g->world->spin_cap, memory_order_relaxed);
   if (tc->spin < most) tc->spin = tc->spin * 2 > most ? most : tc->spin * 2;
 }
 
@@ -237,7 +301,9 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
    * glibc's adaptive mutexes follow their recent spins). */
   int shared = peer_on_my_cpu(g, tc->me, cpu), done;
   if (!shared) {
-    for (long i = 0; i < tc->spin; i++) {
+    long budget = tc->spin, cap = atomic_load_explicit(&g->world->spin_cap, memory_order_relaxed);
+    if (budget > cap) budget = tc->spin = cap;
+    for (long i = 0; i < budget; i++) {
       if ((done = look(b, gen))) {
         grow_spin(tc);
         return done > 0 ? MPU_SUCCESS : mpu__tgroup_broken(g, what);
@@ -265,16 +331,26 @@ static mpu_result_t wait_slow(tcomm *tc, int breakable, const char *what, uint64
   uint64_t s;
   int done;
   /* yield: to the peer on our CPU, or (ranks outnumber cores) to one with
-   * work, before paying for a sleep and a wake-up. Two threads that hand
-   * each other one CPU look busy and cache-hot to the scheduler, which then
-   * leaves them there even with a CPU idle: so a shared wait now and then
-   * moves this thread to a CPU no member was seen on (move_off). */
-  int yields = shared ? SHARED_YIELDS : g->world->yields;
+   * work, before paying for a sleep and a wake-up; but not on a crowded
+   * machine, where each yield may first run a stranger's time slice, and
+   * not past a yield that came back late (one did: say so to the others
+   * until the next count). Two threads that hand each other one CPU look
+   * busy and cache-hot to the scheduler, which then leaves them there even
+   * with a CPU idle: so a shared wait now and then moves this thread to a
+   * CPU no member was seen on (move_off). */
+  tworld *w = g->world;
+  int yields = shared ? (crowded(w) ? 0 : SHARED_YIELDS) : w->yields;
   if (shared && tc->shared_waits++ % SHARED_MOVE_EVERY == 0) move_off(tc);
   for (int i = 0; i < yields; i++) {
     if ((done = look(b, gen))) return done > 0 ? MPU_SUCCESS : mpu__tgroup_broken(g, what);
+    double t0 = mpu__now();
     sched_yield();
+    if (mpu__now() - t0 > YIELD_SLOW_S) {
+      atomic_store_explicit(&w->crowded, 1, memory_order_relaxed);
+      break;
+    }
   }
+  if (!shared) crowded(w); /* keep the spin's ceiling current */
 
   double deadline = mpu__now() + g->world->timeout_s, slice = SLICE_S;
   char detail[512] = "";

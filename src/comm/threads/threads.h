@@ -135,6 +135,10 @@ struct tworld {
   long spin;                 /* most pause()s a wait spins before yielding (adaptive below it) */
   int yields;                /* sched_yield()s before sleeping, when ranks outnumber cores */
   long online;               /* CPUs online when the world started */
+  /* how crowded the machine is (sync.c): sampled by the waits themselves */
+  _Atomic int64_t crowd_at_us; /* when the runnable threads were last counted */
+  _Atomic int crowded;       /* more runnable threads than CPUs (or a yield that came back late) */
+  _Atomic long spin_cap;     /* the spin budget's ceiling now: spin, less on a crowded machine */
   int cpus;                  /* how many ranks work at once in large calls (online CPUs) */
   _Atomic uint64_t poison;   /* first fatal failure in the world (reason word) */
   _Atomic int failures;      /* ranks whose function has failed: numbers them in time */
@@ -163,6 +167,13 @@ void mpu__tworld_poison(tworld *w, tcause cause, mpu_result_t code, int world_ra
 
 /* Text of a reason word ("world rank 3 aborted"). */
 void mpu__treason_text(uint64_t reason, char *buf, size_t len);
+
+/* How many threads /proc/loadavg's text says are runnable (0: unreadable). */
+long mpu__trunnable_parse(const char *text);
+
+/* The spin budget's ceiling with `runnable` threads on `online` CPUs: spin
+ * while they fit, less as they outnumber the CPUs (never under the floor). */
+long mpu__tspin_cap(long spin, long online, long runnable);
 
 
 /* ---- collectives.c / p2p.c ---- */

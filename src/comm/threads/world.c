@@ -247,6 +247,7 @@ static mpu_result_t world_new(int n, const mpu_launch_options *o, tworld **out) 
   w->cpus = cpus < 1 ? 1 : cpus > n ? n : (int)cpus;
   w->yields = n > online ? 100 : 0;
   w->online = online < 1 ? 1 : online;
+  atomic_init(&w->spin_cap, w->spin);
   pthread_mutex_init(&w->lock, NULL);
   w->gone = calloc((size_t)n, sizeof *w->gone);
   w->boxes = calloc((size_t)n, sizeof *w->boxes);

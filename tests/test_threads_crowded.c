@@ -1,0 +1,190 @@
+/*
+ * test_threads_crowded.c - how threads ranks wait on a crowded machine: two
+ * ranks that share one CPU with busy threads of other work sleep until the
+ * peer's arrival wakes them instead of yielding (a yield there first runs a
+ * stranger's time slice), and their waits still end at the deadline and on
+ * an abort.
+ *
+ * The test counts the ranks' sched_yield() calls by defining sched_yield in
+ * this executable, which the dynamic linker binds libmpu's calls to; a
+ * control (more ranks than CPUs, where waiters do yield) shows the count
+ * sees them. The crowd is online CPUs + 1 busy threads pinned to one CPU, so
+ * /proc/loadavg counts more runnable threads than CPUs on any machine.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+static _Atomic long yields;
+
+/* Every sched_yield of the process, libmpu's included, comes here. */
+int sched_yield(void) {
+  atomic_fetch_add(&yields, 1);
+  return (int)syscall(SYS_sched_yield);
+}
+
+static int the_cpu; /* the one CPU the crowd and the ranks share */
+static _Atomic int stop;
+
+static void pin_here(void) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(the_cpu, &one);
+  sched_setaffinity(0, sizeof one, &one);
+}
+
+static void *busy(void *arg) {
+  (void)arg;
+  pin_here();
+  while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+  }
+  return NULL;
+}
+
+typedef struct crowd {
+  int n;
+  pthread_t *threads;
+} crowd;
+
+/* online + 1 busy threads on the_cpu: more runnable threads than CPUs. */
+static crowd crowd_start(void) {
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  crowd c = {(int)online + 1, NULL};
+  c.threads = calloc((size_t)c.n, sizeof *c.threads);
+  assert_non_null(c.threads);
+  atomic_store(&stop, 0);
+  for (int i = 0; i < c.n; i++) assert_int_equal(pthread_create(&c.threads[i], NULL, busy, NULL), 0);
+  return c;
+}
+
+static void crowd_stop(crowd *c) {
+  atomic_store(&stop, 1);
+  for (int i = 0; i < c->n; i++) pthread_join(c->threads[i], NULL);
+  free(c->threads);
+}
+
+static void setup_cpu(void) {
+  cpu_set_t allowed;
+  assert_int_equal(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  for (the_cpu = 0; the_cpu < CPU_SETSIZE && !CPU_ISSET(the_cpu, &allowed); the_cpu++) {
+  }
+}
+
+static int rank_of(mpu_comm *c) {
+  int r = -1;
+  mpu_comm_rank(c, &r);
+  return r;
+}
+
+#define CALLS 50
+
+/* Both ranks on the_cpu: each knows its peer last arrived from its CPU. */
+static mpu_result_t small_calls(mpu_comm *world, void *arg) {
+  long *counted = arg;
+  pin_here();
+  mpu_result_t r = mpu_comm_barrier(world);
+  long before = atomic_load(&yields);
+  for (int i = 0; i < CALLS && !r; i++) {
+    float x = 1, y = 0;
+    r = mpu_comm_all_reduce(world, &x, &y, 1, MPU_FLOAT32, MPU_SUM);
+    if (!r && y != 2) r = mpu_fail(MPU_ERR_INTERNAL, "sum %g", y);
+  }
+  if (rank_of(world) == 0) *counted = atomic_load(&yields) - before;
+  return r;
+}
+
+static void test_crowded_shared_cpu_sleeps(void **state) {
+  (void)state;
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) skip(); /* one CPU: ranks outnumber it, waiters yield */
+  if (access("/proc/loadavg", R_OK)) skip();     /* nothing tells a crowded machine */
+  setup_cpu();
+  crowd c = crowd_start();
+  long counted = -1;
+  mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+  o.timeout_s = 120;
+  mpu_result_t r = mpu_launch(2, small_calls, &counted, NULL, &o);
+  crowd_stop(&c);
+  assert_int_equal(r, MPU_SUCCESS);
+  /* a yield there runs a busy thread's whole slice before the peer: a
+   * waiter must sleep instead (at most a yield per count of the runnable
+   * threads may slip through between two counts) */
+  if (counted > CALLS / 5)
+    fail_msg("%ld sched_yield()s in %d calls of two ranks sharing a crowded CPU", counted, CALLS);
+}
+
+/* The control: with more ranks than CPUs, waiters do yield to each other. */
+static mpu_result_t barriers(mpu_comm *world, void *arg) {
+  (void)arg;
+  mpu_result_t r = MPU_SUCCESS;
+  for (int i = 0; i < 20 && !r; i++) r = mpu_comm_barrier(world);
+  return r;
+}
+
+static void test_yields_are_counted(void **state) {
+  (void)state;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online + 1 > MPU_LAUNCH_MAX_RANKS) skip();
+  atomic_store(&yields, 0);
+  assert_int_equal(mpu_launch((int)online + 1, barriers, NULL, NULL, NULL), MPU_SUCCESS);
+  assert_true(atomic_load(&yields) > 0);
+}
+
+/* Crowded and sharing a CPU: a wait still ends at the deadline, or when the
+ * peer aborts. */
+static mpu_result_t late_or_abort(mpu_comm *world, void *arg) {
+  int abort_it = *(int *)arg;
+  pin_here();
+  if (rank_of(world) == 1) {
+    /* late by far more than the timeout, so the deadline ends the wait */
+    struct timespec ts = {abort_it ? 0 : 2, abort_it ? 300 * 1000000L : 0};
+    nanosleep(&ts, NULL);
+    if (abort_it) return mpu_comm_abort(world);
+    return MPU_SUCCESS; /* returns before the call: its peer's wait times out or sees it gone */
+  }
+  return mpu_comm_barrier(world);
+}
+
+static void test_crowded_waits_end(void **state) {
+  (void)state;
+  setup_cpu();
+  crowd c = crowd_start();
+  mpu_launch_options o = MPU_LAUNCH_OPTIONS_INIT;
+  o.timeout_s = 0.1;
+  mpu_result_t results[2];
+  int abort_it = 0;
+  mpu_result_t timed = mpu_launch(2, late_or_abort, &abort_it, results, &o);
+  mpu_result_t timed0 = results[0];
+  char timed_msg[1024];
+  snprintf(timed_msg, sizeof timed_msg, "%s", mpu_last_error());
+  o.timeout_s = 60;
+  abort_it = 1;
+  mpu_result_t aborted = mpu_launch(2, late_or_abort, &abort_it, results, &o);
+  crowd_stop(&c);
+  assert_int_equal(timed, MPU_ERR_TIMEOUT);
+  assert_int_equal(timed0, MPU_ERR_TIMEOUT);
+  if (!strstr(timed_msg, "timed out waiting for world rank 1")) fail_msg("%s", timed_msg);
+  assert_int_equal(aborted, MPU_ERR_ABORTED);
+  assert_int_equal(results[0], MPU_ERR_ABORTED);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_yields_are_counted),
+      cmocka_unit_test(test_crowded_shared_cpu_sleeps),
+      cmocka_unit_test(test_crowded_waits_end),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
