@@ -58,7 +58,7 @@ static inline uint64_t gen_of(uint64_t s) { return (s >> 32) & GEN_MASK; }
  * before the '/' in /proc/loadavg's fourth field ("0.52 0.58 0.59 3/467
  * 12345"). 0 where it cannot be read or parsed (then nothing counts as
  * crowded). */
-long mpu__trunnable_parse(const char *text) {
+static long runnable_parse(const char *text) {
   const char *p = text;
   for (int field = 0; field < 3; field++) {
     p = strchr(p, ' ');
@@ -78,10 +78,12 @@ static long runnable_threads(void) {
   close(fd);
   if (got <= 0) return 0;
   text[got] = 0;
-  return mpu__trunnable_parse(text);
+  return runnable_parse(text);
 }
 
-long mpu__tspin_cap(long spin, long online, long runnable) {
+/* The spin budget's ceiling with `runnable` threads on `online` CPUs: spin
+ * while they fit, less as they outnumber the CPUs (never under the floor). */
+static long spin_cap(long spin, long online, long runnable) {
   if (runnable <= online || spin <= SPIN_MIN) return spin;
   long cap = (long)((double)spin * (double)online / (double)runnable);
   return cap < SPIN_MIN ? SPIN_MIN : cap;
@@ -98,7 +100,7 @@ static int crowded(tworld *w) {
   if (now - at >= (int64_t)(CROWD_EVERY_S * 1e6) &&
       atomic_compare_exchange_strong(&w->crowd_at_us, &at, now)) {
     long runnable = runnable_threads();
-    atomic_store_explicit(&w->spin_cap, mpu__tspin_cap(w->spin, w->online, runnable),
+    atomic_store_explicit(&w->spin_cap, spin_cap(w->spin, w->online, runnable),
                           memory_order_relaxed);
     atomic_store_explicit(&w->crowded, runnable > w->online, memory_order_relaxed);
   }

@@ -168,12 +168,6 @@ void mpu__tworld_poison(tworld *w, tcause cause, mpu_result_t code, int world_ra
 /* Text of a reason word ("world rank 3 aborted"). */
 void mpu__treason_text(uint64_t reason, char *buf, size_t len);
 
-/* How many threads /proc/loadavg's text says are runnable (0: unreadable). */
-long mpu__trunnable_parse(const char *text);
-
-/* The spin budget's ceiling with `runnable` threads on `online` CPUs: spin
- * while they fit, less as they outnumber the CPUs (never under the floor). */
-long mpu__tspin_cap(long spin, long online, long runnable);
 
 
 /* ---- collectives.c / p2p.c ---- */
