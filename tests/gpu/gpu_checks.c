@@ -229,8 +229,11 @@ static void check_split(void) {
   ncclConfig_t scfg = NCCL_CONFIG_INITIALIZER;
   scfg.blocking = 0;
   r = ncclCommSplit(parent, 0, 0, &child, &scfg);
-  int null_at_return = child == NULL;
-  ncclResult_t pst = settle(parent, 30), cst = child ? settle(child, 30) : ncclInProgress;
+  /* NCCL's split job writes *newcomm from its own thread: read it as it may be written */
+  int null_at_return = __atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL;
+  ncclResult_t pst = settle(parent, 30);
+  child = __atomic_load_n(&child, __ATOMIC_ACQUIRE); /* the parent settled: the job has ended */
+  ncclResult_t cst = child ? settle(child, 30) : ncclInProgress;
   say(pst == ncclSuccess && child && cst == ncclSuccess ? 1 : 0, "split",
       "non-blocking ncclCommSplit returned %s with *newcomm %s; the parent then said %s, the child %s",
       ncclGetErrorString(r), null_at_return ? "NULL (handed out when the split ends)" : "set at once",
