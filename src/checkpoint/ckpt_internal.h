@@ -98,9 +98,6 @@ mpu_result_t mpu__ckpt_layout_for_save(const mpu_ckpt_layout *given, int world,
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,
                                   const size_t *lens, int nparts);
 
-/* fsync a folder (its entries); 0 or -1 (errno) */
-int mpu__ckpt_sync_dir(const char *dir);
-
 /* ---- a checkpoint root (root.c) ---- */
 
 /* "iter_%07d" + suffix; 0 or -1 if it does not fit */

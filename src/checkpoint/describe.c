@@ -454,16 +454,6 @@ int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name) {
   return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-int mpu__ckpt_sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int bad = fsync(fd) && errno != EINVAL; /* EINVAL: a file system that cannot sync folders */
-  int e = errno;
-  close(fd);
-  errno = e;
-  return bad ? -1 : 0;
-}
-
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,
                                   const size_t *lens, int nparts) {
   char path[4096];

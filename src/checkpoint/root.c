@@ -186,7 +186,7 @@ mpu_result_t mpu__ckpt_publish(const char *root, const char *stage, int64_t iter
     else
       return mpu__error(MPU_ERR_SYSTEM, "%s: cannot rename %s to %s: %s", fn, stage, final, strerror(e));
   }
-  if (mpu__ckpt_sync_dir(root))
+  if (mpu__dir_sync(root))
     return mpu__error(MPU_ERR_SYSTEM, "%s: cannot sync %s: %s", fn, root, strerror(errno));
   char text[32];
   int n = snprintf(text, sizeof text, "%" PRId64 "\n", iteration);

@@ -104,6 +104,16 @@ static mpu_result_t create_tmp(const char *fn, const char *tmp, const mpu__file_
   return mpu__error(MPU_ERR_SYSTEM, "%s: cannot create %s: %s", fn, tmp, strerror(errno));
 }
 
+int mpu__dir_sync(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int bad = fsync(fd) && errno != EINVAL;
+  int e = errno;
+  close(fd);
+  errno = e;
+  return bad ? -1 : 0;
+}
+
 mpu_result_t mpu__output_write(const char *fn, const char *path, const void *const *parts,
                                const size_t *lens, int nparts, const mpu__file_id *inputs,
                                int ninputs) {
@@ -138,10 +148,6 @@ mpu_result_t mpu__output_write(const char *fn, const char *path, const void *con
     unlink(tmp);
     return r;
   }
-  int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the rename itself made durable */
-  if (d >= 0) {
-    fsync(d);
-    close(d);
-  }
+  mpu__dir_sync(dir); /* the rename itself made durable; the file is whole either way */
   return MPU_SUCCESS;
 }

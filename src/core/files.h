@@ -42,6 +42,11 @@ mpu__file_id mpu__file_id_of(const struct stat *st);
 MPU_SIBLING_API mpu_result_t mpu__output_check(const char *fn, const char *path,
                                                const mpu__file_id *inputs, int ninputs);
 
+/* fsync the folder dir, so that a rename or creation in it is durable. 0,
+ * or -1 (errno); a file system that cannot sync folders (EINVAL) counts as
+ * done. */
+int mpu__dir_sync(const char *dir);
+
 /* Write the concatenation of parts[0, nparts) (lens bytes each) to path by
  * the rule above (checked again just before the rename). On failure path is
  * unchanged and the temporary file removed. */
