@@ -7,7 +7,10 @@
 #   1. gpu_checks: NCCL runtime vs header; pointer kinds and mpu's refusals;
 #      stream ordering behind a 100 ms host function on the legacy, blocking,
 #      non-blocking and mpu_comm_set_stream paths; a non-blocking split's
-#      *newcomm
+#      *newcomm; shared against unshared resources (order and abort); graph
+#      capture of an mpu call
+#   1b. the creation deadline: rank 0 of 2 under torchrun's variables while
+#      the other joins the store and never calls NCCL
 #   2. the conformance suite on the NCCL backend (thread ranks, managed memory)
 #   3. the region walkthrough on device tensors (tp = the GPUs)
 #   4. docs/gpu.md's tp x dp program (thread ranks; under mpirun if the kit
@@ -94,7 +97,13 @@ skip() { names+=("$1") results+=("SKIP: $2") times+=(0); echo "<== $1: SKIP: $2"
 
 tp=1
 while ((tp * 2 <= gpus)); do tp=$((tp * 2)); done
-step "gpu_checks (runtime, pointers, order, split)" 90 "$kit/bin/gpu_checks" --unordered
+step "gpu_checks (runtime, pointers, order, split, share, graph)" 120 "$kit/bin/gpu_checks" --unordered
+port=$((20000 + $$ % 20000))
+# shellcheck disable=SC2016 # the inner shell expands them
+step "creation deadline, a silent second rank" 40 bash -c \
+  'export MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 WORLD_SIZE=2
+   RANK=1 LOCAL_RANK=1 "$0/store_peer" silent 15 & RANK=0 LOCAL_RANK=0 "$0/gpu_checks" deadline; rc=$?; wait; exit $rc' \
+  "$kit/bin" "$port"
 step "conformance on NCCL ($gpus GPU(s))" 150 "$kit/bin/test_conformance_gpu"
 step "regions on device tensors (tp $tp)" 60 "$kit/bin/gpu_regions" "$tp"
 step "tp x dp program, $gpus thread rank(s)" 60 "$kit/bin/example_gpu_tp_dp" --tp "$tp" --threads "$gpus"

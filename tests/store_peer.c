@@ -8,6 +8,9 @@
  *   store_peer rendezvous    one rank under torchrun (its variables): joins
  *                            the rendezvous, checks rank 0's blob, posts an
  *                            abort from rank 1 and sees it on the others
+ *   store_peer silent SECONDS one rank under torchrun's variables that joins
+ *                            the rendezvous, then stays SECONDS without
+ *                            calling NCCL (gpu_checks deadline's peer)
  * Exits 0 when every answer was the expected one, else 1 with a message.
  */
 #include <stdio.h>
@@ -120,10 +123,27 @@ static int rendezvous(void) {
   return failed;
 }
 
+static int silent(int seconds) {
+  mpu__rendezvous_env env;
+  unsigned char id[128] = {0}; /* sizeof(ncclUniqueId) */
+  mpu__rendezvous *rv = NULL;
+  if (mpu__rendezvous_read_env(&env) || mpu__rendezvous_join(&env, id, sizeof id, 60, &rv)) {
+    fprintf(stderr, "store_peer: %s\n", mpu_last_error());
+    return 1;
+  }
+  printf("rank %d of %d: joined, silent for %d s\n", env.rank, env.world_size, seconds);
+  fflush(stdout);
+  struct timespec ts = {seconds, 0};
+  nanosleep(&ts, NULL);
+  mpu__rendezvous_leave(rv);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "rendezvous")) return rendezvous();
+  if (argc == 3 && !strcmp(argv[1], "silent")) return silent(atoi(argv[2]));
   if (argc == 3 && !strcmp(argv[1], "client")) return client(atoi(argv[2]));
   if (argc == 2 && !strcmp(argv[1], "serve")) return serve();
-  fprintf(stderr, "usage: store_peer client PORT | store_peer serve\n");
+  fprintf(stderr, "usage: store_peer client PORT | serve | rendezvous | silent SECONDS\n");
   return 2;
 }

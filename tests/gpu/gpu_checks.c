@@ -16,9 +16,23 @@
  *             to mpu_comm_set_stream
  *   split     what NCCL's non-blocking ncclCommSplit leaves in *newcomm
  *             before the split ends (one rank, raw NCCL)
+ *   share     two splits of one world, each on its own stream, the first held
+ *             300 ms by a host function: does the second's send to itself
+ *             wait for it (NCCL's shared device stream) or not, and does
+ *             aborting the first end the second (one abort flag)? Unshared
+ *             (mpu's default) must do neither; shared is reported.
+ *   graph     an mpu all_reduce captured into a CUDA graph (thread-local and
+ *             global capture), the graph replayed, the result and the
+ *             communicator's health after it
+ *   deadline  (only when named, under torchrun's variables as rank 0 of 2
+ *             while a peer joins the store and never calls NCCL) creation
+ *             from the environment fails by its deadline, and this process
+ *             can still make a communicator afterwards
  * Lines: "PASS|FAIL|INFO <check>: <what>". Exit 1 if a check failed.
  */
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <nccl.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -242,13 +256,225 @@ static void check_split(void) {
   ncclCommDestroy(parent);
 }
 
+/* ---- share ---------------------------------------------------------------------- */
+
+typedef struct timed_send {
+  mpu_comm *c;
+  int *buf;   /* device: [0] sent, [1] received */
+  double s;   /* how long the call held the host */
+  mpu_result_t r;
+  char err[200]; /* mpu_last_error is per thread */
+} timed_send;
+
+static void *send_to_self(void *p) {
+  timed_send *t = p;
+  /* the set-up's copies came through the legacy stream; a new thread is
+   * ordered after them only through it (the test double cannot see
+   * pthread_create), and the held non-blocking stream is not waited for */
+  cudaStreamSynchronize(cudaStreamLegacy);
+  double t0 = now();
+  /* to itself: at one rank NCCL runs a send/recv through its kernel and its
+   * device stream, where a collective would be a plain copy (enqueue.cc) */
+  t->r = mpu_comm_sendrecv(t->c, t->buf, 1, 0, t->buf + 1, 1, 0, MPU_INT32);
+  t->s = now() - t0;
+  snprintf(t->err, sizeof t->err, "%s", t->r ? mpu_last_error() : "");
+  return NULL;
+}
+
+static mpu_result_t share_rank(mpu_comm *world, void *arg) {
+  int share = *(const int *)arg;
+  const char *how = share ? "shared (share_resources=1)" : "unshared (default)";
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.share_resources = share;
+  o.one_rank_through_nccl = 1;
+  o.timeout_s = 20;
+  mpu_comm *nc = NULL, *a = NULL, *b = NULL;
+  int *bufs = NULL, *pinned = NULL;
+  cudaStream_t sa = NULL, sb = NULL;
+  mpu_result_t r = mpu_comm_nccl_create(world, &o, &nc);
+  if (!r) r = mpu_comm_split(nc, 0, 0, &a);
+  if (!r) r = mpu_comm_split(nc, 0, 0, &b);
+  if (r) {
+    say(0, "share", "%s: set-up: %s", how, mpu_last_error());
+    goto done;
+  }
+  if (cudaMalloc((void **)&bufs, 4 * sizeof(int)) || cudaMallocHost((void **)&pinned, sizeof(int)) ||
+      cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking) ||
+      cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking) || mpu_comm_set_stream(a, sa) ||
+      mpu_comm_set_stream(b, sb)) {
+    say(0, "share", "%s: CUDA set-up: %s", how, cudaGetErrorString(cudaGetLastError()));
+    goto done;
+  }
+  int init[4] = {11, 0, 22, 0};
+  cudaMemcpy(bufs, init, sizeof init, cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize(); /* a pageable copy may land after cudaMemcpy returns */
+  slow_write w = {pinned, 7};
+  timed_send ta = {a, bufs, 0, 0, ""}, tb = {b, bufs + 2, 0, 0, ""};
+  cudaLaunchHostFunc(sa, slow, &w); /* holds a's stream 100 ms */
+  slow_write w2 = {pinned, 8}, w3 = {pinned, 9};
+  cudaLaunchHostFunc(sa, slow, &w2);
+  cudaLaunchHostFunc(sa, slow, &w3); /* 300 ms in all */
+  pthread_t th;
+  if (pthread_create(&th, NULL, send_to_self, &ta)) goto done;
+  usleep(50 * 1000); /* a's work is enqueued behind the hold */
+  send_to_self(&tb);
+  pthread_join(th, NULL);
+  cudaStreamSynchronize(sa); /* done already (blocking calls): the double's order model */
+  cudaStreamSynchronize(sb);
+  int got[4] = {0};
+  cudaMemcpy(got, bufs, sizeof got, cudaMemcpyDeviceToHost);
+  int right = !ta.r && !tb.r && got[1] == 11 && got[3] == 22;
+  int waited = tb.s > 0.2;
+  say(share ? (right ? -1 : 0) : right && !waited, "share",
+      "%s: the second group's call held the host %.0f ms while the first's stream was held 300 ms "
+      "(%s); results %s",
+      how, 1e3 * tb.s, waited ? "it waited: one device stream" : "it did not wait",
+      right ? "right" : ta.r ? ta.err : tb.r ? tb.err : "wrong");
+  /* one abort flag? abort a, then use b */
+  mpu_result_t ra = mpu_comm_abort(a);
+  a = NULL;
+  int again[2] = {33, 0};
+  cudaMemcpy(bufs + 2, again, sizeof again, cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
+  tb.r = 0;
+  send_to_self(&tb);
+  cudaStreamSynchronize(sb);
+  cudaMemcpy(got, bufs, sizeof got, cudaMemcpyDeviceToHost);
+  int b_ok = !tb.r && got[3] == 33;
+  say(share ? -1 : b_ok, "share", "%s: after aborting the first group (%s), the second's call %s",
+      how, mpu_result_name(ra), b_ok ? "still works" : tb.r ? tb.err : "answered success and left its output unwritten");
+done:
+  if (a) mpu_comm_abort(a);
+  if (b) mpu_comm_destroy(b);
+  cudaFree(bufs);
+  cudaFreeHost(pinned);
+  if (sa) cudaStreamDestroy(sa);
+  if (sb) cudaStreamDestroy(sb);
+  return nc ? mpu_comm_destroy(nc) : r;
+}
+
+/* ---- graph ---------------------------------------------------------------------- */
+
+/* looked up, not linked: the test double has no graphs (it says so, INFO) */
+typedef cudaError_t (*begin_fn)(cudaStream_t, enum cudaStreamCaptureMode);
+typedef cudaError_t (*end_fn)(cudaStream_t, cudaGraph_t *);
+typedef cudaError_t (*inst_fn)(cudaGraphExec_t *, cudaGraph_t, unsigned long long);
+typedef cudaError_t (*launch_fn)(cudaGraphExec_t, cudaStream_t);
+typedef cudaError_t (*exec_free_fn)(cudaGraphExec_t);
+typedef cudaError_t (*graph_free_fn)(cudaGraph_t);
+
+static void graph_case(mpu_comm *nc, enum cudaStreamCaptureMode mode, const char *mode_name) {
+  begin_fn begin = (begin_fn)dlsym(RTLD_DEFAULT, "cudaStreamBeginCapture");
+  end_fn end = (end_fn)dlsym(RTLD_DEFAULT, "cudaStreamEndCapture");
+  inst_fn inst = (inst_fn)dlsym(RTLD_DEFAULT, "cudaGraphInstantiateWithFlags");
+  launch_fn launch = (launch_fn)dlsym(RTLD_DEFAULT, "cudaGraphLaunch");
+  exec_free_fn exec_free = (exec_free_fn)dlsym(RTLD_DEFAULT, "cudaGraphExecDestroy");
+  graph_free_fn graph_free = (graph_free_fn)dlsym(RTLD_DEFAULT, "cudaGraphDestroy");
+  if (!begin || !end || !inst || !launch || !exec_free || !graph_free) {
+    say(-1, "graph", "this CUDA runtime has no graph API (the test double)");
+    return;
+  }
+  cudaStream_t s = NULL;
+  float *x = NULL, *y = NULL;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  mpu_request *req = NULL;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) || cudaMalloc((void **)&x, 4 * sizeof(float)) ||
+      cudaMalloc((void **)&y, 4 * sizeof(float)) || mpu_comm_set_stream(nc, s)) {
+    say(0, "graph", "%s: set-up: %s / %s", mode_name, cudaGetErrorString(cudaGetLastError()), mpu_last_error());
+    goto done;
+  }
+  cudaError_t e = begin(s, mode);
+  mpu_result_t r = e ? MPU_SUCCESS : mpu_comm_iall_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM, &req);
+  const char *call_err = r ? mpu_last_error() : "";
+  cudaError_t e_end = e ? cudaSuccess : end(s, &g);
+  if (e || r || e_end || !g) {
+    say(0, "graph", "%s capture of mpu_comm_iall_reduce: begin %s, the call %s%s%s, end %s", mode_name,
+        cudaGetErrorString(e), mpu_result_name(r), r ? ": " : "", call_err, cudaGetErrorString(e_end));
+    cudaGetLastError();
+    goto after;
+  }
+  int right = 1;
+  cudaError_t le = inst(&ge, g, 0);
+  for (int round = 1; !le && round <= 3; round++) {
+    float in[4] = {1.0f * (float)round, 2, 3, 4}, out[4] = {0};
+    cudaMemcpyAsync(x, in, sizeof in, cudaMemcpyHostToDevice, s); /* pageable: staged at enqueue */
+    le = launch(ge, s);
+    if (!le) le = cudaStreamSynchronize(s);
+    if (!le) le = cudaMemcpy(out, y, sizeof out, cudaMemcpyDeviceToHost);
+    right = right && !le && out[0] == in[0] && out[3] == 4.0f;
+  }
+  say(!le && right, "graph", "%s capture of mpu_comm_iall_reduce, 3 replays: %s", mode_name,
+      le ? cudaGetErrorString(le) : right ? "right" : "wrong values");
+after:
+  if (req) {
+    mpu_result_t w = mpu_request_wait(req);
+    say(-1, "graph", "%s: waiting the captured call's request afterwards: %s%s%s", mode_name,
+        mpu_result_name(w), w ? ": " : "", w ? mpu_last_error() : "");
+  }
+  {
+    float one = 5, sum = 0;
+    mpu_comm_set_stream(nc, NULL);
+    cudaMemcpy(x, &one, sizeof one, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+    r = mpu_comm_all_reduce(nc, x, y, 1, MPU_FLOAT32, MPU_SUM);
+    if (!r) cudaMemcpy(&sum, y, sizeof sum, cudaMemcpyDeviceToHost);
+    say(!r && sum == 5.0f, "graph", "%s: the communicator afterwards: %s", mode_name,
+        r ? mpu_last_error() : sum == 5.0f ? "works" : "wrong value");
+  }
+done:
+  if (ge) exec_free(ge);
+  if (g) graph_free(g);
+  cudaFree(x);
+  cudaFree(y);
+  if (s) cudaStreamDestroy(s);
+}
+
+static mpu_result_t graph_rank(mpu_comm *world, void *arg) {
+  (void)arg;
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.one_rank_through_nccl = 1;
+  o.timeout_s = 20;
+  mpu_comm *nc = NULL;
+  mpu_result_t r = mpu_comm_nccl_create(world, &o, &nc);
+  if (r) return r;
+  graph_case(nc, cudaStreamCaptureModeThreadLocal, "thread-local");
+  graph_case(nc, cudaStreamCaptureModeGlobal, "global");
+  return mpu_comm_destroy(nc);
+}
+
+/* ---- deadline ------------------------------------------------------------------- */
+
+static mpu_result_t one_rank_works(mpu_comm *world, void *arg) {
+  (void)arg;
+  mpu_comm *nc = NULL;
+  mpu_result_t r = mpu_comm_nccl_create(world, NULL, &nc);
+  return r ? r : mpu_comm_destroy(nc);
+}
+
+static void check_deadline(void) {
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.timeout_s = 5;
+  mpu_comm *c = NULL;
+  double t0 = now();
+  mpu_result_t r = mpu_comm_nccl_from_env(&o, &c);
+  double took = now() - t0;
+  say(r == MPU_ERR_TIMEOUT && took < o.timeout_s + 2, "deadline",
+      "rank 0 of 2, the peer in the store but never in NCCL: %s after %.1f s (limit 5 s)%s%s",
+      mpu_result_name(r), took, r ? ": " : "", r ? mpu_last_error() : "");
+  if (!r) mpu_comm_abort(c);
+  sleep(2); /* anything NCCL's init job would still write, it writes now */
+  r = mpu_launch(1, one_rank_works, NULL, NULL, NULL);
+  say(!r, "deadline", "a new communicator afterwards: %s", r ? mpu_last_error() : "made and destroyed");
+}
+
 int main(int argc, char **argv) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
     fprintf(stderr, "gpu_checks: no CUDA device\n");
     return 2;
   }
-  /* [--unordered] [pointers|order|split] */
+  /* [--unordered] [pointers|order|split|share|graph|deadline]; deadline only when named */
   int unordered = argc > 1 && !strcmp(argv[1], "--unordered");
   const char *only = argc > 1 + unordered ? argv[1 + unordered] : "";
   setvbuf(stdout, NULL, _IOLBF, 0); /* every line in the log, even if the process dies */
@@ -259,5 +485,11 @@ int main(int argc, char **argv) {
   if (!*only || !strcmp(only, "order"))
     if ((r = mpu_launch(1, order_rank, &unordered, NULL, NULL))) say(0, "order", "%s", mpu_last_error());
   if (!*only || !strcmp(only, "split")) check_split();
+  for (int share = 0; share <= 1; share++)
+    if (!*only || !strcmp(only, "share"))
+      if ((r = mpu_launch(1, share_rank, &share, NULL, NULL))) say(0, "share", "%s", mpu_last_error());
+  if (!*only || !strcmp(only, "graph"))
+    if ((r = mpu_launch(1, graph_rank, NULL, NULL, NULL))) say(0, "graph", "%s", mpu_last_error());
+  if (!strcmp(only, "deadline")) check_deadline();
   return failed;
 }
