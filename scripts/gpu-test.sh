@@ -101,7 +101,7 @@ step "gpu_checks (runtime, pointers, order, split, share, graph)" 120 "$kit/bin/
 port=$((20000 + $$ % 20000))
 # shellcheck disable=SC2016 # the inner shell expands them
 step "creation deadline, a silent second rank" 40 bash -c \
-  'export MASTER_ADDR=127.0.0.1 MASTER_PORT=$2 WORLD_SIZE=2
+  'export MASTER_ADDR=127.0.0.1 MASTER_PORT=$1 WORLD_SIZE=2
    RANK=1 LOCAL_RANK=1 "$0/store_peer" silent 15 & RANK=0 LOCAL_RANK=0 "$0/gpu_checks" deadline; rc=$?; wait; exit $rc' \
   "$kit/bin" "$port"
 step "conformance on NCCL ($gpus GPU(s))" 150 "$kit/bin/test_conformance_gpu"

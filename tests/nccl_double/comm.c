@@ -449,10 +449,12 @@ static ncclResult_t split_meet(ncclComm_t parent, ncclComm_t stop, int color, in
 
 /* Split: collective over every rank of the parent, NCCL_SPLIT_NOCOLOR ones
  * included (they get NULL). Blocks until every rank of the parent came and
- * the new communicator is made, unless the config (or the parent's) is
- * non-blocking: then it returns ncclInProgress with the new handle to poll;
- * a NOCOLOR rank's part then runs on the parent, whose async error says
- * ncclInProgress until it is done. */
+ * the new communicator is made, unless the parent is non-blocking: then the
+ * split runs as the parent's job, *out stays NULL until it ends, the
+ * parent's async error says ncclInProgress meanwhile, and the call returns
+ * ncclSuccess (init.cc, ncclCommSplit: NCCLCHECK(ncclGroupEndInternal())
+ * lets the group's ncclInProgress through and returns the split's own
+ * result, as NCCL 2.28.3 on an H200 showed). */
 ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, ncclConfig_t *cfg) {
   if (!c || !out) return ncclInvalidArgument;
   int nb = nonblocking(cfg);
@@ -514,7 +516,7 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
       return ncclSystemError;
     }
     c->has_joiner = 1;
-    return ncclInProgress;
+    return ncclSuccess; /* not ncclInProgress: the parent's async error says it */
   }
   free(j);
   int size = 0, rank = 0;

@@ -120,13 +120,15 @@ static ncclConfig_t work_config(void) {
 }
 
 /* A non-blocking split of parent (q: what ncclCommSplit returned) runs as
- * the parent's job (init.cc, ncclCommInitChildComm; group.cc): wait until
- * the parent's async error no longer says ncclInProgress, for at most
+ * the parent's job (init.cc, ncclCommInitChildComm; group.cc), and
+ * ncclCommSplit returns ncclSuccess while it runs (NCCLCHECK lets the
+ * group's ncclInProgress through), so success says nothing: wait until the
+ * parent's async error no longer says ncclInProgress, for at most
  * timeout_s. MPU_ERR_TIMEOUT leaves the job running: the caller then aborts
  * the parent, which ends it. */
 static mpu_result_t split_wait(ncclComm_t parent, ncclResult_t q, double timeout_s,
                                const char *fn, const char *who) {
-  if (q != ncclInProgress) return mpu__nccl_error(q, parent, fn);
+  if (q != ncclSuccess && q != ncclInProgress) return mpu__nccl_error(q, parent, fn);
   return mpu__nccl_await(NULL, NULL, parent, timeout_s, fn, who);
 }
 
@@ -169,8 +171,8 @@ static mpu_result_t init_under_deadline(nccl_impl *m, int rank, int n, const ncc
   if (q != ncclSuccess && q != ncclInProgress) return mpu__nccl_error(q, NULL, fn);
   char who[160];
   snprintf(who, sizeof who,
-           "of its %d members, some never called it (each member of the host communicator makes "
-           "it together)",
+           "of its %d members, some never called it (every member makes it together: each of "
+           "the host communicator's, or each rank torchrun started)",
            n);
   mpu_result_t r = mpu__nccl_await(NULL, comm, comm, timeout_s, fn, who);
   if (r == MPU_ERR_TIMEOUT) return r; /* aborted there */
