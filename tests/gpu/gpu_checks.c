@@ -24,6 +24,8 @@
  *   graph     an mpu all_reduce captured into a CUDA graph (thread-local and
  *             global capture), the graph replayed, the result and the
  *             communicator's health after it
+ *   avg       NCCL's own ncclAvg at one rank (raw NCCL), counts of several
+ *             blocks with an odd tail
  *   deadline  (only when named, under torchrun's variables as rank 0 of 2
  *             while a peer joins the store and never calls NCCL) creation
  *             from the environment fails by its deadline, and this process
@@ -281,6 +283,36 @@ static void *send_to_self(void *p) {
   return NULL;
 }
 
+/* A stream held on the device until the host writes a flag: the driver's
+ * cuStreamWaitValue32, looked up (the test double has none: 0). */
+typedef struct hold {
+  volatile int *flag; /* page-locked, mapped at its own address */
+  int held;
+} hold;
+typedef int (*wait_value_fn)(cudaStream_t, unsigned long long, unsigned int, unsigned int);
+
+static int hold_stream(cudaStream_t s, hold *h) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) ||
+      q != cudaDriverEntryPointSuccess || !fn) {
+    cudaGetLastError();
+    return 0;
+  }
+  *h->flag = 0;
+  /* CU_STREAM_WAIT_VALUE_GEQ (0): until *flag >= 1 */
+  h->held = ((wait_value_fn)fn)(s, (unsigned long long)(uintptr_t)h->flag, 1, 0) == 0;
+  return h->held;
+}
+
+static void release_stream(hold *h) { __atomic_store_n(h->flag, 1, __ATOMIC_RELEASE); }
+
+static void *release_later(void *p) { /* 300 ms, as the host functions would */
+  usleep(300 * 1000);
+  release_stream(p);
+  return NULL;
+}
+
 static mpu_result_t share_rank(mpu_comm *world, void *arg) {
   int share = *(const int *)arg;
   const char *how = share ? "shared (share_resources=1)" : "unshared (default)";
@@ -308,16 +340,28 @@ static mpu_result_t share_rank(mpu_comm *world, void *arg) {
   int init[4] = {11, 0, 22, 0};
   cudaMemcpy(bufs, init, sizeof init, cudaMemcpyHostToDevice);
   cudaDeviceSynchronize(); /* a pageable copy may land after cudaMemcpy returns */
-  slow_write w = {pinned, 7};
   timed_send ta = {a, bufs, 0, 0, ""}, tb = {b, bufs + 2, 0, 0, ""};
-  cudaLaunchHostFunc(sa, slow, &w); /* holds a's stream 100 ms */
-  slow_write w2 = {pinned, 8}, w3 = {pinned, 9};
-  cudaLaunchHostFunc(sa, slow, &w2);
-  cudaLaunchHostFunc(sa, slow, &w3); /* 300 ms in all */
-  pthread_t th;
+  /* Hold a's stream 300 ms. On a GPU with a device-side wait on a host flag
+   * (cuStreamWaitValue32), not with host functions: CUDA runs every host
+   * function of the process on one thread, and NCCL queues its own on its
+   * host stream, so a held host function would hold any group's work. */
+  hold h = {pinned, 0};
+  int device_hold = hold_stream(sa, &h);
+  slow_write w = {pinned, 7}, w2 = {pinned, 8}, w3 = {pinned, 9};
+  if (!device_hold) {
+    cudaLaunchHostFunc(sa, slow, &w);
+    cudaLaunchHostFunc(sa, slow, &w2);
+    cudaLaunchHostFunc(sa, slow, &w3);
+  }
+  pthread_t th, releaser;
+  if (device_hold && pthread_create(&releaser, NULL, release_later, &h)) {
+    release_stream(&h);
+    device_hold = 0;
+  }
   if (pthread_create(&th, NULL, send_to_self, &ta)) goto done;
   usleep(50 * 1000); /* a's work is enqueued behind the hold */
   send_to_self(&tb);
+  if (device_hold) pthread_join(releaser, NULL);
   pthread_join(th, NULL);
   cudaStreamSynchronize(sa); /* done already (blocking calls): the double's order model */
   cudaStreamSynchronize(sb);
@@ -327,8 +371,8 @@ static mpu_result_t share_rank(mpu_comm *world, void *arg) {
   int waited = tb.s > 0.2;
   say(share ? (right ? -1 : 0) : right && !waited, "share",
       "%s: the second group's call held the host %.0f ms while the first's stream was held 300 ms "
-      "(%s); results %s",
-      how, 1e3 * tb.s, waited ? "it waited: one device stream" : "it did not wait",
+      "by %s (%s); results %s",
+      how, 1e3 * tb.s, device_hold ? "cuStreamWaitValue32" : "host functions", waited ? "it waited: one device stream" : "it did not wait",
       right ? "right" : ta.r ? ta.err : tb.r ? tb.err : "wrong");
   /* one abort flag? abort a, then use b */
   mpu_result_t ra = mpu_comm_abort(a);
@@ -341,7 +385,9 @@ static mpu_result_t share_rank(mpu_comm *world, void *arg) {
   cudaStreamSynchronize(sb);
   cudaMemcpy(got, bufs, sizeof got, cudaMemcpyDeviceToHost);
   int b_ok = !tb.r && got[3] == 33;
-  say(share ? -1 : b_ok, "share", "%s: after aborting the first group (%s), the second's call %s",
+  /* shared: one abort flag, so the second is broken too and must say so,
+   * never answer success with its output unwritten */
+  say(share ? tb.r == MPU_ERR_ABORTED : b_ok, "share", "%s: after aborting the first group (%s), the second's call %s",
       how, mpu_result_name(ra), b_ok ? "still works" : tb.r ? tb.err : "answered success and left its output unwritten");
 done:
   if (a) mpu_comm_abort(a);
@@ -354,6 +400,8 @@ done:
 }
 
 /* ---- graph ---------------------------------------------------------------------- */
+
+static void capture_probe(void);
 
 /* looked up, not linked: the test double has no graphs (it says so, INFO) */
 typedef cudaError_t (*begin_fn)(cudaStream_t, enum cudaStreamCaptureMode);
@@ -438,9 +486,162 @@ static mpu_result_t graph_rank(mpu_comm *world, void *arg) {
   mpu_comm *nc = NULL;
   mpu_result_t r = mpu_comm_nccl_create(world, &o, &nc);
   if (r) return r;
+  capture_probe();
   graph_case(nc, cudaStreamCaptureModeThreadLocal, "thread-local");
   graph_case(nc, cudaStreamCaptureModeGlobal, "global");
   return mpu_comm_destroy(nc);
+}
+
+/* What each CUDA call mpu makes does to a thread-local capture: the call's
+ * answer and whether the capture survives it (INFO lines: CUDA's rules). */
+typedef cudaError_t (*is_capturing_fn)(cudaStream_t, enum cudaStreamCaptureStatus *);
+typedef int (*range_fn)(unsigned long long *, size_t *, unsigned long long);
+
+typedef struct probe_ctx {
+  void *dev;
+  cudaEvent_t idle;     /* recorded and completed before the capture */
+  cudaEvent_t captured; /* recorded inside it */
+  cudaStream_t s, other;
+  cudaError_t other_thread;
+} probe_ctx;
+
+static void *query_captured(void *p) {
+  probe_ctx *x = p;
+  x->other_thread = cudaEventQuery(x->captured);
+  return NULL;
+}
+
+static cudaError_t probe_op(int op, probe_ctx *x, const char **name) {
+  struct cudaPointerAttributes a;
+  cudaEvent_t e = NULL;
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  switch (op) {
+  case 0: *name = "cudaPointerGetAttributes"; return cudaPointerGetAttributes(&a, x->dev);
+  case 1: {
+    *name = "cuMemGetAddressRange";
+    cudaError_t r = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &q);
+    if (r || !fn) return r ? r : cudaErrorSymbolNotFound;
+    unsigned long long base = 0;
+    size_t size = 0;
+    return ((range_fn)fn)(&base, &size, (unsigned long long)(uintptr_t)x->dev) ? cudaErrorUnknown : cudaSuccess;
+  }
+  case 2: {
+    *name = "cudaEventCreateWithFlags";
+    cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (e) cudaEventDestroy(e);
+    return r;
+  }
+  case 3: *name = "cudaEventRecord on the capturing stream"; return cudaEventRecord(x->captured, x->s);
+  case 4: *name = "cudaEventQuery of an event from before"; return cudaEventQuery(x->idle);
+  case 5: *name = "cudaStreamQuery of another stream"; return cudaStreamQuery(x->other);
+  case 6:
+    *name = "cudaEventQuery of a captured event, this thread";
+    cudaEventRecord(x->captured, x->s);
+    return cudaEventQuery(x->captured);
+  case 7: {
+    *name = "cudaEventQuery of a captured event, another thread";
+    cudaEventRecord(x->captured, x->s);
+    pthread_t t;
+    if (pthread_create(&t, NULL, query_captured, x)) return cudaErrorUnknown;
+    pthread_join(t, NULL);
+    return x->other_thread;
+  }
+  case 8: *name = "cudaGetLastError"; return cudaGetLastError();
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+static void capture_probe(void) {
+  begin_fn begin = (begin_fn)dlsym(RTLD_DEFAULT, "cudaStreamBeginCapture");
+  end_fn end = (end_fn)dlsym(RTLD_DEFAULT, "cudaStreamEndCapture");
+  graph_free_fn graph_free = (graph_free_fn)dlsym(RTLD_DEFAULT, "cudaGraphDestroy");
+  is_capturing_fn is_capturing = (is_capturing_fn)dlsym(RTLD_DEFAULT, "cudaStreamIsCapturing");
+  if (!begin || !end || !graph_free || !is_capturing) return; /* said by graph_case */
+  probe_ctx x = {0};
+  if (cudaMalloc(&x.dev, 256) || cudaStreamCreateWithFlags(&x.s, cudaStreamNonBlocking) ||
+      cudaStreamCreateWithFlags(&x.other, cudaStreamNonBlocking) ||
+      cudaEventCreateWithFlags(&x.idle, cudaEventDisableTiming) ||
+      cudaEventCreateWithFlags(&x.captured, cudaEventDisableTiming) || cudaEventRecord(x.idle, x.other) ||
+      cudaDeviceSynchronize()) {
+    say(0, "graph", "probe set-up: %s", cudaGetErrorString(cudaGetLastError()));
+    return;
+  }
+  for (int op = 0; op < 9; op++) {
+    const char *name = "";
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaGraph_t g = NULL;
+    cudaError_t b = begin(x.s, cudaStreamCaptureModeThreadLocal);
+    cudaMemsetAsync(x.dev, 0, 256, x.s); /* something to capture */
+    cudaError_t r = probe_op(op, &x, &name);
+    cudaError_t c = is_capturing(x.s, &st);
+    cudaError_t e = end(x.s, &g);
+    if (g) graph_free(g);
+    cudaGetLastError();
+    say(-1, "graph", "during a thread-local capture, %s: %s; the capture then %s (end: %s)", name,
+        b ? cudaGetErrorString(b) : cudaGetErrorString(r),
+        c ? cudaGetErrorString(c) : st == cudaStreamCaptureStatusActive ? "active" : st == cudaStreamCaptureStatusInvalidated ? "INVALIDATED" : "none",
+        cudaGetErrorString(e));
+  }
+  cudaFree(x.dev);
+  cudaStreamDestroy(x.s);
+  cudaStreamDestroy(x.other);
+  cudaEventDestroy(x.idle);
+  cudaEventDestroy(x.captured);
+}
+
+/* ---- NCCL's own average at one rank --------------------------------------------- */
+
+/* ncclAvg on a communicator of one rank runs NCCL's oneRankReduce kernel
+ * (enqueue.cc, ncclLaunchOneRank; src/device/onerank.cu), split in blocks
+ * of 16 KiB; ncclSum there is a copy. Counts that give several blocks and
+ * an odd tail, out of place, with the output poisoned first. */
+static void check_avg_raw(void) {
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  if (cudaSetDevice(0) || ncclGetUniqueId(&id) || ncclCommInitRank(&comm, 1, id, 0)) {
+    say(0, "avg", "set-up failed");
+    return;
+  }
+  static const struct { ncclDataType_t t; size_t es; size_t count; const char *name; } cases[] = {
+      {ncclFloat32, 4, 7, "float32"},    {ncclFloat32, 4, 20001, "float32"}, {ncclFloat32, 4, 20000, "float32"},
+      {ncclFloat64, 8, 3001, "float64"}, {ncclInt32, 4, 20001, "int32"}};
+  size_t most = 20001 * 8;
+  unsigned char *host = malloc(most), *back = malloc(most);
+  void *send = NULL, *recv = NULL;
+  if (!host || !back || cudaMalloc(&send, most) || cudaMalloc(&recv, most)) {
+    say(0, "avg", "set-up failed");
+    goto done;
+  }
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+    for (int avg = 0; avg <= 1; avg++) {
+      size_t n = cases[k].count, es = cases[k].es;
+      for (size_t i = 0; i < n; i++) { /* every element 1 */
+        float f = 1;
+        double d = 1;
+        int32_t v = 1;
+        memcpy(host + i * es, es == 8 ? (void *)&d : cases[k].t == ncclInt32 ? (void *)&v : (void *)&f, es);
+      }
+      cudaMemcpy(send, host, n * es, cudaMemcpyHostToDevice);
+      cudaMemset(recv, 0x5a, n * es);
+      cudaDeviceSynchronize();
+      ncclResult_t r = ncclAllReduce(send, recv, n, cases[k].t, avg ? ncclAvg : ncclSum, comm, 0);
+      cudaDeviceSynchronize();
+      cudaMemcpy(back, recv, n * es, cudaMemcpyDeviceToHost);
+      size_t wrong = 0, first = 0;
+      for (size_t i = 0; i < n; i++)
+        if (memcmp(back + i * es, host + i * es, es) && !wrong++) first = i;
+      char where[48] = "";
+      if (wrong) snprintf(where, sizeof where, ", the first at index %zu", first);
+      say(r == ncclSuccess ? -1 : 0, "avg", "raw ncclAllReduce %s %s count %zu at one rank: %s, %zu element(s) wrong%s",
+          avg ? "avg" : "sum", cases[k].name, n, ncclGetErrorString(r), wrong, where);
+    }
+done:
+  cudaFree(send);
+  cudaFree(recv);
+  free(host);
+  free(back);
+  ncclCommDestroy(comm);
 }
 
 /* ---- deadline ------------------------------------------------------------------- */
@@ -474,7 +675,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gpu_checks: no CUDA device\n");
     return 2;
   }
-  /* [--unordered] [pointers|order|split|share|graph|deadline]; deadline only when named */
+  /* [--unordered] [pointers|order|split|share|graph|avg|deadline]; deadline only when named */
   int unordered = argc > 1 && !strcmp(argv[1], "--unordered");
   const char *only = argc > 1 + unordered ? argv[1 + unordered] : "";
   setvbuf(stdout, NULL, _IOLBF, 0); /* every line in the log, even if the process dies */
@@ -490,6 +691,7 @@ int main(int argc, char **argv) {
       if ((r = mpu_launch(1, share_rank, &share, NULL, NULL))) say(0, "share", "%s", mpu_last_error());
   if (!*only || !strcmp(only, "graph"))
     if ((r = mpu_launch(1, graph_rank, NULL, NULL, NULL))) say(0, "graph", "%s", mpu_last_error());
+  if (!*only || !strcmp(only, "avg")) check_avg_raw();
   if (!strcmp(only, "deadline")) check_deadline();
   return failed;
 }

@@ -255,6 +255,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 
+/* The double has no graphs: no stream is ever capturing (graph capture is
+ * proven on a GPU: scripts/gpu-test.sh, gpu_checks graph). */
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {
+  if (!status) return cudaErrorInvalidValue;
+  if (!double_stream(s)) return cudaErrorInvalidResourceHandle;
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   s = double_stream(s);
   if (!s) return cudaErrorInvalidResourceHandle;

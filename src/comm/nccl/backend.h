@@ -37,6 +37,16 @@ typedef struct nccl_pending {
   double start;
 } nccl_pending;
 
+/* Communicators whose NCCL handles share one abort flag (splits with
+ * splitShare: init.cc, ncclCommInitChildComm: childComm->abortFlag =
+ * comm->abortFlag). ncclCommAbort of any of them makes the others' kernels
+ * return unfinished while NCCL reports no error on them, so each member
+ * checks the family's mark instead. */
+typedef struct nccl_family {
+  atomic_int refs;
+  atomic_int aborted;
+} nccl_family;
+
 typedef struct nccl_impl {
   /*
    * Two NCCL handles per communicator (docs/gpu.md, "Blocking handles"):
@@ -53,6 +63,7 @@ typedef struct nccl_impl {
   ncclComm_t split_out; /* *newcomm of a split of maker: written by NCCL's job when it ends,
                            so it lives here, not in a caller's frame */
   int share;          /* maker's splitShare: its splits share its resources */
+  nccl_family *family; /* share: every communicator of the one abort flag; else NULL */
   int one_rank;       /* a group of one calls NCCL (handed on to splits and groups) */
   /* lock: held by this rank's thread while it is inside NCCL with the
    * handles, by whoever ends them, and over the watchdog's pending list and
@@ -103,6 +114,7 @@ typedef struct nccl_impl {
 typedef struct nccl_request {
   cudaEvent_t event;
   double start;
+  int captured; /* issued into a CUDA graph capture: it runs when the graph does */
 } nccl_request;
 
 extern const mpu__comm_ops mpu__nccl_ops;
@@ -125,6 +137,10 @@ mpu_result_t mpu__nccl_issued(mpu_comm *c, ncclResult_t r, const char *fn);
 mpu_result_t mpu__nccl_await(mpu_comm *c, ncclComm_t comm, ncclComm_t parent, double timeout_s,
                              const char *fn, const char *who);
 void mpu__nccl_end_handle(nccl_impl *m);
+/* The family of m's handles: aborted (an ncclCommAbort on a shared flag), and
+ * whether it was; the first breaks m with a message if so. */
+void mpu__nccl_family_abort(nccl_impl *m);
+int mpu__nccl_family_broke(mpu_comm *c, const char *fn);
 /* Break c once with a code and a reason (any thread); 1 if this call broke it. */
 int mpu__nccl_mark_broken(mpu_comm *c, mpu_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -142,6 +158,9 @@ void mpu__nccl_watchdog_remove(nccl_impl *m);
 void mpu__nccl_watchdog_kick(void);
 /* Follow the work enqueued on m's stream so far (after a call). */
 mpu_result_t mpu__nccl_track(nccl_impl *m, const char *fn);
+/* 1 while m's stream is being captured into a CUDA graph: nothing then waits
+ * on the host or is watched (the work runs when the graph is launched) */
+int mpu__nccl_capturing(const nccl_impl *m);
 void mpu__nccl_pending_free(nccl_impl *m);
 
 /* group.c: inside NCCL with c's handles (the watchdog leaves them alone);

@@ -43,12 +43,17 @@ static ncclDataType_t type_of(mpu_dtype dt) {
 
 ncclDataType_t mpu__nccl_type(mpu_dtype dt) { return type_of(dt); }
 
-static ncclRedOp_t op_of(mpu_op op) {
+/* The average of one rank is its value, a copy: ncclSum there. At one rank
+ * NCCL runs ncclAvg through its oneRankReduce kernel (enqueue.cc,
+ * ncclLaunchOneRank), which on an H200 with NCCL 2.28.3 left the last
+ * element of odd counts of several 16 KiB blocks unwritten (docs/gpu.md);
+ * ncclSum there is a cudaMemcpyAsync. */
+static ncclRedOp_t op_of(mpu_op op, int ranks) {
   switch (op) {
   case MPU_PROD: return ncclProd;
   case MPU_MIN: return ncclMin;
   case MPU_MAX: return ncclMax;
-  case MPU_AVG: return ncclAvg;
+  case MPU_AVG: return ranks == 1 ? ncclSum : ncclAvg;
   default: return ncclSum;
   }
 }
@@ -77,7 +82,7 @@ static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *
     case MPU_COLL_REDUCE_SCATTER_V:
       if (k->counts[p])
         r = ncclReduce(send + off * es, p == me ? (void *)recv : (void *)(uintptr_t)(send + off * es),
-                       k->counts[p], t, op_of((mpu_op)k->sig.op), p, m->comm, m->stream);
+                       k->counts[p], t, op_of((mpu_op)k->sig.op, c->size), p, m->comm, m->stream);
       off += k->counts[p];
       break;
     default:
@@ -128,7 +133,7 @@ static mpu_result_t enqueue_locked(mpu_comm *c, const mpu__call *k, const char *
   const mpu__sig *s = &k->sig;
   size_t n = (size_t)s->count;
   ncclDataType_t t = type_of((mpu_dtype)s->dtype);
-  ncclRedOp_t op = op_of((mpu_op)s->op);
+  ncclRedOp_t op = op_of((mpu_op)s->op, c->size);
   ncclResult_t r;
   switch (s->kind) {
   case MPU_COLL_ALL_REDUCE: r = ncclAllReduce(k->send, k->recv, n, t, op, m->comm, m->stream); break;
@@ -183,9 +188,12 @@ static mpu_result_t after_caller(mpu_comm *c, const char *fn) {
 }
 
 /* The host waits for what was enqueued so far: an event recorded now, not
- * the stream, which may hold the caller's later kernels (set_stream). */
+ * the stream, which may hold the caller's later kernels (set_stream). Under
+ * graph capture there is nothing to wait for: the call runs with each launch
+ * of the graph, in its stream order. */
 static mpu_result_t wait_enqueued(mpu_comm *c, const char *fn) {
   nccl_impl *m = impl_of(c);
+  if (mpu__nccl_capturing(m)) return MPU_SUCCESS;
   if (!m->done)
     MPU_CHECK(mpu__nccl_cuda_error(cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming), fn));
   MPU_CHECK(mpu__nccl_cuda_error(cudaEventRecord(m->done, m->stream), fn));
@@ -258,6 +266,7 @@ static mpu_result_t nccl_start(mpu_comm *c, const mpu__call *k, void **handle) {
   MPU_CHECK(mpu__nccl_request_new(fn, &q));
   mpu_result_t r = enqueue(c, k, fn);
   if (!r) r = mpu__nccl_event_record(c, q->event, fn); /* after ncclGroupEnd inside a group */
+  q->captured = mpu__nccl_capturing(impl_of(c));
   if (r) {
     mpu__nccl_request_free(q);
     return r;
@@ -274,6 +283,7 @@ static mpu_result_t nccl_wait(mpu_comm *c, void *handle, double timeout_s) {
   static const char fn[] = "mpu_request_wait";
   const nccl_request *q = handle;
   MPU_CHECK(mpu__nccl_usable(c, fn));
+  if (q->captured) return MPU_SUCCESS; /* it runs when the graph does: nothing to wait for here */
   return mpu__nccl_watch(c, q->event, timeout_s, timeout_s >= 0, fn);
 }
 
@@ -371,6 +381,15 @@ static void nccl_caps(const mpu_comm *c, mpu_comm_caps *caps) {
 }
 
 static void *nccl_get_stream(const mpu_comm *c) { return impl_of(c)->stream; }
+
+int mpu__nccl_capturing(const nccl_impl *m) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(m->stream, &st) != cudaSuccess) {
+    cudaGetLastError(); /* not sticky; the call's own CUDA work reports what is wrong */
+    return 0;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
 
 /* A stream: run the communicator's work on it, in its order, with no event
  * of mpu's in between. NULL: back to the default, a stream of the

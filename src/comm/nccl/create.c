@@ -35,6 +35,7 @@ typedef struct settings {
   double timeout_s;
   int share;        /* splitShare of the maker */
   int one_rank;     /* a group of one calls NCCL */
+  nccl_family *family; /* the parent's, for a split that shares its resources */
 } settings;
 
 /* ---- making and ending communicators ---------------------------------------------- */
@@ -71,13 +72,25 @@ static nccl_impl *impl_new(const settings *s) {
   m->timeout_s = s->timeout_s;
   m->share = s->share;
   m->one_rank = s->one_rank;
+  if (s->share) {
+    m->family = s->family;
+    if (m->family) {
+      atomic_fetch_add(&m->family->refs, 1);
+    } else if ((m->family = calloc(1, sizeof *m->family))) {
+      atomic_store(&m->family->refs, 1);
+    } else {
+      pthread_mutex_destroy(&m->lock);
+      free(m);
+      return NULL;
+    }
+  }
   return m;
 }
 
 /* The settings m hands on to its splits and groups. */
 static settings settings_of(const nccl_impl *m) {
   return (settings){m->device, m->on_user_stream ? m->stream : NULL, m->timeout_s, m->share,
-                    m->one_rank};
+                    m->one_rank, m->family};
 }
 
 static void impl_free(nccl_impl *m) {
@@ -90,6 +103,7 @@ static void impl_free(nccl_impl *m) {
   mpu__nccl_pending_free(m);
   if (m->own_stream && m->stream) cudaStreamDestroy(m->stream);
   if (m->own_host) mpu_comm_destroy(m->host);
+  if (m->family && atomic_fetch_sub(&m->family->refs, 1) == 1) free(m->family);
   pthread_mutex_destroy(&m->lock);
   free(m);
 }
@@ -288,7 +302,7 @@ static mpu_result_t take_options(const char *fn, const mpu_nccl_options *o, mpu_
 /* A new root communicator's settings from the options and the knobs. */
 static settings root_settings(const mpu_nccl_options *o, int device) {
   return (settings){device, o->stream, mpu__env_timeout(o->timeout_s), o->share_resources != 0,
-                    o->one_rank_through_nccl || mpu__env_nccl_one_rank()};
+                    o->one_rank_through_nccl || mpu__env_nccl_one_rank(), NULL};
 }
 
 /* The device of this rank: the option, else the local rank modulo the GPUs. */
@@ -414,6 +428,7 @@ static mpu_result_t split_maker(mpu_comm *c, int color, int key, ncclComm_t *chi
     r = split_wait(m->maker, q, m->timeout_s, fn, who);
     if (r) {
       mpu__nccl_mark_broken(c, r, "%s (this communicator took part: NCCL aborted)", mpu_last_error());
+      mpu__nccl_family_abort(m);
       ncclComm_t work = m->comm;
       m->comm = NULL;
       if (work) ncclCommAbort(work);

@@ -151,6 +151,7 @@ mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t cou
     mpu__nccl_leave(c);
   }
   if (!r) r = mpu__nccl_event_record(c, q->event, fn);
+  q->captured = mpu__nccl_capturing(m);
   if (r) {
     mpu__nccl_request_free(q);
     return r;

@@ -72,6 +72,7 @@ int mpu__nccl_mark_broken(mpu_comm *c, mpu_result_t code, const char *fmt, ...) 
  * the other is inside NCCL with them. */
 void mpu__nccl_end_handle(nccl_impl *m) {
   pthread_mutex_lock(&m->lock);
+  if (m->comm || m->maker) mpu__nccl_family_abort(m);
   if (m->comm) ncclCommAbort(m->comm);
   if (m->maker) ncclCommAbort(m->maker); /* after comm: NCCL frees a parent last */
   m->comm = m->maker = NULL;
@@ -84,6 +85,20 @@ ncclResult_t mpu__nccl_async(nccl_impl *m) {
   if (m->comm) ncclCommGetAsyncError(m->comm, &async);
   pthread_mutex_unlock(&m->lock);
   return async;
+}
+
+void mpu__nccl_family_abort(nccl_impl *m) {
+  if (m->family) atomic_store(&m->family->aborted, 1);
+}
+
+int mpu__nccl_family_broke(mpu_comm *c, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  if (!m->family || !atomic_load(&m->family->aborted)) return 0;
+  (void)fn; /* the message is the communicator's, named by each call that meets it */
+  mark_broken(c, MPU_ERR_ABORTED,
+              "a communicator sharing NCCL resources with this one (share_resources: one abort "
+              "flag) was aborted, so its kernels may have returned unfinished");
+  return 1;
 }
 
 /* The owner's exit from a broken communicator: end the handle, say why. */
@@ -131,6 +146,8 @@ static mpu_result_t watch_from(mpu_comm *c, cudaEvent_t event, double timeout_s,
   for (long spins = 0;; spins++) {
     if (atomic_load(&m->broken)) return leave_broken(c, fn);
     cudaError_t e = event ? cudaEventQuery(event) : cudaStreamQuery(m->stream);
+    /* a relative's abort ends shared kernels early: done, but not whole */
+    if (mpu__nccl_family_broke(c, fn)) return leave_broken(c, fn);
     if (e == cudaSuccess) break;
     if (e != cudaErrorNotReady) { /* sticky on a GPU: the communicator cannot go on */
       mpu__nccl_cuda_error(e, fn);
@@ -184,6 +201,10 @@ mpu_result_t mpu__nccl_test(mpu_comm *c, const nccl_request *q, int *done) {
   nccl_impl *m = impl_of(c);
   *done = 0;
   if (atomic_load(&m->broken)) return leave_broken(c, fn);
+  if (q->captured) { /* it runs when the graph does */
+    *done = 1;
+    return MPU_SUCCESS;
+  }
   mpu_result_t r = watch_from(c, q->event, -1, q->start, 0, 1, fn);
   if (r == MPU_ERR_TIMEOUT && !atomic_load(&m->broken)) return MPU_SUCCESS; /* pending */
   *done = r == MPU_SUCCESS;
@@ -221,6 +242,7 @@ mpu_result_t mpu__nccl_issued(mpu_comm *c, ncclResult_t r, const char *fn) {
 mpu_result_t mpu__nccl_usable(const mpu_comm *c, const char *fn) {
   nccl_impl *m = impl_of(c);
   if (mpu__nccl_peer_aborted((mpu_comm *)c, fn) > 0) return leave_fresh((mpu_comm *)c);
+  mpu__nccl_family_broke((mpu_comm *)c, fn);
   if (atomic_load(&m->broken)) return leave_broken((mpu_comm *)c, fn);
   return mpu__nccl_cuda_error(cudaSetDevice(m->device), fn); /* this thread's calls go to the rank's GPU */
 }

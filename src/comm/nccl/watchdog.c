@@ -145,6 +145,9 @@ void mpu__nccl_watchdog_kick(void) {
 
 mpu_result_t mpu__nccl_track(nccl_impl *m, const char *fn) {
   mpu_result_t r = MPU_SUCCESS;
+  /* captured work runs when the graph is launched, not now: an event of
+   * it cannot be queried (cudaErrorCapturedEvent) */
+  if (mpu__nccl_capturing(m)) return MPU_SUCCESS;
   pthread_mutex_lock(&m->lock);
   oldest(m); /* what completed goes first, so the ring stays as long as the work in flight */
   if (m->npending == m->cap_pending) { /* grow the ring, oldest first */
