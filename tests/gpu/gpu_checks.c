@@ -313,6 +313,8 @@ static void *release_later(void *p) { /* 300 ms, as the host functions would */
   return NULL;
 }
 
+static int raw_waited = -1; /* the baseline: 1 if even raw NCCL waited, -1 if not measured */
+
 static mpu_result_t share_rank(mpu_comm *world, void *arg) {
   int share = *(const int *)arg;
   const char *how = share ? "shared (share_resources=1)" : "unshared (default)";
@@ -369,7 +371,9 @@ static mpu_result_t share_rank(mpu_comm *world, void *arg) {
   cudaMemcpy(got, bufs, sizeof got, cudaMemcpyDeviceToHost);
   int right = !ta.r && !tb.r && got[1] == 11 && got[3] == 22;
   int waited = tb.s > 0.2;
-  say(share ? (right ? -1 : 0) : right && !waited, "share",
+  /* unshared must not wait, unless raw NCCL's own pair waits here too */
+  int verdict = share || raw_waited == 1 ? (right ? -1 : 0) : right && !waited;
+  say(verdict, "share",
       "%s: the second group's call held the host %.0f ms while the first's stream was held 300 ms "
       "by %s (%s); results %s",
       how, 1e3 * tb.s, device_hold ? "cuStreamWaitValue32" : "host functions", waited ? "it waited: one device stream" : "it did not wait",
@@ -397,6 +401,55 @@ done:
   if (sa) cudaStreamDestroy(sa);
   if (sb) cudaStreamDestroy(sb);
   return nc ? mpu_comm_destroy(nc) : r;
+}
+
+/* The same with raw NCCL and two communicators made apart (nothing shared by
+ * construction): the second's send to itself on its own stream, timed by
+ * cudaStreamSynchronize, while the first's stream is held. The baseline of
+ * what CUDA and NCCL serialise whatever mpu does. */
+static void check_share_raw(void) {
+  ncclComm_t c[2] = {NULL, NULL};
+  cudaStream_t s[2] = {NULL, NULL};
+  int *buf = NULL, *flag = NULL;
+  for (int i = 0; i < 2; i++) {
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) || ncclCommInitRank(&c[i], 1, id, 0) ||
+        cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking)) {
+      say(0, "share", "raw set-up failed");
+      goto done;
+    }
+  }
+  if (cudaMalloc((void **)&buf, 4 * sizeof(int)) || cudaMallocHost((void **)&flag, sizeof(int))) goto done;
+  hold h = {flag, 0};
+  if (!hold_stream(s[0], &h)) {
+    say(-1, "share", "raw NCCL, two communicators made apart: no device-side hold here (the test double)");
+    goto done;
+  }
+  for (int i = 0; i < 2; i++) {
+    ncclGroupStart();
+    ncclSend(buf + 2 * i, 1, ncclInt32, 0, c[i], s[i]);
+    ncclRecv(buf + 2 * i + 1, 1, ncclInt32, 0, c[i], s[i]);
+    ncclGroupEnd();
+  }
+  double t0 = now();
+  pthread_t releaser;
+  int threaded = !pthread_create(&releaser, NULL, release_later, &h);
+  if (!threaded) release_stream(&h);
+  cudaStreamSynchronize(s[1]);
+  double took = now() - t0;
+  if (threaded) pthread_join(releaser, NULL);
+  cudaStreamSynchronize(s[0]);
+  raw_waited = took > 0.2;
+  say(-1, "share", "raw NCCL, two communicators made apart: the second's send to itself took %.0f ms while "
+      "the first's stream was held 300 ms by cuStreamWaitValue32 (%s)",
+      1e3 * took, took > 0.2 ? "it waited: CUDA or NCCL serialises them, not mpu" : "it did not wait");
+done:
+  for (int i = 0; i < 2; i++) {
+    if (c[i]) ncclCommDestroy(c[i]);
+    if (s[i]) cudaStreamDestroy(s[i]);
+  }
+  cudaFree(buf);
+  cudaFreeHost(flag);
 }
 
 /* ---- graph ---------------------------------------------------------------------- */
@@ -511,6 +564,18 @@ static void *query_captured(void *p) {
   return NULL;
 }
 
+static void *query_idle(void *p) { /* as a watchdog thread does */
+  probe_ctx *x = p;
+  x->other_thread = cudaEventQuery(x->idle);
+  return NULL;
+}
+
+static void *query_idle_relaxed(void *p) { /* as mpu's watchdog thread does */
+  enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&relaxed);
+  return query_idle(p);
+}
+
 static cudaError_t probe_op(int op, probe_ctx *x, const char **name) {
   struct cudaPointerAttributes a;
   cudaEvent_t e = NULL;
@@ -548,6 +613,15 @@ static cudaError_t probe_op(int op, probe_ctx *x, const char **name) {
     return x->other_thread;
   }
   case 8: *name = "cudaGetLastError"; return cudaGetLastError();
+  case 9:
+  case 10: {
+    *name = op == 9 ? "cudaEventQuery of an event from before, another thread"
+                    : "cudaEventQuery of an event from before, another thread in relaxed mode";
+    pthread_t t;
+    if (pthread_create(&t, NULL, op == 9 ? query_idle : query_idle_relaxed, x)) return cudaErrorUnknown;
+    pthread_join(t, NULL);
+    return x->other_thread;
+  }
   default: return cudaErrorInvalidValue;
   }
 }
@@ -567,18 +641,20 @@ static void capture_probe(void) {
     say(0, "graph", "probe set-up: %s", cudaGetErrorString(cudaGetLastError()));
     return;
   }
-  for (int op = 0; op < 9; op++) {
+  for (int op = 0; op < 13; op++) {
     const char *name = "";
     enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     cudaGraph_t g = NULL;
-    cudaError_t b = begin(x.s, cudaStreamCaptureModeThreadLocal);
+    int global = op >= 11; /* 11, 12: ops 9, 10 under a global capture */
+    cudaError_t b = begin(x.s, global ? cudaStreamCaptureModeGlobal : cudaStreamCaptureModeThreadLocal);
     cudaMemsetAsync(x.dev, 0, 256, x.s); /* something to capture */
-    cudaError_t r = probe_op(op, &x, &name);
+    cudaError_t r = probe_op(global ? op - 2 : op, &x, &name);
     cudaError_t c = is_capturing(x.s, &st);
     cudaError_t e = end(x.s, &g);
     if (g) graph_free(g);
     cudaGetLastError();
-    say(-1, "graph", "during a thread-local capture, %s: %s; the capture then %s (end: %s)", name,
+    say(-1, "graph", "during a %s capture, %s: %s; the capture then %s (end: %s)",
+        global ? "global" : "thread-local", name,
         b ? cudaGetErrorString(b) : cudaGetErrorString(r),
         c ? cudaGetErrorString(c) : st == cudaStreamCaptureStatusActive ? "active" : st == cudaStreamCaptureStatusInvalidated ? "INVALIDATED" : "none",
         cudaGetErrorString(e));
@@ -686,6 +762,7 @@ int main(int argc, char **argv) {
   if (!*only || !strcmp(only, "order"))
     if ((r = mpu_launch(1, order_rank, &unordered, NULL, NULL))) say(0, "order", "%s", mpu_last_error());
   if (!*only || !strcmp(only, "split")) check_split();
+  if (!*only || !strcmp(only, "share")) check_share_raw();
   for (int share = 0; share <= 1; share++)
     if (!*only || !strcmp(only, "share"))
       if ((r = mpu_launch(1, share_rank, &share, NULL, NULL))) say(0, "share", "%s", mpu_last_error());

@@ -255,6 +255,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 
+/* No graphs, so no capture mode to exchange; the old mode is "global". */
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
+  if (!mode) return cudaErrorInvalidValue;
+  *mode = cudaStreamCaptureModeGlobal;
+  return cudaSuccess;
+}
+
 /* The double has no graphs: no stream is ever capturing (graph capture is
  * proven on a GPU: scripts/gpu-test.sh, gpu_checks graph). */
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {

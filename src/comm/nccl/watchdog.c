@@ -74,6 +74,12 @@ static void check(nccl_impl *m) {
 static void *dog_main(void *arg) {
   (void)arg;
   on_dog = 1;
+  /* Its event queries must not break another thread's graph capture: under
+   * cudaStreamCaptureModeGlobal any thread's cudaEventQuery invalidates it
+   * (seen on an H200: docs/gpu.md), unless this thread is relaxed, as
+   * ProcessGroupNCCL's watchdog makes itself. */
+  enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&relaxed);
   while (!atomic_load(&stopping)) {
     pthread_mutex_lock(&dog_lock);
     for (nccl_impl *m = watched; m; m = m->watch_next) {
