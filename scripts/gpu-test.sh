@@ -97,10 +97,10 @@ skip() { names+=("$1") results+=("SKIP: $2") times+=(0); echo "<== $1: SKIP: $2"
 
 tp=1
 while ((tp * 2 <= gpus)); do tp=$((tp * 2)); done
-step "gpu_checks (runtime, pointers, order, split, share, graph)" 120 "$kit/bin/gpu_checks" --unordered
+step "gpu_checks (runtime, pointers, order, split, share, graph)" 60 "$kit/bin/gpu_checks" --unordered
 # the same order check with 32 hardware queues instead of CUDA's 8: two streams
 # on one queue serialise whatever NCCL does (the raw NCCL baseline shows it)
-step "gpu_checks share, CUDA_DEVICE_MAX_CONNECTIONS=32" 40 env CUDA_DEVICE_MAX_CONNECTIONS=32 "$kit/bin/gpu_checks" share
+step "gpu_checks share, CUDA_DEVICE_MAX_CONNECTIONS=32" 30 env CUDA_DEVICE_MAX_CONNECTIONS=32 "$kit/bin/gpu_checks" share
 port=$((20000 + $$ % 20000))
 # shellcheck disable=SC2016 # the inner shell expands them
 step "creation deadline, a silent second rank" 40 bash -c \

@@ -343,6 +343,12 @@ static mpu_result_t share_rank(mpu_comm *world, void *arg) {
   cudaMemcpy(bufs, init, sizeof init, cudaMemcpyHostToDevice);
   cudaDeviceSynchronize(); /* a pageable copy may land after cudaMemcpy returns */
   timed_send ta = {a, bufs, 0, 0, ""}, tb = {b, bufs + 2, 0, 0, ""};
+  /* each group's first send to itself sets up its NCCL connection (host
+   * work that may wait for the device, as raw NCCL's did): not timed */
+  send_to_self(&ta);
+  send_to_self(&tb);
+  cudaMemcpy(bufs, init, sizeof init, cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
   /* Hold a's stream 300 ms. On a GPU with a device-side wait on a host flag
    * (cuStreamWaitValue32), not with host functions: CUDA runs every host
    * function of the process on one thread, and NCCL queues its own on its
@@ -420,21 +426,31 @@ static void check_share_raw(void) {
     }
   }
   if (cudaMalloc((void **)&buf, 4 * sizeof(int)) || cudaMallocHost((void **)&flag, sizeof(int))) goto done;
+  /* each communicator's first send to itself sets up its connection (host
+   * work that may wait for the device): done before the hold */
+  for (int i = 0; i < 2; i++) {
+    ncclGroupStart();
+    ncclSend(buf + 2 * i, 1, ncclInt32, 0, c[i], s[i]);
+    ncclRecv(buf + 2 * i + 1, 1, ncclInt32, 0, c[i], s[i]);
+    ncclGroupEnd();
+    cudaStreamSynchronize(s[i]);
+  }
   hold h = {flag, 0};
   if (!hold_stream(s[0], &h)) {
     say(-1, "share", "raw NCCL, two communicators made apart: no device-side hold here (the test double)");
     goto done;
   }
+  /* released 300 ms from now whatever the enqueueing below does */
+  pthread_t releaser;
+  int threaded = !pthread_create(&releaser, NULL, release_later, &h);
+  if (!threaded) release_stream(&h);
+  double t0 = now();
   for (int i = 0; i < 2; i++) {
     ncclGroupStart();
     ncclSend(buf + 2 * i, 1, ncclInt32, 0, c[i], s[i]);
     ncclRecv(buf + 2 * i + 1, 1, ncclInt32, 0, c[i], s[i]);
     ncclGroupEnd();
   }
-  double t0 = now();
-  pthread_t releaser;
-  int threaded = !pthread_create(&releaser, NULL, release_later, &h);
-  if (!threaded) release_stream(&h);
   cudaStreamSynchronize(s[1]);
   double took = now() - t0;
   if (threaded) pthread_join(releaser, NULL);
