@@ -240,8 +240,7 @@ static mpu_result_t equip(nccl_impl *m, void *stream, const char *fn) {
 
 static mpu_result_t make(int rank, int n, const ncclUniqueId *id, const settings *s,
                          mpu_comm *host, int own_host, const int *world, void *channel,
-                         mpu_comm **out) {
-  static const char fn[] = "mpu_comm_nccl_create";
+                         const char *fn, mpu_comm **out) {
   nccl_impl *m = impl_new(s);
   if (!m) {
     if (channel) host->ops->oob_close(channel);
@@ -281,7 +280,7 @@ static mpu_result_t make_over(mpu_comm *host, int own_host, const settings *s, m
     for (int k = 0; !r && k < host->size; k++) world[k] = mpu__comm_world_rank(host, k);
   }
   if (!r) {
-    r = make(host->rank, host->size, &id, s, host, own_host, world, channel, out);
+    r = make(host->rank, host->size, &id, s, host, own_host, world, channel, fn, out);
   } else if (channel) {
     host->ops->oob_close(channel);
   }
@@ -371,7 +370,7 @@ static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **ou
   settings s = root_settings(options, device);
   mpu__rendezvous *rv = NULL;
   MPU_CHECK(mpu__rendezvous_join(&env, &id, sizeof id, s.timeout_s, &rv));
-  mpu_result_t r = make(env.rank, env.world_size, &id, &s, NULL, 0, NULL, NULL, out);
+  mpu_result_t r = make(env.rank, env.world_size, &id, &s, NULL, 0, NULL, NULL, fn, out);
   if (r) {
     mpu__rendezvous_leave(rv);
     return r;
