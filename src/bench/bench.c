@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "bench/bench_internal.h"
+#include "comm/base/collective.h"
 #include "comm/base/copy.h"
 #include "comm/services.h"
 #include "core/clock.h"
@@ -33,30 +34,15 @@
 #include "mpu/bench.h"
 
 double mpu_bench_bus_factor(mpu_collective c, int n) {
-  if (n <= 0) return 0;
-  switch (c) {
-  case MPU_COLL_ALL_REDUCE: return 2.0 * (n - 1) / n;
-  case MPU_COLL_ALL_GATHER:
-  case MPU_COLL_REDUCE_SCATTER:
-  case MPU_COLL_ALL_TO_ALL: return (double)(n - 1) / n;
-  case MPU_COLL_BROADCAST:
-  case MPU_COLL_REDUCE: return 1.0;
-  default: return 0;
-  }
+  const mpu__coll *k = mpu__coll_of(c);
+  if (n <= 0 || !k || (unsigned)c >= MPU_COLL_KINDS) return 0;
+  return k->bus_ring ? k->bus_scale * (n - 1) / n : k->bus_scale;
 }
 
 double mpu_bench_traffic(mpu_collective c, int n, size_t bytes) {
-  double S = (double)bytes;
-  if (n <= 0) return 0;
-  switch (c) {
-  case MPU_COLL_ALL_REDUCE:
-  case MPU_COLL_ALL_TO_ALL: return 2.0 * n * S;   /* n inputs read, n outputs written */
-  case MPU_COLL_ALL_GATHER:                      /* S of inputs read, n outputs of S */
-  case MPU_COLL_REDUCE_SCATTER:                  /* n inputs of S read, S of outputs */
-  case MPU_COLL_REDUCE: return (n + 1.0) * S;    /* n inputs read, one output */
-  case MPU_COLL_BROADCAST: return n * S;         /* the root's read, n - 1 written */
-  default: return 0;
-  }
+  const mpu__coll *k = mpu__coll_of(c);
+  if (n <= 0 || !k || (unsigned)c >= MPU_COLL_KINDS) return 0;
+  return (k->traffic_n * n + k->traffic_1) * (double)bytes;
 }
 
 static double now_us(void) { return mpu__now() * 1e6; }

@@ -984,11 +984,8 @@ typedef struct nbreq {
 static nbreq *nb_head, *nb_tail;
 
 static const char *coll_fn(int kind) {
-  static const char *const names[MPU_COLL_KINDS] = {
-      "mpu_comm_iall_reduce", "mpu_comm_iall_gather", "mpu_comm_ireduce_scatter",
-      "mpu_comm_ibroadcast", "mpu_comm_ireduce", "mpu_comm_iall_to_all", "mpu_comm_ibarrier",
-      "mpu_comm_iall_gather_v", "mpu_comm_ireduce_scatter_v", "mpu_comm_iall_to_all_v"};
-  return kind >= 0 && kind < MPU_COLL_KINDS ? names[kind] : "mpu non-blocking call";
+  const mpu__coll *k = mpu__coll_of(kind);
+  return k ? k->ifn : "mpu non-blocking call";
 }
 
 static void nb_fail(nbreq *q, mpu_result_t r) {
@@ -1596,7 +1593,7 @@ static mpu_result_t mpi_native(mpu_comm *c, const mpu__call *call) {
   static const char fn[] = "raw MPI call";
   MPU__CALL_ARGS(call);
   int kind = call->sig.kind;
-  int n = c->size, reducing = mpu__coll_has_op(kind);
+  int n = c->size, reducing = mpu__coll_of(kind)->has_op;
   MPI_Datatype t = reducing ? native_type(dt) : bits_of(dt);
   if (t == MPI_DATATYPE_NULL)
     return mpu__error(MPU_ERR_UNSUPPORTED, "%s: MPI has no %s reduction", fn, mpu_dtype_name(dt));

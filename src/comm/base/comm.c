@@ -400,8 +400,8 @@ static mpu__call describe(mpu_collective kind, size_t count, mpu_dtype dtype, mp
                           int root, const void *send, void *recv) {
   mpu__call k = {{(int32_t)kind, (int32_t)dtype, MPU_SUM, -1, (uint64_t)count, 0}, send, recv,
                  NULL, NULL, NULL, NULL};
-  if (mpu__coll_has_op(kind)) k.sig.op = (int32_t)op;
-  if (mpu__coll_has_root(kind)) k.sig.root = root;
+  if (mpu__coll_of(kind)->has_op) k.sig.op = (int32_t)op;
+  if (mpu__coll_of(kind)->has_root) k.sig.root = root;
   return k;
 }
 

@@ -12,12 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/base/collective.h"
 #include "core/error.h"
 #include "mpu/comm.h"
 
 /* Fixed-width fields: the MPI backend sends it between processes as bytes. */
 typedef struct mpu__sig {
-  int32_t kind;    /* mpu_collective */
+  int32_t kind;    /* mpu_collective, or MPU__CALL_SEND / _RECV (collective.h) */
   int32_t dtype;   /* mpu_dtype; MPU_UINT8 for a barrier */
   int32_t op;      /* mpu_op; MPU_SUM where the call has none */
   int32_t root;    /* -1 where the call has none */
@@ -51,10 +52,6 @@ typedef struct mpu__call {
   mpu_op op = (mpu_op)(k)->sig.op;                 \
   int root = (k)->sig.root;                        \
   (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)root
-
-/* Whether calls of this kind take an op / a root. */
-MPU_SIBLING_API int mpu__coll_has_op(int kind);
-MPU_SIBLING_API int mpu__coll_has_root(int kind);
 
 /* "all_reduce(count=8, float32, op=sum)" */
 MPU_SIBLING_API void mpu__sig_describe(const mpu__sig *s, char *buf, size_t len);

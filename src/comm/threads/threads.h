@@ -187,7 +187,6 @@ void mpu__ttask(tcomm *tc, const mpu__call *calls, int t);
 mpu_result_t mpu__tcheck(const tcomm *tc, const mpu__call *calls, const char *fn);
 
 /* The public name of a call kind, for messages. */
-const char *mpu__tcall_name(int kind);
 
 /* ---- progress.c: non-blocking calls ---- */
 
