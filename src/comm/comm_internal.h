@@ -31,11 +31,13 @@ typedef struct mpu__comm_ops {
    * MPU_ERR_TIMEOUT leaving the handle pending */
   mpu_result_t (*wait)(mpu_comm *c, void *handle, double timeout_s);
   void (*release)(mpu_comm *c, void *handle);
-  mpu_result_t (*send)(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
-  mpu_result_t (*recv)(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
+  /* A checked send (MPU__CALL_SEND: k->send, sig.count x sig.dtype to k->peer)
+   * or recv (MPU__CALL_RECV: into k->recv from k->peer), a group of one
+   * included (a message to oneself). */
+  mpu_result_t (*send)(mpu_comm *c, const mpu__call *k);
+  mpu_result_t (*recv)(mpu_comm *c, const mpu__call *k);
   /* Optional: both at once (NULL: send, then recv) */
-  mpu_result_t (*sendrecv)(mpu_comm *c, const void *sbuf, size_t scount, int dst, void *rbuf,
-                           size_t rcount, int src, mpu_dtype dt);
+  mpu_result_t (*sendrecv)(mpu_comm *c, const mpu__call *send, const mpu__call *recv);
   /* members: n distinct valid ranks of c including c's own rank */
   mpu_result_t (*create_group)(mpu_comm *c, const int *members, int n, mpu_comm **out);
   /* NULL: comm.c's generic split (all_gather of colors, then create_group) */
@@ -82,8 +84,7 @@ typedef struct mpu__comm_ops {
    * wait/release. */
   mpu_result_t (*group_start)(void);
   mpu_result_t (*group_end)(void);
-  mpu_result_t (*p2p_start)(mpu_comm *c, int is_send, void *buf, size_t count, mpu_dtype dt,
-                            int peer, void **handle);
+  mpu_result_t (*p2p_start)(mpu_comm *c, const mpu__call *k, void **handle);
   /* Optional: the library's own communicator (an ncclComm_t) */
   mpu_result_t (*native_handle)(const mpu_comm *c, void **out);
   /* Optional: start a non-blocking call that then progresses without a wait

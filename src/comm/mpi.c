@@ -1365,8 +1365,10 @@ static void progress_sends(mpi_impl *m) {
   m->nsends = kept;
 }
 
-static mpu_result_t mpi_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
+static mpu_result_t mpi_send(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_send";
+  MPU__CALL_ARGS(k);
+  const void *buf = send;
   mpi_impl *m = impl_of(c);
   if (m->broken) return broken_error(m, fn);
   MPU_CHECK(fits(fn, count, 1));
@@ -1393,8 +1395,10 @@ static mpu_result_t mpi_send(mpu_comm *c, const void *buf, size_t count, mpu_dty
   return MPU_SUCCESS;
 }
 
-static mpu_result_t mpi_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
+static mpu_result_t mpi_recv(mpu_comm *c, const mpu__call *k) {
   static const char fn[] = "mpu_comm_recv";
+  MPU__CALL_ARGS(k);
+  void *buf = recv;
   mpi_impl *m = impl_of(c);
   if (m->broken) return broken_error(m, fn);
   MPU_CHECK(fits(fn, count, 1));

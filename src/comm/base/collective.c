@@ -47,9 +47,11 @@ static const mpu__coll table[MPU__CALL_KINDS] = {
     [MPU_COLL_ALL_TO_ALL_V] = {.name = "all_to_all_v", .fn = "mpu_comm_all_to_all_v",
                                .ifn = "mpu_comm_all_to_all_v", .listed = 1},
     [MPU__CALL_SEND] = {.name = "send", .fn = "mpu_comm_send", .ifn = "mpu_comm_send",
-                        .has_peer = 1, .send_blocks = ONE, .p2p = MPU__CALL_SEND},
+                        .has_peer = 1, .send_blocks = ONE, .p2p = MPU__CALL_SEND,
+                        .peer_name = "dst"},
     [MPU__CALL_RECV] = {.name = "recv", .fn = "mpu_comm_recv", .ifn = "mpu_comm_recv",
-                        .has_peer = 1, .recv_blocks = ONE, .p2p = MPU__CALL_RECV},
+                        .has_peer = 1, .recv_blocks = ONE, .p2p = MPU__CALL_RECV,
+                        .peer_name = "src"},
 };
 
 const mpu__coll *mpu__coll_of(int kind) {

@@ -63,6 +63,7 @@ typedef struct mpu__coll {
   unsigned recv_blocks : 2;  /* and in recv */
   mpu__in_place in_place;
   int p2p;               /* MPU__CALL_SEND or MPU__CALL_RECV for point to point; 0 */
+  const char *peer_name; /* the peer in messages: "dst" (send), "src" (recv) */
   /* mpu bench, nccl-tests' definitions (its doc/PERFORMANCE.md): busbw =
    * algbw x bus_scale x ((n - 1) / n where bus_ring, else 1) */
   double bus_scale;

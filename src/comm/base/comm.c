@@ -14,6 +14,7 @@
 #include <time.h>
 #include <strings.h>
 
+#include "comm/base/collective.h"
 #include "comm/base/signature.h"
 #include "comm/base/group.h"
 #include "comm/comm_internal.h"
@@ -389,111 +390,74 @@ mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const voi
   return MPU_SUCCESS;
 }
 
-/* ---- collectives: one checked entry each, blocking or not -------------------
+/* ---- calls: one checked entry each, blocking or not -------------------------
  *
- * Every collective's arguments are checked here and described once, as an
- * mpu__call; the call then goes to mpu__submit (request.c): run now, or
- * queued / started for a request. Backends get the description as it is. */
+ * Every call is described once, as an mpu__call, and checked from its row of
+ * the collective table (collective.h): which arguments it takes, how many
+ * blocks of count elements each buffer holds, its one in-place form. The
+ * call then goes to mpu__submit (request.c): run now, or queued / started
+ * for a request; send and recv are run now or posted in a group. Backends
+ * get the description as it is. */
 
-/* The call description: op and root only where the kind has them. */
-static mpu__call describe(mpu_collective kind, size_t count, mpu_dtype dtype, mpu_op op,
-                          int root, const void *send, void *recv) {
+/* The call description: op and root (or peer) only where the kind has them. */
+static mpu__call describe(int kind, size_t count, mpu_dtype dtype, mpu_op op, int rank,
+                          const void *send, void *recv) {
+  const mpu__coll *row = mpu__coll_of(kind);
   mpu__call k = {{(int32_t)kind, (int32_t)dtype, MPU_SUM, -1, (uint64_t)count, 0}, send, recv,
-                 NULL, NULL, NULL, NULL};
-  if (mpu__coll_of(kind)->has_op) k.sig.op = (int32_t)op;
-  if (mpu__coll_of(kind)->has_root) k.sig.root = root;
+                 NULL, NULL, NULL, NULL, -1};
+  if (row->has_op) k.sig.op = (int32_t)op;
+  if (row->has_root) k.sig.root = rank;
+  if (row->has_peer) k.peer = rank;
   return k;
 }
 
-static mpu_result_t all_reduce(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                               size_t count, mpu_dtype dtype, mpu_op op, mpu_request **req) {
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_op(fn, op));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
-  MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
-  mpu__call call = describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t all_gather(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                               size_t count, mpu_dtype dtype, mpu_request **req) {
-  size_t bytes = 0, total = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, total, dtype));
-  MPU_CHECK(check_overlap(fn, send, bytes, recv, total,
-                          recv ? (const char *)recv + (size_t)comm->rank * bytes : NULL));
-  mpu__call call = describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t reduce_scatter(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                                   size_t count, mpu_dtype dtype, mpu_op op, mpu_request **req) {
-  size_t bytes = 0, total = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_op(fn, op));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, comm, "send", send, total, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
-  /* in place: recv is this rank's block of send */
-  if (overlap(send, total, recv, bytes) &&
-      (const char *)recv != (const char *)send + (size_t)comm->rank * bytes)
+/* send and recv may overlap only as the row's in-place form (block: one
+ * block's bytes). */
+static mpu_result_t check_in_place(const char *fn, const mpu__coll *row, const mpu_comm *c,
+                                   const char *send, size_t sbytes, const char *recv,
+                                   size_t rbytes, size_t block) {
+  if (!overlap(send, sbytes, recv, rbytes)) return MPU_SUCCESS;
+  size_t mine = (size_t)c->rank * block;
+  int ok = (row->in_place == MPU__IN_PLACE_SAME && send == recv) ||
+           (row->in_place == MPU__IN_PLACE_SEND_IN_RECV && send == recv + mine) ||
+           (row->in_place == MPU__IN_PLACE_RECV_IN_SEND && recv == send + mine);
+  if (ok) return MPU_SUCCESS;
+  if (row->in_place == MPU__IN_PLACE_NONE)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: send and recv buffers overlap but are not the in-place form", fn);
-  mpu__call call = describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv);
-  return mpu__submit(fn, comm, &call, req);
+                      "%s: send and recv buffers overlap (%s has no in-place form)", fn,
+                      row->name);
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "%s: send and recv buffers overlap but are not the in-place form", fn);
 }
 
-static mpu_result_t broadcast(const char *fn, mpu_comm *comm, void *buf, size_t count,
-                              mpu_dtype dtype, int root, mpu_request **req) {
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_rank(fn, "root", comm, root));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "data", buf, bytes, dtype));
-  mpu__call call = describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf);
-  return mpu__submit(fn, comm, &call, req);
+/* Every argument of a call of one count per block (the collectives but the
+ * uneven ones, send and recv), as its row says. */
+static mpu_result_t check_call(const char *fn, const mpu_comm *comm, const mpu__call *k) {
+  const mpu__coll *row = mpu__coll_of(k->sig.kind);
+  mpu_dtype dt = (mpu_dtype)k->sig.dtype;
+  size_t count = (size_t)k->sig.count, block = 0, sbytes = 0, rbytes = 0;
+  CHECK_ENTRY(fn, comm, dt);
+  if (row->has_op) MPU_CHECK(check_op(fn, (mpu_op)k->sig.op));
+  if (row->has_root) MPU_CHECK(check_rank(fn, "root", comm, k->sig.root));
+  if (row->has_peer) MPU_CHECK(check_rank(fn, row->peer_name, comm, k->peer));
+  MPU_CHECK(check_bytes(fn, count, 1, dt, &block));
+  MPU_CHECK(check_bytes(fn, count, mpu__coll_blocks(row->send_blocks, comm->size), dt, &sbytes));
+  MPU_CHECK(check_bytes(fn, count, mpu__coll_blocks(row->recv_blocks, comm->size), dt, &rbytes));
+  if (row->in_place == MPU__IN_PLACE_ONE_BUFFER)
+    return check_buf(fn, comm, "data", k->recv, block, dt);
+  if (row->send_blocks) MPU_CHECK(check_buf(fn, comm, "send", k->send, sbytes, dt));
+  if (!row->recv_blocks || (row->recv_at_root && comm->rank != k->sig.root)) return MPU_SUCCESS;
+  MPU_CHECK(check_buf(fn, comm, row->recv_at_root ? "recv (at root)" : "recv", k->recv, rbytes,
+                      dt));
+  if (!row->send_blocks) return MPU_SUCCESS;
+  return check_in_place(fn, row, comm, k->send, sbytes, k->recv, rbytes, block);
 }
 
-static mpu_result_t reduce(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                           size_t count, mpu_dtype dtype, mpu_op op, int root, mpu_request **req) {
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_op(fn, op));
-  MPU_CHECK(check_rank(fn, "root", comm, root));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
-  if (comm->rank == root) {
-    MPU_CHECK(check_buf(fn, comm, "recv (at root)", recv, bytes, dtype));
-    MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
-  }
-  mpu__call call = describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t all_to_all(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                               size_t count, mpu_dtype dtype, mpu_request **req) {
-  size_t total = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, comm, "send", send, total, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, total, dtype));
-  if (overlap(send, total, recv, total))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: send and recv buffers overlap (all_to_all has no in-place form)", fn);
-  mpu__call call = describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t barrier(const char *fn, mpu_comm *comm, mpu_request **req) {
-  MPU_CHECK(check_comm(fn, comm));
-  mpu__call call = describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL);
+/* A collective of one count per rank: checked, then run or started. */
+static mpu_result_t collective(mpu_comm *comm, mpu__call call, mpu_request **req) {
+  const mpu__coll *row = mpu__coll_of(call.sig.kind);
+  const char *fn = req ? row->ifn : row->fn;
+  MPU_CHECK(check_call(fn, comm, &call));
   return mpu__submit(fn, comm, &call, req);
 }
 
@@ -651,130 +615,133 @@ static mpu_result_t check_req(const char *fn, mpu_request **req) {
 
 mpu_result_t mpu_comm_all_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
                                  mpu_dtype dtype, mpu_op op) {
-  return all_reduce("mpu_comm_all_reduce", comm, send, recv, count, dtype, op, NULL);
+  return collective(comm, describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv), NULL);
 }
 
 mpu_result_t mpu_comm_iall_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
                                   mpu_dtype dtype, mpu_op op, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_iall_reduce", req));
-  return all_reduce("mpu_comm_iall_reduce", comm, send, recv, count, dtype, op, req);
+  return collective(comm, describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv), req);
 }
 
 mpu_result_t mpu_comm_all_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
                                  mpu_dtype dtype) {
-  return all_gather("mpu_comm_all_gather", comm, send, recv, count, dtype, NULL);
+  return collective(comm, describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv),
+                    NULL);
 }
 
 mpu_result_t mpu_comm_iall_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
                                   mpu_dtype dtype, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_iall_gather", req));
-  return all_gather("mpu_comm_iall_gather", comm, send, recv, count, dtype, req);
+  return collective(comm, describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv),
+                    req);
 }
 
 mpu_result_t mpu_comm_reduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
                                      mpu_dtype dtype, mpu_op op) {
-  return reduce_scatter("mpu_comm_reduce_scatter", comm, send, recv, count, dtype, op, NULL);
+  return collective(comm, describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv),
+                    NULL);
 }
 
 mpu_result_t mpu_comm_ireduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
                                       mpu_dtype dtype, mpu_op op, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_ireduce_scatter", req));
-  return reduce_scatter("mpu_comm_ireduce_scatter", comm, send, recv, count, dtype, op, req);
+  return collective(comm, describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv),
+                    req);
 }
 
 mpu_result_t mpu_comm_broadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
                                 int root) {
-  return broadcast("mpu_comm_broadcast", comm, buf, count, dtype, root, NULL);
+  return collective(comm, describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf),
+                    NULL);
 }
 
 mpu_result_t mpu_comm_ibroadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
                                  int root, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_ibroadcast", req));
-  return broadcast("mpu_comm_ibroadcast", comm, buf, count, dtype, root, req);
+  return collective(comm, describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf),
+                    req);
 }
 
 mpu_result_t mpu_comm_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
                              mpu_dtype dtype, mpu_op op, int root) {
-  return reduce("mpu_comm_reduce", comm, send, recv, count, dtype, op, root, NULL);
+  return collective(comm, describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv), NULL);
 }
 
 mpu_result_t mpu_comm_ireduce(mpu_comm *comm, const void *send, void *recv, size_t count,
                               mpu_dtype dtype, mpu_op op, int root, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_ireduce", req));
-  return reduce("mpu_comm_ireduce", comm, send, recv, count, dtype, op, root, req);
+  return collective(comm, describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv), req);
 }
 
 mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
                                  mpu_dtype dtype) {
-  return all_to_all("mpu_comm_all_to_all", comm, send, recv, count, dtype, NULL);
+  return collective(comm, describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv),
+                    NULL);
 }
 
 mpu_result_t mpu_comm_iall_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
                                   mpu_dtype dtype, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_iall_to_all", req));
-  return all_to_all("mpu_comm_iall_to_all", comm, send, recv, count, dtype, req);
+  return collective(comm, describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv),
+                    req);
 }
 
-mpu_result_t mpu_comm_barrier(mpu_comm *comm) { return barrier("mpu_comm_barrier", comm, NULL); }
+mpu_result_t mpu_comm_barrier(mpu_comm *comm) {
+  return collective(comm, describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL), NULL);
+}
 
 mpu_result_t mpu_comm_ibarrier(mpu_comm *comm, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_ibarrier", req));
-  return barrier("mpu_comm_ibarrier", comm, req);
+  return collective(comm, describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL), req);
+}
+
+/* Point to point: checked as every call, then posted in an open group or
+ * run now (after the communicator's queued requests). */
+static mpu_result_t p2p(const char *fn, mpu_comm *comm, const mpu__call *call) {
+  if (mpu__group_open()) return mpu__group_call(fn, comm, call);
+  double t0 = mpu__clock_start();
+  mpu_result_t r = mpu__flush(comm);
+  if (!r) r = mpu__run_call(comm, call);
+  return mpu__clock_add(t0, r);
 }
 
 mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dtype dtype,
                            int peer) {
   static const char fn[] = "mpu_comm_send";
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_rank(fn, "peer", comm, peer));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "send", buf, bytes, dtype));
-  if (mpu__group_open()) return mpu__group_p2p(fn, comm, 1, (void *)(uintptr_t)buf, count, dtype, peer);
-  double t0 = mpu__clock_start();
-  mpu_result_t r = mpu__flush(comm);
-  if (!r) r = comm->ops->send(comm, buf, count, dtype, peer);
-  return mpu__clock_add(t0, r);
+  mpu__call call = describe(MPU__CALL_SEND, count, dtype, MPU_SUM, peer, buf, NULL);
+  MPU_CHECK(check_call(fn, comm, &call));
+  return p2p(fn, comm, &call);
 }
 
 mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype, int peer) {
   static const char fn[] = "mpu_comm_recv";
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_rank(fn, "peer", comm, peer));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "recv", buf, bytes, dtype));
-  if (mpu__group_open()) return mpu__group_p2p(fn, comm, 0, buf, count, dtype, peer);
-  double t0 = mpu__clock_start();
-  mpu_result_t r = mpu__flush(comm);
-  if (!r) r = comm->ops->recv(comm, buf, count, dtype, peer);
-  return mpu__clock_add(t0, r);
+  mpu__call call = describe(MPU__CALL_RECV, count, dtype, MPU_SUM, peer, NULL, buf);
+  MPU_CHECK(check_call(fn, comm, &call));
+  return p2p(fn, comm, &call);
 }
 
+/* A send and a recv described as every send and recv; inside a group they
+ * are two posted calls, which a group runs as one step already. */
 mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendcount, int dst,
                                void *recvbuf, size_t recvcount, int src, mpu_dtype dtype) {
   static const char fn[] = "mpu_comm_sendrecv";
-  size_t sbytes = 0, rbytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_rank(fn, "dst", comm, dst));
-  MPU_CHECK(check_rank(fn, "src", comm, src));
-  MPU_CHECK(check_bytes(fn, sendcount, 1, dtype, &sbytes));
-  MPU_CHECK(check_bytes(fn, recvcount, 1, dtype, &rbytes));
-  MPU_CHECK(check_buf(fn, comm, "send", sendbuf, sbytes, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recvbuf, rbytes, dtype));
-  if (overlap(sendbuf, sbytes, recvbuf, rbytes))
+  mpu__call s = describe(MPU__CALL_SEND, sendcount, dtype, MPU_SUM, dst, sendbuf, NULL);
+  mpu__call r = describe(MPU__CALL_RECV, recvcount, dtype, MPU_SUM, src, NULL, recvbuf);
+  MPU_CHECK(check_call(fn, comm, &s));
+  MPU_CHECK(check_call(fn, comm, &r));
+  size_t es = mpu_dtype_size(dtype);
+  if (overlap(sendbuf, sendcount * es, recvbuf, recvcount * es))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
-  if (mpu__group_open()) { /* inside a group a send and a recv already are one step */
-    MPU_CHECK(mpu__group_p2p(fn, comm, 1, (void *)(uintptr_t)sendbuf, sendcount, dtype, dst));
-    return mpu__group_p2p(fn, comm, 0, recvbuf, recvcount, dtype, src);
+  if (mpu__group_open()) {
+    MPU_CHECK(mpu__group_call(fn, comm, &s));
+    return mpu__group_call(fn, comm, &r);
   }
   double t0 = mpu__clock_start();
-  mpu_result_t r = mpu__flush(comm);
-  if (!r && comm->ops->sendrecv)
-    r = comm->ops->sendrecv(comm, sendbuf, sendcount, dst, recvbuf, recvcount, src, dtype);
-  else if (!r && !(r = comm->ops->send(comm, sendbuf, sendcount, dtype, dst)))
-    r = comm->ops->recv(comm, recvbuf, recvcount, dtype, src);
-  return mpu__clock_add(t0, r);
+  mpu_result_t res = mpu__flush(comm);
+  if (!res && comm->ops->sendrecv) res = comm->ops->sendrecv(comm, &s, &r);
+  else if (!res && !(res = mpu__run_call(comm, &s))) res = mpu__run_call(comm, &r);
+  return mpu__clock_add(t0, res);
 }
 
 /* ---- the communication clock ---------------------------------------------- */

@@ -214,35 +214,32 @@ static mpu_result_t run(mpu_comm *c, const mpu__call *k, const char *fn) {
 
 /* Point to point is NCCL's: a send completes when the peer receives (no
  * eager copy), so the blocking send waits for the matching recv. */
-static mpu_result_t nccl_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
-  static const char fn[] = "mpu_comm_send";
-  nccl_impl *m = impl_of(c);
+/* The NCCL call of a send or recv description, enqueued. */
+ncclResult_t mpu__nccl_p2p(const nccl_impl *m, const mpu__call *k) {
+  size_t count = (size_t)k->sig.count;
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  if (mpu__coll_of(k->sig.kind)->p2p == MPU__CALL_SEND)
+    return ncclSend(k->send, count, t, k->peer, m->comm, m->stream);
+  return ncclRecv(k->recv, count, t, k->peer, m->comm, m->stream);
+}
+
+static mpu_result_t nccl_p2p(mpu_comm *c, const mpu__call *k) {
+  const char *fn = mpu__coll_fn(k->sig.kind);
   MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_enter(c, fn));
-  mpu_result_t r = mpu__nccl_issued(c, ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), fn);
+  mpu_result_t r = mpu__nccl_issued(c, mpu__nccl_p2p(impl_of(c), k), fn);
   mpu__nccl_leave(c);
   return r ? r : wait_enqueued(c, fn);
 }
 
-static mpu_result_t nccl_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
-  static const char fn[] = "mpu_comm_recv";
-  nccl_impl *m = impl_of(c);
-  MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_enter(c, fn));
-  mpu_result_t r = mpu__nccl_issued(c, ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), fn);
-  mpu__nccl_leave(c);
-  return r ? r : wait_enqueued(c, fn);
-}
-
-static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, int dst,
-                                  void *rbuf, size_t rcount, int src, mpu_dtype dt) {
+static mpu_result_t nccl_sendrecv(mpu_comm *c, const mpu__call *send, const mpu__call *recv) {
   static const char fn[] = "mpu_comm_sendrecv";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_enter(c, fn));
   ncclResult_t r = ncclGroupStart();
-  ncclResult_t s = r ? r : ncclSend(sbuf, scount, type_of(dt), dst, m->comm, m->stream);
-  ncclResult_t v = r || s ? ncclSuccess : ncclRecv(rbuf, rcount, type_of(dt), src, m->comm, m->stream);
+  ncclResult_t s = r ? r : mpu__nccl_p2p(m, send);
+  ncclResult_t v = r || s ? ncclSuccess : mpu__nccl_p2p(m, recv);
   ncclResult_t e = r ? ncclSuccess : ncclGroupEnd(); /* always closes the group it opened */
   mpu_result_t res = mpu__nccl_issued(c, r ? r : s ? s : v ? v : e, fn);
   mpu__nccl_leave(c);
@@ -437,8 +434,8 @@ const mpu__comm_ops mpu__nccl_ops = {
     .test = nccl_test,
     .wait = nccl_wait,
     .release = nccl_release,
-    .send = nccl_send,
-    .recv = nccl_recv,
+    .send = nccl_p2p,
+    .recv = nccl_p2p,
     .sendrecv = nccl_sendrecv,
     .create_group = mpu__nccl_create_group,
     .split = mpu__nccl_split,
