@@ -912,6 +912,14 @@ mpu_result_t mpu__comm_native(mpu_comm *comm, mpu_collective kind, const void *s
   return comm->ops->native(comm, &call);
 }
 
+mpu_result_t mpu__comm_call(mpu_comm *comm, mpu_collective kind, const void *send, void *recv,
+                            size_t count, mpu_dtype dt, mpu_op op, int root) {
+  if ((unsigned)kind >= MPU_COLL_COUNT)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "collective %d is not one of one count per rank",
+                      (int)kind);
+  return collective(comm, describe(kind, count, dt, op, root, send, recv), NULL);
+}
+
 mpu_result_t mpu__comm_group_described(mpu_comm *comm, int pos, int size,
                                        mpu_result_t (*list)(const void *ctx, int *out, int size),
                                        void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out) {

@@ -58,50 +58,66 @@ static ncclRedOp_t op_of(mpu_op op) {
 /* The uneven collectives, which NCCL has not: one group of sends and
  * receives (all_gather_v, all_to_all_v) or of reduces, one per block
  * (reduce_scatter_v). This rank's own block is a copy on the stream. */
-static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *fn) {
+
+/* Close the group opened, then this rank's own block (bytes from `from`
+ * to `to`), a copy on the stream. */
+static mpu_result_t uneven_end(mpu_comm *c, ncclResult_t r, const void *from, void *to,
+                               size_t bytes, const char *fn) {
+  ncclResult_t e = ncclGroupEnd(); /* always closes the group it opened */
+  MPU_CHECK(mpu__nccl_issued(c, r ? r : e, fn));
+  if (!bytes || from == to) return MPU_SUCCESS;
+  return mpu__nccl_cuda_error(cudaMemcpy2DAsync(to, bytes, from, bytes, bytes, 1,
+                                                cudaMemcpyDefault, impl_of(c)->stream),
+                              fn);
+}
+
+static mpu_result_t enqueue_all_gather_v(mpu_comm *c, const mpu__call *k, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype);
+  int n = c->size, me = c->rank;
+  char *recv = k->recv;
+  ncclResult_t r = ncclGroupStart();
+  for (int p = 0; p < n && r == ncclSuccess; p++) {
+    if (p != me && k->counts[me]) r = ncclSend(k->send, k->counts[me], t, p, m->comm, m->stream);
+    if (p != me && !r && k->counts[p])
+      r = ncclRecv(recv + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
+  }
+  return uneven_end(c, r, k->send, recv + k->displs[me] * es, k->counts[me] * es, fn);
+}
+
+static mpu_result_t enqueue_reduce_scatter_v(mpu_comm *c, const mpu__call *k, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype), off = 0;
+  const char *send = k->send;
+  ncclResult_t r = ncclGroupStart();
+  for (int p = 0; p < c->size && r == ncclSuccess; p++) {
+    if (k->counts[p])
+      r = ncclReduce(send + off * es,
+                     p == c->rank ? k->recv : (void *)(uintptr_t)(send + off * es), k->counts[p],
+                     t, op_of((mpu_op)k->sig.op), p, m->comm, m->stream);
+    off += k->counts[p];
+  }
+  return uneven_end(c, r, NULL, NULL, 0, fn);
+}
+
+static mpu_result_t enqueue_all_to_all_v(mpu_comm *c, const mpu__call *k, const char *fn) {
   nccl_impl *m = impl_of(c);
   ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
   size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype);
   int n = c->size, me = c->rank;
   const char *send = k->send;
   char *recv = k->recv;
-  ncclResult_t r = ncclGroupStart(), e = ncclSuccess;
-  size_t off = 0;
+  ncclResult_t r = ncclGroupStart();
   for (int p = 0; p < n && r == ncclSuccess; p++) {
-    switch (k->sig.kind) {
-    case MPU_COLL_ALL_GATHER_V:
-      if (p != me && k->counts[me]) r = ncclSend(send, k->counts[me], t, p, m->comm, m->stream);
-      if (p != me && !r && k->counts[p])
-        r = ncclRecv(recv + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
-      break;
-    case MPU_COLL_REDUCE_SCATTER_V:
-      if (k->counts[p])
-        r = ncclReduce(send + off * es, p == me ? (void *)recv : (void *)(uintptr_t)(send + off * es),
-                       k->counts[p], t, op_of((mpu_op)k->sig.op), p, m->comm, m->stream);
-      off += k->counts[p];
-      break;
-    default:
-      if (p != me && k->counts[p])
-        r = ncclSend(send + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
-      if (p != me && !r && k->rcounts[p])
-        r = ncclRecv(recv + k->rdispls[p] * es, k->rcounts[p], t, p, m->comm, m->stream);
-    }
+    if (p != me && k->counts[p])
+      r = ncclSend(send + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
+    if (p != me && !r && k->rcounts[p])
+      r = ncclRecv(recv + k->rdispls[p] * es, k->rcounts[p], t, p, m->comm, m->stream);
   }
-  e = ncclGroupEnd(); /* always closes the group it opened */
-  MPU_CHECK(mpu__nccl_issued(c, r ? r : e, fn));
-  /* the own block: a copy on the same stream */
-  const void *from = NULL;
-  void *to = NULL;
-  size_t bytes = 0;
-  if (k->sig.kind == MPU_COLL_ALL_GATHER_V)
-    from = send, to = recv + k->displs[me] * es, bytes = k->counts[me] * es;
-  else if (k->sig.kind == MPU_COLL_ALL_TO_ALL_V)
-    from = send + k->displs[me] * es, to = recv + k->rdispls[me] * es, bytes = k->counts[me] * es;
-  if (bytes && from != to)
-    return mpu__nccl_cuda_error(cudaMemcpy2DAsync(to, bytes, from, bytes, bytes, 1, cudaMemcpyDefault,
-                                        m->stream),
-                      fn);
-  return MPU_SUCCESS;
+  return uneven_end(c, r, send + k->displs[me] * es, recv + k->rdispls[me] * es,
+                    k->counts[me] * es, fn);
 }
 
 /* all_to_all as one group where the library has no ncclAlltoAll (before
@@ -152,7 +168,9 @@ static mpu_result_t enqueue_locked(mpu_comm *c, const mpu__call *k, const char *
   case MPU_COLL_BARRIER: /* NCCL has no barrier: a one-int all-reduce is one */
     r = ncclAllReduce(m->one, m->one, 1, ncclInt32, ncclSum, m->comm, m->stream);
     break;
-  default: return enqueue_uneven(c, k, fn);
+  case MPU_COLL_ALL_GATHER_V: return enqueue_all_gather_v(c, k, fn);
+  case MPU_COLL_REDUCE_SCATTER_V: return enqueue_reduce_scatter_v(c, k, fn);
+  default: return enqueue_all_to_all_v(c, k, fn);
   }
   return mpu__nccl_issued(c, r, fn);
 }
