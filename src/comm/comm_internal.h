@@ -151,6 +151,19 @@ MPU_SIBLING_API mpu_result_t mpu__recv_mismatch(size_t count, mpu_dtype dt, size
 MPU_SIBLING_API mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *data,
                           size_t got_count, mpu_dtype got, int peer);
 
+/* comm.c: MPU_SUCCESS if c is a live communicator; else an error naming fn
+ * (NULL: MPU_ERR_INVALID_ARGUMENT; destroyed or never made: _INVALID_USAGE). */
+mpu_result_t mpu__comm_check(const char *fn, const mpu_comm *c);
+
+/* calls.c: MPU_SUCCESS if r is a rank of c; else MPU_ERR_INVALID_ARGUMENT
+ * naming fn, what r is ("root", "dst") and the range. */
+mpu_result_t mpu__comm_check_rank(const char *fn, const char *what, const mpu_comm *c, int r);
+
+/* calls.c: the description of a call of `kind` (collective.h): op, and root
+ * or peer (`rank`), only where the kind's row has them. */
+mpu__call mpu__call_describe(int kind, size_t count, mpu_dtype dtype, mpu_op op, int rank,
+                             const void *send, void *recv);
+
 /* ---- request.c ---- */
 
 /* Run a checked call now (req == NULL: after the queued ones, in order), or
