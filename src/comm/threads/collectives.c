@@ -23,6 +23,10 @@
  * outnumber the cores, only as many ranks as there are cores work, rank w
  * taking tasks w, w + W, ...; the others go straight to the exit barrier and
  * sleep, so the workers run without being time-sliced against them.
+ *
+ * What a kind reads and writes (its blocks, its in-place form) is the
+ * collective table's (collective.h); this file's own table (kinds[]) says
+ * how the threads backend moves each kind: its tasks and its small path.
  */
 #include <stdio.h>
 #include <string.h>
