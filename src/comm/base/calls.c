@@ -102,7 +102,7 @@ mpu_result_t mpu__comm_check_rank(const char *fn, const char *what, const mpu_co
  * get the description as it is. */
 
 mpu__call mpu__call_describe(int kind, size_t count, mpu_dtype dtype, mpu_op op, int rank,
-                          const void *send, void *recv) {
+                             const void *send, void *recv) {
   const mpu__coll *row = mpu__coll_of(kind);
   mpu__call k = {{(int32_t)kind, (int32_t)dtype, MPU_SUM, -1, (uint64_t)count, 0}, send, recv,
                  NULL, NULL, NULL, NULL, -1};
@@ -252,7 +252,8 @@ mpu_result_t mpu_comm_all_gather_v(mpu_comm *comm, const void *send, void *recv,
   if (!r) r = check_overlap(fn, send, bytes, recv, extent,
                             recv ? (const char *)recv + at[comm->rank] * es : NULL);
   if (!r) {
-    mpu__call call = mpu__call_describe(MPU_COLL_ALL_GATHER_V, total, dtype, MPU_SUM, -1, send, recv);
+    mpu__call call = mpu__call_describe(MPU_COLL_ALL_GATHER_V, total, dtype, MPU_SUM,
+                                        -1, send, recv);
     call.sig.digest = digest(counts, comm->size);
     call.counts = counts, call.displs = at;
     r = mpu__submit(fn, comm, &call, NULL);
@@ -316,85 +317,91 @@ static mpu_result_t check_req(const char *fn, mpu_request **req) {
 
 mpu_result_t mpu_comm_all_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
                                  mpu_dtype dtype, mpu_op op) {
-  return collective(comm, mpu__call_describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv), NULL);
+  mpu__call call = mpu__call_describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv);
+  return collective(comm, call, NULL);
 }
 
 mpu_result_t mpu_comm_iall_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
                                   mpu_dtype dtype, mpu_op op, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_iall_reduce", req));
-  return collective(comm, mpu__call_describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv), req);
+  mpu__call call = mpu__call_describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv);
+  return collective(comm, call, req);
 }
 
 mpu_result_t mpu_comm_all_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
                                  mpu_dtype dtype) {
-  return collective(comm, mpu__call_describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv),
-                    NULL);
+  mpu__call call = mpu__call_describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv);
+  return collective(comm, call, NULL);
 }
 
 mpu_result_t mpu_comm_iall_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
                                   mpu_dtype dtype, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_iall_gather", req));
-  return collective(comm, mpu__call_describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv),
-                    req);
+  mpu__call call = mpu__call_describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv);
+  return collective(comm, call, req);
 }
 
 mpu_result_t mpu_comm_reduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
                                      mpu_dtype dtype, mpu_op op) {
-  return collective(comm, mpu__call_describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv),
-                    NULL);
+  mpu__call call = mpu__call_describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv);
+  return collective(comm, call, NULL);
 }
 
 mpu_result_t mpu_comm_ireduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
                                       mpu_dtype dtype, mpu_op op, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_ireduce_scatter", req));
-  return collective(comm, mpu__call_describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv),
-                    req);
+  mpu__call call = mpu__call_describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv);
+  return collective(comm, call, req);
 }
 
 mpu_result_t mpu_comm_broadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
                                 int root) {
-  return collective(comm, mpu__call_describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf),
-                    NULL);
+  mpu__call call = mpu__call_describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf);
+  return collective(comm, call, NULL);
 }
 
 mpu_result_t mpu_comm_ibroadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
                                  int root, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_ibroadcast", req));
-  return collective(comm, mpu__call_describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf),
-                    req);
+  mpu__call call = mpu__call_describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf);
+  return collective(comm, call, req);
 }
 
 mpu_result_t mpu_comm_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
                              mpu_dtype dtype, mpu_op op, int root) {
-  return collective(comm, mpu__call_describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv), NULL);
+  mpu__call call = mpu__call_describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv);
+  return collective(comm, call, NULL);
 }
 
 mpu_result_t mpu_comm_ireduce(mpu_comm *comm, const void *send, void *recv, size_t count,
                               mpu_dtype dtype, mpu_op op, int root, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_ireduce", req));
-  return collective(comm, mpu__call_describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv), req);
+  mpu__call call = mpu__call_describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv);
+  return collective(comm, call, req);
 }
 
 mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
                                  mpu_dtype dtype) {
-  return collective(comm, mpu__call_describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv),
-                    NULL);
+  mpu__call call = mpu__call_describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv);
+  return collective(comm, call, NULL);
 }
 
 mpu_result_t mpu_comm_iall_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
                                   mpu_dtype dtype, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_iall_to_all", req));
-  return collective(comm, mpu__call_describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv),
-                    req);
+  mpu__call call = mpu__call_describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv);
+  return collective(comm, call, req);
 }
 
 mpu_result_t mpu_comm_barrier(mpu_comm *comm) {
-  return collective(comm, mpu__call_describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL), NULL);
+  mpu__call call = mpu__call_describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL);
+  return collective(comm, call, NULL);
 }
 
 mpu_result_t mpu_comm_ibarrier(mpu_comm *comm, mpu_request **req) {
   MPU_CHECK(check_req("mpu_comm_ibarrier", req));
-  return collective(comm, mpu__call_describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL), req);
+  mpu__call call = mpu__call_describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL);
+  return collective(comm, call, req);
 }
 
 /* Point to point: checked as every call, then posted in an open group or
@@ -460,6 +467,7 @@ mpu_result_t mpu__comm_call(mpu_comm *comm, mpu_collective kind, const void *sen
   if ((unsigned)kind >= MPU_COLL_COUNT)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "collective %d is not one of one count per rank",
                       (int)kind);
-  return collective(comm, mpu__call_describe(kind, count, dt, op, root, send, recv), NULL);
+  mpu__call call = mpu__call_describe(kind, count, dt, op, root, send, recv);
+  return collective(comm, call, NULL);
 }
 
