@@ -7,7 +7,9 @@
  * at a time (mpu_bench_roof_begin, _round, _end) refuses misuse and frees
  * what it laid out; mpu_bench_collectives' pauses come as many times as
  * asked on every rank, outside the timing, and a pause's error ends the
- * measurement with it.
+ * measurement with it. What the bench reports of each collective (its
+ * name, nccl-tests' bus factor, its least traffic) is the collective
+ * table's, pinned here to nccl-tests' definitions (doc/PERFORMANCE.md).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -24,6 +26,41 @@ static mpu_bench_config config(mpu_collective c, size_t bytes, int in_place) {
   mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
   cfg.collective = c, cfg.bytes = bytes, cfg.in_place = in_place, cfg.iters = 3;
   return cfg;
+}
+
+static void test_collective_facts(void **state) {
+  (void)state;
+  /* n = 4, S = 100 bytes: busbw factors and bytes read + written */
+  static const struct {
+    mpu_collective c;
+    const char *name;
+    double bus, traffic;
+  } want[] = {
+      {MPU_COLL_ALL_REDUCE, "all_reduce", 1.5, 800},  {MPU_COLL_ALL_GATHER, "all_gather", 0.75, 500},
+      {MPU_COLL_REDUCE_SCATTER, "reduce_scatter", 0.75, 500},
+      {MPU_COLL_BROADCAST, "broadcast", 1, 400},      {MPU_COLL_REDUCE, "reduce", 1, 500},
+      {MPU_COLL_ALL_TO_ALL, "all_to_all", 0.75, 800}, {MPU_COLL_BARRIER, "barrier", 0, 0},
+      {MPU_COLL_ALL_GATHER_V, "all_gather_v", 0, 0},
+      {MPU_COLL_REDUCE_SCATTER_V, "reduce_scatter_v", 0, 0},
+      {MPU_COLL_ALL_TO_ALL_V, "all_to_all_v", 0, 0},
+  };
+  assert_int_equal(sizeof want / sizeof want[0], MPU_COLL_KINDS);
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    mpu_collective back = MPU_COLL_KINDS;
+    assert_string_equal(mpu_collective_name(want[i].c), want[i].name);
+    assert_int_equal(mpu_collective_from_name(want[i].name, &back), MPU_SUCCESS);
+    assert_int_equal(back, want[i].c);
+    assert_true(fabs(mpu_bench_bus_factor(want[i].c, 4) - want[i].bus) < 1e-12);
+    assert_true(fabs(mpu_bench_traffic(want[i].c, 4, 100) - want[i].traffic) < 1e-9);
+    assert_true(mpu_bench_bus_factor(want[i].c, 0) == 0);
+  }
+  assert_true(fabs(mpu_bench_bus_factor(MPU_COLL_ALL_REDUCE, 1)) < 1e-12); /* 2 (n - 1) / n */
+  assert_string_equal(mpu_collective_name(MPU_COLL_KINDS), "invalid");
+  assert_string_equal(mpu_collective_name((mpu_collective)-1), "invalid");
+  assert_true(mpu_bench_bus_factor(MPU_COLL_KINDS, 4) == 0); /* send/recv rows are not collectives */
+  assert_true(mpu_bench_traffic(MPU_COLL_KINDS + 1, 4, 100) == 0);
+  mpu_collective out;
+  assert_int_equal(mpu_collective_from_name("send", &out), MPU_ERR_INVALID_ARGUMENT);
 }
 
 static void test_refusals(void **state) {
@@ -165,6 +202,7 @@ static void test_pauses(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_collective_facts),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_every_row),
       cmocka_unit_test(test_more_bytes_take_longer),

@@ -6,6 +6,9 @@
 #    mpu_comm_capabilities (the tests may name backends: they test them);
 #  - the old kind numbering (a second enum tied to mpu_collective by +1) and
 #    the backends' repacking of the checked call are gone;
+#  - what a collective is lives in one table (src/comm/base/collective.h):
+#    a file of src/ or tools/ switches on the collective kind at most once
+#    (a backend: from the kind to its library's call);
 #  - libmpu needs nothing but libc, libm and pthreads.
 # Usage: test_layering.sh SOURCE_DIR LIBMPU
 set -euo pipefail
@@ -26,6 +29,19 @@ if grep -nE 'mpu_comm_backend\([^)]*\)\s*,\s*"|strn?cmp\([^;]*mpu_comm_backend' 
 fi
 if grep -nE 'mpu__comm_is_fake|mpu__fake_group_described|mpu__nccl_device|mpu__kind\b|MPU__(ALL_REDUCE|BARRIER)|mpu__sig_make|\btcall\b' -r src tools tests --include='*.[ch]'; then
   echo "^ the old call round trip (second kind enum, repacked calls, backend-specific hooks)" >&2
+  fail=1
+fi
+sources=$(git ls-files 'src/*.[ch]' 'tools/*.[ch]' 2>/dev/null || true)
+[ -n "$sources" ] || sources=$(find src tools -name '*.[ch]')
+# each switch is numbered as it opens; a `case MPU_COLL_...` belongs to the latest one
+if awk 'FNR == 1 { sw = 0 }
+        /^[[:space:]]*\/?\*/ { next }
+        /switch[[:space:]]*\(/ { sw++ }
+        /case[[:space:]]+MPU_COLL_/ { k = FILENAME SUBSEP sw; if (!(k in seen)) { seen[k] = 1; n[FILENAME]++ } }
+        END { bad = 0
+              for (f in n) if (n[f] > 1) { printf "%s: %d switches on the collective kind\n", f, n[f]; bad = 1 }
+              exit !bad }' $sources; then
+  echo "^ a second switch on the collective kind in one file (read the row: src/comm/base/collective.h)" >&2
   fail=1
 fi
 if echo "$deps" | grep -Ei 'mpi|cuda|nccl|blas|open-pal'; then

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "bench/bench_internal.h"
+#include "comm/base/collective.h"
 #include "comm/base/copy.h"
 #include "comm/services.h"
 #include "core/clock.h"
@@ -33,30 +34,15 @@
 #include "mpu/bench.h"
 
 double mpu_bench_bus_factor(mpu_collective c, int n) {
-  if (n <= 0) return 0;
-  switch (c) {
-  case MPU_COLL_ALL_REDUCE: return 2.0 * (n - 1) / n;
-  case MPU_COLL_ALL_GATHER:
-  case MPU_COLL_REDUCE_SCATTER:
-  case MPU_COLL_ALL_TO_ALL: return (double)(n - 1) / n;
-  case MPU_COLL_BROADCAST:
-  case MPU_COLL_REDUCE: return 1.0;
-  default: return 0;
-  }
+  const mpu__coll *k = mpu__coll_of(c);
+  if (n <= 0 || !k || (unsigned)c >= MPU_COLL_KINDS) return 0;
+  return k->bus_ring ? k->bus_scale * (n - 1) / n : k->bus_scale;
 }
 
 double mpu_bench_traffic(mpu_collective c, int n, size_t bytes) {
-  double S = (double)bytes;
-  if (n <= 0) return 0;
-  switch (c) {
-  case MPU_COLL_ALL_REDUCE:
-  case MPU_COLL_ALL_TO_ALL: return 2.0 * n * S;   /* n inputs read, n outputs written */
-  case MPU_COLL_ALL_GATHER:                      /* S of inputs read, n outputs of S */
-  case MPU_COLL_REDUCE_SCATTER:                  /* n inputs of S read, S of outputs */
-  case MPU_COLL_REDUCE: return (n + 1.0) * S;    /* n inputs read, one output */
-  case MPU_COLL_BROADCAST: return n * S;         /* the root's read, n - 1 written */
-  default: return 0;
-  }
+  const mpu__coll *k = mpu__coll_of(c);
+  if (n <= 0 || !k || (unsigned)c >= MPU_COLL_KINDS) return 0;
+  return (k->traffic_n * n + k->traffic_1) * (double)bytes;
 }
 
 static double now_us(void) { return mpu__now() * 1e6; }
@@ -106,15 +92,14 @@ mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *in, int n
   size_t es = mpu_dtype_size(cfg->dtype);
   /* per-rank count: the buffer of nccl-tests' size is split over ranks for
    * the collectives whose size is a total */
-  int per_total = cfg->collective == MPU_COLL_ALL_GATHER ||
-                  cfg->collective == MPU_COLL_REDUCE_SCATTER ||
-                  cfg->collective == MPU_COLL_ALL_TO_ALL;
+  const mpu__coll *row = mpu__coll_of(cfg->collective);
+  int send_blocks = row->send_blocks == MPU__BLOCKS_PER_RANK;
+  int recv_blocks = row->recv_blocks == MPU__BLOCKS_PER_RANK;
+  int per_total = send_blocks || recv_blocks;
   size_t count = cfg->bytes / es / (per_total ? (size_t)n : 1);
   if (count == 0) count = 1; /* as nccl-tests: at least one element per rank */
   /* send: n blocks for reduce_scatter and all_to_all; recv: n for all_gather
-   * and all_to_all; every product and the +64 slack checked */
-  int send_blocks = cfg->collective == MPU_COLL_REDUCE_SCATTER || cfg->collective == MPU_COLL_ALL_TO_ALL;
-  int recv_blocks = per_total && cfg->collective != MPU_COLL_REDUCE_SCATTER;
+   * and all_to_all (the table's rows); every product and the +64 slack checked */
   size_t per = 0, send_bytes = 0, recv_bytes = 0, bytes = 0, slack;
   if (__builtin_mul_overflow(count, es, &per) ||
       __builtin_mul_overflow(per, send_blocks ? (size_t)n : 1, &send_bytes) ||
@@ -129,45 +114,38 @@ mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *in, int n
   return MPU_SUCCESS;
 }
 
-/* One call of the collective on the bench's buffers. */
-static mpu_result_t call(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
-                         size_t count, int rank, size_t es) {
+/* Where a call's send and recv are among the bench's buffers: send and recv,
+ * or the row's in-place form (collective.h) where the config asks for it. */
+static void place(const mpu_bench_config *cfg, char *send, char *recv, size_t count, int rank,
+                  size_t es, char **s, char **r) {
+  const mpu__coll *row = mpu__coll_of(cfg->collective);
+  size_t mine = (size_t)rank * count * es;
   int ip = cfg->in_place;
-  switch (cfg->collective) {
-  case MPU_COLL_ALL_REDUCE:
-    return mpu_comm_all_reduce(c, send, ip ? send : recv, count, cfg->dtype, cfg->op);
-  case MPU_COLL_ALL_GATHER:
-    return mpu_comm_all_gather(c, ip ? (char *)recv + (size_t)rank * count * es : send, recv,
-                               count, cfg->dtype);
-  case MPU_COLL_REDUCE_SCATTER:
-    return mpu_comm_reduce_scatter(c, send, ip ? (char *)send + (size_t)rank * count * es : recv,
-                                   count, cfg->dtype, cfg->op);
-  case MPU_COLL_BROADCAST: return mpu_comm_broadcast(c, send, count, cfg->dtype, 0);
-  case MPU_COLL_REDUCE:
-    return mpu_comm_reduce(c, send, ip ? send : recv, count, cfg->dtype, cfg->op, 0);
-  default: return mpu_comm_all_to_all(c, send, recv, count, cfg->dtype);
-  }
+  *s = send, *r = recv;
+  if (row->in_place == MPU__IN_PLACE_ONE_BUFFER || (ip && row->in_place == MPU__IN_PLACE_SAME))
+    *r = send;
+  else if (ip && row->in_place == MPU__IN_PLACE_SEND_IN_RECV) *s = recv + mine;
+  else if (ip && row->in_place == MPU__IN_PLACE_RECV_IN_SEND) *r = send + mine;
 }
 
-/* The backend library's own call on the same buffers (mpu bench's reference). */
+/* One call of the collective on the bench's buffers (root 0): mpu's, or the
+ * backend library's own (mpu bench's reference). */
+static mpu_result_t call_as(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
+                            size_t count, int rank, size_t es, int native) {
+  char *s, *r;
+  place(cfg, send, recv, count, rank, es, &s, &r);
+  return (native ? mpu__comm_native : mpu__comm_call)(c, cfg->collective, s, r, count, cfg->dtype,
+                                                       cfg->op, 0);
+}
+
+static mpu_result_t call(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
+                         size_t count, int rank, size_t es) {
+  return call_as(c, cfg, send, recv, count, rank, es, 0);
+}
+
 static mpu_result_t call_native(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
                                 size_t count, int rank, size_t es) {
-  int ip = cfg->in_place;
-  mpu_collective kind = cfg->collective;
-  switch (cfg->collective) {
-  case MPU_COLL_ALL_REDUCE:
-  case MPU_COLL_REDUCE:
-    return mpu__comm_native(c, kind, send, ip ? send : recv, count, cfg->dtype, cfg->op, 0);
-  case MPU_COLL_ALL_GATHER:
-    return mpu__comm_native(c, kind, ip ? (char *)recv + (size_t)rank * count * es : send, recv,
-                            count, cfg->dtype, cfg->op, 0);
-  case MPU_COLL_REDUCE_SCATTER:
-    return mpu__comm_native(c, kind, send,
-                            ip ? (char *)send + (size_t)rank * count * es : recv, count,
-                            cfg->dtype, cfg->op, 0);
-  case MPU_COLL_BROADCAST: return mpu__comm_native(c, kind, send, send, count, cfg->dtype, cfg->op, 0);
-  default: return mpu__comm_native(c, kind, send, recv, count, cfg->dtype, cfg->op, 0);
-  }
+  return call_as(c, cfg, send, recv, count, rank, es, 1);
 }
 
 /* ---- checking results --------------------------------------------------------------
@@ -250,11 +228,6 @@ typedef struct check_bufs {
   int device;
 } check_bufs;
 
-static mpu_result_t call(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
-                         size_t count, int rank, size_t es);
-static mpu_result_t call_native(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
-                                size_t count, int rank, size_t es);
-
 /* The bench's own numbers (flags, times, error counts) live in host memory:
  * on a device communicator they go through its host twin, or, without one
  * (NCCL from torchrun's variables), through device memory and back. root
@@ -290,12 +263,13 @@ static mpu_result_t check_once(mpu_comm *c, const mpu_bench_config *cfg, int nat
   size_t es = mpu_dtype_size(cfg->dtype);
   mpu_dtype dt = cfg->dtype;
   mpu_op op = cfg->op;
-  int ip = cfg->in_place;
   mpu_collective k = cfg->collective;
-  size_t ninput = k == MPU_COLL_REDUCE_SCATTER || k == MPU_COLL_ALL_TO_ALL ? count * n : count;
+  const mpu__coll *row = mpu__coll_of(k);
+  size_t ninput = count * mpu__coll_blocks(row->send_blocks, n);
   memset(b->host_recv, 0xff, b->recv_bytes); /* NaN or -1: nothing to mistake for a result */
-  char *in = b->host_send;
-  if (k == MPU_COLL_ALL_GATHER && ip) in = b->host_recv + (size_t)rank * count * es;
+  /* where this rank's input and output are (on the host), as the call has them */
+  char *in, *out, want[16];
+  place(cfg, b->host_send, b->host_recv, count, rank, es, &in, &out);
   for (size_t j = 0; j < ninput; j++) store_input(dt, in, j, input_value(op, rank, j));
   if (b->device) {
     MPU_CHECK(mpu_comm_copy2d(c, b->send, b->send_bytes, b->host_send, b->send_bytes,
@@ -311,13 +285,9 @@ static mpu_result_t check_once(mpu_comm *c, const mpu_bench_config *cfg, int nat
     MPU_CHECK(mpu_comm_copy2d(c, b->host_recv, b->recv_bytes, b->recv, b->recv_bytes,
                               b->recv_bytes, 1));
   }
-  /* where this rank's output is, and what its element i should be */
-  char *out = ip ? b->host_send : b->host_recv, want[16];
-  size_t nout = count;
-  if (k == MPU_COLL_ALL_GATHER || k == MPU_COLL_ALL_TO_ALL) out = b->host_recv, nout = count * n;
-  if (k == MPU_COLL_BROADCAST) out = b->host_send;
-  if (k == MPU_COLL_REDUCE_SCATTER && ip) out = b->host_send + (size_t)rank * count * es;
-  if (k == MPU_COLL_REDUCE && rank != 0) nout = 0; /* only the root's output is defined */
+  /* what this rank's output element i should be (only the root's where
+   * the output is the root's alone) */
+  size_t nout = row->recv_at_root && rank != 0 ? 0 : count * mpu__coll_blocks(row->recv_blocks, n);
   int64_t mine = 0;
   for (size_t i = 0; i < nout; i++) {
     switch (k) {

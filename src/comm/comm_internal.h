@@ -31,11 +31,13 @@ typedef struct mpu__comm_ops {
    * MPU_ERR_TIMEOUT leaving the handle pending */
   mpu_result_t (*wait)(mpu_comm *c, void *handle, double timeout_s);
   void (*release)(mpu_comm *c, void *handle);
-  mpu_result_t (*send)(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
-  mpu_result_t (*recv)(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
+  /* A checked send (MPU__CALL_SEND: k->send, sig.count x sig.dtype to k->peer)
+   * or recv (MPU__CALL_RECV: into k->recv from k->peer), a group of one
+   * included (a message to oneself). */
+  mpu_result_t (*send)(mpu_comm *c, const mpu__call *k);
+  mpu_result_t (*recv)(mpu_comm *c, const mpu__call *k);
   /* Optional: both at once (NULL: send, then recv) */
-  mpu_result_t (*sendrecv)(mpu_comm *c, const void *sbuf, size_t scount, int dst, void *rbuf,
-                           size_t rcount, int src, mpu_dtype dt);
+  mpu_result_t (*sendrecv)(mpu_comm *c, const mpu__call *send, const mpu__call *recv);
   /* members: n distinct valid ranks of c including c's own rank */
   mpu_result_t (*create_group)(mpu_comm *c, const int *members, int n, mpu_comm **out);
   /* NULL: comm.c's generic split (all_gather of colors, then create_group) */
@@ -82,8 +84,7 @@ typedef struct mpu__comm_ops {
    * wait/release. */
   mpu_result_t (*group_start)(void);
   mpu_result_t (*group_end)(void);
-  mpu_result_t (*p2p_start)(mpu_comm *c, int is_send, void *buf, size_t count, mpu_dtype dt,
-                            int peer, void **handle);
+  mpu_result_t (*p2p_start)(mpu_comm *c, const mpu__call *k, void **handle);
   /* Optional: the library's own communicator (an ncclComm_t) */
   mpu_result_t (*native_handle)(const mpu_comm *c, void **out);
   /* Optional: start a non-blocking call that then progresses without a wait
@@ -149,6 +150,19 @@ MPU_SIBLING_API mpu_result_t mpu__recv_mismatch(size_t count, mpu_dtype dt, size
  * (the message is dropped either way; the caller frees it). */
 MPU_SIBLING_API mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *data,
                           size_t got_count, mpu_dtype got, int peer);
+
+/* comm.c: MPU_SUCCESS if c is a live communicator; else an error naming fn
+ * (NULL: MPU_ERR_INVALID_ARGUMENT; destroyed or never made: _INVALID_USAGE). */
+mpu_result_t mpu__comm_check(const char *fn, const mpu_comm *c);
+
+/* calls.c: MPU_SUCCESS if r is a rank of c; else MPU_ERR_INVALID_ARGUMENT
+ * naming fn, what r is ("root", "dst") and the range. */
+mpu_result_t mpu__comm_check_rank(const char *fn, const char *what, const mpu_comm *c, int r);
+
+/* calls.c: the description of a call of `kind` (collective.h): op, and root
+ * or peer (`rank`), only where the kind's row has them. */
+mpu__call mpu__call_describe(int kind, size_t count, mpu_dtype dtype, mpu_op op, int rank,
+                             const void *send, void *recv);
 
 /* ---- request.c ---- */
 

@@ -16,6 +16,13 @@
 mpu_result_t mpu__comm_native(mpu_comm *comm, mpu_collective kind, const void *send, void *recv,
                               size_t count, mpu_dtype dt, mpu_op op, int root);
 
+/* The same collective through mpu's own checked call (mpu_comm_all_reduce,
+ * ...), for benchmarks that pick the collective at run time: checked as
+ * the public call, MPU_ERR_INVALID_ARGUMENT for a kind that is not one
+ * count per rank. */
+mpu_result_t mpu__comm_call(mpu_comm *comm, mpu_collective kind, const void *send, void *recv,
+                            size_t count, mpu_dtype dt, mpu_op op, int root);
+
 /* A group of `size` with this rank at `pos`, its members listed by
  * list(ctx, out, size) only when someone asks (O(1) to create, however big
  * the group), where caps.described_groups says the backend can. free_ctx(ctx)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bench_cmd.h"
+#include "comm/base/collective.h"
 
 const char *bench_type_name(mpu_dtype dt) {
   static const char *names[MPU_DTYPE_COUNT] = {
@@ -18,10 +19,8 @@ const char *bench_type_name(mpu_dtype dt) {
   return (unsigned)dt < MPU_DTYPE_COUNT && names[dt] ? names[dt] : "invalid";
 }
 
-int bench_rooted(mpu_collective c) { return c == MPU_COLL_BROADCAST || c == MPU_COLL_REDUCE; }
-int bench_reducing(mpu_collective c) {
-  return c == MPU_COLL_ALL_REDUCE || c == MPU_COLL_REDUCE_SCATTER || c == MPU_COLL_REDUCE;
-}
+int bench_rooted(mpu_collective c) { return mpu__coll_of(c) && mpu__coll_of(c)->has_root; }
+int bench_reducing(mpu_collective c) { return mpu__coll_of(c) && mpu__coll_of(c)->has_op; }
 
 static const char *backend_name(tool_backend b) {
   return b == TOOL_MPI ? "mpi" : b == TOOL_NCCL ? "nccl" : "threads";

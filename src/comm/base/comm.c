@@ -1,11 +1,10 @@
 /*
- * comm.c - the public communicator API: argument checks, then the backend's
- * table of operations.
+ * comm.c - the public communicator API but the calls (calls.c): live
+ * handles, what a communicator is (rank, size, capabilities), its memory and
+ * stream, the communication clock, making and ending communicators.
  *
- * Everything a caller can get wrong is caught here, once, for every backend:
- * a bad or destroyed handle, an invalid dtype or op, a count whose byte size
- * overflows, a NULL buffer, overlapping buffers that are not the documented
- * in-place form, a root or peer out of range, a bad member list.
+ * Everything a caller can get wrong is caught here or in calls.c, once, for
+ * every backend: a bad or destroyed handle, a bad member list or colour.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -14,6 +13,7 @@
 #include <time.h>
 #include <strings.h>
 
+#include "comm/base/collective.h"
 #include "comm/base/signature.h"
 #include "comm/base/group.h"
 #include "comm/comm_internal.h"
@@ -88,9 +88,9 @@ mpu_result_t mpu__deliver(void *buf, size_t count, mpu_dtype dt, const void *dat
   return MPU_SUCCESS;
 }
 
-/* ---- argument checks ----------------------------------------------------- */
+/* ---- the handle check every entry point makes first ------------------------------ */
 
-static mpu_result_t check_comm(const char *fn, const mpu_comm *c) {
+mpu_result_t mpu__comm_check(const char *fn, const mpu_comm *c) {
   if (!c) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", fn);
   if (!live_find(c) || c->magic != MPU_COMM_MAGIC)
     return mpu__error(MPU_ERR_INVALID_USAGE,
@@ -98,76 +98,6 @@ static mpu_result_t check_comm(const char *fn, const mpu_comm *c) {
                       (const void *)c);
   return MPU_SUCCESS;
 }
-
-static mpu_result_t check_dtype(const char *fn, mpu_dtype dt) {
-  if (!mpu_dtype_size(dt))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", fn, (int)dt);
-  return MPU_SUCCESS;
-}
-
-static mpu_result_t check_op(const char *fn, mpu_op op) {
-  if ((unsigned)op >= MPU_OP_COUNT)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: invalid reduction op %d", fn, (int)op);
-  return MPU_SUCCESS;
-}
-
-/* bytes = count * blocks * size(dt), refused when it overflows. */
-static mpu_result_t check_bytes(const char *fn, size_t count, size_t blocks, mpu_dtype dt,
-                                size_t *bytes) {
-  size_t n;
-  if (__builtin_mul_overflow(count, blocks, &n) ||
-      __builtin_mul_overflow(n, mpu_dtype_size(dt), &n) || n > (size_t)PTRDIFF_MAX)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: count %zu x %zu block(s) of %s overflows the address space", fn, count,
-                      blocks, mpu_dtype_name(dt));
-  *bytes = n;
-  return MPU_SUCCESS;
-}
-
-/* A buffer of bytes for elements of dt: not NULL unless empty, aligned to
- * the element size (the kernels load whole elements; mpu/comm.h says so),
- * and memory the communicator's calls can reach (a device backend's
- * check_buffer: host memory handed to NCCL would fault on the GPU). */
-static mpu_result_t check_buf(const char *fn, const mpu_comm *c, const char *what, const void *p,
-                              size_t bytes, mpu_dtype dt) {
-  if (!p && bytes)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s buffer is NULL for %zu bytes", fn, what,
-                      bytes);
-  size_t align = mpu_dtype_size(dt);
-  if (p && bytes && align > 1 && (uintptr_t)p % align)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: %s buffer %p is not aligned to %zu bytes (the size of %s)", fn, what, p,
-                      align, mpu_dtype_name(dt));
-  char why[256];
-  if (p && bytes && c->ops->check_buffer && !c->ops->check_buffer(c, p, bytes, why, sizeof why))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s buffer %p (%zu bytes) %s", fn, what, p,
-                      bytes, why);
-  return MPU_SUCCESS;
-}
-
-static int overlap(const void *a, size_t an, const void *b, size_t bn) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return an && bn && x < y + bn && y < x + an;
-}
-
-/* send and recv may overlap only as the exact in-place form (send at in_place). */
-static mpu_result_t check_overlap(const char *fn, const void *send, size_t sbytes,
-                                  const void *recv, size_t rbytes, const void *in_place) {
-  if (!overlap(send, sbytes, recv, rbytes) || send == in_place) return MPU_SUCCESS;
-  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                    "%s: send and recv buffers overlap but are not the in-place form", fn);
-}
-
-static mpu_result_t check_rank(const char *fn, const char *what, const mpu_comm *c, int r) {
-  if (r < 0 || r >= c->size)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s %d is outside 0..%d", fn, what, r,
-                      c->size - 1);
-  return MPU_SUCCESS;
-}
-
-#define CHECK_ENTRY(fn, c, dt)   \
-  MPU_CHECK(check_comm(fn, c));  \
-  MPU_CHECK(check_dtype(fn, dt))
 
 /* ---- facts ---------------------------------------------------------------- */
 
@@ -185,14 +115,14 @@ mpu_result_t mpu_op_from_name(const char *name, mpu_op *out) {
 }
 
 mpu_result_t mpu_comm_rank(const mpu_comm *comm, int *rank) {
-  MPU_CHECK(check_comm("mpu_comm_rank", comm));
+  MPU_CHECK(mpu__comm_check("mpu_comm_rank", comm));
   if (!rank) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_rank: rank is NULL");
   *rank = comm->rank;
   return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_comm_size(const mpu_comm *comm, int *size) {
-  MPU_CHECK(check_comm("mpu_comm_size", comm));
+  MPU_CHECK(mpu__comm_check("mpu_comm_size", comm));
   if (!size) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_size: size is NULL");
   *size = comm->size;
   return MPU_SUCCESS;
@@ -209,8 +139,8 @@ mpu_result_t mpu__comm_members(mpu_comm *c) {
 }
 
 mpu_result_t mpu_comm_world_rank(const mpu_comm *comm, int rank, int *world_rank) {
-  MPU_CHECK(check_comm("mpu_comm_world_rank", comm));
-  MPU_CHECK(check_rank("mpu_comm_world_rank", "rank", comm, rank));
+  MPU_CHECK(mpu__comm_check("mpu_comm_world_rank", comm));
+  MPU_CHECK(mpu__comm_check_rank("mpu_comm_world_rank", "rank", comm, rank));
   if (!world_rank)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_world_rank: world_rank is NULL");
   /* the answer does not change: listing a described group's members is a cache */
@@ -233,7 +163,7 @@ static void caps_of(const mpu_comm *comm, mpu_comm_caps *all) {
 
 mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps) {
   static const char fn[] = "mpu_comm_capabilities";
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   if (!caps) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: caps is NULL", fn);
   if (caps->size == 0 || caps->size > sizeof *caps)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: caps.size is %zu (set it to sizeof, up to %zu)",
@@ -247,14 +177,14 @@ mpu_result_t mpu_comm_capabilities(const mpu_comm *comm, mpu_comm_caps *caps) {
 }
 
 mpu_result_t mpu_comm_stream(const mpu_comm *comm, void **stream) {
-  MPU_CHECK(check_comm("mpu_comm_stream", comm));
+  MPU_CHECK(mpu__comm_check("mpu_comm_stream", comm));
   if (!stream) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_comm_stream: stream is NULL");
   *stream = comm->ops->get_stream ? comm->ops->get_stream(comm) : NULL;
   return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_comm_set_stream(mpu_comm *comm, void *stream) {
-  MPU_CHECK(check_comm("mpu_comm_set_stream", comm));
+  MPU_CHECK(mpu__comm_check("mpu_comm_set_stream", comm));
   MPU_CHECK(mpu__group_refuse("mpu_comm_set_stream"));
   if (!comm->ops->set_stream)
     return mpu__error(MPU_ERR_UNSUPPORTED, "mpu_comm_set_stream: the %s backend has no streams",
@@ -265,7 +195,7 @@ mpu_result_t mpu_comm_set_stream(mpu_comm *comm, void *stream) {
 
 mpu_result_t mpu_comm_nccl_handle(const mpu_comm *comm, void **nccl_comm) {
   static const char fn[] = "mpu_comm_nccl_handle";
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   if (!nccl_comm) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: nccl_comm is NULL", fn);
   *nccl_comm = NULL;
   if (!comm->ops->native_handle)
@@ -285,7 +215,7 @@ static mpu__registry blocks = MPU__REGISTRY_KEYED_INIT(mem_block, next_live, ptr
 
 mpu_result_t mpu_comm_mem_alloc(mpu_comm *comm, size_t bytes, void **out) {
   static const char fn[] = "mpu_comm_mem_alloc";
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   if (bytes > (size_t)PTRDIFF_MAX)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %zu bytes", fn, bytes);
@@ -309,7 +239,7 @@ mpu_result_t mpu_comm_mem_alloc(mpu_comm *comm, size_t bytes, void **out) {
 
 mpu_result_t mpu_comm_mem_free(mpu_comm *comm, void *p) {
   static const char fn[] = "mpu_comm_mem_free";
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   if (!p) return MPU_SUCCESS;
   mem_block *m = mpu__registry_take_key(&blocks, p);
   if (!m)
@@ -369,7 +299,7 @@ mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const voi
                              size_t spitch, size_t width, size_t height) {
   static const char fn[] = "mpu_comm_copy2d";
   size_t dspan = 0, sspan = 0;
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   if (!width || !height) return MPU_SUCCESS;
   if (!dst || !src || dpitch < width || spitch < width ||
       !mpu__span2d(dst, dpitch, width, height, &dspan) ||
@@ -387,394 +317,6 @@ mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const voi
   for (size_t i = 0; i < height; i++)
     memmove((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
   return MPU_SUCCESS;
-}
-
-/* ---- collectives: one checked entry each, blocking or not -------------------
- *
- * Every collective's arguments are checked here and described once, as an
- * mpu__call; the call then goes to mpu__submit (request.c): run now, or
- * queued / started for a request. Backends get the description as it is. */
-
-/* The call description: op and root only where the kind has them. */
-static mpu__call describe(mpu_collective kind, size_t count, mpu_dtype dtype, mpu_op op,
-                          int root, const void *send, void *recv) {
-  mpu__call k = {{(int32_t)kind, (int32_t)dtype, MPU_SUM, -1, (uint64_t)count, 0}, send, recv,
-                 NULL, NULL, NULL, NULL};
-  if (mpu__coll_has_op(kind)) k.sig.op = (int32_t)op;
-  if (mpu__coll_has_root(kind)) k.sig.root = root;
-  return k;
-}
-
-static mpu_result_t all_reduce(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                               size_t count, mpu_dtype dtype, mpu_op op, mpu_request **req) {
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_op(fn, op));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
-  MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
-  mpu__call call = describe(MPU_COLL_ALL_REDUCE, count, dtype, op, -1, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t all_gather(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                               size_t count, mpu_dtype dtype, mpu_request **req) {
-  size_t bytes = 0, total = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, total, dtype));
-  MPU_CHECK(check_overlap(fn, send, bytes, recv, total,
-                          recv ? (const char *)recv + (size_t)comm->rank * bytes : NULL));
-  mpu__call call = describe(MPU_COLL_ALL_GATHER, count, dtype, MPU_SUM, -1, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t reduce_scatter(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                                   size_t count, mpu_dtype dtype, mpu_op op, mpu_request **req) {
-  size_t bytes = 0, total = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_op(fn, op));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, comm, "send", send, total, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
-  /* in place: recv is this rank's block of send */
-  if (overlap(send, total, recv, bytes) &&
-      (const char *)recv != (const char *)send + (size_t)comm->rank * bytes)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: send and recv buffers overlap but are not the in-place form", fn);
-  mpu__call call = describe(MPU_COLL_REDUCE_SCATTER, count, dtype, op, -1, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t broadcast(const char *fn, mpu_comm *comm, void *buf, size_t count,
-                              mpu_dtype dtype, int root, mpu_request **req) {
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_rank(fn, "root", comm, root));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "data", buf, bytes, dtype));
-  mpu__call call = describe(MPU_COLL_BROADCAST, count, dtype, MPU_SUM, root, buf, buf);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t reduce(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                           size_t count, mpu_dtype dtype, mpu_op op, int root, mpu_request **req) {
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_op(fn, op));
-  MPU_CHECK(check_rank(fn, "root", comm, root));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "send", send, bytes, dtype));
-  if (comm->rank == root) {
-    MPU_CHECK(check_buf(fn, comm, "recv (at root)", recv, bytes, dtype));
-    MPU_CHECK(check_overlap(fn, send, bytes, recv, bytes, recv));
-  }
-  mpu__call call = describe(MPU_COLL_REDUCE, count, dtype, op, root, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t all_to_all(const char *fn, mpu_comm *comm, const void *send, void *recv,
-                               size_t count, mpu_dtype dtype, mpu_request **req) {
-  size_t total = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_bytes(fn, count, (size_t)comm->size, dtype, &total));
-  MPU_CHECK(check_buf(fn, comm, "send", send, total, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, total, dtype));
-  if (overlap(send, total, recv, total))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                      "%s: send and recv buffers overlap (all_to_all has no in-place form)", fn);
-  mpu__call call = describe(MPU_COLL_ALL_TO_ALL, count, dtype, MPU_SUM, -1, send, recv);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-static mpu_result_t barrier(const char *fn, mpu_comm *comm, mpu_request **req) {
-  MPU_CHECK(check_comm(fn, comm));
-  mpu__call call = describe(MPU_COLL_BARRIER, 0, MPU_UINT8, MPU_SUM, -1, NULL, NULL);
-  return mpu__submit(fn, comm, &call, req);
-}
-
-/* ---- uneven collectives --------------------------------------------------------- */
-
-/* FNV-1a over the counts: what the ranks' signatures compare. */
-static uint64_t digest(const size_t *counts, int n) {
-  uint64_t h = UINT64_C(0xcbf29ce484222325);
-  for (int i = 0; i < n; i++)
-    for (int b = 0; b < 8; b++) h = (h ^ (((uint64_t)counts[i] >> (8 * b)) & 0xff)) * UINT64_C(0x100000001b3);
-  return h;
-}
-
-typedef struct placed {
-  size_t at, count;
-  int k;
-} placed;
-
-static int by_start(const void *a, const void *b) {
-  const placed *x = a, *y = b;
-  if (x->at != y->at) return x->at < y->at ? -1 : 1;
-  return (x->k > y->k) - (x->k < y->k);
-}
-
-/* No two non-empty blocks placed by the caller overlap: sorted by start, each
- * ends before the next begins. O(n log n), so a world of millions of ranks
- * (the fake backend's) checks in well under a second. The ends do not
- * overflow: check_blocks checked them first. */
-static mpu_result_t check_disjoint(const char *fn, const char *what, int n, const size_t *counts,
-                                   const size_t *displs) {
-  placed *b = malloc((size_t)n * sizeof *b);
-  if (!b) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d %s blocks", fn, n, what);
-  int m = 0;
-  for (int k = 0; k < n; k++)
-    if (counts[k]) b[m++] = (placed){displs[k], counts[k], k};
-  qsort(b, (size_t)m, sizeof *b, by_start);
-  mpu_result_t r = MPU_SUCCESS;
-  for (int i = 1; i < m && !r; i++)
-    if (b[i].at < b[i - 1].at + b[i - 1].count) {
-      const placed *x = b[i - 1].k < b[i].k ? &b[i - 1] : &b[i], *y = x == &b[i] ? &b[i - 1] : &b[i];
-      r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                     "%s: %s blocks %d and %d overlap (elements %zu..%zu and %zu..%zu)", fn, what,
-                     x->k, y->k, x->at, x->at + x->count, y->at, y->at + y->count);
-    }
-  free(b);
-  return r;
-}
-
-/* The blocks of one buffer: n blocks of counts[k] elements at displs[k] (NULL:
- * one after the other, written to packed[]), their extent in bytes checked
- * for overflow, no two overlapping. *total is the sum of the counts. */
-static mpu_result_t check_blocks(const char *fn, const char *what, int n, const size_t *counts,
-                                 const size_t *displs, size_t *packed, mpu_dtype dt,
-                                 size_t *extent_bytes, size_t *total) {
-  if (!counts) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s counts are NULL", fn, what);
-  size_t end = 0, sum = 0, es = mpu_dtype_size(dt);
-  for (int k = 0; k < n; k++) {
-    size_t at = displs ? displs[k] : sum, stop;
-    if (__builtin_add_overflow(sum, counts[k], &sum) ||
-        __builtin_add_overflow(at, counts[k], &stop) || __builtin_mul_overflow(stop, es, &stop) ||
-        stop > (size_t)PTRDIFF_MAX)
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                        "%s: %s block %d (%zu elements at %zu) overflows the address space", fn,
-                        what, k, counts[k], at);
-    if (packed) packed[k] = at;
-    if (counts[k] && stop > end) end = stop; /* an empty block reaches no element */
-  }
-  if (displs) MPU_CHECK(check_disjoint(fn, what, n, counts, displs));
-  *extent_bytes = end;
-  *total = sum;
-  return MPU_SUCCESS;
-}
-
-/* Room for the displacements of packed blocks (2 lists of size entries). */
-static mpu_result_t packed_lists(const char *fn, int n, size_t **out) {
-  *out = malloc((size_t)n * 2 * sizeof(size_t));
-  if (!*out) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d displacements", fn, n);
-  return MPU_SUCCESS;
-}
-
-mpu_result_t mpu_comm_all_gather_v(mpu_comm *comm, const void *send, void *recv,
-                                   const size_t *counts, const size_t *displs, mpu_dtype dtype) {
-  static const char fn[] = "mpu_comm_all_gather_v";
-  size_t extent = 0, total = 0, *at = NULL;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(packed_lists(fn, comm->size, &at));
-  mpu_result_t r = check_blocks(fn, "recv", comm->size, counts, displs, at, dtype, &extent, &total);
-  size_t es = mpu_dtype_size(dtype), bytes = r ? 0 : counts[comm->rank] * es;
-  if (!r) r = check_buf(fn, comm, "send", send, bytes, dtype);
-  if (!r) r = check_buf(fn, comm, "recv", recv, extent, dtype);
-  if (!r) r = check_overlap(fn, send, bytes, recv, extent,
-                            recv ? (const char *)recv + at[comm->rank] * es : NULL);
-  if (!r) {
-    mpu__call call = describe(MPU_COLL_ALL_GATHER_V, total, dtype, MPU_SUM, -1, send, recv);
-    call.sig.digest = digest(counts, comm->size);
-    call.counts = counts, call.displs = at;
-    r = mpu__submit(fn, comm, &call, NULL);
-  }
-  free(at);
-  return r;
-}
-
-mpu_result_t mpu_comm_reduce_scatter_v(mpu_comm *comm, const void *send, void *recv,
-                                       const size_t *counts, mpu_dtype dtype, mpu_op op) {
-  static const char fn[] = "mpu_comm_reduce_scatter_v";
-  size_t extent = 0, total = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_op(fn, op));
-  MPU_CHECK(check_blocks(fn, "send", comm->size, counts, NULL, NULL, dtype, &extent, &total));
-  size_t bytes = counts[comm->rank] * mpu_dtype_size(dtype);
-  MPU_CHECK(check_buf(fn, comm, "send", send, extent, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
-  if (overlap(send, extent, recv, bytes))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
-  mpu__call call = describe(MPU_COLL_REDUCE_SCATTER_V, total, dtype, op, -1, send, recv);
-  call.sig.digest = digest(counts, comm->size);
-  call.counts = counts;
-  return mpu__submit(fn, comm, &call, NULL);
-}
-
-mpu_result_t mpu_comm_all_to_all_v(mpu_comm *comm, const void *send, const size_t *send_counts,
-                                   const size_t *send_displs, void *recv,
-                                   const size_t *recv_counts, const size_t *recv_displs,
-                                   mpu_dtype dtype) {
-  static const char fn[] = "mpu_comm_all_to_all_v";
-  size_t sext = 0, rext = 0, stotal = 0, rtotal = 0, *at = NULL;
-  CHECK_ENTRY(fn, comm, dtype);
-  int n = comm->size;
-  MPU_CHECK(packed_lists(fn, n, &at));
-  mpu_result_t r = check_blocks(fn, "send", n, send_counts, send_displs, at, dtype, &sext, &stotal);
-  if (!r) r = check_blocks(fn, "recv", n, recv_counts, recv_displs, at + n, dtype, &rext, &rtotal);
-  if (!r) r = check_buf(fn, comm, "send", send, sext, dtype);
-  if (!r) r = check_buf(fn, comm, "recv", recv, rext, dtype);
-  if (!r && overlap(send, sext, recv, rext))
-    r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                   "%s: send and recv buffers overlap (all_to_all_v has no in-place form)", fn);
-  if (!r && n == 1 && send_counts[0] != recv_counts[0])
-    r = mpu__error(MPU_ERR_MISMATCH, "%s: rank 0 sends itself %zu elements but receives %zu", fn,
-                   send_counts[0], recv_counts[0]);
-  if (!r) {
-    mpu__call call = describe(MPU_COLL_ALL_TO_ALL_V, 0, dtype, MPU_SUM, -1, send, recv);
-    call.counts = send_counts, call.displs = at;
-    call.rcounts = recv_counts, call.rdispls = at + n;
-    r = mpu__submit(fn, comm, &call, NULL);
-  }
-  free(at);
-  return r;
-}
-
-static mpu_result_t check_req(const char *fn, mpu_request **req) {
-  if (!req) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: request is NULL", fn);
-  *req = NULL;
-  return MPU_SUCCESS;
-}
-
-mpu_result_t mpu_comm_all_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                 mpu_dtype dtype, mpu_op op) {
-  return all_reduce("mpu_comm_all_reduce", comm, send, recv, count, dtype, op, NULL);
-}
-
-mpu_result_t mpu_comm_iall_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                  mpu_dtype dtype, mpu_op op, mpu_request **req) {
-  MPU_CHECK(check_req("mpu_comm_iall_reduce", req));
-  return all_reduce("mpu_comm_iall_reduce", comm, send, recv, count, dtype, op, req);
-}
-
-mpu_result_t mpu_comm_all_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                 mpu_dtype dtype) {
-  return all_gather("mpu_comm_all_gather", comm, send, recv, count, dtype, NULL);
-}
-
-mpu_result_t mpu_comm_iall_gather(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                  mpu_dtype dtype, mpu_request **req) {
-  MPU_CHECK(check_req("mpu_comm_iall_gather", req));
-  return all_gather("mpu_comm_iall_gather", comm, send, recv, count, dtype, req);
-}
-
-mpu_result_t mpu_comm_reduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                     mpu_dtype dtype, mpu_op op) {
-  return reduce_scatter("mpu_comm_reduce_scatter", comm, send, recv, count, dtype, op, NULL);
-}
-
-mpu_result_t mpu_comm_ireduce_scatter(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                      mpu_dtype dtype, mpu_op op, mpu_request **req) {
-  MPU_CHECK(check_req("mpu_comm_ireduce_scatter", req));
-  return reduce_scatter("mpu_comm_ireduce_scatter", comm, send, recv, count, dtype, op, req);
-}
-
-mpu_result_t mpu_comm_broadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
-                                int root) {
-  return broadcast("mpu_comm_broadcast", comm, buf, count, dtype, root, NULL);
-}
-
-mpu_result_t mpu_comm_ibroadcast(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype,
-                                 int root, mpu_request **req) {
-  MPU_CHECK(check_req("mpu_comm_ibroadcast", req));
-  return broadcast("mpu_comm_ibroadcast", comm, buf, count, dtype, root, req);
-}
-
-mpu_result_t mpu_comm_reduce(mpu_comm *comm, const void *send, void *recv, size_t count,
-                             mpu_dtype dtype, mpu_op op, int root) {
-  return reduce("mpu_comm_reduce", comm, send, recv, count, dtype, op, root, NULL);
-}
-
-mpu_result_t mpu_comm_ireduce(mpu_comm *comm, const void *send, void *recv, size_t count,
-                              mpu_dtype dtype, mpu_op op, int root, mpu_request **req) {
-  MPU_CHECK(check_req("mpu_comm_ireduce", req));
-  return reduce("mpu_comm_ireduce", comm, send, recv, count, dtype, op, root, req);
-}
-
-mpu_result_t mpu_comm_all_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                 mpu_dtype dtype) {
-  return all_to_all("mpu_comm_all_to_all", comm, send, recv, count, dtype, NULL);
-}
-
-mpu_result_t mpu_comm_iall_to_all(mpu_comm *comm, const void *send, void *recv, size_t count,
-                                  mpu_dtype dtype, mpu_request **req) {
-  MPU_CHECK(check_req("mpu_comm_iall_to_all", req));
-  return all_to_all("mpu_comm_iall_to_all", comm, send, recv, count, dtype, req);
-}
-
-mpu_result_t mpu_comm_barrier(mpu_comm *comm) { return barrier("mpu_comm_barrier", comm, NULL); }
-
-mpu_result_t mpu_comm_ibarrier(mpu_comm *comm, mpu_request **req) {
-  MPU_CHECK(check_req("mpu_comm_ibarrier", req));
-  return barrier("mpu_comm_ibarrier", comm, req);
-}
-
-mpu_result_t mpu_comm_send(mpu_comm *comm, const void *buf, size_t count, mpu_dtype dtype,
-                           int peer) {
-  static const char fn[] = "mpu_comm_send";
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_rank(fn, "peer", comm, peer));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "send", buf, bytes, dtype));
-  if (mpu__group_open()) return mpu__group_p2p(fn, comm, 1, (void *)(uintptr_t)buf, count, dtype, peer);
-  double t0 = mpu__clock_start();
-  mpu_result_t r = mpu__flush(comm);
-  if (!r) r = comm->ops->send(comm, buf, count, dtype, peer);
-  return mpu__clock_add(t0, r);
-}
-
-mpu_result_t mpu_comm_recv(mpu_comm *comm, void *buf, size_t count, mpu_dtype dtype, int peer) {
-  static const char fn[] = "mpu_comm_recv";
-  size_t bytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_rank(fn, "peer", comm, peer));
-  MPU_CHECK(check_bytes(fn, count, 1, dtype, &bytes));
-  MPU_CHECK(check_buf(fn, comm, "recv", buf, bytes, dtype));
-  if (mpu__group_open()) return mpu__group_p2p(fn, comm, 0, buf, count, dtype, peer);
-  double t0 = mpu__clock_start();
-  mpu_result_t r = mpu__flush(comm);
-  if (!r) r = comm->ops->recv(comm, buf, count, dtype, peer);
-  return mpu__clock_add(t0, r);
-}
-
-mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendcount, int dst,
-                               void *recvbuf, size_t recvcount, int src, mpu_dtype dtype) {
-  static const char fn[] = "mpu_comm_sendrecv";
-  size_t sbytes = 0, rbytes = 0;
-  CHECK_ENTRY(fn, comm, dtype);
-  MPU_CHECK(check_rank(fn, "dst", comm, dst));
-  MPU_CHECK(check_rank(fn, "src", comm, src));
-  MPU_CHECK(check_bytes(fn, sendcount, 1, dtype, &sbytes));
-  MPU_CHECK(check_bytes(fn, recvcount, 1, dtype, &rbytes));
-  MPU_CHECK(check_buf(fn, comm, "send", sendbuf, sbytes, dtype));
-  MPU_CHECK(check_buf(fn, comm, "recv", recvbuf, rbytes, dtype));
-  if (overlap(sendbuf, sbytes, recvbuf, rbytes))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
-  if (mpu__group_open()) { /* inside a group a send and a recv already are one step */
-    MPU_CHECK(mpu__group_p2p(fn, comm, 1, (void *)(uintptr_t)sendbuf, sendcount, dtype, dst));
-    return mpu__group_p2p(fn, comm, 0, recvbuf, recvcount, dtype, src);
-  }
-  double t0 = mpu__clock_start();
-  mpu_result_t r = mpu__flush(comm);
-  if (!r && comm->ops->sendrecv)
-    r = comm->ops->sendrecv(comm, sendbuf, sendcount, dst, recvbuf, recvcount, src, dtype);
-  else if (!r && !(r = comm->ops->send(comm, sendbuf, sendcount, dtype, dst)))
-    r = comm->ops->recv(comm, recvbuf, recvcount, dtype, src);
-  return mpu__clock_add(t0, r);
 }
 
 /* ---- the communication clock ---------------------------------------------- */
@@ -820,7 +362,7 @@ static int cmp_int(const void *a, const void *b) {
 
 mpu_result_t mpu_comm_create_group(mpu_comm *comm, const int *members, int n, mpu_comm **out) {
   static const char fn[] = "mpu_comm_create_group";
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   MPU_CHECK(mpu__group_refuse(fn));
   if (!members || n <= 0 || n > comm->size)
@@ -873,7 +415,7 @@ static mpu_result_t generic_split(mpu_comm *comm, int color, int key, mpu_comm *
     r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_split: %d ranks", comm->size);
     goto out;
   }
-  mpu__call gather = describe(MPU_COLL_ALL_GATHER, 2, MPU_INT32, MPU_SUM, -1, mine, all);
+  mpu__call gather = mpu__call_describe(MPU_COLL_ALL_GATHER, 2, MPU_INT32, MPU_SUM, -1, mine, all);
   MPU_CHECK_GOTO(mpu__run_call(comm, &gather), r, out);
   if (color == MPU_COMM_SPLIT_NOCOLOR) {
     *out = NULL;
@@ -894,7 +436,7 @@ out:
 
 mpu_result_t mpu_comm_split(mpu_comm *comm, int color, int key, mpu_comm **out) {
   static const char fn[] = "mpu_comm_split";
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   MPU_CHECK(mpu__group_refuse(fn));
   if (color < 0 && color != MPU_COMM_SPLIT_NOCOLOR)
@@ -931,24 +473,14 @@ mpu_result_t mpu_comm_destroy(mpu_comm *comm) {
 }
 
 mpu_result_t mpu_comm_abort(mpu_comm *comm) {
-  MPU_CHECK(check_comm("mpu_comm_abort", comm));
+  MPU_CHECK(mpu__comm_check("mpu_comm_abort", comm));
   return comm->ops->abort(comm);
-}
-
-mpu_result_t mpu__comm_native(mpu_comm *comm, mpu_collective kind, const void *send, void *recv,
-                              size_t count, mpu_dtype dt, mpu_op op, int root) {
-  MPU_CHECK(check_comm("native call", comm));
-  if (!comm->ops->native || (unsigned)kind >= MPU_COLL_COUNT)
-    return mpu__error(MPU_ERR_UNSUPPORTED, "the %s backend has no native library call for %s",
-                      comm->ops->name, mpu_collective_name(kind));
-  mpu__call call = describe(kind, count, dt, op, root, send, recv);
-  return comm->ops->native(comm, &call);
 }
 
 mpu_result_t mpu__comm_group_described(mpu_comm *comm, int pos, int size,
                                        mpu_result_t (*list)(const void *ctx, int *out, int size),
                                        void *ctx, void (*free_ctx)(void *ctx), mpu_comm **out) {
-  MPU_CHECK(check_comm("described group", comm));
+  MPU_CHECK(mpu__comm_check("described group", comm));
   if (!comm->ops->group_described)
     return mpu__error(MPU_ERR_UNSUPPORTED, "the %s backend makes no groups from descriptions",
                       comm->ops->name);
@@ -956,7 +488,7 @@ mpu_result_t mpu__comm_group_described(mpu_comm *comm, int pos, int size,
 }
 
 mpu_result_t mpu__comm_for_host(mpu_comm *comm, const char *fn, mpu_comm **out) {
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   mpu_comm_caps caps;
   caps_of(comm, &caps);
   if (caps.memory == MPU_MEMORY_HOST) return *out = comm, MPU_SUCCESS;
@@ -970,7 +502,7 @@ mpu_result_t mpu__comm_for_host(mpu_comm *comm, const char *fn, mpu_comm **out) 
 
 mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host) {
   static const char fn[] = "mpu_comm_host_twin";
-  MPU_CHECK(check_comm(fn, comm));
+  MPU_CHECK(mpu__comm_check(fn, comm));
   if (!host) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: host is NULL", fn);
   if (!comm->ops->host_twin)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: a %s communicator has no host twin", fn,

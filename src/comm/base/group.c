@@ -29,7 +29,7 @@
 #include "comm/base/group.h"
 #include "core/error.h"
 
-typedef enum { G_CALL, G_SEND, G_RECV, G_REQUEST } grouped_kind;
+typedef enum { G_CALL, G_REQUEST } grouped_kind;
 
 typedef struct grouped {
   struct grouped *next;
@@ -38,10 +38,6 @@ typedef struct grouped {
   const char *fn;
   mpu__call call;   /* G_CALL on a host backend; its count lists are owned copies */
   size_t *lists;    /* those copies, one block */
-  void *buf;        /* G_SEND / G_RECV on a host backend */
-  size_t count;
-  mpu_dtype dtype;
-  int peer;
   void *native;     /* started on a backend with groups: its handle, waited after the group */
   mpu_request *req; /* G_REQUEST: a host backend's non-blocking call, started in order at the end */
 } grouped;
@@ -125,13 +121,15 @@ static mpu_result_t own_lists(const char *fn, grouped *g, int n) {
 }
 
 mpu_result_t mpu__group_call(const char *fn, mpu_comm *c, const mpu__call *call) {
+  int p2p = mpu__coll_of(call->sig.kind)->p2p;
   MPU_CHECK(mpu__group_enter(c));
-  if (mpu__comm_answers_alone(c)) return mpu__run_call(c, call); /* a copy at most */
+  /* a collective of one is a copy at most; a message to oneself waits for its turn */
+  if (!p2p && mpu__comm_answers_alone(c)) return mpu__run_call(c, call);
   grouped *g = new_entry(fn, c, G_CALL);
   if (!g) return MPU_ERR_OUT_OF_MEMORY;
   mpu_result_t r;
   if (c->ops->group_start) {
-    r = c->ops->start(c, call, &g->native);
+    r = p2p ? c->ops->p2p_start(c, call, &g->native) : c->ops->start(c, call, &g->native);
   } else {
     g->call = *call;
     r = own_lists(fn, g, c->size);
@@ -140,23 +138,6 @@ mpu_result_t mpu__group_call(const char *fn, mpu_comm *c, const mpu__call *call)
     free(g->lists);
     free(g);
     return r;
-  }
-  append(g);
-  return MPU_SUCCESS;
-}
-
-mpu_result_t mpu__group_p2p(const char *fn, mpu_comm *c, int is_send, void *buf, size_t count,
-                            mpu_dtype dtype, int peer) {
-  MPU_CHECK(mpu__group_enter(c));
-  grouped *g = new_entry(fn, c, is_send ? G_SEND : G_RECV);
-  if (!g) return MPU_ERR_OUT_OF_MEMORY;
-  g->buf = buf, g->count = count, g->dtype = dtype, g->peer = peer;
-  if (c->ops->group_start) {
-    mpu_result_t r = c->ops->p2p_start(c, is_send, buf, count, dtype, peer, &g->native);
-    if (r) {
-      free(g);
-      return r;
-    }
   }
   append(g);
   return MPU_SUCCESS;
@@ -187,15 +168,14 @@ static void keep(mpu_result_t r, mpu_result_t *first, char *msg, size_t cap) {
 
 /* Run one recorded host call now (the bracket is closed: nothing defers). */
 static mpu_result_t run_host(grouped *g) {
-  mpu_comm *c = g->comm;
-  switch (g->kind) {
-  case G_REQUEST: /* started here; its wait hands back its result */
-    mpu__request_run(g->req);
-    return MPU_SUCCESS;
-  case G_SEND: return c->ops->send(c, g->buf, g->count, g->dtype, g->peer);
-  case G_RECV: return c->ops->recv(c, g->buf, g->count, g->dtype, g->peer);
-  default: return mpu__run_call(c, &g->call);
-  }
+  if (g->kind == G_CALL) return mpu__run_call(g->comm, &g->call);
+  mpu__request_run(g->req); /* started here; its wait hands back its result */
+  return MPU_SUCCESS;
+}
+
+/* A host send is eager: it runs first, so no receive waits for it. */
+static int is_send(const grouped *g) {
+  return g->kind == G_CALL && mpu__coll_of(g->call.sig.kind)->p2p == MPU__CALL_SEND;
 }
 
 mpu_result_t mpu_group_end(void) {
@@ -219,9 +199,9 @@ mpu_result_t mpu_group_end(void) {
   nopened = 0;
   /* the host backends: sends, then everything else in order */
   for (grouped *g = list; g; g = g->next)
-    if (!g->comm->ops->group_start && g->kind == G_SEND) keep(run_host(g), &first, msg, sizeof msg);
+    if (!g->comm->ops->group_start && is_send(g)) keep(run_host(g), &first, msg, sizeof msg);
   for (grouped *g = list; g; g = g->next)
-    if (!g->comm->ops->group_start && g->kind != G_SEND) keep(run_host(g), &first, msg, sizeof msg);
+    if (!g->comm->ops->group_start && !is_send(g)) keep(run_host(g), &first, msg, sizeof msg);
   /* then the device calls complete */
   for (grouped *g = list, *next; g; g = next) {
     next = g->next;

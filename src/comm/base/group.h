@@ -30,8 +30,6 @@ mpu_result_t mpu__group_enter(mpu_comm *c);
 /* A blocking collective / send / recv issued inside a group: started now
  * (device backends) or recorded (host backends); complete at group end. */
 mpu_result_t mpu__group_call(const char *fn, mpu_comm *c, const mpu__call *call);
-mpu_result_t mpu__group_p2p(const char *fn, mpu_comm *c, int is_send, void *buf, size_t count,
-                            mpu_dtype dtype, int peer);
 
 /* A host backend's request made inside a group: run in issue order at the
  * group's end (request.c's mpu__request_run). */

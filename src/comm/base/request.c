@@ -123,6 +123,8 @@ static mpu_result_t alone(mpu_comm *c, const mpu__call *k) {
 }
 
 mpu_result_t mpu__run_call(mpu_comm *c, const mpu__call *k) {
+  int p2p = mpu__coll_of(k->sig.kind)->p2p; /* never answered here: a message to oneself */
+  if (p2p) return p2p == MPU__CALL_SEND ? c->ops->send(c, k) : c->ops->recv(c, k);
   if (mpu__comm_answers_alone(c)) return alone(c, k);
   void *handle = NULL;
   MPU_CHECK(c->ops->start(c, k, &handle));

@@ -1,68 +1,33 @@
 /*
- * signature.c - the collectives' names, and describing and comparing calls
- * across ranks.
+ * signature.c - describing and comparing calls across ranks (what each kind
+ * takes is collective.c's table).
  */
 #include "comm/base/signature.h"
 
 #include <stdio.h>
-#include <strings.h>
 
 #include "core/error.h"
 
-/* the one list of names: the calls' messages, the checks and mpu bench */
-static const char *const names[MPU_COLL_KINDS] = {
-    [MPU_COLL_ALL_REDUCE] = "all_reduce",
-    [MPU_COLL_ALL_GATHER] = "all_gather",
-    [MPU_COLL_REDUCE_SCATTER] = "reduce_scatter",
-    [MPU_COLL_BROADCAST] = "broadcast",
-    [MPU_COLL_REDUCE] = "reduce",
-    [MPU_COLL_ALL_TO_ALL] = "all_to_all",
-    [MPU_COLL_BARRIER] = "barrier",
-    [MPU_COLL_ALL_GATHER_V] = "all_gather_v",
-    [MPU_COLL_REDUCE_SCATTER_V] = "reduce_scatter_v",
-    [MPU_COLL_ALL_TO_ALL_V] = "all_to_all_v",
-};
-
-const char *mpu_collective_name(mpu_collective c) {
-  return (unsigned)c < MPU_COLL_KINDS ? names[c] : "invalid";
-}
-
-mpu_result_t mpu_collective_from_name(const char *name, mpu_collective *out) {
-  if (!name || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_collective_from_name: NULL");
-  for (int i = 0; i < MPU_COLL_KINDS; i++)
-    if (!strcasecmp(name, names[i])) return *out = (mpu_collective)i, MPU_SUCCESS;
-  char list[256];
-  size_t used = 0;
-  for (int i = 0; i < MPU_COLL_KINDS && used < sizeof list; i++)
-    used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
-  return mpu__error(MPU_ERR_INVALID_ARGUMENT, "unknown collective '%s' (want one of %s)", name,
-                    list);
-}
-
-int mpu__coll_has_op(int k) {
-  return k == MPU_COLL_ALL_REDUCE || k == MPU_COLL_REDUCE_SCATTER || k == MPU_COLL_REDUCE ||
-         k == MPU_COLL_REDUCE_SCATTER_V;
-}
-
-int mpu__coll_has_root(int k) { return k == MPU_COLL_BROADCAST || k == MPU_COLL_REDUCE; }
-
-static int uneven(int k) {
-  return k == MPU_COLL_ALL_GATHER_V || k == MPU_COLL_REDUCE_SCATTER_V ||
-         k == MPU_COLL_ALL_TO_ALL_V;
+/* The row of a signature's kind; a kind outside the table (bytes from another
+ * process) reads as a call with no op and no root. */
+static const mpu__coll *row(const mpu__sig *s) {
+  static const mpu__coll none = {.name = "invalid"};
+  const mpu__coll *k = mpu__coll_of(s->kind);
+  return k ? k : &none;
 }
 
 void mpu__sig_describe(const mpu__sig *s, char *buf, size_t len) {
-  int n = snprintf(buf, len, "%s(%s=%llu, %s", mpu_collective_name((mpu_collective)s->kind),
-                   uneven(s->kind) ? "total" : "count", (unsigned long long)s->count,
-                   mpu_dtype_name((mpu_dtype)s->dtype));
+  const mpu__coll *k = row(s);
+  int n = snprintf(buf, len, "%s(%s=%llu, %s", k->name, k->listed ? "total" : "count",
+                   (unsigned long long)s->count, mpu_dtype_name((mpu_dtype)s->dtype));
   if (s->kind == MPU_COLL_BARRIER) n = snprintf(buf, len, "barrier(");
   if (s->kind == MPU_COLL_ALL_TO_ALL_V) n = snprintf(buf, len, "all_to_all_v(%s",
                                                      mpu_dtype_name((mpu_dtype)s->dtype));
-  if (uneven(s->kind) && s->kind != MPU_COLL_ALL_TO_ALL_V && n > 0 && (size_t)n < len)
+  if (k->listed && s->kind != MPU_COLL_ALL_TO_ALL_V && n > 0 && (size_t)n < len)
     n += snprintf(buf + n, len - (size_t)n, ", counts #%016llx", (unsigned long long)s->digest);
-  if (mpu__coll_has_op(s->kind) && n > 0 && (size_t)n < len)
+  if (k->has_op && n > 0 && (size_t)n < len)
     n += snprintf(buf + n, len - (size_t)n, ", op=%s", mpu_op_name((mpu_op)s->op));
-  if (mpu__coll_has_root(s->kind) && n > 0 && (size_t)n < len)
+  if (k->has_root && n > 0 && (size_t)n < len)
     n += snprintf(buf + n, len - (size_t)n, ", root=%d", s->root);
   if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
 }
@@ -72,8 +37,7 @@ static int differs(const mpu__sig *a, const mpu__sig *b, mpu__check_level level)
       a->digest != b->digest)
     return 1;
   if (level == MPU__CHECK_SAFETY) return 0;
-  return (mpu__coll_has_op(a->kind) && a->op != b->op) ||
-         (mpu__coll_has_root(a->kind) && a->root != b->root);
+  return (row(a)->has_op && a->op != b->op) || (row(a)->has_root && a->root != b->root);
 }
 
 static const mpu__sig *at(const void *sigs, size_t stride, int m) {

@@ -12,12 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/base/collective.h"
 #include "core/error.h"
 #include "mpu/comm.h"
 
 /* Fixed-width fields: the MPI backend sends it between processes as bytes. */
 typedef struct mpu__sig {
-  int32_t kind;    /* mpu_collective */
+  int32_t kind;    /* mpu_collective, or MPU__CALL_SEND / _RECV (collective.h) */
   int32_t dtype;   /* mpu_dtype; MPU_UINT8 for a barrier */
   int32_t op;      /* mpu_op; MPU_SUM where the call has none */
   int32_t root;    /* -1 where the call has none */
@@ -26,8 +27,8 @@ typedef struct mpu__sig {
   uint64_t digest; /* uneven calls: a hash of the counts every rank must agree on */
 } mpu__sig;
 
-/* A checked call: what comm.c hands a backend's start, and what a request
- * holds until it runs. Buffers and count lists belong to the call until it
+/* A checked call: what comm.c hands a backend's start (send and recv: its
+ * send and recv), and what a request holds until it runs. Buffers and count lists belong to the call until it
  * completes. */
 typedef struct mpu__call {
   mpu__sig sig;
@@ -39,6 +40,7 @@ typedef struct mpu__call {
    *   all_to_all_v     counts/displs: what goes to each rank, from where in send;
    *                    rcounts/rdispls: what comes from each rank, to where in recv */
   const size_t *counts, *displs, *rcounts, *rdispls;
+  int peer; /* send: the destination; recv: the source */
 } mpu__call;
 
 /* A call's arguments as locals, for a backend's collectives (each reads
@@ -50,11 +52,8 @@ typedef struct mpu__call {
   mpu_dtype dt = (mpu_dtype)(k)->sig.dtype;        \
   mpu_op op = (mpu_op)(k)->sig.op;                 \
   int root = (k)->sig.root;                        \
-  (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)root
-
-/* Whether calls of this kind take an op / a root. */
-MPU_SIBLING_API int mpu__coll_has_op(int kind);
-MPU_SIBLING_API int mpu__coll_has_root(int kind);
+  int peer = (k)->peer;                            \
+  (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)root, (void)peer
 
 /* "all_reduce(count=8, float32, op=sum)" */
 MPU_SIBLING_API void mpu__sig_describe(const mpu__sig *s, char *buf, size_t len);

@@ -186,8 +186,9 @@ void mpu__nccl_destroy(mpu_comm *c);
  * made inside a group are recorded after ncclGroupEnd */
 mpu_result_t mpu__nccl_group_start(void);
 mpu_result_t mpu__nccl_group_end(void);
-mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t count, mpu_dtype dt,
-                                 int peer, void **handle);
+mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, const mpu__call *k, void **handle);
+/* calls.c: the NCCL call of a send or recv description (enqueued, not waited for) */
+ncclResult_t mpu__nccl_p2p(const nccl_impl *m, const mpu__call *k);
 mpu_result_t mpu__nccl_native_handle(const mpu_comm *c, void **out);
 mpu_result_t mpu__nccl_request_new(const char *fn, nccl_request **out);
 void mpu__nccl_request_free(nccl_request *q);

@@ -63,50 +63,66 @@ static ncclRedOp_t op_of(mpu_op op, int ranks) {
 /* The uneven collectives, which NCCL has not: one group of sends and
  * receives (all_gather_v, all_to_all_v) or of reduces, one per block
  * (reduce_scatter_v). This rank's own block is a copy on the stream. */
-static mpu_result_t enqueue_uneven(mpu_comm *c, const mpu__call *k, const char *fn) {
+
+/* Close the group opened, then this rank's own block (bytes from `from`
+ * to `to`), a copy on the stream. */
+static mpu_result_t uneven_end(mpu_comm *c, ncclResult_t r, const void *from, void *to,
+                               size_t bytes, const char *fn) {
+  ncclResult_t e = ncclGroupEnd(); /* always closes the group it opened */
+  MPU_CHECK(mpu__nccl_issued(c, r ? r : e, fn));
+  if (!bytes || from == to) return MPU_SUCCESS;
+  return mpu__nccl_cuda_error(cudaMemcpy2DAsync(to, bytes, from, bytes, bytes, 1,
+                                                cudaMemcpyDefault, impl_of(c)->stream),
+                              fn);
+}
+
+static mpu_result_t enqueue_all_gather_v(mpu_comm *c, const mpu__call *k, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype);
+  int n = c->size, me = c->rank;
+  char *recv = k->recv;
+  ncclResult_t r = ncclGroupStart();
+  for (int p = 0; p < n && r == ncclSuccess; p++) {
+    if (p != me && k->counts[me]) r = ncclSend(k->send, k->counts[me], t, p, m->comm, m->stream);
+    if (p != me && !r && k->counts[p])
+      r = ncclRecv(recv + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
+  }
+  return uneven_end(c, r, k->send, recv + k->displs[me] * es, k->counts[me] * es, fn);
+}
+
+static mpu_result_t enqueue_reduce_scatter_v(mpu_comm *c, const mpu__call *k, const char *fn) {
+  nccl_impl *m = impl_of(c);
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype), off = 0;
+  const char *send = k->send;
+  ncclResult_t r = ncclGroupStart();
+  for (int p = 0; p < c->size && r == ncclSuccess; p++) {
+    if (k->counts[p])
+      r = ncclReduce(send + off * es,
+                     p == c->rank ? k->recv : (void *)(uintptr_t)(send + off * es), k->counts[p],
+                     t, op_of((mpu_op)k->sig.op, c->size), p, m->comm, m->stream);
+    off += k->counts[p];
+  }
+  return uneven_end(c, r, NULL, NULL, 0, fn);
+}
+
+static mpu_result_t enqueue_all_to_all_v(mpu_comm *c, const mpu__call *k, const char *fn) {
   nccl_impl *m = impl_of(c);
   ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
   size_t es = mpu_dtype_size((mpu_dtype)k->sig.dtype);
   int n = c->size, me = c->rank;
   const char *send = k->send;
   char *recv = k->recv;
-  ncclResult_t r = ncclGroupStart(), e = ncclSuccess;
-  size_t off = 0;
+  ncclResult_t r = ncclGroupStart();
   for (int p = 0; p < n && r == ncclSuccess; p++) {
-    switch (k->sig.kind) {
-    case MPU_COLL_ALL_GATHER_V:
-      if (p != me && k->counts[me]) r = ncclSend(send, k->counts[me], t, p, m->comm, m->stream);
-      if (p != me && !r && k->counts[p])
-        r = ncclRecv(recv + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
-      break;
-    case MPU_COLL_REDUCE_SCATTER_V:
-      if (k->counts[p])
-        r = ncclReduce(send + off * es, p == me ? (void *)recv : (void *)(uintptr_t)(send + off * es),
-                       k->counts[p], t, op_of((mpu_op)k->sig.op, c->size), p, m->comm, m->stream);
-      off += k->counts[p];
-      break;
-    default:
-      if (p != me && k->counts[p])
-        r = ncclSend(send + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
-      if (p != me && !r && k->rcounts[p])
-        r = ncclRecv(recv + k->rdispls[p] * es, k->rcounts[p], t, p, m->comm, m->stream);
-    }
+    if (p != me && k->counts[p])
+      r = ncclSend(send + k->displs[p] * es, k->counts[p], t, p, m->comm, m->stream);
+    if (p != me && !r && k->rcounts[p])
+      r = ncclRecv(recv + k->rdispls[p] * es, k->rcounts[p], t, p, m->comm, m->stream);
   }
-  e = ncclGroupEnd(); /* always closes the group it opened */
-  MPU_CHECK(mpu__nccl_issued(c, r ? r : e, fn));
-  /* the own block: a copy on the same stream */
-  const void *from = NULL;
-  void *to = NULL;
-  size_t bytes = 0;
-  if (k->sig.kind == MPU_COLL_ALL_GATHER_V)
-    from = send, to = recv + k->displs[me] * es, bytes = k->counts[me] * es;
-  else if (k->sig.kind == MPU_COLL_ALL_TO_ALL_V)
-    from = send + k->displs[me] * es, to = recv + k->rdispls[me] * es, bytes = k->counts[me] * es;
-  if (bytes && from != to)
-    return mpu__nccl_cuda_error(cudaMemcpy2DAsync(to, bytes, from, bytes, bytes, 1, cudaMemcpyDefault,
-                                        m->stream),
-                      fn);
-  return MPU_SUCCESS;
+  return uneven_end(c, r, send + k->displs[me] * es, recv + k->rdispls[me] * es,
+                    k->counts[me] * es, fn);
 }
 
 /* all_to_all as one group where the library has no ncclAlltoAll (before
@@ -157,7 +173,9 @@ static mpu_result_t enqueue_locked(mpu_comm *c, const mpu__call *k, const char *
   case MPU_COLL_BARRIER: /* NCCL has no barrier: a one-int all-reduce is one */
     r = ncclAllReduce(m->one, m->one, 1, ncclInt32, ncclSum, m->comm, m->stream);
     break;
-  default: return enqueue_uneven(c, k, fn);
+  case MPU_COLL_ALL_GATHER_V: return enqueue_all_gather_v(c, k, fn);
+  case MPU_COLL_REDUCE_SCATTER_V: return enqueue_reduce_scatter_v(c, k, fn);
+  default: return enqueue_all_to_all_v(c, k, fn);
   }
   return mpu__nccl_issued(c, r, fn);
 }
@@ -222,35 +240,32 @@ static mpu_result_t run(mpu_comm *c, const mpu__call *k, const char *fn) {
 
 /* Point to point is NCCL's: a send completes when the peer receives (no
  * eager copy), so the blocking send waits for the matching recv. */
-static mpu_result_t nccl_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
-  static const char fn[] = "mpu_comm_send";
-  nccl_impl *m = impl_of(c);
+/* The NCCL call of a send or recv description, enqueued. */
+ncclResult_t mpu__nccl_p2p(const nccl_impl *m, const mpu__call *k) {
+  size_t count = (size_t)k->sig.count;
+  ncclDataType_t t = type_of((mpu_dtype)k->sig.dtype);
+  if (mpu__coll_of(k->sig.kind)->p2p == MPU__CALL_SEND)
+    return ncclSend(k->send, count, t, k->peer, m->comm, m->stream);
+  return ncclRecv(k->recv, count, t, k->peer, m->comm, m->stream);
+}
+
+static mpu_result_t nccl_p2p(mpu_comm *c, const mpu__call *k) {
+  const char *fn = mpu__coll_fn(k->sig.kind);
   MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_enter(c, fn));
-  mpu_result_t r = mpu__nccl_issued(c, ncclSend(buf, count, type_of(dt), peer, m->comm, m->stream), fn);
+  mpu_result_t r = mpu__nccl_issued(c, mpu__nccl_p2p(impl_of(c), k), fn);
   mpu__nccl_leave(c);
   return r ? r : wait_enqueued(c, fn);
 }
 
-static mpu_result_t nccl_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
-  static const char fn[] = "mpu_comm_recv";
-  nccl_impl *m = impl_of(c);
-  MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_enter(c, fn));
-  mpu_result_t r = mpu__nccl_issued(c, ncclRecv(buf, count, type_of(dt), peer, m->comm, m->stream), fn);
-  mpu__nccl_leave(c);
-  return r ? r : wait_enqueued(c, fn);
-}
-
-static mpu_result_t nccl_sendrecv(mpu_comm *c, const void *sbuf, size_t scount, int dst,
-                                  void *rbuf, size_t rcount, int src, mpu_dtype dt) {
+static mpu_result_t nccl_sendrecv(mpu_comm *c, const mpu__call *send, const mpu__call *recv) {
   static const char fn[] = "mpu_comm_sendrecv";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_enter(c, fn));
   ncclResult_t r = ncclGroupStart();
-  ncclResult_t s = r ? r : ncclSend(sbuf, scount, type_of(dt), dst, m->comm, m->stream);
-  ncclResult_t v = r || s ? ncclSuccess : ncclRecv(rbuf, rcount, type_of(dt), src, m->comm, m->stream);
+  ncclResult_t s = r ? r : mpu__nccl_p2p(m, send);
+  ncclResult_t v = r || s ? ncclSuccess : mpu__nccl_p2p(m, recv);
   ncclResult_t e = r ? ncclSuccess : ncclGroupEnd(); /* always closes the group it opened */
   mpu_result_t res = mpu__nccl_issued(c, r ? r : s ? s : v ? v : e, fn);
   mpu__nccl_leave(c);
@@ -456,8 +471,8 @@ const mpu__comm_ops mpu__nccl_ops = {
     .test = nccl_test,
     .wait = nccl_wait,
     .release = nccl_release,
-    .send = nccl_send,
-    .recv = nccl_recv,
+    .send = nccl_p2p,
+    .recv = nccl_p2p,
     .sendrecv = nccl_sendrecv,
     .create_group = mpu__nccl_create_group,
     .split = mpu__nccl_split,

@@ -135,23 +135,18 @@ mpu_result_t mpu__nccl_group_end(void) {
   return r;
 }
 
-mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, int is_send, void *buf, size_t count,
-                                  mpu_dtype dt, int peer, void **handle) {
-  const char *fn = is_send ? "mpu_comm_send" : "mpu_comm_recv";
-  nccl_impl *m = impl_of(c);
+mpu_result_t mpu__nccl_p2p_start(mpu_comm *c, const mpu__call *k, void **handle) {
+  const char *fn = mpu__coll_fn(k->sig.kind);
   nccl_request *q = NULL;
   MPU_CHECK(mpu__nccl_begin(c, fn));
   MPU_CHECK(mpu__nccl_request_new(fn, &q));
-  ncclDataType_t t = mpu__nccl_type(dt);
   mpu_result_t r = mpu__nccl_enter(c, fn);
   if (!r) {
-    ncclResult_t nr = is_send ? ncclSend(buf, count, t, peer, m->comm, m->stream)
-                              : ncclRecv(buf, count, t, peer, m->comm, m->stream);
-    r = mpu__nccl_issued(c, nr, fn);
+    r = mpu__nccl_issued(c, mpu__nccl_p2p(impl_of(c), k), fn);
     mpu__nccl_leave(c);
   }
   if (!r) r = mpu__nccl_event_record(c, q->event, fn);
-  q->captured = mpu__nccl_capturing(m);
+  q->captured = mpu__nccl_capturing(impl_of(c));
   if (r) {
     mpu__nccl_request_free(q);
     return r;

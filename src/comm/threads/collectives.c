@@ -23,6 +23,10 @@
  * outnumber the cores, only as many ranks as there are cores work, rank w
  * taking tasks w, w + W, ...; the others go straight to the exit barrier and
  * sleep, so the workers run without being time-sliced against them.
+ *
+ * What a kind reads and writes (its blocks, its in-place form) is the
+ * collective table's (collective.h); this file's own table (kinds[]) says
+ * how the threads backend moves each kind: its tasks and its small path.
  */
 #include <stdio.h>
 #include <string.h>
@@ -189,167 +193,143 @@ static void task_all_to_all(tcomm *tc, const mpu__call *calls, int t) {
 /* Task t of an uneven collective: member t pulls its own output. Empty
  * blocks are skipped before any pointer arithmetic: their buffers may be
  * NULL. */
-static void task_uneven(tcomm *tc, const mpu__call *calls, int t) {
+static void task_all_gather_v(tcomm *tc, const mpu__call *calls, int t) {
+  int n = tc->g->n;
+  const mpu__call *call = &calls[t];
+  size_t es = mpu_dtype_size((mpu_dtype)call->sig.dtype);
+  char *recv = call->recv;
+  for (int k = 0; k < n; k++)
+    if (call->counts[k] && recv + call->displs[k] * es != calls[k].send) /* in place: there */
+      mpu__copy(recv + call->displs[k] * es, calls[k].send, call->counts[k] * es, 0);
+}
+
+static void task_reduce_scatter_v(tcomm *tc, const mpu__call *calls, int t) {
   int n = tc->g->n;
   const mpu__call *call = &calls[t];
   mpu_dtype dt = (mpu_dtype)call->sig.dtype;
-  size_t es = mpu_dtype_size(dt);
+  size_t es = mpu_dtype_size(dt), off = 0;
+  if (!call->counts[t]) return;
+  for (int k = 0; k < t; k++) off += call->counts[k];
+  for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + off * es;
+  mpu__reduce(call->recv, tc->ptrs, n, call->counts[t], dt, (mpu_op)call->sig.op, n);
+}
+
+static void task_all_to_all_v(tcomm *tc, const mpu__call *calls, int t) {
+  int n = tc->g->n;
+  const mpu__call *call = &calls[t];
+  size_t es = mpu_dtype_size((mpu_dtype)call->sig.dtype);
   char *recv = call->recv;
-  switch (call->sig.kind) {
-  case MPU_COLL_ALL_GATHER_V:
-    for (int k = 0; k < n; k++)
-      if (call->counts[k] && recv + call->displs[k] * es != calls[k].send) /* in place: there */
-        mpu__copy(recv + call->displs[k] * es, calls[k].send, call->counts[k] * es, 0);
-    break;
-  case MPU_COLL_REDUCE_SCATTER_V: {
-    size_t off = 0;
-    if (!call->counts[t]) break;
-    for (int k = 0; k < t; k++) off += call->counts[k];
-    for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + off * es;
-    mpu__reduce(recv, tc->ptrs, n, call->counts[t], dt, (mpu_op)call->sig.op, n);
-    break;
-  }
-  default:
-    for (int k = 0; k < n; k++)
-      if (call->rcounts[k])
-        mpu__copy(recv + call->rdispls[k] * es,
-                  (const char *)calls[k].send + calls[k].displs[t] * es, call->rcounts[k] * es, 0);
-  }
+  for (int k = 0; k < n; k++)
+    if (call->rcounts[k])
+      mpu__copy(recv + call->rdispls[k] * es,
+                (const char *)calls[k].send + calls[k].displs[t] * es, call->rcounts[k] * es, 0);
 }
 
-void mpu__ttask(tcomm *tc, const mpu__call *calls, int t) {
-  switch (calls[0].sig.kind) {
-  case MPU_COLL_ALL_REDUCE: task_all_reduce(tc, calls, t); break;
-  case MPU_COLL_ALL_GATHER: task_all_gather(tc, calls, t); break;
-  case MPU_COLL_REDUCE_SCATTER: task_reduce_scatter(tc, calls, t); break;
-  case MPU_COLL_BROADCAST: task_broadcast(tc, calls, t); break;
-  case MPU_COLL_REDUCE: task_reduce(tc, calls, t); break;
-  case MPU_COLL_ALL_TO_ALL: task_all_to_all(tc, calls, t); break;
-  case MPU_COLL_BARRIER: break;
-  default: task_uneven(tc, calls, t);
-  }
-}
+/* ---- small calls: every input was staged in the group's scratch at the
+ * barrier (parity p); this rank computes its own output from them ---- */
 
-static mpu_result_t all_reduce(tcomm *tc, const mpu__call *call) {
+static void small_all_reduce(tcomm *tc, const mpu__call *call, int p) {
   MPU__CALL_ARGS(call);
-  static const char fn[] = "mpu_comm_all_reduce";
-  tgroup *g = tc->g;
-  int n = g->n, p;
-  size_t es = mpu_dtype_size(dt), bytes = count * es;
-  int small = bytes <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, call, send, small ? bytes : 0, fn, &p));
-  if (small) {
-    for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k);
-    mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
-    return MPU_SUCCESS;
-  }
-  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
-  return leave(tc, fn);
+  int n = tc->g->n;
+  for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(tc->g, p, k);
+  mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
 }
 
-static mpu_result_t all_gather(tcomm *tc, const mpu__call *call) {
+static void small_all_gather(tcomm *tc, const mpu__call *call, int p) {
   MPU__CALL_ARGS(call);
-  static const char fn[] = "mpu_comm_all_gather";
-  tgroup *g = tc->g;
-  int n = g->n, me = tc->me, p;
+  int n = tc->g->n, me = tc->me;
   size_t bytes = count * mpu_dtype_size(dt);
   char *out = recv;
-  int small = bytes <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, call, send, small ? bytes : 0, fn, &p));
-  if (!bytes) return MPU_SUCCESS;
-  if (small) { /* each rank pulls the staged inputs */
-    for (int k = 0; k < n; k++)
-      if (!(k == me && send == out + (size_t)me * bytes)) /* in place: already there */
-        memcpy(out + (size_t)k * bytes, scratch_of(g, p, k), bytes);
-    return MPU_SUCCESS;
-  }
-  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
-  return leave(tc, fn);
+  if (!bytes) return;
+  for (int k = 0; k < n; k++) /* each rank pulls the staged inputs */
+    if (!(k == me && send == out + (size_t)me * bytes)) /* in place: already there */
+      memcpy(out + (size_t)k * bytes, scratch_of(tc->g, p, k), bytes);
 }
 
-static mpu_result_t reduce_scatter(tcomm *tc, const mpu__call *call) {
+static void small_reduce_scatter(tcomm *tc, const mpu__call *call, int p) {
   MPU__CALL_ARGS(call);
-  static const char fn[] = "mpu_comm_reduce_scatter";
-  tgroup *g = tc->g;
-  int n = g->n, me = tc->me, p;
-  size_t bytes = count * mpu_dtype_size(dt), total = bytes * (size_t)n;
-  int small = total <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, call, send, small ? total : 0, fn, &p));
-  if (small) {
-    for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k) + (size_t)me * bytes;
-    mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
-    return MPU_SUCCESS;
-  }
-  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
-  return leave(tc, fn);
+  int n = tc->g->n, me = tc->me;
+  size_t bytes = count * mpu_dtype_size(dt);
+  for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(tc->g, p, k) + (size_t)me * bytes;
+  mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
 }
 
-static mpu_result_t broadcast(tcomm *tc, const mpu__call *call) {
+static void small_broadcast(tcomm *tc, const mpu__call *call, int p) {
   MPU__CALL_ARGS(call);
-  static const char fn[] = "mpu_comm_broadcast";
+  size_t bytes = count * mpu_dtype_size(dt);
+  if (tc->me != root && bytes) memcpy(recv, scratch_of(tc->g, p, root), bytes);
+}
+
+static void small_reduce(tcomm *tc, const mpu__call *call, int p) {
+  MPU__CALL_ARGS(call);
+  int n = tc->g->n;
+  if (tc->me != root) return;
+  for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(tc->g, p, k);
+  mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
+}
+
+static void small_all_to_all(tcomm *tc, const mpu__call *call, int p) {
+  MPU__CALL_ARGS(call);
+  int n = tc->g->n, me = tc->me;
+  size_t bytes = count * mpu_dtype_size(dt);
+  for (int k = 0; k < n && bytes; k++)
+    memcpy((char *)recv + (size_t)k * bytes, scratch_of(tc->g, p, k) + (size_t)me * bytes, bytes);
+}
+
+/* How the threads backend moves each kind: its tasks (large calls and every
+ * non-blocking one), and its small path (NULL: nothing to compute, as a
+ * barrier's meeting is the whole call). What a kind reads and writes is the
+ * collective table's (collective.h). */
+typedef struct tkind {
+  void (*task)(tcomm *tc, const mpu__call *calls, int t);
+  void (*small)(tcomm *tc, const mpu__call *call, int p);
+} tkind;
+
+static const tkind kinds[MPU_COLL_KINDS] = {
+    [MPU_COLL_ALL_REDUCE] = {task_all_reduce, small_all_reduce},
+    [MPU_COLL_ALL_GATHER] = {task_all_gather, small_all_gather},
+    [MPU_COLL_REDUCE_SCATTER] = {task_reduce_scatter, small_reduce_scatter},
+    [MPU_COLL_BROADCAST] = {task_broadcast, small_broadcast},
+    [MPU_COLL_REDUCE] = {task_reduce, small_reduce},
+    [MPU_COLL_ALL_TO_ALL] = {task_all_to_all, small_all_to_all},
+    [MPU_COLL_BARRIER] = {NULL, NULL},
+    [MPU_COLL_ALL_GATHER_V] = {task_all_gather_v, NULL},
+    [MPU_COLL_REDUCE_SCATTER_V] = {task_reduce_scatter_v, NULL},
+    [MPU_COLL_ALL_TO_ALL_V] = {task_all_to_all_v, NULL},
+};
+
+void mpu__ttask(tcomm *tc, const mpu__call *calls, int t) {
+  void (*task)(tcomm *, const mpu__call *, int) = kinds[calls[0].sig.kind].task;
+  if (task) task(tc, calls, t);
+}
+
+/* A collective of one count per rank (see the top of the file): a small one
+ * stages what this rank contributes (a broadcast: the root alone) and needs
+ * the one barrier; a large one publishes its buffers, runs this rank's
+ * tasks and meets the others at the exit. */
+static mpu_result_t run_even(tcomm *tc, const mpu__call *call) {
+  const mpu__coll *row = mpu__coll_of(call->sig.kind);
   tgroup *g = tc->g;
   int p;
-  size_t bytes = count * mpu_dtype_size(dt);
-  int small = bytes <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, call, send, small && tc->me == root ? bytes : 0, fn, &p));
+  size_t bytes = (size_t)call->sig.count * mpu_dtype_size((mpu_dtype)call->sig.dtype);
+  size_t in = bytes * mpu__coll_blocks(row->send_blocks, g->n);
+  int small = in <= MPU_THREADS_SCRATCH;
+  int stages = small && (row->in_place != MPU__IN_PLACE_ONE_BUFFER || tc->me == call->sig.root);
+  MPU_CHECK(enter(tc, call, call->send, stages ? in : 0, row->fn, &p));
   if (small) {
-    if (tc->me != root && bytes) memcpy(recv, scratch_of(g, p, root), bytes);
+    if (kinds[call->sig.kind].small) kinds[call->sig.kind].small(tc, call, p);
     return MPU_SUCCESS;
   }
   FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
-  return leave(tc, fn);
-}
-
-static mpu_result_t reduce(tcomm *tc, const mpu__call *call) {
-  MPU__CALL_ARGS(call);
-  static const char fn[] = "mpu_comm_reduce";
-  tgroup *g = tc->g;
-  int n = g->n, me = tc->me, p;
-  size_t es = mpu_dtype_size(dt), bytes = count * es;
-  int small = bytes <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, call, send, small ? bytes : 0, fn, &p));
-  if (small) {
-    if (me != root) return MPU_SUCCESS;
-    for (int k = 0; k < n; k++) tc->ptrs[k] = scratch_of(g, p, k);
-    mpu__reduce(recv, tc->ptrs, n, count, dt, op, n);
-    return MPU_SUCCESS;
-  }
-  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
-  return leave(tc, fn);
-}
-
-static mpu_result_t all_to_all(tcomm *tc, const mpu__call *call) {
-  MPU__CALL_ARGS(call);
-  static const char fn[] = "mpu_comm_all_to_all";
-  tgroup *g = tc->g;
-  int n = g->n, me = tc->me, p;
-  size_t bytes = count * mpu_dtype_size(dt), total = bytes * (size_t)n;
-  int small = total <= MPU_THREADS_SCRATCH;
-  MPU_CHECK(enter(tc, call, send, small ? total : 0, fn, &p));
-  if (small) {
-    for (int k = 0; k < n && bytes; k++)
-      memcpy((char *)recv + (size_t)k * bytes, scratch_of(g, p, k) + (size_t)me * bytes, bytes);
-    return MPU_SUCCESS;
-  }
-  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
-  return leave(tc, fn);
+  return leave(tc, row->fn);
 }
 
 mpu_result_t mpu__tstart(mpu_comm *c, const mpu__call *call, void **handle) {
   tcomm *tc = c->impl;
-  int p;
   *handle = NULL; /* the threads backend runs every call to its end */
-  if (tc->nb_seq != tc->nb_settled) MPU_CHECK(mpu__tsettle(tc, mpu__tcall_name(call->sig.kind)));
-  switch (call->sig.kind) {
-  case MPU_COLL_ALL_REDUCE: return all_reduce(tc, call);
-  case MPU_COLL_ALL_GATHER: return all_gather(tc, call);
-  case MPU_COLL_REDUCE_SCATTER: return reduce_scatter(tc, call);
-  case MPU_COLL_BROADCAST: return broadcast(tc, call);
-  case MPU_COLL_REDUCE: return reduce(tc, call);
-  case MPU_COLL_ALL_TO_ALL: return all_to_all(tc, call);
-  case MPU_COLL_BARRIER: return enter(tc, call, NULL, 0, "mpu_comm_barrier", &p);
-  default: return mpu__tuneven(tc, call);
-  }
+  if (tc->nb_seq != tc->nb_settled) MPU_CHECK(mpu__tsettle(tc, mpu__coll_fn(call->sig.kind)));
+  if (mpu__coll_of(call->sig.kind)->listed) return mpu__tuneven(tc, call);
+  return run_even(tc, call);
 }
 
 /* ---- uneven collectives ------------------------------------------------------------
@@ -377,35 +357,17 @@ static mpu_result_t uneven_counts_agree(const tcomm *tc, const mpu__call *calls,
   return MPU_SUCCESS;
 }
 
-const char *mpu__tcall_name(int kind) {
-  switch (kind) {
-  case MPU_COLL_ALL_REDUCE: return "mpu_comm_all_reduce";
-  case MPU_COLL_ALL_GATHER: return "mpu_comm_all_gather";
-  case MPU_COLL_REDUCE_SCATTER: return "mpu_comm_reduce_scatter";
-  case MPU_COLL_BROADCAST: return "mpu_comm_broadcast";
-  case MPU_COLL_REDUCE: return "mpu_comm_reduce";
-  case MPU_COLL_ALL_TO_ALL: return "mpu_comm_all_to_all";
-  case MPU_COLL_BARRIER: return "mpu_comm_barrier";
-  case MPU_COLL_ALL_GATHER_V: return "mpu_comm_all_gather_v";
-  case MPU_COLL_REDUCE_SCATTER_V: return "mpu_comm_reduce_scatter_v";
-  default: return "mpu_comm_all_to_all_v";
-  }
-}
-
 mpu_result_t mpu__tcheck(const tcomm *tc, const mpu__call *calls, const char *fn) {
   const tgroup *g = tc->g;
   MPU_CHECK(mpu__sig_compare(fn, &calls[0].sig, sizeof(mpu__call), g->n, g->members,
                              g->world->check_calls ? MPU__CHECK_ALL : MPU__CHECK_SAFETY));
-  int kind = calls[0].sig.kind;
-  if (kind == MPU_COLL_ALL_GATHER_V || kind == MPU_COLL_REDUCE_SCATTER_V ||
-      kind == MPU_COLL_ALL_TO_ALL_V)
-    return uneven_counts_agree(tc, calls, fn);
+  if (mpu__coll_of(calls[0].sig.kind)->listed) return uneven_counts_agree(tc, calls, fn);
   return MPU_SUCCESS;
 }
 
 mpu_result_t mpu__tuneven(tcomm *tc, const mpu__call *call) {
   int p;
-  MPU_CHECK(enter(tc, call, NULL, 0, mpu__tcall_name(call->sig.kind), &p));
-  task_uneven(tc, g_calls(tc, p), tc->me);
-  return leave(tc, mpu__tcall_name(call->sig.kind));
+  MPU_CHECK(enter(tc, call, NULL, 0, mpu__coll_fn(call->sig.kind), &p));
+  mpu__ttask(tc, g_calls(tc, p), tc->me);
+  return leave(tc, mpu__coll_fn(call->sig.kind));
 }

@@ -16,7 +16,11 @@
 
 #define SLICE_S 0.01
 
-mpu_result_t mpu__tsend(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer) {
+mpu_result_t mpu__tsend(mpu_comm *c, const mpu__call *k) {
+  const void *buf = k->send;
+  size_t count = (size_t)k->sig.count;
+  mpu_dtype dt = (mpu_dtype)k->sig.dtype;
+  int peer = k->peer;
   tcomm *tc = c->impl;
   tgroup *g = tc->g;
   tworld *w = g->world;
@@ -65,7 +69,11 @@ struct timespec mpu__tabs_after(double seconds) {
   return ts;
 }
 
-mpu_result_t mpu__trecv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer) {
+mpu_result_t mpu__trecv(mpu_comm *c, const mpu__call *k) {
+  void *buf = k->recv;
+  size_t count = (size_t)k->sig.count;
+  mpu_dtype dt = (mpu_dtype)k->sig.dtype;
+  int peer = k->peer;
   tcomm *tc = c->impl;
   tgroup *g = tc->g;
   tworld *w = g->world;

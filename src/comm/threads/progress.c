@@ -166,7 +166,7 @@ static void op_move(tcomm *tc, top *op) {
     p = g->ops; /* the list may have changed meanwhile */
   }
   pthread_mutex_unlock(&g->ops_lock);
-  const char *fn = mpu__tcall_name(op->calls[0].sig.kind);
+  const char *fn = mpu__coll_fn(op->calls[0].sig.kind);
   mpu_result_t r = mpu__tcheck(tc, op->calls, fn);
   pthread_mutex_lock(&g->ops_lock);
   if (r) {
@@ -187,7 +187,7 @@ mpu_result_t mpu__tstart_nb(mpu_comm *c, const mpu__call *call, void **handle) {
   if (!op) {
     pthread_mutex_unlock(&g->ops_lock);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a non-blocking call of %d ranks",
-                      mpu__tcall_name(call->sig.kind), g->n);
+                      mpu__coll_fn(call->sig.kind), g->n);
   }
   tc->nb_seq++;
   op->calls[tc->me] = *call;
@@ -221,7 +221,7 @@ static void op_fail(tgroup *g, top *op, uint64_t reason, const char *detail) {
   char text[200], msg[1024];
   mpu__treason_text(reason, text, sizeof text);
   snprintf(msg, sizeof msg, "%s: communicator of %d ranks is broken: %s%s",
-           mpu__tcall_name(op->calls[0].sig.kind), g->n, text, detail);
+           mpu__coll_fn(op->calls[0].sig.kind), g->n, text, detail);
   op_finish(g, op, (tcause)(reason >> 48) == TC_TIMEOUT ? MPU_ERR_TIMEOUT : MPU_ERR_ABORTED, msg);
 }
 
@@ -321,7 +321,7 @@ static mpu_result_t wait_locked(tcomm *tc, top *op, double timeout_s) {
       missing(g, stuck, detail, sizeof detail, &first);
       if (timeout_s >= 0) /* the caller's own limit: the call stays pending */
         return mpu__error(MPU_ERR_TIMEOUT, "%s: not complete after %.3g s%s%s",
-                          mpu__tcall_name(op->calls[tc->me].sig.kind), limit,
+                          mpu__coll_fn(op->calls[tc->me].sig.kind), limit,
                           stuck == op ? "" : " (an earlier call on the communicator is not)",
                           detail);
       op_fail(g, stuck, tc_pack(TC_TIMEOUT, MPU_ERR_TIMEOUT, first), detail);
@@ -372,7 +372,7 @@ void mpu__trelease(mpu_comm *c, void *handle) {
     char msg[300];
     snprintf(msg, sizeof msg,
              "%s: world rank %d released the call (destroyed its communicator) before it ran",
-             mpu__tcall_name(op->calls[tc->me].sig.kind), g->members[tc->me]);
+             mpu__coll_fn(op->calls[tc->me].sig.kind), g->members[tc->me]);
     op_finish(g, op, MPU_ERR_ABORTED, msg);
   }
   while (op->state != TOP_DONE) { /* running: it reads our buffers until it is done */

@@ -187,7 +187,6 @@ void mpu__ttask(tcomm *tc, const mpu__call *calls, int t);
 mpu_result_t mpu__tcheck(const tcomm *tc, const mpu__call *calls, const char *fn);
 
 /* The public name of a call kind, for messages. */
-const char *mpu__tcall_name(int kind);
 
 /* ---- progress.c: non-blocking calls ---- */
 
@@ -205,8 +204,8 @@ mpu_result_t mpu__tsettle(tcomm *tc, const char *fn);
 void mpu__tops_init(tgroup *g);
 void mpu__tops_free(tgroup *g);
 
-mpu_result_t mpu__tsend(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
-mpu_result_t mpu__trecv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
+mpu_result_t mpu__tsend(mpu_comm *c, const mpu__call *k);
+mpu_result_t mpu__trecv(mpu_comm *c, const mpu__call *k);
 
 /* The monotonic clock's time `seconds` from now, for pthread_cond_timedwait
  * on a condition variable of CLOCK_MONOTONIC. */

@@ -1,5 +1,6 @@
 /*
- * mpi_oob.c - the MPI backend's out-of-band abort channel.
+ * abort.c - the MPI backend's aborts: mpu_comm_abort (MPI_Abort, which ends
+ * the job), and the out-of-band abort channel.
  *
  * A device communicator (NCCL) made over an MPI communicator tells its peers
  * that it aborted through here: NCCL raises ncclRemoteError only on its
@@ -19,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/mpi_internal.h"
+#include "comm/mpi/backend.h"
 #include "core/error.h"
 
 #define POLL_EVERY_S 0.01 /* MPI_Iprobe is a progress call: not on every spin */
@@ -170,4 +171,10 @@ void mpu__mpi_oob_close(void *ctx) {
   mpu__mpi_retire(ch->comm);
   pthread_mutex_destroy(&ch->lock);
   free(ch->reqs), free(ch->bufs), free(ch);
+}
+
+/* MPI ends every process of the job: there is no one left to tell. */
+mpu_result_t mpu__mpi_abort(mpu_comm *c) {
+  MPI_Abort(comm_of(c), 1); /* MPI ends every process of the job */
+  return MPU_SUCCESS;
 }
