@@ -6,7 +6,10 @@
 #    mpu_comm_capabilities (the tests may name backends: they test them);
 #  - the old kind numbering (a second enum tied to mpu_collective by +1) and
 #    the backends' repacking of the checked call are gone;
-#  - libmpu needs nothing but libc, libm and pthreads.
+#  - libmpu needs nothing but libc, libm and pthreads;
+#  - the checkpoint only consumes shards (mpu/shard.h): src/checkpoint/ calls
+#    no FSDP or optimizer function and reads no optimizer field, so a new
+#    strategy is saved by describing its shards, with no code here.
 # Usage: test_layering.sh SOURCE_DIR LIBMPU
 set -euo pipefail
 src=$1 lib=$(realpath "$2")
@@ -30,6 +33,11 @@ if grep -nE 'mpu__comm_is_fake|mpu__fake_group_described|mpu__nccl_device|mpu__k
 fi
 if echo "$deps" | grep -Ei 'mpi|cuda|nccl|blas|open-pal'; then
   echo "^ libmpu loads more than libc, libm and pthreads" >&2
+  fail=1
+fi
+if grep -nE 'mpu_fsdp_|mpu_optimizer_|mpu_param_buffer_|->(m|v|main|dp_rank|distributed)\b' \
+    src/checkpoint/*.c; then
+  echo "^ src/checkpoint/ reaching into FSDP or the optimizer (describe shards and add them)" >&2
   fail=1
 fi
 [ $fail = 0 ] && echo "1 passed, 0 failed"
