@@ -5,11 +5,12 @@
  *
  * A parameter buffer (mpu_param_buffer, its parameters added) is cut into
  * buckets of whole parameters (up to bucket_bytes each; a larger parameter is
- * a bucket alone). Each of the S ranks of the shard group keeps piece s of
- * every bucket, cut as torch.chunk cuts (ceil(len / S) elements, the last
- * pieces short or empty, padded with zeros so the equal-count collectives
- * move them), with its gradient and its AdamW moments: parameters +
- * gradients + optimizer state per rank fall as 1/S.
+ * a bucket alone), as FSDP wraps units. Each of the S ranks of the shard
+ * group keeps piece s of every bucket, laid out as FSDP1's flat parameter
+ * or FSDP2's per-parameter dim-0 shards (mpu_fsdp_layout: torch.chunk's
+ * pieces padded with zeros so the equal-count collectives move them), with
+ * its gradient and its AdamW moments: parameters + gradients + optimizer
+ * state per rank fall as 1/S.
  *
  *   strategy                FSDP's name             between forward  gradients reduced
  *                                                   and backward     over
