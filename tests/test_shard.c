@@ -5,13 +5,18 @@
  * ownership: the tables below were printed by torch 2.x's code itself
  * (FlatParamHandle._get_unpadded_shard on the flat parameter for FSDP1,
  * use_orig_params=False; _chunk_with_empty along dim 0 for FSDP2's
- * fully_shard) for odd-sized parameters on 4 and 8 ranks.
+ * fully_shard) for odd-sized parameters on 4 and 8 ranks. And a DTensor's
+ * pieces, described as shards, saved and loaded into other placements with
+ * no checkpoint code of their own.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -209,11 +214,101 @@ static void test_fsdp2_dim0(void **state) {
   assert_int_equal(mpu_fsdp_layout_from_name("zero", &l), MPU_ERR_INVALID_ARGUMENT);
 }
 
+/* ---- any DTensor saved and loaded as shards ------------------------------------------ */
+
+enum { ROWS = 10, COLS = 5 };
+
+typedef struct dt_job {
+  const char *dir;
+  int mdim;
+  int64_t mshape[2];
+  mpu_placement pl[2];
+  int save, bad;
+} dt_job;
+
+static float dt_value(int64_t r, int64_t c) { return 0.5f * (float)(r * COLS + c) + 1.0f; }
+
+/* This rank's piece of a (ROWS, COLS) tensor placed as j->pl on j's mesh,
+ * as a shard (mpu_dtensor_local_shape's shape and offset: one box); the one
+ * replica that writes is the rank at coordinate 0 of every Replicate dim. */
+static mpu_result_t dt_rank(mpu_comm *world, void *arg) {
+  dt_job *j = arg;
+  int rank;
+  mpu_comm_rank(world, &rank);
+  mpu_mesh *mesh = NULL;
+  mpu_result_t r = mpu_mesh_create(j->mdim, j->mshape, NULL, NULL, &mesh);
+  mpu_dtensor_spec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.ndim = 2, spec.shape[0] = ROWS, spec.shape[1] = COLS, spec.dtype = MPU_FLOAT32;
+  memcpy(spec.placements, j->pl, sizeof j->pl);
+  int64_t local[2], off[2], coords[2];
+  if (!r) r = mpu_dtensor_local_shape(mesh, rank, &spec, local, off);
+  if (!r) r = mpu_mesh_coords(mesh, rank, coords);
+  float *data = r ? NULL : calloc((size_t)(local[0] * local[1]), sizeof *data);
+  if (!r && !data) r = MPU_ERR_OUT_OF_MEMORY;
+  mpu_shard_tensor *t = r ? NULL : calloc(1, sizeof *t);
+  if (!r && !t) r = MPU_ERR_OUT_OF_MEMORY;
+  if (!r) r = mpu_shard_box_at(2, spec.shape, local, off, &t->shard);
+  int writer = 1;
+  for (int d = 0; d < j->mdim; d++) writer &= j->pl[d].kind != MPU_PLACE_REPLICATE || !coords[d];
+  if (!r) {
+    snprintf(t->name, sizeof t->name, "w");
+    t->data = data;
+    if (writer) t->nsave = 1, t->save[0] = t->shard.spans[0];
+  }
+  mpu_shard_list l;
+  mpu_shard_list_init(&l);
+  mpu_ckpt_set set;
+  mpu_ckpt_set_init(&set);
+  set.layout.world = set.layout.dp = 4;
+  if (!r) r = mpu_shard_list_add(&l, t);
+  if (!r) r = mpu_ckpt_add_shards(&set, &l);
+  for (int64_t a = 0; !r && j->save && a < local[0]; a++)
+    for (int64_t c = 0; c < local[1]; c++) data[a * local[1] + c] = dt_value(off[0] + a, off[1] + c);
+  if (!r && j->save) r = mpu_ckpt_save(j->dir, world, &set);
+  mpu_ckpt *ck = NULL;
+  if (!r && !j->save) r = mpu_ckpt_open(j->dir, &ck);
+  if (!r && !j->save) r = mpu_ckpt_load(ck, world, &set);
+  for (int64_t a = 0; !r && !j->save && a < local[0]; a++)
+    for (int64_t c = 0; c < local[1]; c++)
+      if (data[a * local[1] + c] != dt_value(off[0] + a, off[1] + c))
+        __atomic_fetch_add(&j->bad, 1, __ATOMIC_RELAXED);
+  mpu_ckpt_close(ck);
+  mpu_ckpt_set_free(&set);
+  mpu_shard_list_free(&l);
+  free(t), free(data);
+  mpu_mesh_free(mesh);
+  return r;
+}
+
+static void dt_run(dt_job j) {
+  mpu_result_t r = mpu_launch(4, dt_rank, &j, NULL, NULL);
+  if (r) fprintf(stderr, "%s\n", mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  assert_int_equal(j.bad, 0);
+}
+
+static void test_dtensor_checkpoint(void **state) {
+  (void)state;
+  char dir[64];
+  snprintf(dir, sizeof dir, "test_shard_ckpt_%d", (int)getpid());
+  mpu_placement s0 = MPU_SHARD(0), s1 = MPU_SHARD(1), rep = MPU_REPLICATE;
+  dt_run((dt_job){dir, 2, {2, 2}, {s0, s1}, 1, 0});   /* saved as [Shard(0), Shard(1)] on (2, 2) */
+  dt_run((dt_job){dir, 1, {4, 0}, {s0, rep}, 0, 0});  /* loaded as [Shard(0)] on (4): 3, 3, 3, 1 */
+  dt_run((dt_job){dir, 1, {4, 0}, {rep, rep}, 0, 0}); /* ... and [Replicate] */
+  dt_run((dt_job){dir, 2, {2, 2}, {rep, s1}, 1, 0});  /* replicas: one of them writes */
+  dt_run((dt_job){dir, 2, {2, 2}, {s1, s0}, 0, 0});
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chunk),     cmocka_unit_test(test_megatron),
       cmocka_unit_test(test_copy_box),  cmocka_unit_test(test_span_box),
       cmocka_unit_test(test_fsdp1_flat_parameter), cmocka_unit_test(test_fsdp2_dim0),
+      cmocka_unit_test(test_dtensor_checkpoint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -83,6 +83,13 @@ MPU_API size_t mpu_shard_chunk(size_t start, size_t end, size_t n, size_t i, siz
 MPU_API mpu_result_t mpu_shard_megatron(int ndim, const int64_t *shape, int dim, int stride,
                                         int tp_size, int tp_rank, mpu_shard *out);
 
+/* One box: the local tensor (local_shape) is the global one's box at
+ * offset, as DTensor's compute_local_shape_and_global_offset gives it
+ * (mpu_dtensor_local_shape); every local element kept (one span, at 0).
+ * MPU_ERR_INVALID_ARGUMENT, out unchanged, for an empty or outlying box. */
+MPU_API mpu_result_t mpu_shard_box_at(int ndim, const int64_t *shape, const int64_t *local_shape,
+                                      const int64_t *offset, mpu_shard *out);
+
 /* The product of the first ndim sizes; SIZE_MAX if negative or past size_t. */
 MPU_API size_t mpu_shard_numel(int ndim, const int64_t *shape);
 

@@ -79,6 +79,35 @@ mpu_result_t mpu_shard_megatron(int ndim, const int64_t *shape, int dim, int str
   return MPU_SUCCESS;
 }
 
+mpu_result_t mpu_shard_box_at(int ndim, const int64_t *shape, const int64_t *local_shape,
+                              const int64_t *offset, mpu_shard *out) {
+  static const char fn[] = "mpu_shard_box_at";
+  if (!shape || !local_shape || !offset || !out)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (ndim < 1 || ndim > MAXD)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d dims (1..%d)", fn, ndim, MAXD);
+  for (int d = 0; d < ndim; d++) /* sizes at most 2^40: the subtraction cannot overflow */
+    if (shape[d] < 1 || shape[d] > SIZE_LIMIT || local_shape[d] < 1 || offset[d] < 0 ||
+        local_shape[d] > shape[d] || offset[d] > shape[d] - local_shape[d])
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: dim %d: a box of %lld at %lld in a size of %lld (an empty or "
+                        "outlying box)",
+                        fn, d, (long long)local_shape[d], (long long)offset[d],
+                        (long long)shape[d]);
+  if (mpu_shard_numel(ndim, shape) > ((size_t)1 << 40))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: more than 2^40 elements", fn);
+  mpu_shard s;
+  memset(&s, 0, sizeof s);
+  s.ndim = ndim, s.nboxes = 1, s.nspans = 1;
+  memcpy(s.shape, shape, (size_t)ndim * sizeof *shape);
+  memcpy(s.local_shape, local_shape, (size_t)ndim * sizeof *shape);
+  memcpy(s.boxes[0].global_offset, offset, (size_t)ndim * sizeof *shape);
+  memcpy(s.boxes[0].length, local_shape, (size_t)ndim * sizeof *shape);
+  s.spans[0] = (mpu_shard_span){0, mpu_shard_numel(ndim, local_shape), 0};
+  *out = s;
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_shard_keep(mpu_shard *s, size_t lo, size_t hi, size_t at) {
   static const char fn[] = "mpu_shard_keep";
   if (!s) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL shard", fn);
