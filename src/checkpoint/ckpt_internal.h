@@ -1,7 +1,8 @@
 /*
  * ckpt_internal.h - what the checkpoint writer, reader and merge share:
- * pieces (whose geometry is mpu/shard.h's), CRC-32, file names and
- * whole-buffer I/O (io.c).
+ * pieces (whose geometry is mpu/shard.h's), the checks of what a
+ * checkpoint may say (names.c), CRC-32, file names and whole-buffer I/O
+ * (io.c), the root's folders (root.c).
  */
 #ifndef MPU_CHECKPOINT_INTERNAL_H
 #define MPU_CHECKPOINT_INTERNAL_H
@@ -37,6 +38,8 @@ static inline uint64_t mpu__ckpt_numel(int ndim, const int64_t *shape) {
  * on success *first = *second = -1 if they do, else two pieces that overlap. */
 mpu_result_t mpu__ckpt_tiles(int ndim, const int64_t *shape, const ckpt_piece_view *pieces,
                              int npieces, int *first, int *second);
+
+/* ---- names.c: what a checkpoint may name and record ---- */
 
 /* A metadata pair as mpu_ckpt_set_meta takes it: key a valid name, both
  * NUL-terminated within their cap and under 64 bytes, the value printable
