@@ -212,6 +212,26 @@ static void test_fsdp2_dim0(void **state) {
   assert_int_equal(mpu_fsdp_layout_from_name("fsdp2", &l), 0);
   assert_int_equal(l, MPU_FSDP_PER_PARAM);
   assert_int_equal(mpu_fsdp_layout_from_name("zero", &l), MPU_ERR_INVALID_ARGUMENT);
+  /* wrong shapes and layouts: clear errors, nothing changed */
+  mpu_param_buffer b;
+  mpu_param_buffer_init(&b, 0);
+  assert_int_equal(mpu_param_buffer_add(&b, "w", 12, MPU_PARAM_DUPLICATE, NULL), 0);
+  int64_t bad[5] = {5, 3, 1, 1, 1}, zero[2] = {0, 12}, good[2] = {4, 3};
+  assert_int_equal(mpu_param_buffer_set_shape(&b, 0, 2, bad), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_param_buffer_set_shape(&b, 0, 5, bad), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_param_buffer_set_shape(&b, 0, 2, zero), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_param_buffer_set_shape(&b, 1, 2, good), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(b.params[0].ndim, 0);
+  assert_int_equal(mpu_param_buffer_set_shape(&b, 0, 2, good), 0);
+  mpu_comm *fake;
+  assert_int_equal(mpu_comm_fake_create(0, 4, &fake), 0);
+  mpu_fsdp_options o = MPU_FSDP_OPTIONS_INIT;
+  o.layout = (mpu_fsdp_layout)7;
+  mpu_fsdp *f = NULL;
+  assert_int_equal(mpu_fsdp_create(&b, fake, NULL, &o, &f), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(f);
+  mpu_comm_destroy(fake);
+  mpu_param_buffer_free(&b);
 }
 
 /* ---- any DTensor saved and loaded as shards ------------------------------------------ */

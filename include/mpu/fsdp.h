@@ -211,7 +211,8 @@ MPU_API mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *gra
 MPU_API mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
                                        float *grad_norm);
 
-/* The elements of parameter i this rank holds in its pieces: [lo, hi) of the
+/* (mpu_fsdp_describe gives the same as shards of mpu/shard.h.)
+ * The elements of parameter i this rank holds in its pieces: [lo, hi) of the
  * parameter's local elements (a parameter lies in one bucket, so one span;
  * lo == hi and NULL pointers if none), with element lo of the parameter and
  * of its AdamW moments in the pieces (where a checkpoint finds them, as

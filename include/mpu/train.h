@@ -189,7 +189,8 @@ MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
                                             mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
 
-/* The elements of parameter `index` whose moments this rank keeps, as spans
+/* (mpu_param_buffer_describe gives the same as shards of mpu/shard.h.)
+ * The elements of parameter `index` whose moments this rank keeps, as spans
  * of the parameter's local elements [lo, hi), each with the index of its
  * first element in m, v and main (state): the whole parameter for the plain
  * optimizer, this rank's ZeRO-1 shard of each bucket for the distributed one
