@@ -5,6 +5,7 @@
  *   mpu/tensor.h   dtypes and the tensor view
  *   mpu/comm.h     communicators, collectives, the threads and fake backends
  *   mpu/mesh.h     N-d meshes of ranks with named dims, and their communicators
+ *   mpu/shard.h    which part of a tensor a rank holds: boxes, kept spans, the box copy
  *   mpu/layout.h   Megatron's rank groups by arithmetic (deepspeed, core, core-0.19)
  *   mpu/state.h    the parallel state: communicators, getters, seeded streams, test helpers
  *   mpu/regions.h  tensor-parallel regions as (forward, backward) pairs
@@ -23,6 +24,7 @@
 #include "mpu/tensor.h"
 #include "mpu/comm.h"
 #include "mpu/mesh.h"
+#include "mpu/shard.h"
 #include "mpu/layout.h"
 #include "mpu/state.h"
 #include "mpu/regions.h"

@@ -327,6 +327,7 @@ typedef struct fsdp_job {
   int replicas; /* 1: FULL_SHARD over dp; R > 1: HYBRID_SHARD on an (R, dp / R) mesh */
   int save;     /* 1: fill the pieces and save; 0: load and check */
   int bad;
+  mpu_fsdp_layout layout;
 } fsdp_job;
 
 /* Fill (check 0) or count the mismatches of the pieces this rank holds: its
@@ -365,6 +366,12 @@ static mpu_result_t fsdp_rank(mpu_state *s, void *arg) {
   mpu_fsdp_options o = MPU_FSDP_OPTIONS_INIT;
   o.bucket_bytes = 64; /* several buckets, a parameter alone in some */
   o.strategy = j->replicas > 1 ? MPU_SHARD_HYBRID : MPU_SHARD_FULL;
+  o.layout = j->layout;
+  for (int p = 0; !r && p < NPARAMS; p++) { /* the local shapes: FSDP2 cuts their dim 0 */
+    int64_t shape[2] = {model[p].shape[0], model[p].shape[1]};
+    if (model[p].dim >= 0) shape[model[p].dim] /= m.tp;
+    r = mpu_param_buffer_set_shape(&m.b, p, model[p].ndim, shape);
+  }
   if (!r && j->replicas > 1) {
     int64_t shape[2] = {j->replicas, dp_size / j->replicas};
     const char *names[2] = {"replicate", "shard"};
@@ -376,7 +383,11 @@ static mpu_result_t fsdp_rank(mpu_state *s, void *arg) {
   if (!r && j->save) {
     walk_fsdp(f, &m, 0);
     r = mpu_fsdp_set_optimizer_step(f, 7);
-    if (!r) r = mpu_ckpt_add_fsdp(&set, f, g, m.tp);
+    mpu_shard_list l; /* what the sharded buffer holds, as shards: the set takes them */
+    mpu_shard_list_init(&l);
+    if (!r) r = mpu_fsdp_describe(f, g, m.tp, &l);
+    if (!r) r = mpu_ckpt_add_shards(&set, &l);
+    mpu_shard_list_free(&l);
     set.step = 7, set.has_adamw = 1, set.adamw = o.adamw, set.optimizer_step = 7;
     set.layout.tp = m.tp, set.layout.dp = dp_size;
     if (!r) r = mpu_ckpt_set_meta(&set, "model", "test");
@@ -409,16 +420,68 @@ static mpu_result_t fsdp_rank(mpu_state *s, void *arg) {
   return r;
 }
 
-static void run_fsdp(int world, int tp, int replicas, int save) {
+static void run_fsdp_as(int world, int tp, int replicas, int save, mpu_fsdp_layout layout) {
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = tp;
-  fsdp_job j = {replicas, save, 0};
+  fsdp_job j = {replicas, save, 0, layout};
   mpu_result_t r = mpu_with_state(world, &cfg, 1, fsdp_rank, &j, NULL, NULL);
   if (r)
     fprintf(stderr, "%s %d ranks, tp %d, %d replicas: %s\n", save ? "save from" : "load into",
             world, tp, replicas, mpu_last_error());
   assert_int_equal(r, MPU_SUCCESS);
   assert_int_equal(j.bad, 0);
+}
+
+static void run_fsdp(int world, int tp, int replicas, int save) {
+  run_fsdp_as(world, tp, replicas, save, MPU_FSDP_FLAT);
+}
+
+/* The pieces of tensor `name` in dir_a that are not whole boxes (a flat span of one). */
+static int span_pieces(const char *name) {
+  mpu_ckpt *ck;
+  assert_int_equal(mpu_ckpt_open(dir_a, &ck), 0);
+  mpu_ckpt_info info;
+  assert_int_equal(mpu_ckpt_get_info(ck, &info), 0);
+  int spans = 0, found = 0;
+  for (int i = 0; i < info.ntensors; i++) {
+    mpu_ckpt_tensor_info t;
+    assert_int_equal(mpu_ckpt_tensor_at(ck, i, &t), 0);
+    if (strcmp(t.name, name)) continue;
+    found = 1;
+    for (int p = 0; p < t.npieces; p++) {
+      mpu_ckpt_piece_info pi;
+      assert_int_equal(mpu_ckpt_piece_at(ck, i, p, &pi), 0);
+      uint64_t n = 1;
+      for (int d = 0; d < t.ndim; d++) n *= (uint64_t)pi.length[d];
+      spans += pi.flat_lo != 0 || pi.flat_hi != n;
+    }
+  }
+  mpu_ckpt_close(ck);
+  assert_true(found);
+  return spans;
+}
+
+/* FSDP2's per-parameter layout saves and loads like FSDP1's, each into the
+ * other and into plain layouts; a piece that covers whole rows of a weight
+ * is stored as a box (as DCP's chunks), not as a span of a larger one. */
+static void test_fsdp2(void **state) {
+  (void)state;
+  make_dir("fsdp2", dir_a, sizeof dir_a);
+  job j = {0, 0, 0, 0, 0};
+  run_fsdp_as(4, 1, 1, 1, MPU_FSDP_PER_PARAM); /* FSDP2 over dp 4 saves */
+  /* qkv.weight (24, 5): rows 6 a rank; proj.weight (6, 8): rows 2 a rank (one empty) */
+  assert_int_equal(span_pieces("layer0.qkv.weight"), 0);
+  assert_int_equal(span_pieces("layer0.qkv.weight.exp_avg"), 0);
+  assert_int_equal(span_pieces("layer0.proj.weight"), 0);
+  run_layout(1, 1, 0, &j);                     /* one rank, plain */
+  run_layout(4, 2, 1, &j);                     /* tp 2 x dp 2 ZeRO-1 */
+  run_fsdp_as(4, 2, 1, 0, MPU_FSDP_FLAT);      /* tp 2 x FSDP1 over dp 2 */
+  run_fsdp_as(4, 1, 2, 0, MPU_FSDP_PER_PARAM); /* HSDP 2 x 2, FSDP2 */
+  remove_dir(dir_a);
+  run_fsdp_as(4, 2, 1, 1, MPU_FSDP_FLAT);      /* tp 2 x FSDP1 over dp 2 saves */
+  assert_int_equal(span_pieces("layer0.qkv.weight"), 0); /* 60 local elements: 30 each */
+  run_fsdp_as(4, 1, 1, 0, MPU_FSDP_PER_PARAM); /* FSDP2 over dp 4 */
+  remove_dir(dir_a);
 }
 
 /* FSDP and HSDP pieces saved load into plain and ZeRO-1 layouts, and the other way round:
@@ -828,7 +891,7 @@ static void test_merge_tracker(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshard),
-      cmocka_unit_test(test_fsdp),
+      cmocka_unit_test(test_fsdp), cmocka_unit_test(test_fsdp2),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_save_refusals),
       cmocka_unit_test(test_latest),

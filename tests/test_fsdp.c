@@ -177,6 +177,7 @@ typedef struct sharded {
   int bad[8];            /* per rank: parameters or gradients that differ */
   mpu_fsdp_memory mem[8];
   int lean;              /* no prefetch, each reduction finished before the next bucket */
+  mpu_fsdp_layout layout;
 } sharded;
 
 typedef struct owner {
@@ -245,6 +246,70 @@ static int close_to(float a, float b, float scale) {
   return fabsf(a - b) <= 1e-5f * scale + 1e-4f * fabsf(b);
 }
 
+/* This rank's pieces against torch's layouts, derived here from their
+ * sources: FSDP1 (torch/distributed/fsdp/_flat_param.py, use_orig_params=
+ * False) concatenates a unit's parameters with no gap and gives rank s
+ * torch.chunk's piece s of the concatenation (FlatParamHandle.
+ * _get_unpadded_shard), padded at its end to ceil(n / S); FSDP2
+ * (_fully_shard/_fsdp_param.py, _init_sharded_param) gives rank s piece s
+ * of torch.chunk along dim 0 of each parameter, padded to ceil(rows / S)
+ * rows, one parameter after another (foreach_all_gather's input). Each
+ * parameter's span must be that, its gradient the reference's, the padding
+ * zero; returns the number of differences. */
+static int check_pieces(mpu_fsdp *f, const mpu_param_buffer *b, const mpu_param_buffer *rb,
+                        mpu_comm *shard, mpu_fsdp_layout layout) {
+  int s, S, bad = 0;
+  mpu_comm_rank(shard, &s), mpu_comm_size(shard, &S);
+  size_t held, total = 0;
+  const float *g = mpu_fsdp_shard_grads(f, &held), *p0 = mpu_fsdp_shard_params(f, NULL);
+  float gmax = 0;
+  for (size_t e = 0; e < rb->numel; e++) gmax = fmaxf(gmax, fabsf(rb->grad[e]));
+  unsigned char *covered = calloc(held + 1, 1);
+  for (int k = 0; covered && k < mpu_fsdp_nbuckets(f); k++) {
+    size_t flat = 0, want = 0, piece;
+    mpu_fsdp_bucket_range(f, k, NULL, NULL, &piece);
+    for (int i = 0; i < b->nparams; i++) {
+      if (mpu_fsdp_bucket_of(f, i) != k) continue;
+      size_t n = b->params[i].numel, rows = b->params[i].ndim ? (size_t)b->params[i].shape[0] : n;
+      size_t lo, hi;
+      if (layout == MPU_FSDP_FLAT) { /* rank s's flat elements [c s, c (s + 1)) of the unit */
+        size_t c = 0;
+        for (int j = 0; j < b->nparams; j++)
+          c += mpu_fsdp_bucket_of(f, j) == k ? b->params[j].numel : 0;
+        c = (c + (size_t)S - 1) / (size_t)S;
+        size_t a = c * (size_t)s, z = a + c;
+        lo = a > flat ? a - flat : 0, hi = z > flat ? z - flat : 0;
+        if (lo > n) lo = n;
+        if (hi > n) hi = n;
+      } else { /* rows [r s, r (s + 1)) of the parameter, r = ceil(rows / S) */
+        size_t r = (rows + (size_t)S - 1) / (size_t)S, w = n / rows;
+        lo = r * (size_t)s * w, hi = r * ((size_t)s + 1) * w;
+        if (lo > n) lo = n;
+        if (hi > n) hi = n;
+        want += r * w;
+      }
+      flat += n;
+      mpu_fsdp_span sp;
+      if (mpu_fsdp_param_span(f, i, &sp)) return bad + 1;
+      if (lo >= hi) lo = hi = 0;
+      if (sp.lo != lo || sp.hi != hi) bad++;
+      for (size_t j = 0; j < sp.hi - sp.lo && sp.param; j++) {
+        size_t at = (size_t)(sp.param - p0) + j;
+        covered[at] = 1;
+        if (!close_to(g[at], rb->grad[rb->params[i].offset + sp.lo + j], gmax)) bad++;
+      }
+    }
+    if (layout == MPU_FSDP_FLAT) want = (flat + (size_t)S - 1) / (size_t)S;
+    if (piece != want) bad++;
+    total += piece;
+  }
+  for (size_t j = 0; covered && j < held; j++)
+    if (!covered[j] && g[j] != 0.0f) bad++; /* the padding stays zero */
+  if (!covered || total != held) bad++;
+  free(covered);
+  return bad;
+}
+
 static mpu_result_t sharded_rank(mpu_comm *world, void *arg) {
   sharded *c = arg;
   int rank, world_size;
@@ -265,6 +330,11 @@ static mpu_result_t sharded_rank(mpu_comm *world, void *arg) {
   }
   mpu_fsdp_options o = MPU_FSDP_OPTIONS_INIT;
   o.strategy = c->strategy, o.bucket_bytes = c->bucket_bytes, o.adamw = adamw();
+  o.layout = c->layout;
+  for (int p = 0; !r && p < b.nparams; p++) { /* w (n, n), b (n): FSDP2 cuts dim 0 */
+    int64_t shape[2] = {c->m.n, c->m.n};
+    r = mpu_param_buffer_set_shape(&b, p, p % 2 ? 1 : 2, shape);
+  }
   if (!r) r = mpu_fsdp_create(&b, shard, rep, &o, &f);
   float values[MAXN * MAXN];
   for (int p = 0; !r && !c->caller_memory && p < b.nparams; p++) {
@@ -292,22 +362,7 @@ static mpu_result_t sharded_rank(mpu_comm *world, void *arg) {
       size_t e = b.params[p].offset + j;
       if (!close_to(full[e], rb->data[e], 1.0f)) c->bad[rank]++;
     }
-  size_t at = 0, held;
-  const float *g = mpu_fsdp_shard_grads(f, &held);
-  int s, S;
-  mpu_comm_rank(shard, &s), mpu_comm_size(shard, &S);
-  for (int k = 0; !r && k < mpu_fsdp_nbuckets(f); k++) {
-    size_t start, end, piece;
-    mpu_fsdp_bucket_range(f, k, &start, &end, &piece);
-    if (piece != (end - start + (size_t)S - 1) / (size_t)S) c->bad[rank]++;
-    for (size_t j = 0; j < piece; j++) {
-      size_t e = start + (size_t)s * piece + j;
-      float want = e < end ? rb->grad[e] : 0.0f; /* the padding stays zero */
-      if (!close_to(g[at + j], want, gmax)) c->bad[rank]++;
-    }
-    at += piece;
-  }
-  if (!r && at != held) c->bad[rank]++;
+  if (!r) c->bad[rank] += check_pieces(f, &b, rb, shard, c->layout);
   free(full);
   mpu_fsdp_free(f);
   mpu_param_buffer_free(&b);
@@ -331,7 +386,8 @@ static void run_case(sharded *c) {
   assert_int_equal(r, MPU_SUCCESS);
   for (int k = 0; k < n; k++) {
     if (c->bad[k])
-      fprintf(stderr, "%s on (%lld%s%lld) bucket %zu bytes, %s memory: rank %d has %d differences\n",
+      fprintf(stderr, "%s %s on (%lld%s%lld) bucket %zu bytes, %s memory: rank %d has %d "
+              "differences\n", mpu_fsdp_layout_name(c->layout),
               mpu_shard_strategy_name(c->strategy), (long long)c->mshape[0],
               c->mdim == 2 ? ", " : "", c->mdim == 2 ? (long long)c->mshape[1] : 0LL,
               c->bucket_bytes, c->caller_memory ? "caller" : "own", k, c->bad[k]);
@@ -342,11 +398,14 @@ static void run_case(sharded *c) {
 #endif
 
 /* Every strategy on meshes (8), (2, 4), (4, 2), buckets of 71 and 151
- * elements and of one parameter (49, 7), both storages: run(c) each. */
+ * elements and of one parameter (49, 7), both storages, in FSDP1's flat
+ * layout; and FSDP2's per-parameter layout with the buckets of 71 and of one
+ * parameter: run(c) each. */
 static int every_case(const reference *ref, void (*run)(sharded *c, void *arg), void *arg) {
   static const int64_t meshes[3][3] = {{1, 8, 0}, {2, 2, 4}, {2, 4, 2}};
   static const size_t buckets[3] = {71 * 4, 151 * 4, 4};
   int cases = 0;
+  for (int lay = 0; lay < 2; lay++)
   for (int mi = 0; mi < 3; mi++)
     for (int st = 0; st < 4; st++)
       for (int flat = 0; flat < (meshes[mi][0] == 2 ? 2 : 1); flat++)
@@ -355,8 +414,10 @@ static int every_case(const reference *ref, void (*run)(sharded *c, void *arg), 
             int hybrid = st == MPU_SHARD_HYBRID || st == MPU_SHARD_HYBRID_ZERO2;
             if (meshes[mi][0] == 1 && hybrid) continue; /* hybrid needs two dims */
             if (meshes[mi][0] == 2 && hybrid == flat) continue;
+            if (lay == MPU_FSDP_PER_PARAM && bi == 1) continue;
             sharded c = {ref->m, (int)meshes[mi][0], {meshes[mi][1], meshes[mi][2]},
-                         (mpu_shard_strategy)st, flat, buckets[bi], cm, ref, {0}, {{0}}, 0};
+                         (mpu_shard_strategy)st, flat, buckets[bi], cm, ref, {0}, {{0}}, 0,
+                         (mpu_fsdp_layout)lay};
             run(&c, arg);
             cases++;
           }
@@ -374,7 +435,8 @@ static void run_threads(sharded *c, void *arg) {
 static void test_strategies_equal_one_rank(void **state) {
   (void)state;
   reference ref = the_reference(&small);
-  assert_int_equal(every_case(&ref, run_threads, NULL), 2 * 3 * 2 + 2 * (4 * 3 * 2));
+  int flat_cases = 2 * 3 * 2 + 2 * (4 * 3 * 2); /* FSDP1; FSDP2 with two of the three buckets */
+  assert_int_equal(every_case(&ref, run_threads, NULL), flat_cases + flat_cases * 2 / 3);
   mpu_param_buffer_free(&ref.b);
 }
 
@@ -388,7 +450,8 @@ static void test_memory_falls_as_one_over_s(void **state) {
   for (int lean = 0; lean < 2; lean++) {
     size_t one_rank = 0;
     for (int S = 1; S <= 8; S *= 2) {
-      sharded c = {m, 1, {S, 0}, MPU_SHARD_FULL, 0, 4160 * 4, 0, &ref, {0}, {{0}}, lean};
+      sharded c = {m, 1, {S, 0}, MPU_SHARD_FULL, 0, 4160 * 4, 0, &ref, {0}, {{0}}, lean,
+                   MPU_FSDP_FLAT};
       run_case(&c);
       const mpu_fsdp_memory *mm = &c.mem[S - 1];
       size_t state_bytes = mm->params + mm->grads + mm->optimizer;

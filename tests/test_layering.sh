@@ -9,7 +9,10 @@
 #  - what a collective is lives in one table (src/comm/base/collective.h):
 #    a file of src/ or tools/ switches on the collective kind at most once
 #    (a backend: from the kind to its library's call);
-#  - libmpu needs nothing but libc, libm and pthreads.
+#  - libmpu needs nothing but libc, libm and pthreads;
+#  - the checkpoint only consumes shards (mpu/shard.h): src/checkpoint/ calls
+#    no FSDP or optimizer function and reads no optimizer field, so a new
+#    strategy is saved by describing its shards, with no code here.
 # Usage: test_layering.sh SOURCE_DIR LIBMPU
 set -euo pipefail
 src=$1 lib=$(realpath "$2")
@@ -46,6 +49,11 @@ if awk 'FNR == 1 { sw = 0 }
 fi
 if echo "$deps" | grep -Ei 'mpi|cuda|nccl|blas|open-pal'; then
   echo "^ libmpu loads more than libc, libm and pthreads" >&2
+  fail=1
+fi
+if grep -nE 'mpu_fsdp_|mpu_optimizer_|mpu_param_buffer_|->(m|v|main|dp_rank|distributed)\b' \
+    src/checkpoint/*.c; then
+  echo "^ src/checkpoint/ reaching into FSDP or the optimizer (describe shards and add them)" >&2
   fail=1
 fi
 [ $fail = 0 ] && echo "1 passed, 0 failed"

@@ -6,14 +6,14 @@
  * every piece of every global tensor is, and any layout loads it back, each
  * rank reading only the pieces it needs (docs/checkpoint.md has the format).
  *
- * A rank describes its state as a set of sharded tensors. Each has a global
- * name and shape, the shape of the rank's local tensor, the boxes of the
- * global tensor the local one holds (one for a plain tensor-parallel slice,
- * `stride` of them for a fused QKV weight: the stride undone), and spans of
- * the local tensor's elements (row-major) with the memory that holds them:
- * the whole tensor for parameters, each ZeRO-1 shard of a bucket for the
- * distributed optimizer's state, this rank's piece of each bucket of a
- * sharded buffer (mpu/fsdp.h: FSDP, ZeRO-2, HSDP).
+ * A rank's state is a set of sharded tensors, each a shard of mpu/shard.h
+ * (global name and shape, the local tensor as boxes of the global one, the
+ * spans of it the rank keeps) with the memory of those spans. Their holders
+ * describe them (mpu_param_buffer_describe for a buffer and its plain or
+ * ZeRO-1 optimizer, mpu_fsdp_describe for a sharded buffer) and the set
+ * takes any such list (mpu_ckpt_add_shards): the checkpoint knows no
+ * strategy. A piece that is a box of the global tensor (whole rows of
+ * it) is stored as that box, as DCP's chunks are.
  *
  * Saving is collective over the world and goes into a checkpoint root, one
  * folder per iteration as Megatron-LM's (root/iter_0000100/ and the tracker
@@ -33,6 +33,7 @@
 
 #include "mpu/comm.h"
 #include "mpu/fsdp.h"
+#include "mpu/shard.h"
 #include "mpu/state.h"
 #include "mpu/train.h"
 
@@ -40,30 +41,24 @@
 extern "C" {
 #endif
 
-#define MPU_CKPT_MAX_DIMS 4
-#define MPU_CKPT_MAX_BOXES 8   /* a stride up to 8 */
+#define MPU_CKPT_MAX_DIMS MPU_SHARD_MAX_DIMS
+#define MPU_CKPT_MAX_BOXES MPU_SHARD_MAX_BOXES /* a stride up to 8 */
 #define MPU_CKPT_NAME_MAX 128  /* printable ASCII, no '"' or '\\' */
 #define MPU_CKPT_META_MAX 32
 
-/* A box of the global tensor held by a local one: global[global_offset +
- * i] is local[local_offset + i] for every i < length (per dim). */
-typedef struct mpu_ckpt_box {
-  int64_t local_offset[MPU_CKPT_MAX_DIMS], global_offset[MPU_CKPT_MAX_DIMS];
-  int64_t length[MPU_CKPT_MAX_DIMS];
-} mpu_ckpt_box;
+/* A box of the global tensor held by a local one (mpu/shard.h's). */
+typedef mpu_shard_box mpu_ckpt_box;
 
-/* Local elements [lo, hi) of a tensor (row-major); data[k] is element lo + k. */
-typedef struct mpu_ckpt_span {
-  size_t lo, hi;
-  float *data;
-} mpu_ckpt_span;
+/* Local elements [lo, hi) of a tensor (row-major) in memory; data[k] is
+ * element lo + k (mpu/shard.h's). */
+typedef mpu_shard_mem mpu_ckpt_span;
 
 /* What a tensor is, for the tools (mpu ckpt merge writes parameters only
  * unless asked for everything). */
 typedef enum mpu_ckpt_kind {
-  MPU_CKPT_PARAM = 0,     /* a model parameter (its float32 main weight) */
-  MPU_CKPT_EXP_AVG = 1,   /* AdamW's first moment */
-  MPU_CKPT_EXP_AVG_SQ = 2 /* AdamW's second moment */
+  MPU_CKPT_PARAM = MPU_SHARD_PARAM,          /* a model parameter (its float32 main weight) */
+  MPU_CKPT_EXP_AVG = MPU_SHARD_EXP_AVG,      /* AdamW's first moment */
+  MPU_CKPT_EXP_AVG_SQ = MPU_SHARD_EXP_AVG_SQ /* AdamW's second moment */
 } mpu_ckpt_kind;
 
 /* "param", "exp_avg", "exp_avg_sq" (the index's names); "?" for another value */
@@ -111,8 +106,8 @@ typedef struct mpu_ckpt_set {
   char meta[MPU_CKPT_META_MAX][2][64];
   int strict;                        /* load: a tensor of the checkpoint that the set lacks
                                         is an error (1, the default) */
-  int nfsdp;                         /* the sharded buffers mpu_ckpt_add_fsdp added: a load */
-  mpu_fsdp **fsdp;                   /* that writes their pieces reshards them */
+  int nwritten;                      /* the holders mpu_ckpt_add_shards added, told after a */
+  struct mpu_shard_written *written; /* load wrote their memory (FSDP reshards its buckets) */
 } mpu_ckpt_set;
 
 MPU_API void mpu_ckpt_set_init(mpu_ckpt_set *set);
@@ -121,11 +116,8 @@ MPU_API mpu_result_t mpu_ckpt_set_meta(mpu_ckpt_set *set, const char *key, const
 
 /*
  * The boxes of a tensor-parallel parameter (Megatron's partition_dim and
- * stride): the global tensor (ndim, shape) is cut along attrs.partition_dim
- * into tp x stride pieces and rank r holds pieces r, r + tp, ... in order
- * (a fused QKV weight with stride 3 holds its Q, K and V rows). A duplicate
- * holds the whole tensor in one box. Fails unless tp x stride divides the
- * partitioned size.
+ * stride): mpu_shard_megatron's, for a parameter of those attributes (a
+ * duplicate holds the whole tensor in one box).
  */
 MPU_API mpu_result_t mpu_ckpt_partition(int ndim, const int64_t *shape, mpu_param_attrs attrs,
                                         int tp_size, int tp_rank, int64_t *local_shape,
@@ -138,37 +130,30 @@ MPU_API mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_
                                   const mpu_ckpt_box *boxes, int nboxes, const mpu_ckpt_span *spans,
                                   int nspans, const mpu_ckpt_span *save, int nsave);
 
-/* A parameter's global name and shape, for mpu_ckpt_add_buffer. */
-typedef struct mpu_ckpt_global {
-  const char *name;
-  int ndim;
-  int64_t shape[MPU_CKPT_MAX_DIMS];
-} mpu_ckpt_global;
+/*
+ * Add every tensor of a list of shards (mpu/shard.h) that their holder
+ * described: its boxes, the memory of what the rank keeps (loaded), and the
+ * same saved if the rank is its writer. The holders that asked to be told
+ * (mpu_shard_list_on_write) are, after a load that wrote their memory: a
+ * sharded buffer (mpu_fsdp_describe) then reshards every bucket, so the next
+ * unshard gathers what the load put there. The memory stays the holder's.
+ */
+MPU_API mpu_result_t mpu_ckpt_add_shards(mpu_ckpt_set *set, const mpu_shard_list *l);
+
+/* A parameter's global name and shape (mpu/shard.h's). */
+typedef mpu_shard_global mpu_ckpt_global;
 
 /*
- * Every parameter of a buffer (globals[i] for parameter i) and, with opt,
- * its AdamW moments ("<name>.exp_avg", "<name>.exp_avg_sq"). The rank saves
- * one replica of each element: plain, the data-parallel rank 0 writes the
- * parameters and moments, and of a tensor-parallel duplicate tensor-parallel
- * rank 0; ZeRO-1 (opt distributed), each rank writes the parameter's float32
- * main weights and moments of its shard (tp rank 0 for duplicates). Loading
- * fills the whole parameter, and the moments the rank keeps.
+ * mpu_param_buffer_describe then mpu_ckpt_add_shards, as one call: every
+ * parameter of a buffer (globals[i] for parameter i) and, with opt, its
+ * AdamW moments. Kept for one release; describe and add instead.
  */
 MPU_API mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
                                          const mpu_ckpt_global *globals, const mpu_optimizer *opt,
                                          int tp_size, int dp_rank);
 
-/*
- * The same for a sharded buffer of mpu/fsdp.h (any strategy): each rank
- * loads and saves the span of each parameter that its piece of the bucket
- * holds, with the AdamW moments there; one replica saves (tp rank 0 for
- * duplicates, replica 0 of the hybrid strategies), so a checkpoint of any
- * layout loads into it and it loads into any layout. A load that writes the
- * pieces then reshards every bucket (mpu_fsdp_reshard: a gather in flight,
- * prefetched before the load, is waited for and dropped), so that the next
- * mpu_fsdp_unshard gathers what the load put there. The step count is the
- * caller's to record (mpu_fsdp_optimizer_step, mpu_fsdp_set_optimizer_step).
- */
+/* mpu_fsdp_describe then mpu_ckpt_add_shards, as one call. Kept for one
+ * release; describe and add instead. */
 MPU_API mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f,
                                        const mpu_ckpt_global *globals, int tp_size);
 

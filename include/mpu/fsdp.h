@@ -5,11 +5,12 @@
  *
  * A parameter buffer (mpu_param_buffer, its parameters added) is cut into
  * buckets of whole parameters (up to bucket_bytes each; a larger parameter is
- * a bucket alone). Each of the S ranks of the shard group keeps piece s of
- * every bucket, cut as torch.chunk cuts (ceil(len / S) elements, the last
- * pieces short or empty, padded with zeros so the equal-count collectives
- * move them), with its gradient and its AdamW moments: parameters +
- * gradients + optimizer state per rank fall as 1/S.
+ * a bucket alone), as FSDP wraps units. Each of the S ranks of the shard
+ * group keeps piece s of every bucket, laid out as FSDP1's flat parameter
+ * or FSDP2's per-parameter dim-0 shards (mpu_fsdp_layout: torch.chunk's
+ * pieces padded with zeros so the equal-count collectives move them), with
+ * its gradient and its AdamW moments: parameters + gradients + optimizer
+ * state per rank fall as 1/S.
  *
  *   strategy                FSDP's name             between forward  gradients reduced
  *                                                   and backward     over
@@ -72,17 +73,49 @@ MPU_API const char *mpu_shard_strategy_name(mpu_shard_strategy s);
 /* Those names, or "zero3"/"fsdp", "zero2", "hsdp", "hsdp_zero2" (case-insensitive). */
 MPU_API mpu_result_t mpu_shard_strategy_from_name(const char *name, mpu_shard_strategy *out);
 
+/*
+ * How a bucket is cut among the S ranks of the shard group:
+ *   MPU_FSDP_FLAT       FSDP1's FlatParameter (FullyShardedDataParallel,
+ *                       use_orig_params=False; torch/distributed/fsdp/
+ *                       _flat_param.py): the bucket's parameters
+ *                       concatenated, no gap between them, cut as torch.chunk
+ *                       cuts (pieces of ceil(n / S), the last short or
+ *                       empty), each piece padded with zeros at its end to
+ *                       ceil(n / S): rank s holds flat elements
+ *                       [s ceil(n/S), (s + 1) ceil(n/S)) of the bucket
+ *   MPU_FSDP_PER_PARAM  FSDP2's fully_shard (torch/distributed/fsdp/
+ *                       _fully_shard/_fsdp_param.py): each parameter a
+ *                       DTensor Shard(0), its dim 0 (mpu_param_buffer_set_shape;
+ *                       a parameter without a shape is 1-d) cut by torch.chunk
+ *                       and padded to ceil(dim0 / S) rows; rank s's piece of
+ *                       the bucket is its padded shard of each parameter in
+ *                       order, as FSDP2's all-gather input
+ * Both give the same values (gradients, parameters, moments); only which
+ * rank holds which element differs.
+ */
+typedef enum mpu_fsdp_layout {
+  MPU_FSDP_FLAT = 0,
+  MPU_FSDP_PER_PARAM = 1,
+} mpu_fsdp_layout;
+
+/* "flat" (FSDP1), "per_param" (FSDP2), NULL if unknown */
+MPU_API const char *mpu_fsdp_layout_name(mpu_fsdp_layout layout);
+/* Those names, or "fsdp1", "fsdp2" (case-insensitive). */
+MPU_API mpu_result_t mpu_fsdp_layout_from_name(const char *name, mpu_fsdp_layout *out);
+
 typedef struct mpu_fsdp_options {
   size_t size;                  /* sizeof, set by the initializer */
   mpu_shard_strategy strategy;
-  size_t bucket_bytes;          /* whole parameters per bucket, up to this (default 40 MB) */
+  size_t bucket_bytes;          /* whole parameters per bucket, up to this (default 40 MB);
+                                   counted without gaps, as a FlatParameter's numel */
   int sum;                      /* 1: sum the gradients instead of averaging them */
   mpu_adamw_options adamw;      /* its sync field is not used */
+  mpu_fsdp_layout layout;       /* MPU_FSDP_FLAT (default) or MPU_FSDP_PER_PARAM */
 } mpu_fsdp_options;
 
 #define MPU_FSDP_OPTIONS_INIT                                                          \
   {.size = sizeof(mpu_fsdp_options), .strategy = MPU_SHARD_FULL, .bucket_bytes = 40000000, \
-   .sum = 0, .adamw = MPU_ADAMW_OPTIONS_INIT}
+   .sum = 0, .adamw = MPU_ADAMW_OPTIONS_INIT, .layout = MPU_FSDP_FLAT}
 
 typedef struct mpu_fsdp mpu_fsdp;
 
@@ -108,7 +141,10 @@ MPU_API mpu_result_t mpu_fsdp_create_on_mesh(mpu_param_buffer *b, mpu_device_mes
 MPU_API int mpu_fsdp_nbuckets(const mpu_fsdp *f);
 /* The bucket that holds parameter i (-1 if none). */
 MPU_API int mpu_fsdp_bucket_of(const mpu_fsdp *f, int param);
-/* Bucket k's elements [*start, *end) in the buffer, and the padded piece length. */
+/* Bucket k's elements [*start, *end) in the buffer (its first parameter's
+ * offset, its last one's end), and the length of each rank's piece of it
+ * (the padded shard: ceil(n / S) for MPU_FSDP_FLAT, n the bucket's
+ * parameters' elements). */
 MPU_API mpu_result_t mpu_fsdp_bucket_range(const mpu_fsdp *f, int k, size_t *start, size_t *end,
                                            size_t *piece);
 
@@ -175,7 +211,8 @@ MPU_API mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *gra
 MPU_API mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
                                        float *grad_norm);
 
-/* The elements of parameter i this rank holds in its pieces: [lo, hi) of the
+/* (mpu_fsdp_describe gives the same as shards of mpu/shard.h.)
+ * The elements of parameter i this rank holds in its pieces: [lo, hi) of the
  * parameter's local elements (a parameter lies in one bucket, so one span;
  * lo == hi and NULL pointers if none), with element lo of the parameter and
  * of its AdamW moments in the pieces (where a checkpoint finds them, as
@@ -186,6 +223,16 @@ typedef struct mpu_fsdp_span {
 } mpu_fsdp_span;
 
 MPU_API mpu_result_t mpu_fsdp_param_span(const mpu_fsdp *f, int param, mpu_fsdp_span *out);
+/* Describe what this rank holds (mpu/shard.h): each parameter (globals[i]:
+ * its global name and shape, cut among tp_size ranks by its attributes) with
+ * the span of it in this rank's pieces, and its AdamW moments there
+ * ("<name>.exp_avg", "<name>.exp_avg_sq"); the writers are one replica (tp
+ * rank 0 for duplicates, replica 0 of the hybrid strategies). Asks to be
+ * told when a consumer writes the pieces (mpu_shard_list_on_write): every
+ * bucket is then resharded (a gather in flight dropped), so the next unshard
+ * gathers what was written. */
+MPU_API mpu_result_t mpu_fsdp_describe(mpu_fsdp *f, const mpu_shard_global *globals, int tp_size,
+                                       mpu_shard_list *out);
 /* AdamW's step count (steps done), and setting it (from a checkpoint). */
 MPU_API int64_t mpu_fsdp_optimizer_step(const mpu_fsdp *f);
 MPU_API mpu_result_t mpu_fsdp_set_optimizer_step(mpu_fsdp *f, int64_t step);

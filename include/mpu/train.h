@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "mpu/comm.h"
+#include "mpu/shard.h"
 #include "mpu/state.h"
 
 #ifdef __cplusplus
@@ -50,6 +51,8 @@ typedef struct mpu_param {
   size_t offset, numel;  /* in elements, into the buffer */
   mpu_param_attrs attrs;
   int decay;             /* weight decay applies (1, the default; 0 for biases and norms) */
+  int ndim;              /* its local shape (mpu_param_buffer_set_shape); 0: 1-d of numel */
+  int64_t shape[MPU_SHARD_MAX_DIMS];
 } mpu_param;
 
 typedef struct mpu_param_buffer {
@@ -77,6 +80,11 @@ MPU_API size_t mpu_param_buffer_bytes(const mpu_param_buffer *b);
 MPU_API float *mpu_param_data(const mpu_param_buffer *b, int index);
 MPU_API float *mpu_param_grad(const mpu_param_buffer *b, int index);
 MPU_API void mpu_param_buffer_zero_grad(mpu_param_buffer *b);
+/* Give parameter `index` its local shape (what FSDP2's per-parameter
+ * layout cuts along dim 0): ndim 1..MPU_SHARD_MAX_DIMS sizes whose product is
+ * its numel, before mpu_param_buffer_finalize or after. */
+MPU_API mpu_result_t mpu_param_buffer_set_shape(mpu_param_buffer *b, int index, int ndim,
+                                                const int64_t *shape);
 /* Exclude a parameter from weight decay (Megatron's default for biases and 1-d parameters). */
 MPU_API mpu_result_t mpu_param_buffer_no_decay(mpu_param_buffer *b, int index);
 MPU_API void mpu_param_buffer_free(mpu_param_buffer *b);
@@ -181,7 +189,8 @@ MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
                                             mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
 
-/* The elements of parameter `index` whose moments this rank keeps, as spans
+/* (mpu_param_buffer_describe gives the same as shards of mpu/shard.h.)
+ * The elements of parameter `index` whose moments this rank keeps, as spans
  * of the parameter's local elements [lo, hi), each with the index of its
  * first element in m, v and main (state): the whole parameter for the plain
  * optimizer, this rank's ZeRO-1 shard of each bucket for the distributed one
@@ -193,6 +202,23 @@ typedef struct mpu_optimizer_span {
 
 MPU_API mpu_result_t mpu_optimizer_param_spans(const mpu_optimizer *opt, int index,
                                                mpu_optimizer_span *spans, int max, int *n);
+
+/*
+ * Describe what this rank holds of a buffer's parameters (globals[i]: the
+ * global name and shape of parameter i, cut among tp_size ranks by its
+ * attributes, mpu_shard_megatron) and, with opt, of their AdamW moments
+ * ("<name>.exp_avg", "<name>.exp_avg_sq"), appended to out for a consumer
+ * (mpu_ckpt_add_shards). Each parameter is kept whole; its moments where the
+ * optimizer keeps them (the whole parameter plain, the ZeRO-1 shard of each
+ * bucket distributed). One replica of each element is the writer: plain, the
+ * data-parallel rank 0 (dp_rank; opt's own if given) and of a tensor-parallel
+ * duplicate tensor-parallel rank 0; ZeRO-1, each rank for its shard (the
+ * float32 main weights and moments; tp rank 0 for duplicates).
+ */
+MPU_API mpu_result_t mpu_param_buffer_describe(const mpu_param_buffer *b,
+                                               const mpu_shard_global *globals,
+                                               const mpu_optimizer *opt, int tp_size, int dp_rank,
+                                               mpu_shard_list *out);
 
 /* ---- activation recompute (Megatron's tensor_parallel.checkpoint) ----------------------- */
 

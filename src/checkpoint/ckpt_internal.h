@@ -1,7 +1,8 @@
 /*
- * ckpt_internal.h - what the checkpoint writer, reader and merge share: the
- * geometry of boxes and spans (one copy routine both ways), CRC-32, file
- * names and whole-buffer I/O.
+ * ckpt_internal.h - what the checkpoint writer, reader and merge share:
+ * pieces (whose geometry is mpu/shard.h's), the checks of what a
+ * checkpoint may say (names.c), CRC-32, file names and whole-buffer I/O
+ * (io.c), the root's folders (root.c).
  */
 #ifndef MPU_CHECKPOINT_INTERNAL_H
 #define MPU_CHECKPOINT_INTERNAL_H
@@ -12,6 +13,7 @@
 
 #include "core/files.h"
 #include "mpu/checkpoint.h"
+#include "mpu/shard.h"
 
 #define CKPT_INDEX "index.json"
 #define CKPT_FORMAT "mpu-checkpoint"
@@ -22,32 +24,14 @@
 #define CKPT_STAGE_SUFFIX ".tmp" /* iter_0000100.tmp: a save in progress */
 
 /* A stored piece: a global box, the span [flat_lo, flat_hi) of its elements
- * in row-major order, and their values (flat_hi - flat_lo floats). */
-typedef struct ckpt_piece_view {
-  int ndim;
-  const int64_t *offset, *length;
-  uint64_t flat_lo, flat_hi;
-  float *data;
-} ckpt_piece_view;
+ * in row-major order, and their values (mpu/shard.h moves them). */
+typedef mpu_shard_piece ckpt_piece_view;
 
 /* The product of the sizes; UINT64_MAX when it overflows or a size is negative. */
-uint64_t mpu__ckpt_numel(int ndim, const int64_t *shape);
-
-/* How many elements of box (in local coordinates) have a local row-major
- * index below x, for a local tensor of local_shape: the elements of a span
- * [lo, hi) of the local tensor that fall in the box are the box's elements
- * [count(lo), count(hi)) in the box's own row-major order. */
-uint64_t mpu__ckpt_box_count_below(int ndim, const int64_t *local_shape, const mpu_ckpt_box *box,
-                                   uint64_t x);
-
-/* Copy between a piece and a local tensor (its boxes and spans) where they
- * overlap: to_local 1 copies piece -> spans, 0 spans -> piece. hits (may be
- * NULL), one byte per element of each span in order, counts the elements
- * written (saturating); data may be NULL to only count. Returns the number
- * of elements in the overlap. */
-uint64_t mpu__ckpt_transfer(const ckpt_piece_view *piece, int ndim, const int64_t *local_shape,
-                            const mpu_ckpt_box *boxes, int nboxes, const mpu_ckpt_span *spans,
-                            int nspans, int to_local, uint8_t *const *hits);
+static inline uint64_t mpu__ckpt_numel(int ndim, const int64_t *shape) {
+  size_t n = mpu_shard_numel(ndim, shape);
+  return n == SIZE_MAX ? UINT64_MAX : (uint64_t)n;
+}
 
 /* Whether the stored spans of pieces[0, npieces) (each inside a tensor of
  * shape, their sizes summing to its element count) hold every element once:
@@ -55,7 +39,7 @@ uint64_t mpu__ckpt_transfer(const ckpt_piece_view *piece, int ndim, const int64_
 mpu_result_t mpu__ckpt_tiles(int ndim, const int64_t *shape, const ckpt_piece_view *pieces,
                              int npieces, int *first, int *second);
 
-uint32_t mpu__ckpt_crc32(uint32_t crc, const void *data, size_t n);
+/* ---- names.c: what a checkpoint may name and record ---- */
 
 /* A metadata pair as mpu_ckpt_set_meta takes it: key a valid name, both
  * NUL-terminated within their cap and under 64 bytes, the value printable
@@ -73,12 +57,6 @@ int mpu__ckpt_name_ok(const char *name);
 
 int mpu__ckpt_kind_from_name(const char *name, mpu_ckpt_kind *out);
 
-/* Read exactly n bytes at offset (pread): the count read, or -1 (errno). */
-ssize_t mpu__ckpt_pread_all(int fd, void *buf, size_t n, uint64_t offset);
-
-/* path = dir + "/" + name, checked for length; 0 or -1 */
-int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name);
-
 /* The files ck was opened from (its index, every file it names, and the
  * tracker of a root), which
  * no output of a tool reading ck may replace (core/files.h). */
@@ -93,6 +71,17 @@ mpu_result_t mpu__ckpt_read_whole(mpu_ckpt *ck, int i, float *out);
  * ranks, the state's; refused unless tp x pp x cp x dp is world. */
 mpu_result_t mpu__ckpt_layout_for_save(const mpu_ckpt_layout *given, int world,
                                        mpu_ckpt_layout *out);
+
+/* ---- io.c: CRC-32 and files ---- */
+
+/* CRC-32 (IEEE 802.3, zlib's crc32) of n bytes, continuing crc (0 to start). */
+uint32_t mpu__ckpt_crc32(uint32_t crc, const void *data, size_t n);
+
+/* Read exactly n bytes at offset (pread): the count read, or -1 (errno). */
+ssize_t mpu__ckpt_pread_all(int fd, void *buf, size_t n, uint64_t offset);
+
+/* path = dir + "/" + name, checked for length; 0 or -1 */
+int mpu__ckpt_path(char *out, size_t cap, const char *dir, const char *name);
 
 /* Write data to path through path.tmp: write, fsync, rename, fsync dir. */
 mpu_result_t mpu__ckpt_write_file(const char *dir, const char *name, const void *const *parts,

@@ -482,7 +482,7 @@ static mpu_result_t fill(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor
                          const mpu_ckpt_span *spans, uint8_t *const *hits) {
   for (int k = 0; k < t->npieces; k++) {
     ckpt_piece_view dry = view(t, k, NULL);
-    if (!mpu__ckpt_transfer(&dry, t->ndim, want->local_shape, want->boxes, want->nboxes, spans,
+    if (!mpu_shard_transfer(&dry, t->ndim, want->local_shape, want->boxes, want->nboxes, spans,
                             want->nspans, 1, NULL))
       continue; /* not needed here: not read */
     const ck_piece *p = &t->pieces[k];
@@ -491,7 +491,7 @@ static mpu_result_t fill(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor
     mpu_result_t r = read_piece(ck, t, k, buf);
     if (!r) {
       ckpt_piece_view v = view(t, k, buf);
-      mpu__ckpt_transfer(&v, t->ndim, want->local_shape, want->boxes, want->nboxes, spans,
+      mpu_shard_transfer(&v, t->ndim, want->local_shape, want->boxes, want->nboxes, spans,
                          want->nspans, 1, hits);
     }
     free(buf);
@@ -617,10 +617,8 @@ mpu_result_t mpu_ckpt_load(mpu_ckpt *ck, mpu_comm *world, mpu_ckpt_set *set) {
                    fn, -agree[2], agree[1], ck->dir, ck->info.step);
   if (!r && set->strict) r = check_extra(ck, world, set); /* the same answer on every rank */
   free_staging(set, staging, !r);
-  /* the pieces of sharded buffers changed: their whole buckets and gathers in flight are stale */
-  for (int i = 0; !r && i < set->nfsdp; i++)
-    for (int k = 0; !r && k < mpu_fsdp_nbuckets(set->fsdp[i]); k++)
-      r = mpu_fsdp_reshard(set->fsdp[i], k);
+  /* the holders' memory changed: what they derived from it (FSDP's gathers) is stale */
+  for (int i = 0; !r && i < set->nwritten; i++) r = set->written[i].fn(set->written[i].holder);
   if (r) return r;
   set->step = ck->info.step, set->layout = ck->info.layout;
   set->has_adamw = ck->info.has_adamw, set->adamw = ck->info.adamw;

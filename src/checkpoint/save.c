@@ -19,7 +19,8 @@
 #include "train/adamw.h"
 
 typedef struct piece {
-  int tensor, box;
+  int tensor;
+  int64_t off[MPU_CKPT_MAX_DIMS], len[MPU_CKPT_MAX_DIMS]; /* the global box it lies in */
   uint64_t flat_lo, flat_hi;
   uint64_t byte_lo;          /* relative to the data start until the header is known */
   uint32_t crc;
@@ -27,7 +28,10 @@ typedef struct piece {
   char key[MPU_CKPT_NAME_MAX + 32];
 } piece;
 
-/* This rank's pieces: one per box and save span that overlap, the values copied out. */
+/* This rank's pieces: one per box and save span that overlap, the values
+ * copied out. Where the span's part of the box is a box itself (whole rows:
+ * a ZeRO-1 or FSDP span over a 2-d weight's rows), the piece is that box,
+ * as DCP's chunks are; else the box and the span of its elements. */
 static mpu_result_t cut_pieces(const mpu_ckpt_set *set, int rank, piece **out, int *n) {
   int cap = 0;
   *out = NULL, *n = 0;
@@ -36,8 +40,8 @@ static mpu_result_t cut_pieces(const mpu_ckpt_set *set, int rank, piece **out, i
     int k = 0;
     for (int b = 0; b < t->nboxes; b++)
       for (int s = 0; s < t->nsave; s++) {
-        uint64_t a = mpu__ckpt_box_count_below(t->ndim, t->local_shape, &t->boxes[b], t->save[s].lo);
-        uint64_t z = mpu__ckpt_box_count_below(t->ndim, t->local_shape, &t->boxes[b], t->save[s].hi);
+        uint64_t a = mpu_shard_box_count_below(t->ndim, t->local_shape, &t->boxes[b], t->save[s].lo);
+        uint64_t z = mpu_shard_box_count_below(t->ndim, t->local_shape, &t->boxes[b], t->save[s].hi);
         if (a >= z) continue;
         if (*n == cap) {
           cap = cap ? 2 * cap : 64;
@@ -47,13 +51,17 @@ static mpu_result_t cut_pieces(const mpu_ckpt_set *set, int rank, piece **out, i
         }
         piece *p = &(*out)[(*n)++];
         memset(p, 0, sizeof *p);
-        p->tensor = i, p->box = b, p->flat_lo = a, p->flat_hi = z;
+        const mpu_ckpt_box *bx = &t->boxes[b];
+        p->tensor = i, p->flat_lo = a, p->flat_hi = z;
+        memcpy(p->off, bx->global_offset, sizeof p->off);
+        memcpy(p->len, bx->length, sizeof p->len);
+        if (mpu_shard_span_box(t->ndim, bx, a, z, p->off, p->len))
+          p->flat_lo = 0, p->flat_hi = z - a;
         snprintf(p->key, sizeof p->key, "%s@%d.%d", t->name, rank, k++);
         p->data = malloc((z - a) * sizeof(float));
         if (!p->data) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_ckpt_save: '%s'", t->name);
-        const mpu_ckpt_box *bx = &t->boxes[b];
-        ckpt_piece_view v = {t->ndim, bx->global_offset, bx->length, a, z, p->data};
-        mpu__ckpt_transfer(&v, t->ndim, t->local_shape, bx, 1, &t->save[s], 1, 0, NULL);
+        ckpt_piece_view v = {t->ndim, p->off, p->len, p->flat_lo, p->flat_hi, p->data};
+        mpu_shard_transfer(&v, t->ndim, t->local_shape, bx, 1, &t->save[s], 1, 0, NULL);
         p->crc = mpu__ckpt_crc32(0, p->data, (z - a) * sizeof(float));
       }
   }
@@ -80,12 +88,11 @@ static mpu_result_t write_rank_file(const char *dir, const char *file, const mpu
   uint64_t at = 0;
   for (int i = 0; i < n; i++) {
     const mpu_ckpt_tensor *t = &set->t[p[i].tensor];
-    const mpu_ckpt_box *bx = &t->boxes[p[i].box];
     uint64_t cnt = p[i].flat_hi - p[i].flat_lo;
     items[i].name = p[i].key, items[i].bytes = cnt * sizeof(float), items[i].shape = shapes[i];
-    if (cnt == mpu__ckpt_numel(t->ndim, bx->length)) { /* the whole box: its shape */
+    if (cnt == mpu__ckpt_numel(t->ndim, p[i].len)) { /* the whole box: its shape */
       items[i].ndim = t->ndim;
-      memcpy(shapes[i], bx->length, sizeof shapes[i]);
+      memcpy(shapes[i], p[i].len, sizeof shapes[i]);
     } else { /* part of a box (a ZeRO-1 shard): flat */
       items[i].ndim = 1, shapes[i][0] = (int64_t)cnt;
     }
@@ -127,10 +134,9 @@ static void describe(json_buf *b, const mpu_ckpt_set *set, const char *file, uin
     for (int d = 0; d < t->ndim; d++) mpu__jb_printf(b, " %" PRId64, t->shape[d]);
     mpu__jb_printf(b, " %s\n", t->name);
     for (; i < n && p[i].tensor == ti; i++) {
-      const mpu_ckpt_box *bx = &t->boxes[p[i].box];
       mpu__jb_printf(b, "P");
-      for (int d = 0; d < t->ndim; d++) mpu__jb_printf(b, " %" PRId64, bx->global_offset[d]);
-      for (int d = 0; d < t->ndim; d++) mpu__jb_printf(b, " %" PRId64, bx->length[d]);
+      for (int d = 0; d < t->ndim; d++) mpu__jb_printf(b, " %" PRId64, p[i].off[d]);
+      for (int d = 0; d < t->ndim; d++) mpu__jb_printf(b, " %" PRId64, p[i].len[d]);
       mpu__jb_printf(b, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %08" PRIx32 " %s\n",
                      p[i].flat_lo, p[i].flat_hi, p[i].byte_lo,
                      p[i].byte_lo + (p[i].flat_hi - p[i].flat_lo) * sizeof(float), p[i].crc,

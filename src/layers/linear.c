@@ -20,6 +20,7 @@
 #include "core/options.h"
 #include "layers/layers_internal.h"
 #include "mpu/layers.h"
+#include "mpu/shard.h"
 
 mpu_result_t mpu__layer_comm(const char *fn, mpu_comm **tp, int *size, int *rank) {
   MPU_CHECK(mpu__comm_for_host(*tp, fn, tp));
@@ -48,17 +49,17 @@ mpu_result_t mpu__init_partition(mpu_init_method init, void *arg, uint64_t seed,
   mpu_rng g;
   mpu_rng_seed(&g, seed);
   (init ? init : mpu_init_xavier_normal)(master, rows, cols, &g, arg);
-  int per = (dim == 0 ? rows : cols) / tp_size, piece = per / stride;
-  for (int k = 0; k < stride; k++) {
-    int from = (tp_rank + k * tp_size) * piece, to = k * piece; /* weight_list[rank::world_size] */
-    if (dim == 0)
-      memcpy(out + (size_t)to * cols, master + (size_t)from * cols,
-             (size_t)piece * cols * sizeof(float));
-    else
-      for (int i = 0; i < rows; i++)
-        memcpy(out + (size_t)i * per + to, master + (size_t)i * cols + from,
-               (size_t)piece * sizeof(float));
+  /* weight_list[rank::world_size]: this rank's boxes of the master weight, by Megatron's rule */
+  int64_t shape[2] = {rows, cols};
+  mpu_shard sh;
+  mpu_result_t r = mpu_shard_megatron(2, shape, dim, stride, tp_size, tp_rank, &sh);
+  if (r) {
+    free(master);
+    return r;
   }
+  for (int k = 0; k < sh.nboxes; k++)
+    mpu_shard_copy_box(sizeof(float), out, sh.local_shape, sh.boxes[k].local_offset, master, shape,
+                       sh.boxes[k].global_offset, sh.boxes[k].length, 2);
   if (keep_master) *keep_master = master;
   else free(master);
   return MPU_SUCCESS;

@@ -41,6 +41,18 @@ typedef struct mpu__stepped {
  * ("buffer", "optimizer"). Reorders e. */
 mpu_result_t mpu__step_all_check(const char *fn, const char *what, mpu__stepped *e, int n);
 
+/* Parameter i of b as a shard of its global tensor g (mpu_shard_megatron by
+ * its attributes over tp_size ranks, b's tp rank) keeping no element yet;
+ * MPU_ERR_INVALID_ARGUMENT if g's local part is not the parameter's size. */
+mpu_result_t mpu__param_shard(const char *fn, const mpu_param_buffer *b, int i,
+                              const mpu_shard_global *g, int tp_size, mpu_shard *out);
+
+/* Append tensor name + suffix of that kind, keeping keep's spans of data and
+ * saving save's (NULL: none) to out. */
+mpu_result_t mpu__describe(const char *fn, mpu_shard_list *out, const char *name,
+                           const char *suffix, mpu_shard_kind kind, const mpu_shard *keep,
+                           float *data, const mpu_shard *save);
+
 /* torch's AdamW on one element: decoupled decay, then the bias-corrected step */
 static inline void mpu__adamw_element(float *p, float g, float *m, float *v, float decay,
                                       const mpu_adamw_options *o, float bc1, float bc2) {

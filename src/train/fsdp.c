@@ -4,27 +4,33 @@
  * bucket is resharded after its forward (FULL, HYBRID) and whether the
  * reduced gradient piece is all-reduced across replicas (HYBRID*).
  *
- * Every bucket is padded to S equal pieces by mpu__chunk (torch.chunk's
- * rule), so all_gather and reduce_scatter move it with equal counts.
+ * Every bucket is S equal pieces, so all_gather and reduce_scatter move it
+ * with equal counts; the layout (mpu_fsdp_layout) says which elements of
+ * which parameter lie where in them, and piece_of is its one rule: FSDP1's
+ * flat parameter (the concatenation cut by torch.chunk, mpu_shard_chunk) or
+ * FSDP2's padded dim-0 shards. Whole buckets are parameter-major (each
+ * parameter's elements at its flat offset, no gaps); for the flat layout
+ * that is the gathered array itself, as FlatParameter's views are.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "core/chunk.h"
 #include "core/error.h"
 #include "core/options.h"
 #include "mpu/fsdp.h"
+#include "mpu/shard.h"
 #include "train/adamw.h"
 
 typedef struct bucket {
   int first, last;       /* parameters [first, last] */
   size_t start, end;     /* elements of the buffer */
-  size_t piece;          /* padded piece length: ceil((end - start) / S) */
+  size_t flat;           /* its parameters' elements, concatenated */
+  size_t piece;          /* each rank's padded piece */
   size_t at;             /* where this rank's piece starts in the piece arrays */
-  float *whole;          /* S * piece gathered parameters (allocated mode), or NULL */
-  float *wgrad;          /* S * piece whole gradient, or NULL */
+  float *whole;          /* whole_len gathered parameters (allocated mode), or NULL */
+  float *wgrad;          /* whole_len whole gradient, or NULL */
   int is_whole;
   mpu_request *gather;   /* a prefetch in flight into `staging` */
   float *staging;        /* S * piece: what the gather lands in */
@@ -41,6 +47,8 @@ struct mpu_fsdp {
   float pre, post;       /* FSDP's gradient pre- and post-divide factors */
   int nb;
   bucket *bk;
+  size_t *flat_at;       /* per parameter: its offset in its bucket's concatenation */
+  size_t *piece_at;      /* per parameter (MPU_FSDP_PER_PARAM): its shard's offset in a piece */
   size_t held;           /* elements of the piece arrays */
   float *p, *g, *m, *v;  /* the pieces (held each) */
   int64_t step;
@@ -64,6 +72,22 @@ mpu_result_t mpu_shard_strategy_from_name(const char *name, mpu_shard_strategy *
   return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                     "mpu_shard_strategy_from_name: '%s' (want FULL_SHARD, SHARD_GRAD_OP, "
                     "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 or zero3, zero2, hsdp, hsdp_zero2)",
+                    name ? name : "(null)");
+}
+
+static const char *const layout_names[] = {"flat", "per_param"};
+static const char *const layout_aliases[] = {"fsdp1", "fsdp2"};
+
+const char *mpu_fsdp_layout_name(mpu_fsdp_layout layout) {
+  return (unsigned)layout < 2 ? layout_names[layout] : NULL;
+}
+
+mpu_result_t mpu_fsdp_layout_from_name(const char *name, mpu_fsdp_layout *out) {
+  for (int k = 0; name && out && k < 2; k++)
+    if (!strcasecmp(name, layout_names[k]) || !strcasecmp(name, layout_aliases[k]))
+      return *out = (mpu_fsdp_layout)k, MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "mpu_fsdp_layout_from_name: '%s' (want flat or fsdp1, per_param or fsdp2)",
                     name ? name : "(null)");
 }
 
@@ -100,10 +124,47 @@ static void give(mpu_fsdp *f, float **p, size_t n) {
 
 static size_t padded(const mpu_fsdp *f, const bucket *k) { return k->piece * (size_t)f->S; }
 
-/* this rank's held elements of bucket k: [*lo, *hi) of the buffer */
-static void held(const mpu_fsdp *f, const bucket *k, size_t *lo, size_t *hi) {
-  mpu__chunk(k->end - k->start, (size_t)f->S, (size_t)f->s, lo, hi);
-  *lo += k->start, *hi += k->start;
+/* The one layout rule: the elements of parameter i (in bucket c) that rank
+ * r holds, [*lo, *hi) of the parameter's own, element *lo at index *at of
+ * r's piece (*lo == *hi if none). */
+static void piece_of(const mpu_fsdp *f, const bucket *c, int i, int r, size_t *lo, size_t *hi,
+                     size_t *at) {
+  const mpu_param *p = &f->b->params[i];
+  size_t a, z;
+  if (f->o.layout == MPU_FSDP_FLAT) { /* rank r's flat elements [a, z) of the bucket */
+    mpu_shard_chunk(0, c->flat, (size_t)f->S, (size_t)r, &a, &z);
+    size_t from = f->flat_at[i] > a ? f->flat_at[i] : a;
+    size_t to = f->flat_at[i] + p->numel < z ? f->flat_at[i] + p->numel : z;
+    if (from >= to) from = to = f->flat_at[i];
+    *lo = from - f->flat_at[i], *hi = to - f->flat_at[i], *at = from - a;
+    return;
+  }
+  size_t rows = p->ndim ? (size_t)p->shape[0] : p->numel, width = p->numel / rows;
+  mpu_shard_chunk(0, rows, (size_t)f->S, (size_t)r, &a, &z); /* rows [a, z) */
+  *lo = a * width, *hi = z * width, *at = f->piece_at[i];
+}
+
+/* Whole buckets are parameter-major and unpadded for FSDP2; FSDP1's whole
+ * bucket is the gathered flat parameter itself (its padding included). */
+static size_t whole_len(const mpu_fsdp *f, const bucket *c) {
+  return f->o.layout == MPU_FSDP_FLAT ? padded(f, c) : c->flat;
+}
+
+/* Copy between the rank-major pieces of bucket c (S x piece, as the
+ * collectives move them) and parameter-major memory: at the parameters'
+ * buffer offsets in base (in_buffer) or at their flat offsets. */
+static void repack(const mpu_fsdp *f, const bucket *c, float *ranked, float *base, int in_buffer,
+                   int to_ranked) {
+  for (int r = 0; r < f->S; r++)
+    for (int i = c->first; i <= c->last; i++) {
+      size_t lo, hi, at;
+      piece_of(f, c, i, r, &lo, &hi, &at);
+      if (lo >= hi) continue;
+      float *x = ranked + (size_t)r * c->piece + at;
+      float *y = base + (in_buffer ? f->b->params[i].offset : f->flat_at[i]) + lo;
+      if (to_ranked) memcpy(x, y, (hi - lo) * sizeof(float));
+      else memcpy(y, x, (hi - lo) * sizeof(float));
+    }
 }
 
 /* ---- creation --------------------------------------------------------------------------------- */
@@ -111,23 +172,31 @@ static void held(const mpu_fsdp *f, const bucket *k, size_t *lo, size_t *hi) {
 static mpu_result_t cut_buckets(mpu_fsdp *f, const char *fn) {
   const mpu_param_buffer *b = f->b;
   f->bk = calloc((size_t)b->nparams, sizeof *f->bk);
-  if (!f->bk) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d buckets", fn, b->nparams);
-  size_t limit = f->o.bucket_bytes / sizeof(float);
+  f->flat_at = calloc((size_t)b->nparams, sizeof *f->flat_at);
+  f->piece_at = calloc((size_t)b->nparams, sizeof *f->piece_at);
+  if (!f->bk || !f->flat_at || !f->piece_at)
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d buckets", fn, b->nparams);
+  size_t limit = f->o.bucket_bytes / sizeof(float), S = (size_t)f->S;
   for (int i = 0; i < b->nparams; i++) {
     const mpu_param *p = &b->params[i];
     bucket *cur = f->nb ? &f->bk[f->nb - 1] : NULL;
-    if (cur && p->offset + p->numel - cur->start <= limit) {
-      cur->last = i, cur->end = p->offset + p->numel;
-      continue;
+    if (!cur || cur->flat + p->numel > limit) { /* counted as FlatParameter's numel: no gaps */
+      cur = &f->bk[f->nb++];
+      cur->first = i, cur->start = p->offset;
     }
-    cur = &f->bk[f->nb++];
-    cur->first = cur->last = i, cur->start = p->offset, cur->end = p->offset + p->numel;
+    cur->last = i, cur->end = p->offset + p->numel;
+    f->flat_at[i] = cur->flat, cur->flat += p->numel;
+    if (f->o.layout == MPU_FSDP_PER_PARAM) { /* a padded shard of ceil(rows / S) rows */
+      size_t rows = p->ndim ? (size_t)p->shape[0] : p->numel;
+      f->piece_at[i] = cur->piece;
+      cur->piece += (rows + S - 1) / S * (p->numel / rows);
+    }
   }
   for (int k = 0; k < f->nb; k++) {
     bucket *c = &f->bk[k];
-    c->piece = mpu__chunk(c->end - c->start, (size_t)f->S, 0, NULL, NULL);
+    if (f->o.layout == MPU_FSDP_FLAT) c->piece = mpu_shard_chunk(0, c->flat, S, 0, NULL, NULL);
     c->at = f->held;
-    if (c->piece > ((size_t)1 << 40) / (size_t)f->S)
+    if (c->piece > ((size_t)1 << 40) / S)
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: bucket %d too large", fn, k);
     f->held += c->piece;
   }
@@ -143,6 +212,8 @@ mpu_result_t mpu_fsdp_create(mpu_param_buffer *b, mpu_comm *shard, mpu_comm *rep
   if (options)
     MPU_CHECK(mpu__take_options(fn, "options", "MPU_FSDP_OPTIONS_INIT", options, sizeof d,
                                 sizeof d, &d));
+  if (!mpu_fsdp_layout_name(d.layout))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: unknown layout %d", fn, (int)d.layout);
   if (!mpu_shard_strategy_name(d.strategy))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: unknown strategy %d", fn, (int)d.strategy);
   if (d.bucket_bytes < sizeof(float))
@@ -177,11 +248,14 @@ mpu_result_t mpu_fsdp_create(mpu_param_buffer *b, mpu_comm *shard, mpu_comm *rep
       !(f->m = take(f, f->held, fn)) || !(f->v = take(f, f->held, fn)))
     goto fail;
   if (f->caller_storage)
-    for (int k = 0; k < f->nb; k++) {
-      size_t lo, hi;
-      held(f, &f->bk[k], &lo, &hi);
-      if (hi > lo) memcpy(f->p + f->bk[k].at, b->data + lo, (hi - lo) * sizeof(float));
-    }
+    for (int k = 0; k < f->nb; k++)
+      for (int i = f->bk[k].first; i <= f->bk[k].last; i++) {
+        size_t lo, hi, at;
+        piece_of(f, &f->bk[k], i, f->s, &lo, &hi, &at);
+        if (hi > lo)
+          memcpy(f->p + f->bk[k].at + at, b->data + b->params[i].offset + lo,
+                 (hi - lo) * sizeof(float));
+      }
   *out = f;
   return MPU_SUCCESS;
 fail:
@@ -211,10 +285,11 @@ void mpu_fsdp_free(mpu_fsdp *f) {
     bucket *c = &f->bk[k];
     if (c->gather) mpu_request_wait(c->gather);
     if (c->reduce) mpu_request_wait(c->reduce);
-    size_t n = padded(f, c);
-    give(f, &c->whole, n), give(f, &c->wgrad, n), give(f, &c->staging, n), give(f, &c->rgrad, n);
+    size_t n = padded(f, c), w = whole_len(f, c);
+    give(f, &c->whole, w), give(f, &c->wgrad, w), give(f, &c->staging, n), give(f, &c->rgrad, n);
   }
   free(f->bk);
+  free(f->flat_at), free(f->piece_at);
   free(f->p), free(f->g), free(f->m), free(f->v);
   free(f);
 }
@@ -290,10 +365,14 @@ mpu_result_t mpu_fsdp_unshard(mpu_fsdp *f, int k, int next) {
     c->gather = NULL;
     MPU_CHECK(mpu_request_wait(req));
     if (f->caller_storage) { /* the layers read the buffer itself */
-      memcpy(f->b->data + c->start, c->staging, (c->end - c->start) * sizeof(float));
+      repack(f, c, c->staging, f->b->data, 1, 0);
       give(f, &c->staging, padded(f, c));
-    } else {
+    } else if (f->o.layout == MPU_FSDP_FLAT) { /* the flat parameter: views into it */
       c->whole = c->staging, c->staging = NULL;
+    } else { /* FSDP2's copy-out of the all-gather into each parameter */
+      if (!(c->whole = take(f, c->flat, fn))) return MPU_ERR_OUT_OF_MEMORY;
+      repack(f, c, c->staging, c->whole, 0, 0);
+      give(f, &c->staging, padded(f, c));
     }
     c->is_whole = 1;
   }
@@ -303,7 +382,7 @@ mpu_result_t mpu_fsdp_unshard(mpu_fsdp *f, int k, int next) {
 mpu_result_t mpu_fsdp_reshard(mpu_fsdp *f, int k) {
   MPU_CHECK(check_bucket("mpu_fsdp_reshard", f, k));
   bucket *c = &f->bk[k];
-  give(f, &c->whole, padded(f, c));
+  give(f, &c->whole, whole_len(f, c));
   c->is_whole = 0;
   return drop_gather(f, c);
 }
@@ -316,18 +395,16 @@ mpu_result_t mpu_fsdp_forward_done(mpu_fsdp *f, int k) {
 float *mpu_fsdp_param(const mpu_fsdp *f, int i) {
   int k = mpu_fsdp_bucket_of(f, i);
   if (k < 0 || !f->bk[k].is_whole) return NULL;
-  size_t off = f->b->params[i].offset;
-  return f->caller_storage ? f->b->data + off : f->bk[k].whole + (off - f->bk[k].start);
+  return f->caller_storage ? f->b->data + f->b->params[i].offset : f->bk[k].whole + f->flat_at[i];
 }
 
 float *mpu_fsdp_grad(mpu_fsdp *f, int i) {
   int k = mpu_fsdp_bucket_of(f, i);
   if (k < 0 || !f->bk[k].is_whole) return NULL;
-  size_t off = f->b->params[i].offset;
-  if (f->caller_storage) return f->b->grad + off;
+  if (f->caller_storage) return f->b->grad + f->b->params[i].offset;
   bucket *c = &f->bk[k];
-  if (!c->wgrad && !(c->wgrad = take(f, padded(f, c), "mpu_fsdp_grad"))) return NULL;
-  return c->wgrad + (off - c->start);
+  if (!c->wgrad && !(c->wgrad = take(f, whole_len(f, c), "mpu_fsdp_grad"))) return NULL;
+  return c->wgrad + f->flat_at[i];
 }
 
 /* ---- gradients ------------------------------------------------------------------------------------ */
@@ -355,18 +432,20 @@ mpu_result_t mpu_fsdp_backward_done(mpu_fsdp *f, int k) {
   MPU_CHECK(check_bucket(fn, f, k));
   MPU_CHECK(finish_reduce(f));
   bucket *c = &f->bk[k];
-  size_t len = c->end - c->start, n = padded(f, c);
+  size_t n = padded(f, c);
   if (f->caller_storage) {
     if (!(c->rgrad = take(f, n, fn))) return MPU_ERR_OUT_OF_MEMORY;
-    memcpy(c->rgrad, f->b->grad + c->start, len * sizeof(float));
-    memset(f->b->grad + c->start, 0, len * sizeof(float));
-  } else if (c->wgrad) {
-    c->rgrad = c->wgrad, c->wgrad = NULL; /* the padding is still zero */
-  } else if (!(c->rgrad = take(f, n, fn))) { /* no gradient reached this bucket: zeros */
-    return MPU_ERR_OUT_OF_MEMORY;
+    repack(f, c, c->rgrad, f->b->grad, 1, 1);
+    memset(f->b->grad + c->start, 0, (c->end - c->start) * sizeof(float));
+  } else if (c->wgrad && f->o.layout == MPU_FSDP_FLAT) {
+    c->rgrad = c->wgrad, c->wgrad = NULL; /* the flat gradient; its padding is still zero */
+  } else { /* FSDP2's copy-in, or no gradient reached this bucket: zeros */
+    if (!(c->rgrad = take(f, n, fn))) return MPU_ERR_OUT_OF_MEMORY;
+    if (c->wgrad) repack(f, c, c->rgrad, c->wgrad, 0, 1);
+    give(f, &c->wgrad, c->flat);
   }
-  if (f->pre != 1.0f)
-    for (size_t i = 0; i < len; i++) c->rgrad[i] /= f->pre;
+  if (f->pre != 1.0f) /* the padding is zero: dividing it changes nothing */
+    for (size_t i = 0; i < n; i++) c->rgrad[i] /= f->pre;
   float *mine = c->rgrad + (size_t)f->s * c->piece; /* in place: recv == send + rank * count */
   MPU_CHECK(mpu_comm_ireduce_scatter(f->shard, c->rgrad, mine, c->piece, MPU_FLOAT32, MPU_SUM,
                                      &c->reduce));
@@ -379,17 +458,46 @@ mpu_result_t mpu_fsdp_param_span(const mpu_fsdp *f, int i, mpu_fsdp_span *out) {
   if (!f || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
   int k = mpu_fsdp_bucket_of(f, i);
   MPU_CHECK(check_bucket(fn, f, k));
-  const mpu_param *p = &f->b->params[i];
-  size_t lo, hi;
-  held(f, &f->bk[k], &lo, &hi);
-  size_t a = p->offset > lo ? p->offset : lo;
-  size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+  size_t lo, hi, at;
+  piece_of(f, &f->bk[k], i, f->s, &lo, &hi, &at);
   memset(out, 0, sizeof *out);
-  if (a >= z) return MPU_SUCCESS;
-  size_t j = f->bk[k].at + (a - lo);
-  out->lo = a - p->offset, out->hi = z - p->offset;
+  if (lo >= hi) return MPU_SUCCESS;
+  size_t j = f->bk[k].at + at;
+  out->lo = lo, out->hi = hi;
   out->param = f->p + j, out->exp_avg = f->m + j, out->exp_avg_sq = f->v + j;
   return MPU_SUCCESS;
+}
+
+/* After a consumer wrote the pieces: every whole bucket and gather is stale. */
+static mpu_result_t pieces_written(void *holder) {
+  mpu_fsdp *f = holder;
+  for (int k = 0; k < f->nb; k++) MPU_CHECK(mpu_fsdp_reshard(f, k));
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_fsdp_describe(mpu_fsdp *f, const mpu_shard_global *globals, int tp_size,
+                               mpu_shard_list *out) {
+  static const char fn[] = "mpu_fsdp_describe";
+  if (!f || !globals || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  const mpu_param_buffer *b = f->b;
+  mpu_shard *s = malloc(sizeof *s);
+  if (!s) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  mpu_result_t r = MPU_SUCCESS;
+  for (int i = 0; !r && i < b->nparams; i++) {
+    const bucket *c = &f->bk[mpu_fsdp_bucket_of(f, i)];
+    int writer = (b->params[i].attrs.tensor_parallel || b->tp_rank == 0) && f->r == 0;
+    size_t lo, hi, at;
+    piece_of(f, c, i, f->s, &lo, &hi, &at);
+    r = mpu__param_shard(fn, b, i, &globals[i], tp_size, s);
+    if (!r) r = mpu_shard_keep(s, lo, hi, c->at + at);
+    const mpu_shard *save = writer ? s : NULL;
+    const char *name = globals[i].name;
+    if (!r) r = mpu__describe(fn, out, name, "", MPU_SHARD_PARAM, s, f->p, save);
+    if (!r) r = mpu__describe(fn, out, name, ".exp_avg", MPU_SHARD_EXP_AVG, s, f->m, save);
+    if (!r) r = mpu__describe(fn, out, name, ".exp_avg_sq", MPU_SHARD_EXP_AVG_SQ, s, f->v, save);
+  }
+  free(s);
+  return r ? r : mpu_shard_list_on_write(out, pieces_written, f);
 }
 
 int64_t mpu_fsdp_optimizer_step(const mpu_fsdp *f) { return f ? f->step : 0; }
@@ -437,13 +545,10 @@ typedef void (*held_fn)(mpu_fsdp *f, size_t j, int param, void *arg);
 static void for_held(mpu_fsdp *f, held_fn fn, void *arg) {
   for (int k = 0; k < f->nb; k++) {
     bucket *c = &f->bk[k];
-    size_t lo, hi;
-    held(f, c, &lo, &hi);
     for (int i = c->first; i <= c->last; i++) {
-      const mpu_param *p = &f->b->params[i];
-      size_t a = p->offset > lo ? p->offset : lo;
-      size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-      for (size_t e = a; e < z; e++) fn(f, c->at + (e - lo), i, arg);
+      size_t lo, hi, at;
+      piece_of(f, c, i, f->s, &lo, &hi, &at);
+      for (size_t e = 0; e < hi - lo; e++) fn(f, c->at + at + e, i, arg);
     }
   }
 }
@@ -512,7 +617,7 @@ mpu_result_t mpu_fsdp_gather_params(mpu_fsdp *f, float *out) {
     float *mine = w + (size_t)f->s * c->piece;
     memcpy(mine, f->p + c->at, c->piece * sizeof(float));
     mpu_result_t r = mpu_comm_all_gather(f->shard, mine, w, c->piece, MPU_FLOAT32);
-    if (!r) memcpy(out + c->start, w, (c->end - c->start) * sizeof(float));
+    if (!r) repack(f, c, w, out, 1, 0);
     give(f, &w, padded(f, c));
     MPU_CHECK(r);
   }
@@ -527,7 +632,7 @@ mpu_result_t mpu_fsdp_memory_usage(const mpu_fsdp *f, mpu_fsdp_memory *m) {
   m->unsharded = f->live - 4 * f->held * sizeof(float);
   m->peak = f->peak;
   for (int k = 0; k < f->nb; k++) {
-    size_t n = padded(f, &f->bk[k]) * sizeof(float);
+    size_t n = whole_len(f, &f->bk[k]) * sizeof(float);
     if (n > m->largest_bucket) m->largest_bucket = n;
   }
   return MPU_SUCCESS;

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "core/simd.h"
 #include "core/options.h"
-#include "core/chunk.h"
+#include "mpu/shard.h"
 #include "mpu/train.h"
 #include "train/adamw.h"
 
@@ -101,6 +101,25 @@ float *mpu_param_grad(const mpu_param_buffer *b, int i) {
 
 void mpu_param_buffer_zero_grad(mpu_param_buffer *b) {
   if (b && b->finalized) memset(b->grad, 0, b->numel * sizeof(float));
+}
+
+mpu_result_t mpu_param_buffer_set_shape(mpu_param_buffer *b, int i, int ndim,
+                                        const int64_t *shape) {
+  static const char fn[] = "mpu_param_buffer_set_shape";
+  if (!b || !shape || i < 0 || i >= b->nparams)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no parameter %d or NULL shape", fn, i);
+  if (ndim < 1 || ndim > MPU_SHARD_MAX_DIMS ||
+      mpu_shard_numel(ndim, shape) != b->params[i].numel)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: '%s': a shape of %d dims (1..%d) whose product is not its %zu elements",
+                      fn, b->params[i].name, ndim, MPU_SHARD_MAX_DIMS, b->params[i].numel);
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] < 1)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s': size %lld in dim %d", fn,
+                        b->params[i].name, (long long)shape[d], d);
+  b->params[i].ndim = ndim;
+  memcpy(b->params[i].shape, shape, (size_t)ndim * sizeof *shape);
+  return MPU_SUCCESS;
 }
 
 mpu_result_t mpu_param_buffer_no_decay(mpu_param_buffer *b, int i) {
@@ -220,9 +239,8 @@ static double sum_squares(const mpu_param_buffer *b, size_t start, size_t end) {
  * plain optimizer. */
 static size_t held_range(const mpu_optimizer *opt, size_t start, size_t end, size_t *lo,
                          size_t *hi) {
-  size_t shard = mpu__chunk(end - start, (size_t)opt->dp_size, (size_t)opt->dp_rank, lo, hi);
-  if (opt->distributed) *lo += start, *hi += start;
-  else *lo = start, *hi = end;
+  size_t shard = mpu_shard_chunk(start, end, (size_t)opt->dp_size, (size_t)opt->dp_rank, lo, hi);
+  if (!opt->distributed) *lo = start, *hi = end;
   return shard;
 }
 
@@ -409,7 +427,7 @@ static mpu_result_t shard_counts(const mpu_optimizer *opt, size_t start, size_t 
   *counts = malloc(n * sizeof **counts);
   if (!*counts) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "ZeRO-1: %zu shard counts", n);
   for (size_t k = 0; k < n; k++) {
-    mpu__chunk(end - start, n, k, &lo, &hi);
+    mpu_shard_chunk(start, end, n, k, &lo, &hi);
     (*counts)[k] = hi - lo;
   }
   return MPU_SUCCESS;

@@ -48,6 +48,7 @@ typedef struct gpt_opts {
   long recompute_layers; /* --recompute-layers (0: every block) */
   int recompute;         /* --recompute: GPT_RECOMPUTE_* */
   int overlap;           /* --overlap-grad-reduce */
+  int fsdp_layout;       /* --fsdp-layout: mpu_fsdp_layout (FSDP1's flat parameter by default) */
 } gpt_opts;
 
 /* the text as token ids, and its vocabulary */
@@ -347,7 +348,9 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
       TRY(mpu_optimizer_init(&opts[c], &m.chunks[c].params, dpc, o->zero && run->dp > 1, &ao));
     optp[c] = &opts[c];
   }
-  if (o->shard) TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas, &ao));
+  if (o->shard)
+    TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas,
+                       (mpu_fsdp_layout)o->fsdp_layout, &ao));
   int overlap = o->overlap && run->dp > 1; /* (the one-rank reference reduces nothing) */
   double blocking_s = 0, complete = 0, reduces = 0, step_s[2] = {0, 0};
   if (overlap) {
@@ -627,6 +630,9 @@ static void help(void) {
          "                          (FSDP's FULL_SHARD) instead of ZeRO-1\n"
          "  --hsdp RxS              hybrid sharding (FSDP's HYBRID_SHARD): dp = R*S, sharded\n"
          "                          over S, replicated over R\n"
+         "  --fsdp-layout flat|per_param  how --fsdp / --hsdp cut the parameters: FSDP1's\n"
+         "                          FlatParameter (flat, the default) or FSDP2's fully_shard,\n"
+         "                          each parameter sharded on dim 0 (per_param)\n"
          "  --steps N               optimizer steps (default 40)\n"
          "  --micro-batches M       micro-batches per replica per step (default 4)\n"
          "  --seq S                 tokens per micro-batch (default 32)\n"
@@ -670,13 +676,17 @@ static void help(void) {
 
 /* how the data-parallel ranks hold the model */
 static const char *data_parallel_name(const gpt_opts *o) {
-  static char hybrid[64];
+  static char name[96];
+  const char *per_param = o->fsdp_layout == MPU_FSDP_PER_PARAM ? ", FSDP2 per-parameter" : "";
   if (o->shard && o->replicas > 1) {
-    snprintf(hybrid, sizeof hybrid, "%s, replicate %ld x shard %ld", gpt_shard_name((int)o->replicas),
-             o->replicas, o->dp / o->replicas);
-    return hybrid;
+    snprintf(name, sizeof name, "%s, replicate %ld x shard %ld%s",
+             gpt_shard_name((int)o->replicas), o->replicas, o->dp / o->replicas, per_param);
+    return name;
   }
-  if (o->shard) return gpt_shard_name(1);
+  if (o->shard) {
+    snprintf(name, sizeof name, "%s%s", gpt_shard_name(1), per_param);
+    return name;
+  }
   return o->zero && o->dp > 1 ? "ZeRO-1" : "plain AdamW";
 }
 
@@ -729,7 +739,7 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"no-zero", no_argument, 0, 'z'},        {"text", required_argument, 0, 'T'},
       {"format", required_argument, 0, 'F'},   {"backend", required_argument, 0, 'B'},
       {"bench", no_argument, 0, 'b'},        {"fsdp", no_argument, 0, 'f'},
-      {"hsdp", required_argument, 0, 'Y'},     {"recompute", required_argument, 0, 'R'},
+      {"hsdp", required_argument, 0, 'Y'},     {"fsdp-layout", required_argument, 0, 'G'},     {"recompute", required_argument, 0, 'R'},
       {"recompute-layers", required_argument, 0, 'N'}, {"save", required_argument, 0, 'C'},
       {"load", required_argument, 0, 'W'},     {"save-step", required_argument, 0, 'K'},
       {"overlap-grad-reduce", no_argument, 0, 'O'},
@@ -737,7 +747,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   int bench_mode = 0, given[128] = {0};
   long hsdp_shard = 1;
   gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, NULL, NULL, 0,
-                CLI_TEXT, TOOL_THREADS, 0, 1, 0, GPT_RECOMPUTE_FULL, 0};
+                CLI_TEXT, TOOL_THREADS, 0, 1, 0, GPT_RECOMPUTE_FULL, 0, 0};
   long *fields[128] = {0};
   fields['t'] = &o.tp, fields['p'] = &o.pp, fields['d'] = &o.dp, fields['v'] = &o.vp;
   fields['s'] = &o.steps, fields['m'] = &o.micro, fields['q'] = &o.seq, fields['H'] = &o.hidden;
@@ -782,6 +792,14 @@ int cmd_demo_gpt(int argc, char **argv) {
         cli_usage_error("demo gpt", "--hsdp wants RxS with R*S in 1..64, not '%s'", optarg);
       o.shard = 1;
       break;
+    case 'G': {
+      mpu_fsdp_layout l;
+      if (mpu_fsdp_layout_from_name(optarg, &l))
+        cli_usage_error("demo gpt", "--fsdp-layout wants flat (FSDP1) or per_param (FSDP2), not "
+                        "'%s'", optarg);
+      o.fsdp_layout = (int)l;
+      break;
+    }
     case 'T': o.text_path = optarg; break;
     case 'C': o.save_dir = optarg; break;
     case 'W': o.load_dir = optarg; break;
@@ -804,6 +822,8 @@ int cmd_demo_gpt(int argc, char **argv) {
   }
   if (optind < argc) cli_usage_error("demo gpt", "unexpected argument '%s'", argv[optind]);
   if (given['Y'] && given['f']) cli_usage_error("demo gpt", "--fsdp and --hsdp exclude each other");
+  if (given['G'] && !given['Y'] && !given['f'])
+    cli_usage_error("demo gpt", "--fsdp-layout goes with --fsdp or --hsdp");
   if (given['Y']) {
     if (given['d'] && o.dp != o.replicas * hsdp_shard)
       cli_usage_error("demo gpt", "--hsdp %ldx%ld makes dp %ld, but --dp is %ld", o.replicas,

@@ -77,6 +77,8 @@ static mpu_result_t add(gpt_chunk *c, const char *name, int rows, int cols, int 
   mpu_param_attrs a = dim < 0 ? MPU_PARAM_DUPLICATE : MPU_PARAM_PARTITIONED(dim, stride);
   mpu_result_t r = mpu_param_buffer_add(&c->params, name, local, a, index);
   if (!r && !decay) r = mpu_param_buffer_no_decay(&c->params, *index);
+  int64_t shape[2] = {dim == 0 ? rows / tp : rows, dim == 1 ? cols / tp : cols}; /* local */
+  if (!r) r = mpu_param_buffer_set_shape(&c->params, *index, cols == 1 ? 1 : 2, shape);
   if (r) return r;
   gpt_shape *s = realloc(c->shapes, (size_t)(*index + 1) * sizeof *s);
   if (!s) return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: shapes");

@@ -1,7 +1,9 @@
 /*
  * gpt_ckpt.c - the GPT demo's checkpoints: each chunk's parameters (global
  * names "layer<L>.qkv.weight", ... with global layer numbers) and AdamW
- * moments, from plain, ZeRO-1 or sharded (--fsdp, --hsdp) buffers alike, the model's config as metadata, every rank's random streams.
+ * moments, from plain, ZeRO-1 or sharded (--fsdp, --hsdp) buffers alike
+ * (each describes its shards, mpu/shard.h), the model's config as metadata,
+ * every rank's random streams.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +42,13 @@ static mpu_result_t describe(mpu_ckpt_set *set, mpu_state *s, const gpt_ctx *ctx
       g[i].ndim = sh->cols == 1 ? 1 : 2; /* biases and norms are vectors */
       g[i].shape[0] = sh->rows, g[i].shape[1] = sh->cols;
     }
-    r = fs ? mpu_ckpt_add_fsdp(set, fs[c], g, ctx->tp_size)
-           : mpu_ckpt_add_buffer(set, &ch->params, g, &opts[c], ctx->tp_size, dp_rank);
+    /* the holder describes what it holds; the set takes the shards */
+    mpu_shard_list l;
+    mpu_shard_list_init(&l);
+    r = fs ? mpu_fsdp_describe(fs[c], g, ctx->tp_size, &l)
+           : mpu_param_buffer_describe(&ch->params, g, &opts[c], ctx->tp_size, dp_rank, &l);
+    if (!r) r = mpu_ckpt_add_shards(set, &l);
+    mpu_shard_list_free(&l);
     free(g);
   }
   if (r) return r;

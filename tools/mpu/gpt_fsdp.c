@@ -16,7 +16,8 @@ const char *gpt_shard_name(int replicate) {
 }
 
 mpu_result_t gpt_shard_init(gpt_sharding *g, gpt_chunk *chunks, int n, mpu_comm *dp,
-                            int replicate, const mpu_adamw_options *adamw) {
+                            int replicate, mpu_fsdp_layout layout,
+                            const mpu_adamw_options *adamw) {
   int dp_size;
   mpu_result_t r = mpu_comm_size(dp, &dp_size);
   g->n = n, g->dm = NULL;
@@ -32,7 +33,7 @@ mpu_result_t gpt_shard_init(gpt_sharding *g, gpt_chunk *chunks, int n, mpu_comm 
     return r;
   mpu_fsdp_options o = MPU_FSDP_OPTIONS_INIT;
   o.strategy = replicate > 1 ? MPU_SHARD_HYBRID : MPU_SHARD_FULL;
-  o.adamw = *adamw;
+  o.adamw = *adamw, o.layout = layout;
   o.bucket_bytes = 64 * 1024; /* several buckets per chunk, so the prefetch overlaps */
   for (int c = 0; c < n && !r; c++)
     r = g->dm ? mpu_fsdp_create_on_mesh(&chunks[c].params, g->dm, 0, 1, &o, &g->f[c])

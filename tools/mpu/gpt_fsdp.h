@@ -16,9 +16,11 @@ typedef struct gpt_sharding {
 } gpt_sharding;
 
 /* Shard the chunks' buffers over dp: FULL_SHARD when replicate is 1, else
- * HYBRID_SHARD on a (replicate, dp / replicate) mesh of the dp group. */
+ * HYBRID_SHARD on a (replicate, dp / replicate) mesh of the dp group; laid
+ * out as FSDP1's flat parameter or FSDP2's per-parameter dim-0 shards. */
 mpu_result_t gpt_shard_init(gpt_sharding *g, gpt_chunk *chunks, int n, mpu_comm *dp,
-                            int replicate, const mpu_adamw_options *adamw);
+                            int replicate, mpu_fsdp_layout layout,
+                            const mpu_adamw_options *adamw);
 /* Before the step's pipeline: every bucket whole (gathered, the next one
  * prefetched while the previous lands). */
 mpu_result_t gpt_shard_unshard(gpt_sharding *g);
