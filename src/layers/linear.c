@@ -313,14 +313,17 @@ mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, fl
   MPU_CHECK(mpu__run(l->input_is_parallel ? MPU_PRIM_IDENTITY : MPU_PRIM_SPLIT_LAST, l->tp,
                      (float *)x, n, l->input_is_parallel ? l->in_local : l->in, l->x_local, n,
                      l->in_local));
-  float *yp = malloc((size_t)n * l->out * sizeof(float));
+  /* the all-reduce sums the partial products in place in y (the same sums,
+   * one pass over the output less); the reduce-scatter's input is N rows
+   * where y holds N / tp */
+  float *yp = l->sequence_parallel ? malloc((size_t)n * l->out * sizeof(float)) : y;
   MPU_CHECK(need(yp, fn));
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, l->out, l->in_local, 1.0f, l->x_local,
               l->in_local, l->weight, l->in_local, 0.0f, yp, l->out);
   int rows = l->sequence_parallel ? n / l->tp_size : n;
   mpu_result_t r = mpu__run(l->sequence_parallel ? MPU_PRIM_REDUCE_SCATTER_FIRST : MPU_PRIM_ALL_REDUCE,
                             l->tp, yp, n, l->out, y, rows, l->out);
-  free(yp);
+  if (yp != y) free(yp);
   if (!r && l->has_bias && !l->skip_bias_add) /* the bias is added once, after the reduction */
     for (int i = 0; i < rows; i++)
       for (int j = 0; j < l->out; j++) y[(size_t)i * l->out + j] += l->bias[j];

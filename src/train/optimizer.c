@@ -219,6 +219,23 @@ mpu_result_t mpu_grad_all_reduce_start(mpu_param_buffer *b, mpu_comm *dp,
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
+/* g[0]^2 + ... + g[n-1]^2 in double, as 16 running sums (sum k takes the
+ * elements k, k + 16, ...) added in order at the end: a fixed order, so
+ * every clone and machine gives the same bits, and 16 independent chains the
+ * compiler vectorises, where one running sum waits for each add (about 4
+ * cycles an element, 4% of the GPT demo's step at tp 1). */
+MPU_SIMD_CLONES static double squares(const float *restrict g, size_t n) {
+  enum { SUMS = 16 };
+  double acc[SUMS] = {0};
+  size_t i = 0;
+  for (; n - i >= SUMS; i += SUMS)
+    for (int k = 0; k < SUMS; k++) acc[k] += (double)g[i + k] * g[i + k];
+  for (int k = 0; i + (size_t)k < n; k++) acc[k] += (double)g[i + k] * g[i + k];
+  double s = 0;
+  for (int k = 0; k < SUMS; k++) s += acc[k];
+  return s;
+}
+
 /* Sum of squares of grad[start, end) over the parameters that count in the
  * norm (not tensor-parallel duplicates). */
 static double sum_squares(const mpu_param_buffer *b, size_t start, size_t end) {
@@ -228,7 +245,7 @@ static double sum_squares(const mpu_param_buffer *b, size_t start, size_t end) {
     size_t lo = p->offset > start ? p->offset : start;
     size_t hi = p->offset + p->numel < end ? p->offset + p->numel : end;
     if (lo >= hi || !mpu_param_counts_in_norm(b, i)) continue;
-    for (size_t j = lo; j < hi; j++) s += (double)b->grad[j] * b->grad[j];
+    s += squares(b->grad + lo, hi - lo);
   }
   return s;
 }

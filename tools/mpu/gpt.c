@@ -42,14 +42,35 @@ static float keep_scale(const gpt_ctx *ctx, int layer, int site, int mb, uint64_
 /* rows of (T_local, hidden) hidden states: the global token of row i */
 static int first_row(const gpt_ctx *ctx) { return ctx->sp ? ctx->tp_rank * ctx->T_local : 0; }
 
-static void hidden_mask(const gpt_ctx *ctx, int layer, int site, int mb, float *m) {
+/* The dropout mask of hidden states (T_local, hidden) in m, or NULL without
+ * dropout: every element is kept unscaled then, and the loops below skip the
+ * multiplication by 1 (the same bits, one pass over the activations less). */
+static const float *hidden_mask(const gpt_ctx *ctx, int layer, int site, int mb, float *m) {
   size_t H = (size_t)ctx->cfg.hidden, off = (size_t)first_row(ctx);
-  if (ctx->cfg.dropout <= 0) { /* every element kept, unscaled: no keys to hash */
-    for (size_t i = 0; i < (size_t)ctx->T_local * H; i++) m[i] = 1.0f;
-    return;
-  }
+  if (ctx->cfg.dropout <= 0) return NULL;
   for (size_t i = 0; i < (size_t)ctx->T_local; i++)
     for (size_t j = 0; j < H; j++) m[i * H + j] = keep_scale(ctx, layer, site, mb, (off + i) * H + j);
+  return m;
+}
+
+/* the mask a forward made (hidden_mask), for its backward */
+static const float *kept_mask(const gpt_ctx *ctx, const float *m) {
+  return ctx->cfg.dropout > 0 ? m : NULL;
+}
+
+/* out = a + b * m (the residual around a dropped branch); m NULL: a + b */
+static void add_dropped(float *out, const float *a, const float *b, const float *m, size_t n) {
+  if (m)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i] * m[i];
+  else
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* The gradient through dropout: g * m into scratch, or g itself (m NULL). */
+static const float *through_dropout(const float *g, const float *m, float *scratch, size_t n) {
+  if (!m) return g;
+  for (size_t i = 0; i < n; i++) scratch[i] = g[i] * m[i];
+  return scratch;
 }
 
 /* ---- set-up ------------------------------------------------------------------------------- */
@@ -452,14 +473,12 @@ static mpu_result_t block_forward(const gpt_ctx *ctx, gpt_block *b, int mb, cons
   TRY(mpu_column_linear_forward(&b->qkv, b->y1, T_l, b->qkv_out));
   TRY(attention_core(ctx, b, b->qkv_out, b->att));
   TRY(mpu_row_linear_forward(&b->proj, b->att, T, b->proj_out));
-  hidden_mask(ctx, b->layer, 2, mb, b->m1);
-  for (size_t i = 0; i < th; i++) b->mid[i] = b->x[i] + b->proj_out[i] * b->m1[i];
+  add_dropped(b->mid, b->x, b->proj_out, hidden_mask(ctx, b->layer, 2, mb, b->m1), th);
   TRY(mpu_layer_norm_forward(&b->ln2, b->mid, T_l, b->y2));
   TRY(mpu_column_linear_forward(&b->fc1, b->y2, T_l, b->h));
   mpu_gelu_forward_keep(b->h, b->g, b->gt, (size_t)T * Fl);
   TRY(mpu_row_linear_forward(&b->fc2, b->g, T, b->fc2_out));
-  hidden_mask(ctx, b->layer, 3, mb, b->m2);
-  for (size_t i = 0; i < th; i++) out[i] = b->mid[i] + b->fc2_out[i] * b->m2[i];
+  add_dropped(out, b->mid, b->fc2_out, hidden_mask(ctx, b->layer, 3, mb, b->m2), th);
   return MPU_SUCCESS;
 }
 
@@ -471,16 +490,16 @@ static mpu_result_t block_backward(const gpt_ctx *ctx, gpt_block *b, const float
   if (b->recompute == GPT_RECOMPUTE_FULL) /* the block again, from its saved input */
     TRY(block_forward(ctx, b, b->mb, b->x, b->d2));
   memcpy(b->d_mid, dout, th * sizeof(float)); /* the residual */
-  for (size_t i = 0; i < th; i++) b->d1[i] = dout[i] * b->m2[i];
-  TRY(mpu_row_linear_backward(&b->fc2, b->d1, b->dg));
+  TRY(mpu_row_linear_backward(&b->fc2, through_dropout(dout, kept_mask(ctx, b->m2), b->d1, th),
+                              b->dg));
   mpu_gelu_backward_kept(b->h, b->gt, b->dg, b->dh, (size_t)T * Fl);
   TRY(mpu_column_linear_backward(&b->fc1, b->dh, b->d2));
   TRY(mpu_layer_norm_backward(&b->ln2, b->d2, b->d1));
   for (size_t i = 0; i < th; i++) b->d_mid[i] += b->d1[i];
-  for (size_t i = 0; i < th; i++) b->d1[i] = b->d_mid[i] * b->m1[i];
   if (b->recompute == GPT_RECOMPUTE_SELECTIVE) /* the attention core again, from q, k, v */
     TRY(attention_core(ctx, b, b->qkv_out, b->datt));
-  TRY(mpu_row_linear_backward(&b->proj, b->d1, b->datt));
+  TRY(mpu_row_linear_backward(&b->proj, through_dropout(b->d_mid, kept_mask(ctx, b->m1), b->d1, th),
+                              b->datt));
   TRY(mpu_attention_backward(&b->attn, b->datt, b->dqkv));
   TRY(mpu_column_linear_backward(&b->qkv, b->dqkv, b->d2));
   TRY(mpu_layer_norm_backward(&b->ln1, b->d2, b->d1));
