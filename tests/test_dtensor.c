@@ -36,7 +36,8 @@ static mpu_placement place(int k) {
   }
 }
 
-/* torch.chunk along each sharded dim, mesh dims in order */
+/* torch.chunk along each sharded dim, mesh dims in order; an empty piece
+ * starts at the dim's global end (torch's compute_local_shape_and_global_offset) */
 static void slice_of(const int64_t *gshape, int ndim, const mpu_placement *pl, int mdim,
                      const int64_t *msize, const int64_t *coord, int64_t *off, int64_t *len) {
   for (int d = 0; d < ndim; d++) {
@@ -46,7 +47,8 @@ static void slice_of(const int64_t *gshape, int ndim, const mpu_placement *pl, i
         int64_t c = (len[d] + msize[i] - 1) / msize[i];
         int64_t lo = coord[i] * c < len[d] ? coord[i] * c : len[d];
         int64_t hi = lo + c < len[d] ? lo + c : len[d];
-        off[d] += lo, len[d] = hi - lo;
+        len[d] = hi - lo;
+        off[d] = len[d] ? off[d] + lo : gshape[d];
       }
   }
 }
@@ -311,13 +313,18 @@ static void test_plan_names_collectives(void **state) {
   mpu_dtensor_spec bad = {2, {8, 8}, {MPU_SHARD(2), MPU_REPLICATE}, MPU_FLOAT32};
   assert_int_equal(mpu_redistribute_plan(dm2, &bad, &d, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
-  assert_non_null(strstr(mpu_last_error(), "Shard(0..1)"));
+  assert_non_null(strstr(mpu_last_error(), "Shard(-2..1)"));
   mpu_dtensor_spec other = {2, {8, 9}, {MPU_REPLICATE, MPU_REPLICATE}, MPU_FLOAT32};
   assert_int_equal(mpu_redistribute_plan(dm2, &s, &other, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
-  mpu_dtensor_spec pmax = {2, {8, 8}, {MPU_PARTIAL(MPU_MAX), MPU_REPLICATE}, MPU_FLOAT32};
-  assert_int_equal(mpu_redistribute_plan(dm2, &pmax, &d, plan, sizeof plan, &n),
+  mpu_dtensor_spec pprod = {2, {8, 8}, {MPU_PARTIAL(MPU_PROD), MPU_REPLICATE}, MPU_FLOAT32};
+  assert_int_equal(mpu_redistribute_plan(dm2, &pprod, &d, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
+  /* max and min do not mix with sum (DTensor's assert_no_mixed_partial_types) */
+  mpu_dtensor_spec mixed = {2, {8, 8}, {MPU_PARTIAL(MPU_MAX), MPU_PARTIAL(MPU_SUM)}, MPU_FLOAT32};
+  assert_int_equal(mpu_redistribute_plan(dm2, &mixed, &d, plan, sizeof plan, &n),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "mixes Partial(sum), Partial(max)"));
   mpu_device_mesh_free(dm2);
   mpu_device_mesh_free(dm);
   mpu_comm_destroy(fake);
