@@ -14,11 +14,17 @@ reductions in one spec, which mpu refuses too) and integer Replicate ->
 Partial(sum) (torch's division makes a float tensor) are counted, not
 compared.
 
-A sample of the pairs runs by default (LocalTensorMode costs ~0.1 s a pair);
-MPU_DTENSOR_TORCH_ALL=1 runs every pair (about an hour).
+A sample of the pairs runs by default (LocalTensorMode costs ~0.03 s of CPU
+a pair); MPU_DTENSOR_TORCH_SCALE=N runs N times as many (other pairs too).
 Exits 77 (skipped) when this Python cannot import torch.
 
-usage: test_dtensor_torch.py DTENSOR_PEER
+--write-table FILE writes torch's answers as the C tables of
+test_dtensor_torch.c (tests/dtensor_torch_table.h), which checks mpu against
+them where no torch is installed: every rank's shape and offset for every
+spec of Replicate and Shard placements of the configurations below, and a
+hash of every rank's line for the sampled pairs torch carries out.
+
+usage: test_dtensor_torch.py DTENSOR_PEER [--write-table FILE]
 """
 import itertools
 import logging
@@ -142,6 +148,47 @@ def torch_case(mesh, dm, cid, shape, dtype, src, dst):
     return "ok", lines
 
 
+def fnv1a(text):
+    h = 0xcbf29ce484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    return h
+
+
+def write_table(path, cases, want_lines):
+    out = ["/* torch %s's DTensor answers, written by tests/test_dtensor_torch.py --write-table:"
+           % torch.__version__.split("+")[0],
+           " * every rank's local shape and offset (compute_local_shape_and_global_offset) for",
+           " * every Replicate/Shard spec of the configurations, and the FNV-1a hash of every",
+           " * rank's line (dtensor_cases.h) after redistribute_local_tensor for the pairs torch",
+           " * carries out. Do not edit; write it again. */",
+           "static const struct torch_offsets {", "  const char *spec, *want;",
+           "} torch_offsets[] = {"]
+    for mesh, shape, places, _ in CONFIGS:
+        shards = [t for t in places if t == "R" or t[0] == "S"]
+        for spec in itertools.product(shards, repeat=len(mesh)):
+            world, ranks = 1, []
+            for m in mesh:
+                world *= m
+            for r in range(world):
+                ls, lo = _compute_local_shape_and_global_offset(
+                    shape, mesh, coords_of(r, mesh), [torch_place(t) for t in spec])
+                ranks.append(" " + dims(ls) + " " + dims(lo))
+            out.append('    {"%s", "%s"},' % (" ".join(
+                ["0", str(len(mesh))] + [str(m) for m in mesh] + [str(len(shape))] +
+                [str(d) for d in shape] + ["float32"] + list(spec) * 2), "|".join(ranks)))
+    out += ["};", "", "static const struct torch_pieces {", "  const char *line;",
+            "  uint64_t hash[8];", "} torch_pieces[] = {"]
+    for line in cases:
+        how, lines, _ = want_lines[int(line.split()[0])]
+        if how != "ok":
+            continue
+        out.append('    {"%s", {%s}},' % (line, ", ".join("0x%016xu" % fnv1a(l) for l in lines)))
+    out.append("};")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def mpu_spec(t, ndim, negative):
     if negative and t[0] == "S":
         return "S%d" % (int(t[1:]) - ndim)
@@ -150,13 +197,14 @@ def mpu_spec(t, ndim, negative):
 
 def main():
     peer = sys.argv[1]
-    everything = os.environ.get("MPU_DTENSOR_TORCH_ALL") == "1"
+    scale = int(os.environ.get("MPU_DTENSOR_TORCH_SCALE", "1"))
+    table = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--write-table" else None
     dist.init_process_group("fake", rank=0, world_size=8)
     cases, cid = [], 0
     for mesh, shape, places, want in CONFIGS:
         specs = list(itertools.product(places, repeat=len(mesh)))
         pairs = list(itertools.product(specs, specs))
-        step = 1 if everything else max(1, len(pairs) // want)
+        step = max(1, len(pairs) // (want * scale))
         for k in range(0, len(pairs), step):
             cid += 1
             dtype = ["float32", "float32", "float64", "bfloat16", "int32"][cid % 5]
@@ -181,6 +229,8 @@ def main():
                                   [str(len(shape))] + [str(s) for s in shape] + [dtype] +
                                   [mpu_spec(t, len(shape), neg) for t in src + dst]))
         want_lines[cid] = (how, lines, (mesh, shape, dtype, src, dst))
+    if table:
+        write_table(table, mpu_input, want_lines)
     done = subprocess.run([peer], input="\n".join(mpu_input) + "\n", capture_output=True,
                           text=True, timeout=1200)
     if done.returncode != 0:
