@@ -50,15 +50,15 @@
  *   a Partial of max or min to or    all_reduce, then the local step
  *   from any other op
  * The local scale is made in the float dtypes only (float16 and bfloat16
- * in float32, rounded once). In the integer dtypes a change that would
- * scale goes through Replicate instead, so no division truncates and no
- * product overflows: Partial(avg) -> Partial(sum) is an all_reduce(avg),
- * then Replicate -> Partial(sum), where an integer tensor cannot be divided
- * (torch's division would make it a float one): the first rank keeps the
- * value and the others hold zeros (int32 [1, 1] over 2 ranks gives [1, 0],
- * whose sum is their mean, 1); Partial(sum) -> Partial(avg) an
- * all_reduce(sum), then every rank holds it; Shard(d) -> Partial(avg) an
- * all_gather, then every rank holds it.
+ * in float32, rounded once). In the integer dtypes nothing scales in place,
+ * so no division truncates and no product overflows: Replicate ->
+ * Partial(sum), where torch's division would make the integer tensor a
+ * float one, leaves the value on the first rank and zeros on the others;
+ * the changes above that would scale go through Replicate: Partial(avg) ->
+ * Partial(sum) is an all_reduce(avg), then that step (int32 [1, 1] over 2
+ * ranks gives [1, 0], whose sum is their mean, 1); Partial(sum) ->
+ * Partial(avg) an all_reduce(sum), then every rank holds it; Shard(d) ->
+ * Partial(avg) an all_gather, then every rank holds it.
  *
  * The tensor-parallel regions of mpu/regions.h are special cases, on the
  * one dim of a (tp) mesh, of activations of shape (tokens, hidden):
