@@ -104,6 +104,11 @@ static mpu_result_t case_rank(mpu_comm *world, void *arg) {
   }
   for (int d = 0; d < nd; d++) nin *= (size_t)ss[d], nout *= (size_t)ds[d];
   void *in = calloc(nin + 1, es), *out = calloc(total + 1, es); /* out: room for any piece */
+  if (!in || !out) {
+    free(in), free(out);
+    mpu_device_mesh_free(dm);
+    return MPU_ERR_OUT_OF_MEMORY;
+  }
   int64_t pc = 0;
   for (int i = 0; i < j->mdim; i++)
     if (j->src.placements[i].kind == MPU_PLACE_PARTIAL) pc += coord[i] * (2 * i + 1);

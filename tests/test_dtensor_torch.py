@@ -224,6 +224,8 @@ def main():
         with mode:
             how, lines = torch_case(mesh, dm, cid, shape, dtype, src, dst)
         counts[how] = counts.get(how, 0) + 1
+        if how.startswith("torch failed"):
+            print("torch cannot carry out case %d %s: %s" % (cid, (mesh, shape, dtype, src, dst), how))
         neg = cid % 3 == 0
         mpu_input.append(" ".join([str(cid), str(len(mesh))] + [str(m) for m in mesh] +
                                   [str(len(shape))] + [str(s) for s in shape] + [dtype] +
