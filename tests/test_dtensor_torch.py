@@ -22,7 +22,8 @@ Exits 77 (skipped) when this Python cannot import torch.
 test_dtensor_torch.c (tests/dtensor_torch_table.h), which checks mpu against
 them where no torch is installed: every rank's shape and offset for every
 spec of Replicate and Shard placements of the configurations below, and a
-hash of every rank's line for the sampled pairs torch carries out.
+hash of the ranks' lines for every pair torch carries out (on (2, 2, 2), 300
+sampled pairs per shape).
 
 usage: test_dtensor_torch.py DTENSOR_PEER [--write-table FILE]
 """
@@ -55,20 +56,20 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
           "int32": torch.int32}
 BITS = {torch.float32: (torch.int32, 8), torch.float64: (torch.int64, 16),
         torch.bfloat16: (torch.int16, 4)}
-CONFIGS = [  # mesh, shape, placements per mesh dim, pairs run by default
-    ((4,), (5, 3), ["R", "S0", "S1", "Psum", "Pavg", "Pmax", "Pmin"], 49),
-    ((4,), (7, 9), ["R", "S0", "S1", "Psum", "Pavg", "Pmax"], 36),
-    ((4,), (1, 4), ["R", "S0", "S1", "Psum", "Pmin"], 25),
-    ((4,), (2, 7, 3), ["R", "S0", "S1", "S2", "Psum", "Pmax"], 36),
-    ((2, 2), (5, 3), ["R", "S0", "S1", "Psum", "Pavg", "Pmax", "Pmin"], 160),
-    ((2, 2), (7, 9), ["R", "S0", "S1", "Psum", "Pavg", "Pmax"], 60),
-    ((2, 2), (1, 4), ["R", "S0", "S1", "Psum", "Pmax"], 60),
-    ((2, 2), (2, 7, 3), ["R", "S0", "S1", "S2", "Psum", "Pmin"], 80),
-    ((2, 4), (5, 3), ["R", "S0", "S1", "Psum", "Pavg", "Pmax", "Pmin"], 80),
-    ((2, 4), (7, 9), ["R", "S0", "S1", "Psum", "Pavg"], 50),
-    ((2, 4), (1, 4), ["R", "S0", "S1", "Psum", "Pmax"], 40),
-    ((2, 2, 2), (5, 3), ["R", "S0", "S1", "Psum", "Pavg", "Pmax"], 60),
-    ((2, 2, 2), (2, 7, 3), ["R", "S0", "S1", "S2", "Psum"], 60),
+CONFIGS = [  # mesh, shape, placements per mesh dim, pairs run by default, pairs in the table
+    ((4,), (5, 3), ["R", "S0", "S1", "Psum", "Pavg", "Pmax", "Pmin"], 49, None),
+    ((4,), (7, 9), ["R", "S0", "S1", "Psum", "Pavg", "Pmax", "Pmin"], 49, None),
+    ((4,), (1, 4), ["R", "S0", "S1", "Psum", "Pavg", "Pmax", "Pmin"], 49, None),
+    ((4,), (2, 7, 3), ["R", "S0", "S1", "S2", "Psum", "Pmax"], 36, None),
+    ((2, 2), (5, 3), ["R", "S0", "S1", "Psum", "Pavg", "Pmax"], 150, None),
+    ((2, 2), (7, 9), ["R", "S0", "S1", "Psum", "Pmin"], 60, None),
+    ((2, 2), (1, 4), ["R", "S0", "S1", "Psum", "Pmax"], 60, None),
+    ((2, 2), (2, 7, 3), ["R", "S0", "S1", "S2", "Psum"], 80, None),
+    ((2, 4), (5, 3), ["R", "S0", "S1", "Psum", "Pavg"], 80, None),
+    ((2, 4), (7, 9), ["R", "S0", "S1", "Psum", "Pmax"], 50, None),
+    ((2, 4), (1, 4), ["R", "S0", "S1", "Psum"], 40, None),
+    ((2, 2, 2), (5, 3), ["R", "S0", "S1", "Psum", "Pavg", "Pmax"], 60, 300),
+    ((2, 2, 2), (2, 7, 3), ["R", "S0", "S1", "S2", "Psum"], 60, 300),
 ]
 
 
@@ -159,12 +160,12 @@ def write_table(path, cases, want_lines):
     out = ["/* torch %s's DTensor answers, written by tests/test_dtensor_torch.py --write-table:"
            % torch.__version__.split("+")[0],
            " * every rank's local shape and offset (compute_local_shape_and_global_offset) for",
-           " * every Replicate/Shard spec of the configurations, and the FNV-1a hash of every",
-           " * rank's line (dtensor_cases.h) after redistribute_local_tensor for the pairs torch",
-           " * carries out. Do not edit; write it again. */",
+           " * every Replicate/Shard spec of the configurations, and the FNV-1a hash of the ranks'",
+           " * lines (dtensor_cases.h, joined by newlines) after redistribute_local_tensor for",
+           " * every pair torch carries out (on (2, 2, 2) a sample). Do not edit; write it again. */",
            "static const struct torch_offsets {", "  const char *spec, *want;",
            "} torch_offsets[] = {"]
-    for mesh, shape, places, _ in CONFIGS:
+    for mesh, shape, places, _, _ in CONFIGS:
         shards = [t for t in places if t == "R" or t[0] == "S"]
         for spec in itertools.product(shards, repeat=len(mesh)):
             world, ranks = 1, []
@@ -178,12 +179,12 @@ def write_table(path, cases, want_lines):
                 ["0", str(len(mesh))] + [str(m) for m in mesh] + [str(len(shape))] +
                 [str(d) for d in shape] + ["float32"] + list(spec) * 2), "|".join(ranks)))
     out += ["};", "", "static const struct torch_pieces {", "  const char *line;",
-            "  uint64_t hash[8];", "} torch_pieces[] = {"]
+            "  uint64_t hash;", "} torch_pieces[] = {"]
     for line in cases:
         how, lines, _ = want_lines[int(line.split()[0])]
         if how != "ok":
             continue
-        out.append('    {"%s", {%s}},' % (line, ", ".join("0x%016xu" % fnv1a(l) for l in lines)))
+        out.append('    {"%s", 0x%016xu},' % (line, fnv1a("\n".join(lines))))
     out.append("};")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
@@ -201,9 +202,11 @@ def main():
     table = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--write-table" else None
     dist.init_process_group("fake", rank=0, world_size=8)
     cases, cid = [], 0
-    for mesh, shape, places, want in CONFIGS:
+    for mesh, shape, places, want, in_table in CONFIGS:
         specs = list(itertools.product(places, repeat=len(mesh)))
         pairs = list(itertools.product(specs, specs))
+        if table:
+            want, scale = in_table or len(pairs), 1
         step = max(1, len(pairs) // (want * scale))
         for k in range(0, len(pairs), step):
             cid += 1
