@@ -36,7 +36,8 @@ static mpu_placement place(int k) {
   }
 }
 
-/* torch.chunk along each sharded dim, mesh dims in order */
+/* torch.chunk along each sharded dim, mesh dims in order; an empty piece
+ * starts at the dim's global end (torch's compute_local_shape_and_global_offset) */
 static void slice_of(const int64_t *gshape, int ndim, const mpu_placement *pl, int mdim,
                      const int64_t *msize, const int64_t *coord, int64_t *off, int64_t *len) {
   for (int d = 0; d < ndim; d++) {
@@ -46,7 +47,8 @@ static void slice_of(const int64_t *gshape, int ndim, const mpu_placement *pl, i
         int64_t c = (len[d] + msize[i] - 1) / msize[i];
         int64_t lo = coord[i] * c < len[d] ? coord[i] * c : len[d];
         int64_t hi = lo + c < len[d] ? lo + c : len[d];
-        off[d] += lo, len[d] = hi - lo;
+        len[d] = hi - lo;
+        off[d] = len[d] ? off[d] + lo : gshape[d];
       }
   }
 }
@@ -311,13 +313,18 @@ static void test_plan_names_collectives(void **state) {
   mpu_dtensor_spec bad = {2, {8, 8}, {MPU_SHARD(2), MPU_REPLICATE}, MPU_FLOAT32};
   assert_int_equal(mpu_redistribute_plan(dm2, &bad, &d, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
-  assert_non_null(strstr(mpu_last_error(), "Shard(0..1)"));
+  assert_non_null(strstr(mpu_last_error(), "Shard(-2..1)"));
   mpu_dtensor_spec other = {2, {8, 9}, {MPU_REPLICATE, MPU_REPLICATE}, MPU_FLOAT32};
   assert_int_equal(mpu_redistribute_plan(dm2, &s, &other, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
-  mpu_dtensor_spec pmax = {2, {8, 8}, {MPU_PARTIAL(MPU_MAX), MPU_REPLICATE}, MPU_FLOAT32};
-  assert_int_equal(mpu_redistribute_plan(dm2, &pmax, &d, plan, sizeof plan, &n),
+  mpu_dtensor_spec pprod = {2, {8, 8}, {MPU_PARTIAL(MPU_PROD), MPU_REPLICATE}, MPU_FLOAT32};
+  assert_int_equal(mpu_redistribute_plan(dm2, &pprod, &d, plan, sizeof plan, &n),
                    MPU_ERR_INVALID_ARGUMENT);
+  /* max and min do not mix with sum (DTensor's assert_no_mixed_partial_types) */
+  mpu_dtensor_spec mixed = {2, {8, 8}, {MPU_PARTIAL(MPU_MAX), MPU_PARTIAL(MPU_SUM)}, MPU_FLOAT32};
+  assert_int_equal(mpu_redistribute_plan(dm2, &mixed, &d, plan, sizeof plan, &n),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "mixes Partial(sum), Partial(max)"));
   mpu_device_mesh_free(dm2);
   mpu_device_mesh_free(dm);
   mpu_comm_destroy(fake);
@@ -416,6 +423,92 @@ static void test_integer_partials_are_exact(void **state) {
   mpu_comm_destroy(fake);
 }
 
+/* ---- torch's answers, derived by hand from its source -------------------------------------- */
+
+static int fails(int *bad, int rank, const char *what, int ok) {
+  if (!ok) {
+    fprintf(stderr, "rank %d: %s\n", rank, what);
+    bad[rank]++;
+  }
+  return !ok;
+}
+
+static mpu_result_t anchors_rank(mpu_comm *world, void *arg) {
+  int *bad = arg, rank;
+  mpu_comm_rank(world, &rank);
+  const int64_t one[1] = {4}, two[2] = {2, 2};
+  const char *names[2] = {"dp", "tp"};
+  mpu_device_mesh *d1, *d2;
+  mpu_result_t r = mpu_device_mesh_init(world, 1, one, names, MPU_MESH_EAGER, &d1);
+  if (r) return r;
+  r = mpu_device_mesh_init(world, 2, two, names, MPU_MESH_EAGER, &d2);
+  if (r) return mpu_device_mesh_free(d1), r;
+  int64_t c0 = rank / 2, c1 = rank % 2;
+  /* _utils.py compute_local_shape_and_global_offset: (2, 7, 3) as [Shard(0),
+   * Shard(0)] on (2, 2): dim 0 is 1, 1 after the outer cut, then 1, 0: the
+   * empty pieces (ranks 1 and 3) sit at offset 2, the dim's global size */
+  mpu_dtensor_spec nested = {3, {2, 7, 3}, {MPU_SHARD(0), MPU_SHARD(0)}, MPU_FLOAT32};
+  int64_t shape[3], off[3];
+  r = mpu_dtensor_local_shape(mpu_device_mesh_mesh(d2), rank, &nested, shape, off);
+  if (!r) {
+    fails(bad, rank, "nested shard shape", shape[0] == (c1 ? 0 : 1) && shape[1] == 7 && shape[2] == 3);
+    fails(bad, rank, "nested shard offset", off[0] == (c1 ? 2 : c0) && off[1] == 0 && off[2] == 0);
+  }
+  /* Shard(-1) is Shard(1) (DTensor's API normalizes it) */
+  mpu_dtensor_spec last = {2, {5, 7}, {MPU_SHARD(-1)}, MPU_FLOAT32};
+  if (!r) r = mpu_dtensor_local_shape(mpu_device_mesh_mesh(d1), rank, &last, shape, off);
+  if (!r) fails(bad, rank, "Shard(-1)", shape[0] == 5 && shape[1] == (rank < 3 ? 2 : 1) &&
+                                           off[1] == 2 * rank);
+  /* Partial._partition_value: Replicate -> Partial(sum) divides by the
+   * dim's size on every rank; max and min keep the value */
+  float x[4] = {1, -2, 6, 8}, y[4] = {0};
+  mpu_dtensor_spec rep = {1, {4}, {MPU_REPLICATE}, MPU_FLOAT32}, p = rep;
+  p.placements[0] = MPU_PARTIAL(MPU_SUM);
+  if (!r) r = mpu_redistribute(d1, &rep, x, &p, y);
+  if (!r) fails(bad, rank, "Replicate -> Partial(sum)", y[0] == 0.25f && y[1] == -0.5f && y[3] == 2);
+  p.placements[0] = MPU_PARTIAL(MPU_MAX);
+  if (!r) r = mpu_redistribute(d1, &rep, x, &p, y);
+  if (!r) fails(bad, rank, "Replicate -> Partial(max)", !memcmp(x, y, sizeof x));
+  /* Partial(max) -> Replicate is an all_reduce(max), Partial(min) -> Shard(0)
+   * a reduce_scatter(min) */
+  float mine[4] = {(float)rank, (float)-rank, 3, (float)(rank == 2 ? 9 : 0)};
+  mpu_dtensor_spec pmax = p;
+  if (!r) r = mpu_redistribute(d1, &pmax, mine, &rep, y);
+  if (!r) fails(bad, rank, "Partial(max) -> Replicate", y[0] == 3 && y[1] == 0 && y[2] == 3 && y[3] == 9);
+  mpu_dtensor_spec pmin = {1, {4}, {MPU_PARTIAL(MPU_MIN)}, MPU_FLOAT32};
+  mpu_dtensor_spec s0 = {1, {4}, {MPU_SHARD(0)}, MPU_FLOAT32};
+  const float want_min[4] = {0, -3, 3, 0};
+  if (!r) r = mpu_redistribute(d1, &pmin, mine, &s0, y);
+  if (!r) fails(bad, rank, "Partial(min) -> Shard(0)", y[0] == want_min[rank]);
+  /* Shard -> Partial(sum) adds the piece into zeros (index_add): -0.0 comes out +0.0 */
+  float negzero = -0.0f, z[4];
+  if (!r) r = mpu_redistribute(d1, &s0, &negzero, &(mpu_dtensor_spec){1, {4}, {MPU_PARTIAL(MPU_SUM)}, MPU_FLOAT32}, z);
+  if (!r) fails(bad, rank, "Shard -> Partial(sum) of -0.0", !signbit(z[rank]));
+  /* the order is torch's: [Replicate, Partial(sum)] -> [Partial(sum), Replicate]
+   * divides on dp first, then all_reduces on tp: every rank holds (a0 + a1) / 2
+   * (innermost first would give a0 + a1 on dp's first rank, zeros on the other) */
+  float a = (float)(c1 ? 6 : 2), b = 0;
+  mpu_dtensor_spec from = {1, {1}, {MPU_REPLICATE, MPU_PARTIAL(MPU_SUM)}, MPU_FLOAT32};
+  mpu_dtensor_spec to = {1, {1}, {MPU_PARTIAL(MPU_SUM), MPU_REPLICATE}, MPU_FLOAT32};
+  if (!r) r = mpu_redistribute(d2, &from, &a, &to, &b);
+  if (!r) fails(bad, rank, "[R, P] -> [P, R]", b == 4);
+  mpu_device_mesh_free(d2);
+  mpu_device_mesh_free(d1);
+  return r;
+}
+
+/* Cases whose answer can be read off torch 2.15's source, on 4 thread
+ * ranks; test_dtensor_torch checks every placement pair against torch's
+ * own tables. */
+static void test_torch_answers(void **state) {
+  (void)state;
+  int bad[NRANKS] = {0};
+  mpu_result_t r = mpu_launch(NRANKS, anchors_rank, bad, NULL, NULL);
+  if (r) fprintf(stderr, "%s\n", mpu_last_error());
+  assert_int_equal(r, MPU_SUCCESS);
+  for (int k = 0; k < NRANKS; k++) assert_int_equal(bad[k], 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_pair),
@@ -423,6 +516,7 @@ int main(void) {
       cmocka_unit_test(test_regions_are_special_cases),
       cmocka_unit_test(test_plan_names_collectives),
       cmocka_unit_test(test_integer_partials_are_exact),
+      cmocka_unit_test(test_torch_answers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,42 +7,58 @@
  *   Shard(d)       the tensor is cut along its dim d over the mesh dim, as
  *                  torch.chunk cuts (pieces of ceil(n / size), the last ones
  *                  short or empty); several mesh dims sharding the same
- *                  tensor dim nest in mesh-dim order, as DTensor's do
+ *                  tensor dim nest in mesh-dim order, as DTensor's do. A
+ *                  negative d counts from the end (Shard(-1) is the last
+ *                  dim), as DTensor's API normalizes it.
  *   Replicate      every rank of the mesh dim holds the same values
- *   Partial(op)    the global value is the sum (or the mean) over the mesh
- *                  dim of what the ranks hold, as mpu_comm_all_reduce with
- *                  MPU_SUM (MPU_AVG) computes it: integer sums wrap, as
- *                  NCCL's and MPI's do; an integer mean is the sum,
- *                  exact (never wrapped), divided with truncation toward zero
- * Each rank holds its local piece, contiguous, of the shape
- * mpu_dtensor_local_shape gives.
+ *   Partial(op)    the global value is the reduction over the mesh dim of
+ *                  what the ranks hold, op one of MPU_SUM, MPU_AVG, MPU_MAX,
+ *                  MPU_MIN, as mpu_comm_all_reduce computes it: integer sums
+ *                  wrap, as NCCL's and MPI's do; an integer mean is the sum,
+ *                  exact (never wrapped), divided with truncation toward
+ *                  zero. As in DTensor, a spec mixes Partial ops only as sum
+ *                  with avg (max and min do not commute with the others).
+ * Each rank holds its local piece, contiguous, of the shape and at the
+ * offset mpu_dtensor_local_shape gives: torch 2.15's
+ * compute_local_shape_and_global_offset, an empty piece's offset included
+ * (the tensor dim's global size, wherever its outer pieces start).
  *
- * mpu_redistribute changes the placements one mesh dim at a time with that
- * dim's communicator, one collective or a local step each:
+ * mpu_redistribute takes the steps torch 2.15's DTensor redistribute takes
+ * (_redistribute.py, generate_greedy_transform_infos), in its order, so each
+ * rank's piece after it is torch's, Partials included. Each step changes one
+ * mesh dim with that dim's communicator, one collective or a local step:
  *   Shard(d) -> Replicate     all_gather         Partial -> Replicate  all_reduce
  *   Shard(d) -> Shard(e)      all_to_all         Partial -> Shard(d)   reduce_scatter
- *   Replicate -> Shard(d)     local slice        Shard(d) -> Partial   local (zeros elsewhere)
- *   Replicate -> Partial      local (sum: the first rank keeps the value, the others
- *                             hold zeros; avg: unchanged)
- *   Partial(sum) <-> Partial(avg)  local scale by the dim's size (Shard(d) ->
- *                             Partial(avg) scales its piece too)
- * A change that would break the nesting of shards of one tensor dim first
- * gathers the inner mesh dims (as DTensor's redistribute does), so every
- * pair of placements works; mpu_redistribute_plan says which steps it takes.
+ *   Replicate -> Shard(d)     local slice
+ *   Shard(d) -> Partial(sum)  local: the piece in place, zeros elsewhere (added
+ *                             to zeros, as torch's index_add: -0.0 becomes +0.0)
+ *   Replicate -> Partial      local: sum divides by the dim's size on every rank
+ *                             (torch's Partial._partition_value); avg, max and
+ *                             min keep the value
+ * When the source shards anything, the mesh dims are visited innermost
+ * first, each going to its target, or to Replicate where its target shard
+ * would nest under other outer shards than it holds now; then outermost
+ * first, each to its target. A mesh dim of one rank changes with no step.
+ * mpu_redistribute_plan says which steps it takes.
  *
- * Integer Partials move exactly (the global value before is the global value
- * after, bit for bit). The local scale is made in float32 and float64
- * only (rounded as floats are); in any other dtype a change that would scale
- * goes through Replicate instead: Partial(avg) -> Partial(sum) is an
- * all_reduce(avg), then the first rank keeps the value (int32 [1, 1] over 2
+ * Beyond torch: changes its DTensor refuses work here too (torch raises
+ * "not supported yet" or "unsupported" for them), with a global value that
+ * is exact:
+ *   Shard(d) -> Partial(avg)         local, the piece scaled by the dim's size
+ *   Partial(sum) <-> Partial(avg)    local, scaled by the dim's size
+ *   Shard(d) -> Partial(max|min),    through Replicate: all_gather or
+ *   a Partial of max or min to or    all_reduce, then the local step
+ *   from any other op
+ * The local scale is made in the float dtypes only (float16 and bfloat16
+ * in float32, rounded once). In the integer dtypes nothing scales in place,
+ * so no division truncates and no product overflows: Replicate ->
+ * Partial(sum), where torch's division would make the integer tensor a
+ * float one, leaves the value on the first rank and zeros on the others;
+ * the changes above that would scale go through Replicate: Partial(avg) ->
+ * Partial(sum) is an all_reduce(avg), then that step (int32 [1, 1] over 2
  * ranks gives [1, 0], whose sum is their mean, 1); Partial(sum) ->
  * Partial(avg) an all_reduce(sum), then every rank holds it; Shard(d) ->
- * Partial(avg) an all_gather, then every rank holds it. A division that
- * truncates or a product that overflows never happens. (torch's DTensor
- * refuses these three: Shard -> Partial "not supported yet", a Partial of
- * one op to another "unsupported"; its Replicate -> Partial(sum) divides by
- * the dim's size, which turns an integer tensor into a float one, where
- * mpu's keeps the value on the first rank.)
+ * Partial(avg) an all_gather, then every rank holds it.
  *
  * The tensor-parallel regions of mpu/regions.h are special cases, on the
  * one dim of a (tp) mesh, of activations of shape (tokens, hidden):
@@ -79,8 +95,8 @@ typedef enum mpu_placement_kind {
 
 typedef struct mpu_placement {
   mpu_placement_kind kind;
-  int dim;    /* Shard: the tensor dim */
-  mpu_op op;  /* Partial: MPU_SUM or MPU_AVG */
+  int dim;    /* Shard: the tensor dim, -ndim..ndim-1 (negative: from the end) */
+  mpu_op op;  /* Partial: MPU_SUM, MPU_AVG, MPU_MAX or MPU_MIN */
 } mpu_placement;
 
 #define MPU_REPLICATE ((mpu_placement){MPU_PLACE_REPLICATE, -1, MPU_SUM})
@@ -94,11 +110,12 @@ typedef struct mpu_dtensor_spec {
   mpu_dtype dtype;                            /* MPU_FLOAT32 (0) unless set; any dtype */
 } mpu_dtensor_spec;
 
-/* "Shard(0)", "Replicate", "Partial(sum)", "Partial(avg)". Returns buf. */
+/* "Shard(0)", "Replicate", "Partial(sum)", "Partial(max)", ... Returns buf. */
 MPU_API char *mpu_placement_describe(mpu_placement p, char *buf, size_t len);
 
 /* This rank's piece of a tensor of that spec on the mesh: its shape and its
- * offset in the global tensor (compute_local_shape_and_global_offset). */
+ * offset in the global tensor, as torch's compute_local_shape_and_global_offset
+ * gives them (an empty piece sits at the tensor dim's global size). */
 MPU_API mpu_result_t mpu_dtensor_local_shape(const mpu_mesh *mesh, int rank,
                                              const mpu_dtensor_spec *spec, int64_t *shape,
                                              int64_t *offset);

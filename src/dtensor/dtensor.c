@@ -1,14 +1,18 @@
 /*
  * dtensor.c - placements on a device mesh and redistribute.
  *
- * One walk serves the move and its plan: change one mesh dim's placement at
- * a time (the innermost that can change first), each change one collective
- * on that dim's communicator or a local step, with a dry mode that only
- * computes shapes and bytes. Shards of one tensor dim on several mesh dims
- * nest in mesh-dim order, so a mesh dim can change only when no inner mesh
- * dim shards the tensor dims it touches, and a shard is added on an inner
- * mesh dim only after the outer ones that still change that tensor dim have
- * (otherwise the nesting would come out in the wrong order).
+ * One walk serves the move and its plan: the steps are those of torch 2.15's
+ * redistribute (torch/distributed/tensor/_redistribute.py,
+ * generate_greedy_transform_infos): when the source shards anything, the
+ * mesh dims are visited innermost first and each goes to its target, or to
+ * Replicate where its target shard would nest under different outer shards
+ * than it will; then outermost first, each remaining dim goes to its
+ * target. Each step is one collective on that dim's communicator or a local
+ * step (placement_types.py: the Shard, Replicate and Partial methods), with
+ * a dry mode that only computes shapes and bytes. Following torch's order
+ * and steps gives every rank torch's local values, Partials included (a
+ * Replicate -> Partial(sum) divides on every rank, so where it happens
+ * matters).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +30,8 @@ typedef struct walk {
   int mdim, ndim;
   int64_t msize[MPU_MESH_MAX_DIMS], coord[MPU_MESH_MAX_DIMS];
   const int64_t *gshape;
-  mpu_placement cur[MPU_MESH_MAX_DIMS];
+  mpu_placement cur[MPU_MESH_MAX_DIMS]; /* the placements now (shard dims normalized) */
+  mpu_placement dst[MPU_MESH_MAX_DIMS]; /* the destination's (redistribute only) */
   int64_t lshape[MAXD];  /* the local piece's shape under cur */
   unsigned char *data;   /* the local piece (NULL when dry) */
   mpu_dtype dtype;
@@ -41,7 +46,7 @@ char *mpu_placement_describe(mpu_placement p, char *buf, size_t len) {
   switch (p.kind) {
   case MPU_PLACE_REPLICATE: snprintf(buf, len, "Replicate"); break;
   case MPU_PLACE_SHARD: snprintf(buf, len, "Shard(%d)", p.dim); break;
-  case MPU_PLACE_PARTIAL: snprintf(buf, len, "Partial(%s)", p.op == MPU_AVG ? "avg" : "sum"); break;
+  case MPU_PLACE_PARTIAL: snprintf(buf, len, "Partial(%s)", mpu_op_name(p.op)); break;
   default: snprintf(buf, len, "?"); break;
   }
   return buf;
@@ -64,8 +69,17 @@ static size_t numel(const int64_t *shape, int ndim) {
 
 /* ---- checks and shapes --------------------------------------------------------------------- */
 
+static int partial_op_ok(mpu_op op) {
+  return op == MPU_SUM || op == MPU_AVG || op == MPU_MAX || op == MPU_MIN;
+}
+
+/* Check spec s for a mesh of mdim dims and write its placements to norm,
+ * shard dims normalized as DTensor's from_local and redistribute do
+ * (Shard(-1) is the last dim). Partial reductions mix only as torch's
+ * assert_no_mixed_partial_types allows: sum with avg (both linear); max and
+ * min do not commute with them, so the order of the reductions would matter. */
 static mpu_result_t check_spec(const char *fn, const char *what, const mpu_dtensor_spec *s,
-                               int mdim) {
+                               int mdim, mpu_placement *norm) {
   if (!s) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL %s spec", fn, what);
   if (s->ndim < 1 || s->ndim > MAXD)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s has %d dims (want 1..%d)", fn, what,
@@ -81,29 +95,48 @@ static mpu_result_t check_spec(const char *fn, const char *what, const mpu_dtens
   }
   if ((unsigned)s->dtype >= MPU_DTYPE_COUNT)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s dtype %d", fn, what, (int)s->dtype);
+  int ops = 0; /* a bit per Partial op present */
   for (int i = 0; i < mdim; i++) {
     mpu_placement p = s->placements[i];
     int ok = p.kind == MPU_PLACE_REPLICATE ||
-             (p.kind == MPU_PLACE_SHARD && p.dim >= 0 && p.dim < s->ndim) ||
-             (p.kind == MPU_PLACE_PARTIAL && (p.op == MPU_SUM || p.op == MPU_AVG));
+             (p.kind == MPU_PLACE_SHARD && p.dim >= -s->ndim && p.dim < s->ndim) ||
+             (p.kind == MPU_PLACE_PARTIAL && partial_op_ok(p.op));
     if (!ok)
       return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                         "%s: %s placement on mesh dim %d: kind %d dim %d op %d (want Replicate, "
-                        "Shard(0..%d) or Partial(sum|avg))",
-                        fn, what, i, (int)p.kind, p.dim, (int)p.op, s->ndim - 1);
+                        "Shard(-%d..%d) or Partial(sum|avg|max|min))",
+                        fn, what, i, (int)p.kind, p.dim, (int)p.op, s->ndim, s->ndim - 1);
+    if (p.kind == MPU_PLACE_SHARD && p.dim < 0) p.dim += s->ndim;
+    if (p.kind == MPU_PLACE_PARTIAL) ops |= 1 << p.op;
+    norm[i] = p;
+  }
+  if (ops & (ops - 1) && ops != ((1 << MPU_SUM) | (1 << MPU_AVG))) {
+    char list[64] = "";
+    for (int op = 0; op < MPU_OP_COUNT; op++)
+      if (ops & (1 << op))
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%sPartial(%s)", *list ? ", " : "",
+                 mpu_op_name((mpu_op)op));
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: %s mixes %s: only sum and avg mix, as in DTensor (max and min do not "
+                      "commute with other reductions)",
+                      fn, what, list);
   }
   return MPU_SUCCESS;
 }
 
 /* Tensor dim d under placements pl, after the mesh dims before `upto`: its
- * offset and length on this rank. */
+ * offset and length on this rank. An empty piece starts at the dim's global
+ * end, wherever its outer pieces start, as torch's
+ * compute_local_shape_and_global_offset puts it (_utils.py: an empty shard's
+ * offset is global_shape[dim]); DCP keys a rank's chunks by that offset. */
 static void span(const walk *w, const mpu_placement *pl, int d, int upto, int64_t *off,
                  int64_t *len) {
   size_t o = 0, n = (size_t)w->gshape[d], lo, hi;
   for (int i = 0; i < upto; i++)
     if (shards(pl[i], d)) {
       mpu__chunk(n, (size_t)w->msize[i], (size_t)w->coord[i], &lo, &hi);
-      o += lo, n = hi - lo;
+      n = hi - lo;
+      o = n ? o + lo : (size_t)w->gshape[d];
     }
   *off = (int64_t)o, *len = (int64_t)n;
 }
@@ -113,12 +146,11 @@ static mpu_result_t walk_init(const char *fn, walk *w, const mpu_mesh *mesh, int
   memset(w, 0, sizeof *w);
   if (!mesh) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL mesh", fn);
   w->mesh = mesh, w->mdim = mpu_mesh_ndim(mesh);
-  MPU_CHECK(check_spec(fn, "the", spec, w->mdim));
+  MPU_CHECK(check_spec(fn, "the", spec, w->mdim, w->cur));
   MPU_CHECK(mpu_mesh_coords(mesh, rank, w->coord));
   for (int i = 0; i < w->mdim; i++) MPU_CHECK(mpu_mesh_dim_size(mesh, i, &w->msize[i]));
   w->ndim = spec->ndim, w->gshape = spec->shape, w->dtype = spec->dtype;
   w->es = mpu_dtype_size(spec->dtype);
-  memcpy(w->cur, spec->placements, sizeof w->cur);
   for (int d = 0; d < w->ndim; d++) {
     int64_t off;
     span(w, w->cur, d, w->mdim, &off, &w->lshape[d]);
@@ -197,34 +229,67 @@ static mpu_result_t alloc_zero(unsigned char **p, size_t n, size_t es) {
             : mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_redistribute: %zu elements of %zu bytes", n, es);
 }
 
-/* Is a Partial of dtype dt rescaled by the dim's size in place? Only in
- * float32 and float64 (rounded as any float is). In an integer dtype the
- * division truncates (Partial(avg) [1, 1] over 2 ranks would become
- * Partial(sum) [0, 0]) and the multiplication can overflow; float16 and
- * bfloat16 have no local arithmetic here. Those changes go through
+/* Is a Partial of dtype dt rescaled by the dim's size in place? In the
+ * float dtypes, rounded as torch's CPU kernels round (float16 and bfloat16
+ * computed in float32 and rounded once). In an integer dtype the division
+ * truncates (Partial(avg) [1, 1] over 2 ranks would become Partial(sum)
+ * [0, 0]) and the multiplication can overflow: those changes go through
  * Replicate instead (a collective, then a local step that only copies or
  * zeroes), which is exact: see mpu/dtensor.h. */
-static int scales_locally(mpu_dtype dt) { return dt == MPU_FLOAT32 || dt == MPU_FLOAT64; }
+static int scales_locally(mpu_dtype dt) { return mpu_dtype_is_float(dt); }
 
-/* The changes that rescale: Shard -> Partial(avg) (x size) and Partial(sum) <-> Partial(avg). */
-static int rescales(mpu_placement from, mpu_placement to) {
-  return to.kind == MPU_PLACE_PARTIAL &&
-         ((from.kind == MPU_PLACE_SHARD && to.op == MPU_AVG) ||
-          (from.kind == MPU_PLACE_PARTIAL && from.op != to.op));
+static int linear(mpu_op op) { return op == MPU_SUM || op == MPU_AVG; }
+
+/* Does from -> to go through Replicate (two steps)? Only changes torch's
+ * DTensor refuses do: Shard -> Partial(max|min) (no value is neutral to
+ * fill the rest with), Shard -> Partial(avg) and Partial(sum) <->
+ * Partial(avg) where the scale cannot be made in place, and a Partial of
+ * max or min to or from another reduction. */
+static int via_replicate(mpu_placement from, mpu_placement to, mpu_dtype dt) {
+  if (to.kind != MPU_PLACE_PARTIAL) return 0;
+  if (from.kind == MPU_PLACE_SHARD)
+    return !linear(to.op) || (to.op == MPU_AVG && !scales_locally(dt));
+  if (from.kind == MPU_PLACE_PARTIAL && from.op != to.op)
+    return !linear(from.op) || !linear(to.op) || !scales_locally(dt);
+  return 0;
 }
 
-/* p[0..n) *= num / den, in float32 or float64 (scales_locally) */
+/* p[0..n) *= num / den, in a float dtype (scales_locally): (x * num) / den,
+ * so a division alone (num 1) rounds as torch's `tensor / n` does */
 static void scale(mpu_dtype dt, unsigned char *p, size_t n, int64_t num, int64_t den) {
-  if (dt == MPU_FLOAT32)
-    for (size_t k = 0; k < n; k++) ((float *)p)[k] = ((float *)p)[k] * (float)num / (float)den;
-  else
-    for (size_t k = 0; k < n; k++) ((double *)p)[k] = ((double *)p)[k] * (double)num / (double)den;
+  uint16_t *h = (uint16_t *)p;
+  for (size_t k = 0; k < n; k++) switch (dt) {
+    case MPU_FLOAT32: ((float *)p)[k] = ((float *)p)[k] * (float)num / (float)den; break;
+    case MPU_FLOAT64: ((double *)p)[k] = ((double *)p)[k] * (double)num / (double)den; break;
+    case MPU_FLOAT16: h[k] = mpu_float_to_half(mpu_half_to_float(h[k]) * (float)num / (float)den); break;
+    case MPU_BFLOAT16:
+      h[k] = mpu_float_to_bfloat16(mpu_bfloat16_to_float(h[k]) * (float)num / (float)den);
+      break;
+    default: return;
+    }
+}
+
+/* Shard -> Partial(sum) adds the piece into zeros (torch's _to_partial_tensor
+ * is an index_add), so a -0.0 of a float piece comes out +0.0. */
+static void add_to_zeros(mpu_dtype dt, unsigned char *p, size_t n) {
+  for (size_t k = 0; k < n; k++) switch (dt) {
+    case MPU_FLOAT32: ((float *)p)[k] += 0.0f; break;
+    case MPU_FLOAT64: ((double *)p)[k] += 0.0; break;
+    case MPU_FLOAT16: case MPU_BFLOAT16:
+      if (((uint16_t *)p)[k] == 0x8000) ((uint16_t *)p)[k] = 0;
+      break;
+    default: return;
+    }
 }
 
 /* Change mesh dim i's placement to `to`: one collective or a local step. */
 static mpu_result_t change(walk *w, int i, mpu_placement to) {
   mpu_placement from = w->cur[i];
-  if (rescales(from, to) && !scales_locally(w->dtype)) { /* exact, through Replicate */
+  if (w->msize[i] == 1) { /* one piece: nothing moves or scales, as in torch */
+    w->cur[i] = to;
+    return MPU_SUCCESS;
+  }
+  if (via_replicate(from, to, w->dtype)) {
     MPU_CHECK(change(w, i, MPU_REPLICATE));
     return change(w, i, to);
   }
@@ -336,13 +401,20 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     if (!dry) {
       MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
       copy_box(w->es, next, L, off, w->data, w->lshape, zero, w->lshape, nd);
+      add_to_zeros(w->dtype, next, numel(L, nd));
       if (to.op == MPU_AVG) scale(w->dtype, next, numel(L, nd), (int64_t)n, 1);
     }
   } else { /* Replicate -> Partial, Partial(sum) <-> Partial(avg): local */
     say(w, i, from, to, "local", 0);
     if (!dry) {
       size_t m = numel(L, nd);
-      if (from.kind == MPU_PLACE_REPLICATE && to.op == MPU_SUM && c) memset(w->data, 0, m * w->es);
+      /* torch's Partial._partition_value: sum divides by the dim's size on
+       * every rank, avg, max and min keep the value. An integer tensor would
+       * become a float one there; here the first rank keeps the value. */
+      if (from.kind == MPU_PLACE_REPLICATE && to.op == MPU_SUM) {
+        if (scales_locally(w->dtype)) scale(w->dtype, w->data, m, 1, (int64_t)n);
+        else if (c) memset(w->data, 0, m * w->es);
+      }
       if (from.kind == MPU_PLACE_PARTIAL)
         scale(w->dtype, w->data, m, from.op == MPU_SUM ? (int64_t)n : 1,
               from.op == MPU_SUM ? 1 : (int64_t)n);
@@ -362,46 +434,28 @@ out:
 
 /* ---- the walk ------------------------------------------------------------------------------------ */
 
-/* May mesh dim i change to `to` now? Not if an inner mesh dim shards a
- * tensor dim this change touches, nor (for a new shard) while an outer mesh
- * dim still has to change that tensor dim. */
-static int may_change(const walk *w, const mpu_placement *dst, int i, mpu_placement to) {
-  int dims[2] = {w->cur[i].kind == MPU_PLACE_SHARD ? w->cur[i].dim : -1,
-                 to.kind == MPU_PLACE_SHARD ? to.dim : -1};
-  for (int j = i + 1; j < w->mdim; j++)
-    for (int k = 0; k < 2; k++)
-      if (dims[k] >= 0 && shards(w->cur[j], dims[k])) return 0;
-  if (dims[1] >= 0)
-    for (int k = 0; k < i; k++)
-      if (!same(w->cur[k], dst[k]) && (shards(w->cur[k], dims[1]) || shards(dst[k], dims[1])))
-        return 0;
-  return 1;
-}
-
-static mpu_result_t run_walk(walk *w, const mpu_placement *dst) {
-  for (int guard = 0; guard < 8 * MPU_MESH_MAX_DIMS * MPU_MESH_MAX_DIMS; guard++) {
-    int outer = -1, done = 0;
-    for (int i = w->mdim - 1; i >= 0 && !done; i--) {
-      if (same(w->cur[i], dst[i])) continue;
-      outer = i;
-      if (may_change(w, dst, i, dst[i])) {
-        MPU_CHECK(change(w, i, dst[i]));
-        done = 1;
-      }
+/* torch's generate_greedy_transform_infos: when the source shards on a
+ * mesh dim of more than one rank, visit the mesh dims innermost first: each
+ * goes to its target, except a target Shard(d) whose outer mesh dims shard
+ * d differently now than they will, which goes to Replicate (its shard
+ * nests under theirs, so it is cut again once they are done). Then
+ * outermost first, each dim still off its target goes there. Every step is
+ * valid when taken: no inner mesh dim shards a tensor dim that it touches. */
+static mpu_result_t run_walk(walk *w) {
+  int64_t nshards = 1;
+  for (int i = 0; i < w->mdim; i++)
+    if (w->cur[i].kind == MPU_PLACE_SHARD) nshards *= w->msize[i];
+  if (nshards > 1)
+    for (int k = w->mdim - 1; k >= 0; k--) {
+      mpu_placement to = w->dst[k];
+      if (to.kind == MPU_PLACE_SHARD)
+        for (int i = 0; i < k; i++)
+          if (shards(w->cur[i], to.dim) != shards(w->dst[i], to.dim)) to = MPU_REPLICATE;
+      if (!same(w->cur[k], to)) MPU_CHECK(change(w, k, to));
     }
-    if (done) continue;
-    if (outer < 0) return MPU_SUCCESS;
-    /* blocked: gather the innermost mesh dim that shards a tensor dim the
-     * outermost pending change touches */
-    int j = -1;
-    for (int k = w->mdim - 1; k > outer && j < 0; k--)
-      if (w->cur[k].kind == MPU_PLACE_SHARD &&
-          (shards(w->cur[outer], w->cur[k].dim) || shards(dst[outer], w->cur[k].dim)))
-        j = k;
-    if (j < 0) break;
-    MPU_CHECK(change(w, j, MPU_REPLICATE));
-  }
-  return mpu__error(MPU_ERR_INTERNAL, "mpu_redistribute: no order of steps found");
+  for (int k = 0; k < w->mdim; k++)
+    if (!same(w->cur[k], w->dst[k])) MPU_CHECK(change(w, k, w->dst[k]));
+  return MPU_SUCCESS;
 }
 
 static mpu_result_t start(const char *fn, walk *w, const mpu_device_mesh *dm,
@@ -409,7 +463,7 @@ static mpu_result_t start(const char *fn, walk *w, const mpu_device_mesh *dm,
   if (!dm) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL device mesh", fn);
   const mpu_mesh *mesh = mpu_device_mesh_mesh(dm);
   MPU_CHECK(walk_init(fn, w, mesh, mpu_device_mesh_rank(dm), src));
-  MPU_CHECK(check_spec(fn, "destination", dst, w->mdim));
+  MPU_CHECK(check_spec(fn, "destination", dst, w->mdim, w->dst));
   if (dst->ndim != src->ndim || memcmp(dst->shape, src->shape, (size_t)src->ndim * sizeof(int64_t)) ||
       dst->dtype != src->dtype)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
@@ -427,7 +481,7 @@ mpu_result_t mpu_redistribute(mpu_device_mesh *dm, const mpu_dtensor_spec *src, 
   MPU_CHECK(alloc_zero(&w.data, n, w.es));
   memcpy(w.data, in, n * w.es);
   w.dm = dm;
-  mpu_result_t r = run_walk(&w, dst->placements);
+  mpu_result_t r = run_walk(&w);
   if (!r) memcpy(out, w.data, numel(w.lshape, w.ndim) * w.es);
   free(w.data);
   return r;
@@ -440,7 +494,7 @@ mpu_result_t mpu_redistribute_plan(const mpu_device_mesh *dm, const mpu_dtensor_
   MPU_CHECK(start("mpu_redistribute_plan", &w, dm, src, dst));
   w.plan = buf, w.plan_len = len;
   if (buf && len) buf[0] = '\0';
-  MPU_CHECK(run_walk(&w, dst->placements));
+  MPU_CHECK(run_walk(&w));
   if (buf && len && !w.used) snprintf(buf, len, "nothing to move");
   if (ncollectives) *ncollectives = w.ncoll;
   return MPU_SUCCESS;
