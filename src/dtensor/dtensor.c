@@ -21,6 +21,7 @@
 #include "core/chunk.h"
 #include "core/error.h"
 #include "mpu/dtensor.h"
+#include "mpu/shard.h"
 
 #define MAXD MPU_TENSOR_MAX_DIMS
 
@@ -179,28 +180,6 @@ mpu_result_t mpu_dtensor_local_numel(const mpu_mesh *mesh, int rank, const mpu_d
   return MPU_SUCCESS;
 }
 
-/* ---- moving boxes ------------------------------------------------------------------------------ */
-
-/* Copy the box of shape box[] at soff in src (shape sshape) to doff in dst (shape dshape). */
-static void copy_box(size_t es, unsigned char *dst, const int64_t *dshape, const int64_t *doff,
-                     const unsigned char *src, const int64_t *sshape, const int64_t *soff,
-                     const int64_t *box, int ndim) {
-  for (int d = 0; d < ndim; d++)
-    if (box[d] <= 0) return;
-  int64_t idx[MAXD] = {0};
-  for (;;) {
-    size_t si = 0, di = 0;
-    for (int d = 0; d < ndim; d++) {
-      si = si * (size_t)sshape[d] + (size_t)(soff[d] + (d < ndim - 1 ? idx[d] : 0));
-      di = di * (size_t)dshape[d] + (size_t)(doff[d] + (d < ndim - 1 ? idx[d] : 0));
-    }
-    memcpy(dst + di * es, src + si * es, (size_t)box[ndim - 1] * es);
-    int d = ndim - 2;
-    while (d >= 0 && ++idx[d] == box[d]) idx[d--] = 0;
-    if (d < 0) return;
-  }
-}
-
 /* ---- the plan's text ---------------------------------------------------------------------------- */
 
 static void say(walk *w, int i, mpu_placement from, mpu_placement to, const char *what,
@@ -315,14 +294,14 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     if (!dry) {
       MPU_CHECK_GOTO(alloc_zero(&blocks, n * nb, w->es), r, out);
       MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
-      copy_box(w->es, blocks + c * nb * w->es, B, zero, w->data, w->lshape, zero, w->lshape, nd);
+      mpu_shard_copy_box(w->es, blocks + c * nb * w->es, B, zero, w->data, w->lshape, zero, w->lshape, nd);
       MPU_CHECK_GOTO(mpu_comm_all_gather(comm, blocks + c * nb * w->es, blocks, nb, w->dtype), r, out);
       for (size_t j = 0; j < n; j++) {
         int64_t box[MAXD];
         memcpy(box, L, sizeof box);
         mpu__chunk((size_t)full, n, j, &lo, &hi);
         box[d] = (int64_t)(hi - lo), off[d] = (int64_t)lo;
-        copy_box(w->es, next, L, off, blocks + j * nb * w->es, B, zero, box, nd);
+        mpu_shard_copy_box(w->es, next, L, off, blocks + j * nb * w->es, B, zero, box, nd);
       }
     }
   } else if (from.kind == MPU_PLACE_REPLICATE && to.kind == MPU_PLACE_SHARD) { /* local slice */
@@ -332,7 +311,7 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     L[d] = (int64_t)(hi - lo), off[d] = (int64_t)lo;
     if (!dry) {
       MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
-      copy_box(w->es, next, L, zero, w->data, w->lshape, off, L, nd);
+      mpu_shard_copy_box(w->es, next, L, zero, w->data, w->lshape, off, L, nd);
     }
   } else if (from.kind == MPU_PLACE_PARTIAL && to.kind == MPU_PLACE_REPLICATE) { /* all_reduce */
     say(w, i, from, to, "all_reduce", numel(L, nd) * w->es);
@@ -355,11 +334,11 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
         memcpy(box, w->lshape, sizeof box);
         mpu__chunk((size_t)full, n, j, &elo, &ehi);
         box[d] = (int64_t)(ehi - elo), off[d] = (int64_t)elo;
-        copy_box(w->es, blocks + j * nb * w->es, B, zero, w->data, w->lshape, off, box, nd);
+        mpu_shard_copy_box(w->es, blocks + j * nb * w->es, B, zero, w->data, w->lshape, off, box, nd);
       }
       MPU_CHECK_GOTO(mpu_comm_reduce_scatter(comm, blocks, blocks + c * nb * w->es, nb, w->dtype,
                                              from.op), r, out);
-      copy_box(w->es, next, L, zero, blocks + c * nb * w->es, B, zero, L, nd);
+      mpu_shard_copy_box(w->es, next, L, zero, blocks + c * nb * w->es, B, zero, L, nd);
     }
   } else if (from.kind == MPU_PLACE_SHARD && to.kind == MPU_PLACE_SHARD) { /* all_to_all */
     int d = from.dim, e = to.dim;
@@ -381,7 +360,7 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
         memcpy(box, w->lshape, sizeof box);
         mpu__chunk((size_t)fulle, n, j, &lo, &hi);
         box[e] = (int64_t)(hi - lo), soff[e] = (int64_t)lo;
-        copy_box(w->es, blocks + j * nb * w->es, B, zero, w->data, w->lshape, soff, box, nd);
+        mpu_shard_copy_box(w->es, blocks + j * nb * w->es, B, zero, w->data, w->lshape, soff, box, nd);
       }
       MPU_CHECK_GOTO(mpu_comm_all_to_all(comm, blocks, recv, nb, w->dtype), r, out);
       for (size_t j = 0; j < n; j++) { /* from rank j: its rows of d, my columns of e */
@@ -389,7 +368,7 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
         memcpy(box, L, sizeof box);
         mpu__chunk((size_t)fulld, n, j, &lo, &hi);
         box[d] = (int64_t)(hi - lo), doff[d] = (int64_t)lo;
-        copy_box(w->es, next, L, doff, recv + j * nb * w->es, B, zero, box, nd);
+        mpu_shard_copy_box(w->es, next, L, doff, recv + j * nb * w->es, B, zero, box, nd);
       }
     }
   } else if (from.kind == MPU_PLACE_SHARD && to.kind == MPU_PLACE_PARTIAL) { /* local */
@@ -400,7 +379,7 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     L[d] = full, off[d] = (int64_t)lo;
     if (!dry) {
       MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
-      copy_box(w->es, next, L, off, w->data, w->lshape, zero, w->lshape, nd);
+      mpu_shard_copy_box(w->es, next, L, off, w->data, w->lshape, zero, w->lshape, nd);
       add_to_zeros(w->dtype, next, numel(L, nd));
       if (to.op == MPU_AVG) scale(w->dtype, next, numel(L, nd), (int64_t)n, 1);
     }
