@@ -1049,12 +1049,17 @@ static mpu_result_t case_memory_bad_input(mpu_comm *world, void *suite) {
   CHECK_ERR(BAD, mpu_comm_copy2d(world, p + 16, 16, p, 16, 16, 3));
   CHECK_ERR(BAD, mpu_comm_copy2d(world, p, 16, p, 16, 16, 2));
   CHECK_ERR(BAD, mpu_comm_copy2d(world, p + 4, 16, p, 16, 4, 4));
-  /* a good strided copy: every other 4-byte column of q into p's rows */
-  for (int i = 0; i < 64; i++) q[i] = (char)i;
-  memset(p, 0, 64);
+  /* a good strided copy: every other 4-byte column of q into p's rows (the
+   * host reaches the communicator's memory by copies: on a GPU it cannot read it) */
+  char host[64];
+  for (int i = 0; i < 64; i++) host[i] = (char)i;
+  CHECK_OK(mpu_comm_copy2d(world, q, 64, host, 64, 64, 1));
+  memset(host, 0, sizeof host);
+  CHECK_OK(mpu_comm_copy2d(world, p, 64, host, 64, 64, 1));
   CHECK_OK(mpu_comm_copy2d(world, p, 4, q, 8, 4, 8));
+  CHECK_OK(mpu_comm_copy2d(world, host, 64, p, 64, 64, 1));
   for (int i = 0; i < 32; i++)
-    CHECK(p[i] == (char)((i / 4) * 8 + i % 4), "copy2d byte %d is %d", i, p[i]);
+    CHECK(host[i] == (char)((i / 4) * 8 + i % 4), "copy2d byte %d is %d", i, host[i]);
 out:
   if (p) mpu_comm_mem_free(world, p);
   if (q) mpu_comm_mem_free(world, q);
