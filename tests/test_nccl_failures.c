@@ -86,9 +86,10 @@ static mpu_result_t aborts_with(int me, mpu_comm *nc, float *x, float *y);
 /* rank 1 aborts while rank 0 waits: NCCL does not tell the peers of an
  * aborted rank (on NVLink, P2P, SHM; nor does the double), the abort reaches
  * rank 0 out of band, within a second, long before the 30 s watchdog */
-static mpu_result_t one_aborts(int me, mpu_comm *nc) {
+static mpu_result_t one_aborts(mpu_comm *world, int me, mpu_comm *nc) {
   float *x, *y;
   RCHECK(!dev_xy(nc, &x, &y), "buffers: %s", mpu_last_error());
+  mpu_comm_barrier(world); /* nobody aborts before both have their buffers */
   mpu_result_t r = aborts_with(me, nc, x, y);
   dev_free(nc, x, y);
   return r;
@@ -117,7 +118,7 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
   int me;
   mpu_comm *nc = NULL;
   RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
-  mpu_result_t r = one_aborts(me, nc);
+  mpu_result_t r = one_aborts(world, me, nc);
   leave(world, nc);
   return r;
 }
@@ -181,7 +182,7 @@ static mpu_result_t twin_channel(mpu_comm *world, void *arg) {
   RCHECK(!mpu_comm_split(world, 0, me, &twin), "twin: %s", mpu_last_error());
   twin->ops = &twin_ops;
   RCHECK(!test_nccl_timed(twin, 30, &nc), "create: %s", mpu_last_error());
-  mpu_result_t r = one_aborts(me, nc);
+  mpu_result_t r = one_aborts(world, me, nc);
   mpu_comm_barrier(world);
   mpu_comm_destroy(nc);
   twin->ops = threads_ops;
@@ -243,6 +244,7 @@ static mpu_result_t abort_from_thread(mpu_comm *world, void *arg) {
   RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
   float *x, *y;
   RCHECK(!dev_xy(nc, &x, &y), "buffers: %s", mpu_last_error());
+  mpu_comm_barrier(world); /* nobody aborts before both have their buffers */
   mpu_result_t r;
   double t0 = test_now();
   if (me == 0) {
