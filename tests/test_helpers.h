@@ -102,7 +102,8 @@ static inline __attribute__((unused)) mpu_result_t test_dev_out(mpu_comm *c, voi
 }
 
 /* mpu_comm_all_reduce (kind 'r') or mpu_comm_all_gather ('g') of host
- * values, through c's memory. */
+ * values, through c's memory: one device buffer holding the output, then
+ * the input (none for an in-place all-reduce), one copy in and one out. */
 static inline __attribute__((unused)) mpu_result_t test_coll(mpu_comm *c, char kind, const void *in,
                                                              void *out, size_t count, mpu_dtype t,
                                                              mpu_op op) {
@@ -111,15 +112,18 @@ static inline __attribute__((unused)) mpu_result_t test_coll(mpu_comm *c, char k
   if (!test_on_device(c))
     return kind == 'r' ? mpu_comm_all_reduce(c, in, out, count, t, op)
                        : mpu_comm_all_gather(c, in, out, count, t);
+  int in_place = kind == 'r' && in == out;
   size_t ib = count * mpu_dtype_size(t), ob = kind == 'r' ? ib : ib * (size_t)size;
-  void *din = NULL, *dout = NULL;
-  mpu_result_t r = test_dev_in(c, out, ob, &dout);
-  if (!r && in != out) r = test_dev_in(c, in, ib, &din);
+  char *dev = NULL;
+  mpu_result_t r = mpu_comm_mem_alloc(c, ob + (in_place ? 0 : ib), (void **)&dev);
+  if (r) return r;
+  char *din = in_place ? dev : dev + ob;
+  if (ib) r = mpu_comm_copy2d(c, din, ib, in, ib, ib, 1);
   if (!r)
-    r = kind == 'r' ? mpu_comm_all_reduce(c, in == out ? dout : din, dout, count, t, op)
-                    : mpu_comm_all_gather(c, din, dout, count, t);
-  mpu_result_t f = test_dev_out(c, din, NULL, 0), o = test_dev_out(c, dout, r ? NULL : out, ob);
-  return r ? r : o ? o : f;
+    r = kind == 'r' ? mpu_comm_all_reduce(c, din, dev, count, t, op)
+                    : mpu_comm_all_gather(c, din, dev, count, t);
+  mpu_result_t o = test_dev_out(c, dev, r ? NULL : out, ob);
+  return r ? r : o;
 }
 
 /* This thread rank's place in world and an NCCL communicator over it (world
