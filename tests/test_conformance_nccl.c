@@ -3,8 +3,8 @@
  * with the NCCL/CUDA test double (libmpu_nccl_double): 1, 2, 4 and 8 thread
  * ranks, each with its own "GPU", an NCCL communicator made over the threads
  * world (its host twin). The cases' buffers are CUDA managed memory, as on a
- * GPU; cases that pass stack buffers run with the double's "pointers" switch
- * (stack memory taken as device memory), those that need what NCCL does not
+ * GPU; the two cases of argument checks that pass stack buffers run with the
+ * double's "pointers" switch (stack memory taken as device memory), those that need what NCCL does not
  * have are skipped and say so. Then NCCL's own reduction rules, where they
  * differ from mpu's (docs/gpu.md): NaN in min/max, integer avg, float avg.
  */

@@ -11,6 +11,7 @@
 #define MPU_TEST_HELPERS_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "mpu.h"
@@ -63,6 +64,66 @@ static inline __attribute__((unused)) mpu_tensor test_mat(float *d, int rows, in
   int64_t s[2] = {rows, cols};
   mpu_tensor_init(&t, d, MPU_FLOAT32, 2, s);
   return t;
+}
+
+/* ---- buffers as a GPU program keeps them ----------------------------------------
+ * On a communicator whose memory is the device's (NCCL) the host cannot read
+ * or write its buffers (on the NCCL test double either: a host dereference
+ * faults), so a test holds its values on the host and moves them in and out
+ * with mpu_comm_copy2d; on the host backends the buffers are the values. */
+
+/* Whether c's buffers are device memory. */
+static inline __attribute__((unused)) int test_on_device(mpu_comm *c) {
+  mpu_comm_caps caps = {0};
+  caps.size = sizeof caps;
+  return !mpu_comm_capabilities(c, &caps) && caps.memory == MPU_MEMORY_DEVICE;
+}
+
+/* bytes of c's memory at *dev holding a copy of host (host NULL: zeros) */
+static inline __attribute__((unused)) mpu_result_t test_dev_in(mpu_comm *c, const void *host,
+                                                               size_t bytes, void **dev) {
+  mpu_result_t r = mpu_comm_mem_alloc(c, bytes, dev);
+  if (r || !bytes) return r;
+  void *zeros = host ? NULL : calloc(1, bytes);
+  if (!host && !zeros) r = MPU_ERR_OUT_OF_MEMORY;
+  else r = mpu_comm_copy2d(c, *dev, bytes, host ? host : zeros, bytes, bytes, 1);
+  free(zeros);
+  if (r) mpu_comm_mem_free(c, *dev), *dev = NULL;
+  return r;
+}
+
+/* Copy dev back into host (host NULL: no copy) and free it; the first error. */
+static inline __attribute__((unused)) mpu_result_t test_dev_out(mpu_comm *c, void *dev, void *host,
+                                                                size_t bytes) {
+  mpu_result_t r = dev && host && bytes ? mpu_comm_copy2d(c, host, bytes, dev, bytes, bytes, 1)
+                                        : MPU_SUCCESS;
+  mpu_result_t f = dev ? mpu_comm_mem_free(c, dev) : MPU_SUCCESS;
+  return r ? r : f;
+}
+
+/* mpu_comm_all_reduce (kind 'r') or mpu_comm_all_gather ('g') of host
+ * values, through c's memory: one device buffer holding the output, then
+ * the input (none for an in-place all-reduce), one copy in and one out. */
+static inline __attribute__((unused)) mpu_result_t test_coll(mpu_comm *c, char kind, const void *in,
+                                                             void *out, size_t count, mpu_dtype t,
+                                                             mpu_op op) {
+  int size = 1;
+  mpu_comm_size(c, &size);
+  if (!test_on_device(c))
+    return kind == 'r' ? mpu_comm_all_reduce(c, in, out, count, t, op)
+                       : mpu_comm_all_gather(c, in, out, count, t);
+  int in_place = kind == 'r' && in == out;
+  size_t ib = count * mpu_dtype_size(t), ob = kind == 'r' ? ib : ib * (size_t)size;
+  char *dev = NULL;
+  mpu_result_t r = mpu_comm_mem_alloc(c, ob + (in_place ? 0 : ib), (void **)&dev);
+  if (r) return r;
+  char *din = in_place ? dev : dev + ob;
+  if (ib) r = mpu_comm_copy2d(c, din, ib, in, ib, ib, 1);
+  if (!r)
+    r = kind == 'r' ? mpu_comm_all_reduce(c, din, dev, count, t, op)
+                    : mpu_comm_all_gather(c, din, dev, count, t);
+  mpu_result_t o = test_dev_out(c, dev, r ? NULL : out, ob);
+  return r ? r : o;
 }
 
 /* This thread rank's place in world and an NCCL communicator over it (world

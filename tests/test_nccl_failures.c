@@ -5,6 +5,7 @@
  * failing at once); a peer that aborts ends them in an error, not a hang; a
  * request's wait_timeout leaves it pending and a later wait completes it;
  * NCCL errors come back as mpu's codes with NCCL's message; capabilities.
+ * Every buffer is device memory, filled and read by copies, as on a GPU.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -42,13 +43,29 @@ static mpu_result_t leave(mpu_comm *world, mpu_comm *nc) {
   return MPU_SUCCESS;
 }
 
+/* The call's buffers, as a GPU program's: device memory (the host cannot
+ * touch it), x holding {1, 2, 3, 4}, y zeros; read back with test_dev_out. */
+static mpu_result_t dev_xy(mpu_comm *nc, float **x, float **y) {
+  static const float ones[4] = {1, 2, 3, 4};
+  *x = *y = NULL;
+  mpu_result_t r = test_dev_in(nc, ones, sizeof ones, (void **)x);
+  if (!r) r = test_dev_in(nc, NULL, sizeof ones, (void **)y);
+  return r;
+}
+
+static void dev_free(mpu_comm *nc, float *x, float *y) {
+  test_dev_out(nc, x, NULL, 0);
+  test_dev_out(nc, y, NULL, 0);
+}
+
 /* rank 1 never makes the call */
 static mpu_result_t absent(mpu_comm *world, void *arg) {
   (void)arg;
   int me;
   mpu_comm *nc = NULL;
   RCHECK(!join(world, 0.5, &me, &nc), "create: %s", mpu_last_error());
-  float x[4] = {1, 2, 3, 4}, y[4];
+  float *x, *y;
+  RCHECK(!dev_xy(nc, &x, &y), "buffers: %s", mpu_last_error());
   if (me == 0) {
     double t0 = test_now();
     mpu_result_t r = mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM);
@@ -60,14 +77,25 @@ static mpu_result_t absent(mpu_comm *world, void *arg) {
     r = mpu_comm_barrier(nc);
     RCHECK(r == MPU_ERR_TIMEOUT && test_now() - t0 < 0.1, "broken: %s", mpu_result_name(r));
   }
+  dev_free(nc, x, y);
   return leave(world, nc); /* rank 1 leaves only after rank 0 gave up */
 }
+
+static mpu_result_t aborts_with(int me, mpu_comm *nc, float *x, float *y);
 
 /* rank 1 aborts while rank 0 waits: NCCL does not tell the peers of an
  * aborted rank (on NVLink, P2P, SHM; nor does the double), the abort reaches
  * rank 0 out of band, within a second, long before the 30 s watchdog */
-static mpu_result_t one_aborts(int me, mpu_comm *nc) {
-  float x[4] = {1, 2, 3, 4}, y[4];
+static mpu_result_t one_aborts(mpu_comm *world, int me, mpu_comm *nc) {
+  float *x, *y;
+  RCHECK(!dev_xy(nc, &x, &y), "buffers: %s", mpu_last_error());
+  mpu_comm_barrier(world); /* nobody aborts before both have their buffers */
+  mpu_result_t r = aborts_with(me, nc, x, y);
+  dev_free(nc, x, y);
+  return r;
+}
+
+static mpu_result_t aborts_with(int me, mpu_comm *nc, float *x, float *y) {
   if (me == 1) {
     sleep_ms(100);
     RCHECK(!mpu_comm_abort(nc), "abort");
@@ -90,7 +118,7 @@ static mpu_result_t aborted(mpu_comm *world, void *arg) {
   int me;
   mpu_comm *nc = NULL;
   RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
-  mpu_result_t r = one_aborts(me, nc);
+  mpu_result_t r = one_aborts(world, me, nc);
   leave(world, nc);
   return r;
 }
@@ -154,7 +182,7 @@ static mpu_result_t twin_channel(mpu_comm *world, void *arg) {
   RCHECK(!mpu_comm_split(world, 0, me, &twin), "twin: %s", mpu_last_error());
   twin->ops = &twin_ops;
   RCHECK(!test_nccl_timed(twin, 30, &nc), "create: %s", mpu_last_error());
-  mpu_result_t r = one_aborts(me, nc);
+  mpu_result_t r = one_aborts(world, me, nc);
   mpu_comm_barrier(world);
   mpu_comm_destroy(nc);
   twin->ops = threads_ops;
@@ -168,8 +196,9 @@ static mpu_result_t late(mpu_comm *world, void *arg) {
   int me;
   mpu_comm *nc = NULL;
   RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
-  float x[4] = {1, 2, 3, 4}, y[4] = {0};
+  float *x, *y, out[4] = {0};
   mpu_request *req = NULL;
+  RCHECK(!dev_xy(nc, &x, &y), "buffers: %s", mpu_last_error());
   if (me == 0) {
     RCHECK(!mpu_comm_iall_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM, &req), "start");
     int done = 1;
@@ -179,7 +208,8 @@ static mpu_result_t late(mpu_comm *world, void *arg) {
   mpu_comm_barrier(world); /* now rank 1 joins */
   if (me == 1) RCHECK(!mpu_comm_all_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM), "late call");
   else RCHECK(!mpu_request_wait(req), "wait after the timeout: %s", mpu_last_error());
-  RCHECK(y[3] == 8, "result %g", y[3]);
+  RCHECK(!test_dev_out(nc, y, out, sizeof out) && out[3] == 8, "result %g", out[3]);
+  test_dev_out(nc, x, NULL, 0);
   mpu_comm_caps caps;
   memset(&caps, 0, sizeof caps);
   caps.size = sizeof caps;
@@ -212,7 +242,9 @@ static mpu_result_t abort_from_thread(mpu_comm *world, void *arg) {
   int me;
   mpu_comm *nc = NULL;
   RCHECK(!join(world, 30, &me, &nc), "create: %s", mpu_last_error());
-  float x[4] = {1, 2, 3, 4}, y[4] = {0};
+  float *x, *y;
+  RCHECK(!dev_xy(nc, &x, &y), "buffers: %s", mpu_last_error());
+  mpu_comm_barrier(world); /* nobody aborts before both have their buffers */
   mpu_result_t r;
   double t0 = test_now();
   if (me == 0) {
@@ -228,6 +260,7 @@ static mpu_result_t abort_from_thread(mpu_comm *world, void *arg) {
   RCHECK(r == MPU_ERR_ABORTED && test_now() - t0 < 5, "rank %d: %s after %.3f s: %s", me,
          mpu_result_name(r), test_now() - t0, mpu_last_error());
   RCHECK(mpu_comm_barrier(nc) == MPU_ERR_ABORTED, "broken after the abort");
+  dev_free(nc, x, y);
   return leave(world, nc);
 }
 
@@ -239,8 +272,9 @@ static mpu_result_t test_deadline(mpu_comm *world, void *arg) {
   int me;
   mpu_comm *nc = NULL;
   RCHECK(!join(world, 0.3, &me, &nc), "create: %s", mpu_last_error());
+  float *x, *y;
+  RCHECK(!dev_xy(nc, &x, &y), "buffers: %s", mpu_last_error());
   if (me == 0) {
-    float x[4] = {1, 2, 3, 4}, y[4];
     mpu_request *req = NULL;
     double t0 = test_now();
     RCHECK(!mpu_comm_iall_reduce(nc, x, y, 4, MPU_FLOAT32, MPU_SUM, &req), "start");
@@ -255,6 +289,7 @@ static mpu_result_t test_deadline(mpu_comm *world, void *arg) {
            mpu_result_name(r), took);
     if (!done && !r) mpu_request_wait_timeout(req, 0);
   }
+  dev_free(nc, x, y);
   return leave(world, nc); /* rank 1 leaves only after rank 0 gave up */
 }
 
@@ -308,7 +343,7 @@ static mpu_result_t keeps_stream(mpu_comm *world, void *arg) {
   int rank = -1;
   RCHECK(!mpu_comm_rank(child, &rank) && rank == 1 - me, "split order: rank %d", rank);
   float x = (float)(me + 1), y = 0;
-  RCHECK(!mpu_comm_all_reduce(child, &x, &y, 1, MPU_FLOAT32, MPU_SUM) && y == 3, "sum %g", y);
+  RCHECK(!test_coll(child, 'r', &x, &y, 1, MPU_FLOAT32, MPU_SUM) && y == 3, "sum %g", y);
   mpu_comm_destroy(bare_child);
   mpu_comm_destroy(group);
   mpu_comm_destroy(child);

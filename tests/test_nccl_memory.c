@@ -4,11 +4,16 @@
  * 13 and a kernel outside device memory breaks the device for good; mpu's
  * one argument check refuses host buffers on an NCCL communicator, naming
  * the buffer and its kind, before anything reaches NCCL; device, managed and
- * registered memory pass; the layers, the optimizer and broadcast_data given
+ * registered memory pass; the host cannot read or write device memory
+ * (it faults, as on a GPU: switch "host_access" lets it) and cudaFree waits
+ * for the device (switch "free_nowait"); the layers, the optimizer and broadcast_data given
  * an NCCL group compute through its host twin, or refuse without one.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <sched.h>
 #include <stdio.h>
@@ -21,6 +26,7 @@
 
 #include "mpu.h"
 #include "nccl_double/memory.h"
+#include "nccl_double/switches.h"
 #include "test_helpers.h"
 
 /* ---- the double itself ------------------------------------------------------- */
@@ -92,6 +98,152 @@ static void kernel_outside_device_memory_is_sticky(void **state) {
   double_clear_faults(); /* tests only: CUDA needs a new process */
   assert_int_equal(cudaMalloc(&dev, 16), cudaSuccess);
   assert_int_equal(cudaFree(dev), cudaSuccess);
+}
+
+/* ---- device memory the host cannot touch --------------------------------------- */
+
+static sigjmp_buf fault_jump;
+
+static void on_fault(int sig) {
+  (void)sig;
+  siglongjmp(fault_jump, 1);
+}
+
+/* 1 when reading (write 0) or writing (write 1) the byte at p faults. */
+static int host_access_faults(volatile char *p, int write) {
+  struct sigaction sa, old_segv, old_bus;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_fault;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &old_segv);
+  sigaction(SIGBUS, &sa, &old_bus);
+  volatile int faulted = 0;
+  if (!sigsetjmp(fault_jump, 1)) {
+    if (write) *p = 1;
+    else (void)*p;
+  } else {
+    faulted = 1;
+  }
+  sigaction(SIGSEGV, &old_segv, NULL);
+  sigaction(SIGBUS, &old_bus, NULL);
+  return faulted;
+}
+
+/* cudaMalloc memory is the device's: a host read or write faults as on a
+ * GPU, while copies, memsets and NCCL reach it; managed and page-locked host
+ * memory stay host memory. "host_access" is the named way back. */
+static void host_cannot_touch_device_memory(void **state) {
+  (void)state;
+  char *dev = NULL, *managed = NULL, *pinned = NULL, *async = NULL, out[64];
+  char in[64];
+  for (int i = 0; i < 64; i++) in[i] = (char)i;
+  assert_int_equal(cudaSetDevice(0), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&dev, 64), cudaSuccess);
+  assert_true(host_access_faults(dev, 0));
+  assert_true(host_access_faults(dev + 63, 1));
+  assert_int_equal(cudaMallocAsync((void **)&async, 16, NULL), cudaSuccess);
+  assert_true(host_access_faults(async, 0));
+  assert_int_equal(cudaMemcpy(dev, in, 64, cudaMemcpyHostToDevice), cudaSuccess);
+  assert_int_equal(cudaMemset(dev, 9, 8), cudaSuccess);
+  assert_int_equal(cudaMemcpy(out, dev, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+  assert_int_equal(out[7], 9);
+  assert_int_equal(out[8], 8);
+  assert_int_equal(out[63], 63);
+  /* a copy that runs past its device allocation is refused, as CUDA's */
+  assert_int_equal(cudaMemcpy(out, dev + 32, 64, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  /* an NCCL kernel reads and writes it */
+  ncclUniqueId id;
+  ncclComm_t comm;
+  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+  assert_int_equal(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  assert_int_equal(ncclAllReduce(dev, dev + 32, 32, ncclInt8, ncclSum, comm, NULL), ncclSuccess);
+  assert_int_equal(cudaMemcpy(out, dev + 32, 32, cudaMemcpyDeviceToHost), cudaSuccess);
+  assert_int_equal(out[0], 9);
+  assert_int_equal(out[31], 31);
+  assert_int_equal(ncclCommDestroy(comm), ncclSuccess);
+  /* managed and page-locked host memory: the host's */
+  assert_int_equal(cudaMallocManaged((void **)&managed, 16, cudaMemAttachGlobal), cudaSuccess);
+  assert_int_equal(cudaMallocHost((void **)&pinned, 16), cudaSuccess);
+  assert_false(host_access_faults(managed, 1));
+  assert_false(host_access_faults(pinned, 1));
+  assert_int_equal(cudaFree(managed), cudaSuccess);
+  assert_int_equal(cudaFreeHost(pinned), cudaSuccess);
+  assert_int_equal(cudaFreeAsync(async, NULL), cudaSuccess);
+  assert_int_equal(cudaFree(dev), cudaSuccess);
+  /* the switch: device memory the host may touch */
+  assert_int_equal(double_forgive("host_access", 1), 0);
+  assert_int_equal(cudaMalloc((void **)&dev, 64), cudaSuccess);
+  assert_false(host_access_faults(dev, 1));
+  assert_int_equal(cudaFree(dev), cudaSuccess);
+  assert_int_equal(double_forgive("host_access", 0), 0);
+  assert_int_equal(cudaStreamSynchronize(NULL), cudaSuccess);
+}
+
+/* ---- cudaFree waits for the device --------------------------------------------- */
+
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int open, ran;
+} gate;
+
+static void gate_hold(void *p) { /* a "kernel" that runs until the gate opens */
+  gate *g = p;
+  pthread_mutex_lock(&g->lock);
+  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+  g->ran = 1;
+  pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_open(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+}
+
+static int gate_ran(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  int ran = g->ran;
+  pthread_mutex_unlock(&g->lock);
+  return ran;
+}
+
+static void *open_later(void *p) {
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  gate_open(p);
+  return NULL;
+}
+
+/* CUDA's cudaFree synchronises the device: it returns only once every
+ * stream of the device, a non-blocking one of another's too, is idle. */
+static void cuda_free_waits_for_the_device(void **state) {
+  (void)state;
+  cudaStream_t s;
+  void *dev = NULL;
+  assert_int_equal(cudaSetDevice(1), cudaSuccess);
+  assert_int_equal(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+  pthread_t helper;
+  assert_int_equal(cudaMalloc(&dev, 16), cudaSuccess);
+  assert_int_equal(cudaLaunchHostFunc(s, gate_hold, &g), cudaSuccess);
+  assert_int_equal(pthread_create(&helper, NULL, open_later, &g), 0);
+  assert_int_equal(cudaFree(dev), cudaSuccess);
+  assert_true(gate_ran(&g)); /* the stream's work finished before cudaFree returned */
+  pthread_join(helper, NULL);
+  /* "free_nowait": it returns while the device is busy */
+  gate h = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+  assert_int_equal(double_forgive("free_nowait", 1), 0);
+  assert_int_equal(cudaMalloc(&dev, 16), cudaSuccess);
+  assert_int_equal(cudaLaunchHostFunc(s, gate_hold, &h), cudaSuccess);
+  assert_int_equal(cudaFree(dev), cudaSuccess);
+  assert_false(gate_ran(&h));
+  gate_open(&h);
+  assert_int_equal(double_forgive("free_nowait", 0), 0);
+  assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+  assert_true(gate_ran(&h));
+  assert_int_equal(cudaStreamDestroy(s), cudaSuccess);
 }
 
 /* ---- mpu's argument check --------------------------------------------------------- */
@@ -249,6 +401,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(double_answers_like_cuda),
       cmocka_unit_test(kernel_outside_device_memory_is_sticky),
+      cmocka_unit_test(host_cannot_touch_device_memory),
+      cmocka_unit_test(cuda_free_waits_for_the_device),
       cmocka_unit_test(host_buffers_refused),
       cmocka_unit_test(layers_use_the_twin),
   };

@@ -19,6 +19,36 @@
 #define TEST_RANK r
 #include "test_helpers.h"
 
+/* A region or primitive as a GPU program runs it: where tp's memory is the
+ * device's (NCCL), on device tensors filled from the host arrays and read
+ * back into them by copies (the host cannot touch device memory); elsewhere
+ * on the arrays themselves. step: 'f' forward, 'b' backward, 'p' primitive. */
+static mpu_result_t on_mem(char step, int which, mpu_comm *tp, const mpu_tensor *x, mpu_tensor *y,
+                           int flags) {
+  mpu_tensor dx = *x, dy = *y;
+  void *px = NULL, *py = NULL;
+  size_t xb = mpu_tensor_nbytes(x), yb = mpu_tensor_nbytes(y);
+  int dev = test_on_device(tp) && x->data && y->data;
+  mpu_result_t r = MPU_SUCCESS;
+  if (dev) {
+    r = test_dev_in(tp, x->data, xb, &px);
+    if (!r) r = test_dev_in(tp, y->data, yb, &py);
+    dx.data = px, dy.data = py;
+  }
+  if (!r)
+    r = step == 'f'   ? mpu_region_forward((mpu_region)which, tp, &dx, &dy)
+        : step == 'b' ? mpu_region_backward((mpu_region)which, tp, &dx, &dy, flags)
+                      : mpu_primitive_run((mpu_primitive)which, tp, &dx, &dy);
+  if (dev) {
+    mpu_result_t f = test_dev_out(tp, px, NULL, 0), o = test_dev_out(tp, py, r ? NULL : y->data, yb);
+    r = r ? r : o ? o : f;
+  }
+  return r;
+}
+#define FWD(region, tp, x, y) on_mem('f', region, tp, x, y, 0)
+#define BWD(region, tp, x, y, flags) on_mem('b', region, tp, x, y, flags)
+#define PRIM(prim, tp, x, y) on_mem('p', prim, tp, x, y, 0)
+
 static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   (void)arg;
   int r, T, tr;
@@ -26,7 +56,7 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   mpu_state_tp_size(s, &T);
   mpu_state_tp_rank(s, &tr);
   mpu_comm *tp;
-#ifdef MPU_TEST_NCCL /* the regions on NCCL communicators (test double: host memory is device memory) */
+#ifdef MPU_TEST_NCCL /* the regions on NCCL communicators  */
   ROK(mpu_state_enable_nccl(s, NULL));
 #endif
   ROK(mpu_state_comm(s, MPU_GROUP_TP, &tp));
@@ -41,36 +71,36 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
 
   /* _reduce([r]) */
   a[0] = (float)r, x = test_vec(a, 1), y = test_vec(b, 1);
-  ROK(mpu_primitive_run(MPU_PRIM_ALL_REDUCE, tp, &x, &y));
+  ROK(PRIM(MPU_PRIM_ALL_REDUCE, tp, &x, &y));
   RCHECK(b[0] == group_sum, "_reduce: %g, want %g", b[0], group_sum);
   /* copy_to: identity forward, all-reduce backward */
-  ROK(mpu_region_forward(MPU_COPY_TO_TP, tp, &x, &y));
+  ROK(FWD(MPU_COPY_TO_TP, tp, &x, &y));
   RCHECK(b[0] == (float)r, "copy_to forward");
-  ROK(mpu_region_backward(MPU_COPY_TO_TP, tp, &x, &y, 0));
+  ROK(BWD(MPU_COPY_TO_TP, tp, &x, &y, 0));
   RCHECK(b[0] == group_sum, "copy_to backward: %g, want %g", b[0], group_sum);
   /* reduce_from(r * x), loss 2z: z = sum of squares, gradient 2 r */
   a[0] = (float)(r * r);
-  ROK(mpu_region_forward(MPU_REDUCE_FROM_TP, tp, &x, &y));
+  ROK(FWD(MPU_REDUCE_FROM_TP, tp, &x, &y));
   RCHECK(b[0] == sq, "reduce_from forward: %g, want %g", b[0], sq);
   a[0] = 2;
-  ROK(mpu_region_backward(MPU_REDUCE_FROM_TP, tp, &x, &y, 0));
+  ROK(BWD(MPU_REDUCE_FROM_TP, tp, &x, &y, 0));
   RCHECK(b[0] * (float)r == 2.0f * (float)r, "reduce_from backward");
   if (T == 2 && r >= 6) RCHECK(2 * sq == 170 && 2 * r == (r == 6 ? 12 : 14), "seed values");
   /* scatter_to [1..T] -> [tr + 1]; backward of [r] gathers the group */
   for (int k = 0; k < T; k++) a[k] = (float)(k + 1);
   x = test_vec(a, T), y = test_vec(b, 1);
-  ROK(mpu_region_forward(MPU_SCATTER_TO_TP, tp, &x, &y));
+  ROK(FWD(MPU_SCATTER_TO_TP, tp, &x, &y));
   RCHECK(b[0] == (float)(tr + 1), "scatter_to forward");
   c[0] = (float)r, z = test_vec(c, 1);
   mpu_tensor gx = test_vec(a, T);
-  ROK(mpu_region_backward(MPU_SCATTER_TO_TP, tp, &z, &gx, 0));
+  ROK(BWD(MPU_SCATTER_TO_TP, tp, &z, &gx, 0));
   for (int k = 0; k < T; k++) RCHECK(a[k] == (float)(g0 + k), "scatter_to backward [%d]", k);
   /* gather_from [r] -> the group; backward splits */
   a[0] = (float)r, x = test_vec(a, 1), y = test_vec(b, T);
-  ROK(mpu_region_forward(MPU_GATHER_FROM_TP, tp, &x, &y));
+  ROK(FWD(MPU_GATHER_FROM_TP, tp, &x, &y));
   for (int k = 0; k < T; k++) RCHECK(b[k] == (float)(g0 + k), "gather_from forward [%d]", k);
   for (int k = 0; k < T; k++) b[k] = (float)(100 * k + r);
-  ROK(mpu_region_backward(MPU_GATHER_FROM_TP, tp, &y, &x, 0));
+  ROK(BWD(MPU_GATHER_FROM_TP, tp, &y, &x, 0));
   RCHECK(a[0] == (float)(100 * tr + r), "gather_from backward");
 
   /* sequence parallel: x (rows, 2), x[i][j] = 100 r + 10 i + j */
@@ -81,27 +111,27 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   x = test_mat(xs, rows, 2);
   /* scatter: this rank's rows; backward: gather */
   y = test_mat(os, rows / T, 2);
-  ROK(mpu_region_forward(MPU_SCATTER_TO_SP, tp, &x, &y));
+  ROK(FWD(MPU_SCATTER_TO_SP, tp, &x, &y));
   for (int i = 0; i < rows / T; i++)
     RCHECK(os[i * 2] == (float)(100 * r + 10 * (tr * rows / T + i)), "sp scatter row %d", i);
   z = test_mat(gs, rows, 2);
-  ROK(mpu_region_backward(MPU_SCATTER_TO_SP, tp, &y, &z, 0));
+  ROK(BWD(MPU_SCATTER_TO_SP, tp, &y, &z, 0));
   for (int k = 0; k < T; k++) /* block k is rank g0+k's chunk k */
     RCHECK(gs[k * (rows / T) * 2] == (float)(100 * (g0 + k) + 10 * (k * rows / T)), "sp scatter back");
   /* gather: all ranks' rows; backward reduce-scatter (sums) or split (own) */
   y = test_mat(os, rows * T, 2);
-  ROK(mpu_region_forward(MPU_GATHER_FROM_SP, tp, &x, &y));
+  ROK(FWD(MPU_GATHER_FROM_SP, tp, &x, &y));
   for (int k = 0; k < T; k++) RCHECK(os[k * rows * 2] == (float)(100 * (g0 + k)), "sp gather");
-  ROK(mpu_region_backward(MPU_GATHER_FROM_SP, tp, &y, &z, 0)); /* grad = gathered x */
+  ROK(BWD(MPU_GATHER_FROM_SP, tp, &y, &z, 0)); /* grad = gathered x */
   for (int i = 0; i < rows; i++) { /* every rank sent the same gathered rows: T times block tr */
     float want = (float)T * (float)(100 * (g0 + tr) + 10 * i);
     RCHECK(gs[i * 2] == want, "sp gather backward row %d: %g, want %g", i, gs[i * 2], want);
   }
-  ROK(mpu_region_backward(MPU_GATHER_FROM_SP, tp, &y, &z, MPU_NO_TP_OUTPUT_GRAD));
+  ROK(BWD(MPU_GATHER_FROM_SP, tp, &y, &z, MPU_NO_TP_OUTPUT_GRAD));
   for (int i = 0; i < rows; i++) RCHECK(gs[i * 2] == (float)(100 * (g0 + tr) + 10 * i), "split back");
   /* reduce-scatter: the group's sum of this rank's block */
   y = test_mat(os, rows / T, 2);
-  ROK(mpu_region_forward(MPU_REDUCE_SCATTER_TO_SP, tp, &x, &y));
+  ROK(FWD(MPU_REDUCE_SCATTER_TO_SP, tp, &x, &y));
   for (int i = 0; i < rows / T; i++) {
     float want = 100 * group_sum + (float)T * (float)(10 * (tr * rows / T + i));
     RCHECK(os[i * 2] == want, "sp reduce-scatter row %d: %g, want %g", i, os[i * 2], want);
@@ -110,29 +140,29 @@ static mpu_result_t regions_rank(mpu_state *s, void *arg) {
   /* all-to-all: block k of rank j's rows arrives at rank k as block j; twice is the identity */
   float a2a[16 * 2], back[16 * 2];
   mpu_tensor ta = test_mat(a2a, rows, 2), tb = test_mat(back, rows, 2);
-  ROK(mpu_region_forward(MPU_ALL_TO_ALL, tp, &x, &ta));
+  ROK(FWD(MPU_ALL_TO_ALL, tp, &x, &ta));
   for (int k = 0; k < T; k++)
     RCHECK(a2a[k * (rows / T) * 2] == (float)(100 * (g0 + k) + 10 * (tr * rows / T)), "all_to_all");
-  ROK(mpu_region_backward(MPU_ALL_TO_ALL, tp, &ta, &tb, 0));
+  ROK(BWD(MPU_ALL_TO_ALL, tp, &ta, &tb, 0));
   RCHECK(!memcmp(back, xs, (size_t)rows * 2 * sizeof(float)), "all_to_all twice");
 
   /* bad shapes are refused, with a message */
   if (T > 1) {
     float odd[3] = {0};
     mpu_tensor three = test_vec(odd, 3), one = test_vec(b, 1);
-    RCHECK(mpu_region_forward(MPU_SCATTER_TO_TP, tp, &three, &one) == MPU_ERR_INVALID_ARGUMENT &&
+    RCHECK(FWD(MPU_SCATTER_TO_TP, tp, &three, &one) == MPU_ERR_INVALID_ARGUMENT &&
                strstr(mpu_last_error(), "not divisible"),
            "a split that does not divide");
     mpu_tensor wrong = test_vec(b, 5);
-    RCHECK(mpu_region_forward(MPU_GATHER_FROM_TP, tp, &one, &wrong) == MPU_ERR_INVALID_ARGUMENT &&
+    RCHECK(FWD(MPU_GATHER_FROM_TP, tp, &one, &wrong) == MPU_ERR_INVALID_ARGUMENT &&
                strstr(mpu_last_error(), "want"),
            "a wrong output shape");
   }
   mpu_tensor null_data = test_vec(a, 1);
   null_data.data = NULL;
-  RCHECK(mpu_region_forward(MPU_COPY_TO_TP, tp, &null_data, &y) == MPU_ERR_INVALID_ARGUMENT,
+  RCHECK(FWD(MPU_COPY_TO_TP, tp, &null_data, &y) == MPU_ERR_INVALID_ARGUMENT,
          "NULL data");
-  RCHECK(mpu_region_forward((mpu_region)42, tp, &x, &y) == MPU_ERR_INVALID_ARGUMENT, "bad region");
+  RCHECK(FWD((mpu_region)42, tp, &x, &y) == MPU_ERR_INVALID_ARGUMENT, "bad region");
   return mpu_comm_barrier(mpu_state_world(s));
 }
 

@@ -51,14 +51,16 @@ static int state_rank(const mpu_state *s) {
 #define TEST_RANK state_rank(s)
 #include "test_helpers.h"
 
-/* Every group kind: the sum of world ranks over the comm is the sum of its members. */
+/* Every group kind: the sum of world ranks over the comm is the sum of its
+ * members. arg: NULL, or the NCCL options (MPU_TEST_NCCL). */
 static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
-  (void)arg;
+  const mpu_nccl_options *nccl = arg;
+  (void)nccl;
   const mpu_layout *l = mpu_state_layout(s);
   int rank, members[64], n;
   mpu_comm_rank(mpu_state_world(s), &rank);
 #ifdef MPU_TEST_NCCL /* the same checks on NCCL communicators (test double) */
-  RCHECK(!mpu_state_enable_nccl(s, NULL), "enable NCCL: %s", mpu_last_error());
+  RCHECK(!mpu_state_enable_nccl(s, nccl), "enable NCCL: %s", mpu_last_error());
 #endif
   RCHECK(mpu_state_is_initialized(NULL) && mpu_state_current() == s, "not the current state");
   int ds = mpu_layout_config_of(l)->flavor == MPU_FLAVOR_DEEPSPEED;
@@ -88,7 +90,7 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
     RCHECK(r == MPU_SUCCESS, "kind %d: %s", k, mpu_last_error());
     int64_t mine = rank, sum = 0, want = 0;
     for (int i = 0; i < n; i++) want += members[i];
-    RCHECK(!mpu_comm_all_reduce(c, &mine, &sum, 1, MPU_INT64, MPU_SUM), "all_reduce: %s",
+    RCHECK(!test_coll(c, 'r', &mine, &sum, 1, MPU_INT64, MPU_SUM), "all_reduce: %s",
            mpu_last_error());
     RCHECK(sum == want, "kind %s: sum %lld, want %lld",
            mpu_group_kind_name(mpu_layout_config_of(l)->flavor, k), (long long)sum,
@@ -96,7 +98,7 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
     mpu_comm *host = NULL;
     RCHECK(!mpu_state_host_comm(s, (mpu_group_kind)k, &host), "host comm");
     sum = 0;
-    RCHECK(!mpu_comm_all_reduce(host, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want,
+    RCHECK(!test_coll(host, 'r', &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want,
            "host twin of kind %d: sum %lld", k, (long long)sum);
     mpu_group_kind alias = mpu_layout_alias_of(l, (mpu_group_kind)k);
     if ((int)alias != k) { /* the original's one process group under two names */
@@ -123,7 +125,7 @@ static mpu_result_t groups_move_data(mpu_state *s, void *arg) {
   RCHECK(!mpu_layout_group(l, MPU_GROUP_DP, rank, members, 64, &n), "dp group");
   int64_t mine = rank, sum = 0, want_sum = 0;
   for (int i = 0; i < n; i++) want_sum += members[i];
-  RCHECK(!mpu_comm_all_reduce(plain, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want_sum,
+  RCHECK(!test_coll(plain, 'r', &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want_sum,
          "plain dp: sum %lld, want %lld", (long long)sum, (long long)want_sum);
   if (ds) { /* the communicator, the size and the rank agree, as Megatron-DeepSpeed's getters */
     mpu_comm *dpc;
@@ -281,7 +283,7 @@ static mpu_result_t state_over_nccl_world(mpu_comm *threads_world, void *arg) {
     int64_t mine = rank, sum = 0, want = 0;
     for (int i = 0; i < n; i++) want += members[i];
     int gr = -1;
-    if ((r = mpu_comm_all_reduce(c, &mine, &sum, 1, MPU_INT64, MPU_SUM)) ||
+    if ((r = test_coll(c, 'r', &mine, &sum, 1, MPU_INT64, MPU_SUM)) ||
         (r = mpu_comm_rank(c, &gr)))
       break;
     if (sum != want || members[gr] != rank || strcmp(mpu_comm_backend(c), "nccl")) {
@@ -330,7 +332,7 @@ static mpu_result_t enable_by_split(mpu_state *s, void *arg) {
            "kind %d: rank %d of %d", k, gr, size);
     int64_t mine = rank, sum = 0, want = 0;
     for (int i = 0; i < n; i++) want += members[i];
-    RCHECK(!mpu_comm_all_reduce(c, &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want,
+    RCHECK(!test_coll(c, 'r', &mine, &sum, 1, MPU_INT64, MPU_SUM) && sum == want,
            "kind %d: sum %lld want %lld", k, (long long)sum, (long long)want);
   }
   return MPU_SUCCESS;
@@ -478,8 +480,8 @@ static mpu_result_t streams(mpu_state *s, void *arg) {
   RCHECK(t == mpu_rng_next(&ref), "tp stream is not seed + 2718 + tp rank");
   mpu_comm *tpc;
   mpu_state_comm(s, MPU_GROUP_TP, &tpc);
-  RCHECK(!mpu_comm_all_gather(tpc, &d, all_d, 1, MPU_INT64), "gather");
-  RCHECK(!mpu_comm_all_gather(tpc, &t, all_t, 1, MPU_INT64), "gather");
+  RCHECK(!test_coll(tpc, 'g', &d, all_d, 1, MPU_INT64, MPU_SUM), "gather");
+  RCHECK(!test_coll(tpc, 'g', &t, all_t, 1, MPU_INT64, MPU_SUM), "gather");
   RCHECK(all_d[0] == all_d[1], "default streams differ within a tp group");
   RCHECK(all_t[0] != all_t[1], "tp streams are equal within a tp group");
   RCHECK(mpu_rng_tracker_add(mpu_state_rng_tracker(s), MPU_MODEL_PARALLEL_RNG, 7) ==
@@ -759,7 +761,7 @@ static void test_mock(void **state) {
   assert_int_equal(mpu_state_group_rank(NULL, MPU_GROUP_DP, &v), MPU_SUCCESS);
   assert_int_equal(v, got.dp_rank);
   float x = 1, y = 0;
-  assert_int_equal(mpu_comm_all_reduce(dp, &x, &y, 1, MPU_FLOAT32, MPU_SUM), MPU_SUCCESS);
+  assert_int_equal(test_coll(dp, 'r', &x, &y, 1, MPU_FLOAT32, MPU_SUM), MPU_SUCCESS);
   assert_true(y == 0); /* the fake backend moves nothing */
 
   /* virtual stages: at virtual rank 0 a last-stage rank is not last */
@@ -840,8 +842,8 @@ static mpu_result_t train(mpu_state *s, double lr, double *w) {
   for (int step = 0; step < 5; step++) {
     /* the gradient of replica r is (r + 1) w; averaged over the replicas, summed over tp */
     double g = (dp_rank + 1) * *w;
-    RCHECK(!mpu_comm_all_reduce(dp, &g, &g, 1, MPU_FLOAT64, MPU_AVG), "dp: %s", mpu_last_error());
-    RCHECK(!mpu_comm_all_reduce(tp, &g, &g, 1, MPU_FLOAT64, MPU_SUM), "tp: %s", mpu_last_error());
+    RCHECK(!test_coll(dp, 'r', &g, &g, 1, MPU_FLOAT64, MPU_AVG), "dp: %s", mpu_last_error());
+    RCHECK(!test_coll(tp, 'r', &g, &g, 1, MPU_FLOAT64, MPU_SUM), "tp: %s", mpu_last_error());
     *w -= lr * g;
   }
   return MPU_SUCCESS;
@@ -872,7 +874,13 @@ static mpu_result_t two_grids(mpu_comm *world, void *arg) {
         r = mpu_fail(MPU_ERR_INTERNAL, "grid %d: a group holds world rank %d", grid, w);
   }
   mpu_state_set_current(s);
-  if (!r) r = groups_move_data(s, NULL);
+  /* one GPU per world rank: by default a rank's device is its local rank in
+   * the grid, so the grids would share GPUs 0-7, and a cudaFree of one grid's
+   * rank, which waits for the whole device, would wait for the other grid's
+   * collective on it (a deadlock on a GPU too) */
+  mpu_nccl_options o = MPU_NCCL_OPTIONS_INIT;
+  o.device = rank;
+  if (!r) r = groups_move_data(s, &o);
   /* both grids train at once, each with its own learning rate */
   double w = 0, lr = grid ? 0.01 : 0.02, want = 1.0;
   for (int step = 0; step < 5; step++) { /* the same operations: mean of w and 2w, twice (tp 2) */
@@ -885,7 +893,7 @@ static mpu_result_t two_grids(mpu_comm *world, void *arg) {
   mpu_layout_config c4 = ds(4, 1, 1, 0, -1, 0);
   if (!r) r = mpu_state_init(half, &c4, &other);
   if (!r && mpu_state_current() != other) r = mpu_fail(MPU_ERR_INTERNAL, "not current");
-  if (!r) r = groups_move_data(other, NULL);
+  if (!r) r = groups_move_data(other, &o);
   int tp_first = -1, tp_second = -1;
   if (!r) r = mpu_state_tp_size(s, &tp_first);
   if (!r) r = mpu_state_tp_size(other, &tp_second);

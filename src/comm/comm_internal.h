@@ -70,6 +70,13 @@ typedef struct mpu__comm_ops {
   mpu_result_t (*scratch_resize)(mpu_comm *c, void *old, size_t bytes, void **out);
   mpu_result_t (*copy2d)(mpu_comm *c, void *dst, size_t dpitch, const void *src, size_t spitch,
                          size_t width, size_t height);
+  /* Optional, for device backends (both or neither): copy2d enqueued on the
+   * communicator's stream without the host waiting; and the caller's later
+   * work (the legacy default stream) ordered after everything enqueued so
+   * far, under the watchdog, the host not waiting (mpu__comm_ordered). */
+  mpu_result_t (*copy2d_enqueue)(mpu_comm *c, void *dst, size_t dpitch, const void *src,
+                                 size_t spitch, size_t width, size_t height);
+  mpu_result_t (*order_caller)(mpu_comm *c);
   void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
   /* optional: a communicator made from a description lists its members'
    * world ranks on first need */

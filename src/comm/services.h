@@ -46,4 +46,22 @@ MPU_SIBLING_API mpu_result_t mpu__comm_for_host(mpu_comm *comm, const char *fn, 
  * undefined; it is the caller's until its next call that may use it. */
 mpu_result_t mpu__comm_scratch(mpu_comm *c, size_t bytes, void **out);
 
+/* Stream-ordered work for layers that run on device buffers (the regions):
+ * on a backend with streams (NCCL), 1, and the layer enqueues its calls
+ * (non-blocking forms, their requests freed), copies them with
+ * mpu__comm_copy2d_enqueue and ends with mpu__comm_order_caller, so the
+ * host never waits for the device, as ProcessGroupNCCL's collectives with
+ * async_op=False make the current stream wait, not the host; a failure then
+ * shows on a later call (the watchdog breaks the communicator). 0 on host
+ * backends, inside an open mpu_group_start/end, and when the output (out,
+ * bytes) is plain host memory, which the host reads at return: the layer's
+ * calls then run and wait. */
+int mpu__comm_ordered(mpu_comm *c, const void *out, size_t bytes);
+/* mpu_comm_copy2d's checks, then the copy enqueued without the host waiting
+ * (host backends: done) */
+mpu_result_t mpu__comm_copy2d_enqueue(mpu_comm *c, void *dst, size_t dpitch, const void *src,
+                                      size_t spitch, size_t width, size_t height);
+/* the caller's later work on the legacy default stream ordered after c's (host backends: nothing) */
+mpu_result_t mpu__comm_order_caller(mpu_comm *c);
+
 #endif

@@ -94,12 +94,95 @@ static mpu_result_t check_view(const char *what, const mpu_tensor *t) {
   return MPU_SUCCESS;
 }
 
-/* Copies in the communicator's memory (device copies for device buffers). */
+/* Copies in the communicator's memory (device copies for device buffers),
+ * enqueued on its stream where the primitive is stream-ordered. */
+typedef struct prim_ctx {
+  mpu_comm *comm;
+  int ordered; /* mpu__comm_ordered: enqueue, the host not waiting */
+} prim_ctx;
+
 static mpu_result_t comm_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
                                 size_t spitch, size_t width, size_t height) {
-  return mpu_comm_copy2d(ctx, dst, dpitch, src, spitch, width, height);
+  const prim_ctx *x = ctx;
+  return x->ordered ? mpu__comm_copy2d_enqueue(x->comm, dst, dpitch, src, spitch, width, height)
+                    : mpu_comm_copy2d(x->comm, dst, dpitch, src, spitch, width, height);
 }
 
+/* One collective of a primitive: blocking, or (stream-ordered) its
+ * non-blocking form with the request freed, the caller's stream ordered
+ * after it at the primitive's end. */
+static mpu_result_t collective(const prim_ctx *x, mpu_primitive prim, const mpu_tensor *in,
+                               void *out, size_t count) {
+  mpu_comm *c = x->comm;
+  mpu_request *req = NULL, **rq = x->ordered ? &req : NULL;
+  mpu_result_t r;
+  switch (prim) {
+  case MPU_PRIM_ALL_REDUCE:
+    r = rq ? mpu_comm_iall_reduce(c, in->data, out, count, in->dtype, MPU_SUM, rq)
+           : mpu_comm_all_reduce(c, in->data, out, count, in->dtype, MPU_SUM);
+    break;
+  case MPU_PRIM_REDUCE_SCATTER_FIRST:
+    r = rq ? mpu_comm_ireduce_scatter(c, in->data, out, count, in->dtype, MPU_SUM, rq)
+           : mpu_comm_reduce_scatter(c, in->data, out, count, in->dtype, MPU_SUM);
+    break;
+  case MPU_PRIM_ALL_TO_ALL_FIRST:
+    r = rq ? mpu_comm_iall_to_all(c, in->data, out, count, in->dtype, rq)
+           : mpu_comm_all_to_all(c, in->data, out, count, in->dtype);
+    break;
+  default: /* the gathers */
+    r = rq ? mpu_comm_iall_gather(c, in->data, out, count, in->dtype, rq)
+           : mpu_comm_all_gather(c, in->data, out, count, in->dtype);
+    break;
+  }
+  return !r && req ? mpu_request_free(req) : r;
+}
+
+static mpu_result_t run_primitive(const prim_ctx *x, mpu_primitive prim, int n, int rank,
+                                  const mpu_tensor *in, mpu_tensor *out) {
+  mpu_comm *comm = x->comm;
+  size_t count = mpu_tensor_numel(in), bytes = mpu_tensor_nbytes(in);
+  if (n == 1 || prim == MPU_PRIM_IDENTITY) { /* a group of one: every primitive is the identity */
+    if (out->data != in->data && bytes)
+      return comm_copy2d((void *)x, out->data, bytes, in->data, bytes, bytes, 1);
+    return MPU_SUCCESS;
+  }
+  switch (prim) {
+  case MPU_PRIM_ALL_REDUCE:
+  case MPU_PRIM_GATHER_FIRST: return collective(x, prim, in, out->data, count);
+  case MPU_PRIM_SPLIT_LAST: return mpu__tensor_split_with(in, -1, n, rank, out, comm_copy2d, (void *)x);
+  case MPU_PRIM_SPLIT_FIRST: return mpu__tensor_split_with(in, 0, n, rank, out, comm_copy2d, (void *)x);
+  case MPU_PRIM_REDUCE_SCATTER_FIRST: return collective(x, prim, in, out->data, mpu_tensor_numel(out));
+  case MPU_PRIM_ALL_TO_ALL_FIRST: return collective(x, prim, in, out->data, count / (size_t)n);
+  default: { /* gather along the last dim: all_gather the blocks, then concatenate */
+    void *mem = NULL;
+    if (bytes > SIZE_MAX / (size_t)n)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "gather (last dim): %d blocks of %zu bytes", n,
+                        bytes);
+    /* the blocks are staged in the communicator's scratch, kept between calls
+     * (in stream order: the next call's use of it comes after these copies) */
+    mpu_result_t r = mpu__comm_scratch(comm, bytes * (size_t)n, &mem);
+    char *stacked = mem;
+    mpu_tensor parts[64], *p = n <= 64 ? parts : malloc((size_t)n * sizeof *p);
+    if (!r && !p) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "gather (last dim): %d parts", n);
+    if (!r) {
+      r = collective(x, MPU_PRIM_GATHER_FIRST, in, stacked, count);
+      for (int k = 0; k < n && !r; k++) {
+        p[k] = *in;
+        p[k].data = stacked + (size_t)k * bytes;
+        p[k].owns_data = 0;
+      }
+      if (!r) r = mpu__tensor_concat_with(p, n, -1, out, comm_copy2d, (void *)x);
+    }
+    if (p != parts) free(p);
+    return r;
+  }
+  }
+}
+
+/* On a communicator with streams (NCCL) the primitive is stream-ordered
+ * (mpu__comm_ordered): its calls and copies are enqueued on the
+ * communicator's stream and the caller's later kernels ordered after them,
+ * without the host waiting for the device. */
 mpu_result_t mpu_primitive_run(mpu_primitive prim, mpu_comm *comm, const mpu_tensor *in,
                                mpu_tensor *out) {
   int n, rank;
@@ -113,45 +196,13 @@ mpu_result_t mpu_primitive_run(mpu_primitive prim, mpu_comm *comm, const mpu_ten
   if (!mpu_tensor_same_shape(&want, out))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: output is %s, want %s", prim_names[prim],
                       mpu_tensor_describe(out, a, sizeof a), mpu_tensor_describe(&want, b, sizeof b));
-  size_t count = mpu_tensor_numel(in), bytes = mpu_tensor_nbytes(in);
-  if (n == 1 || prim == MPU_PRIM_IDENTITY) { /* a group of one: every primitive is the identity */
-    if (out->data != in->data && bytes) return mpu_comm_copy2d(comm, out->data, bytes, in->data, bytes, bytes, 1);
-    return MPU_SUCCESS;
+  prim_ctx x = {comm, mpu__comm_ordered(comm, out->data, mpu_tensor_nbytes(out))};
+  mpu_result_t r = run_primitive(&x, prim, n, rank, in, out);
+  if (x.ordered) { /* whatever was enqueued, the caller's work comes after it */
+    mpu_result_t o = mpu__comm_order_caller(comm);
+    if (!r) r = o;
   }
-  switch (prim) {
-  case MPU_PRIM_ALL_REDUCE:
-    return mpu_comm_all_reduce(comm, in->data, out->data, count, in->dtype, MPU_SUM);
-  case MPU_PRIM_SPLIT_LAST: return mpu__tensor_split_with(in, -1, n, rank, out, comm_copy2d, comm);
-  case MPU_PRIM_SPLIT_FIRST: return mpu__tensor_split_with(in, 0, n, rank, out, comm_copy2d, comm);
-  case MPU_PRIM_GATHER_FIRST: return mpu_comm_all_gather(comm, in->data, out->data, count, in->dtype);
-  case MPU_PRIM_REDUCE_SCATTER_FIRST:
-    return mpu_comm_reduce_scatter(comm, in->data, out->data, mpu_tensor_numel(out), in->dtype,
-                                   MPU_SUM);
-  case MPU_PRIM_ALL_TO_ALL_FIRST:
-    return mpu_comm_all_to_all(comm, in->data, out->data, count / (size_t)n, in->dtype);
-  default: { /* gather along the last dim: all_gather the blocks, then concatenate */
-    void *mem = NULL;
-    if (bytes > SIZE_MAX / (size_t)n)
-      return mpu__error(MPU_ERR_INVALID_ARGUMENT, "gather (last dim): %d blocks of %zu bytes", n,
-                        bytes);
-    /* the blocks are staged in the communicator's scratch, kept between calls */
-    mpu_result_t r = mpu__comm_scratch(comm, bytes * (size_t)n, &mem);
-    char *stacked = mem;
-    mpu_tensor parts[64], *p = n <= 64 ? parts : malloc((size_t)n * sizeof *p);
-    if (!r && !p) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "gather (last dim): %d parts", n);
-    if (!r) {
-      r = mpu_comm_all_gather(comm, in->data, stacked, count, in->dtype);
-      for (int k = 0; k < n && !r; k++) {
-        p[k] = *in;
-        p[k].data = stacked + (size_t)k * bytes;
-        p[k].owns_data = 0;
-      }
-      if (!r) r = mpu__tensor_concat_with(p, n, -1, out, comm_copy2d, comm);
-    }
-    if (p != parts) free(p);
-    return r;
-  }
-  }
+  return r;
 }
 
 mpu_result_t mpu_region_forward(mpu_region r, mpu_comm *tp, const mpu_tensor *in,

@@ -96,6 +96,23 @@ static int reshard_after_forward(const mpu_fsdp *f) {
 }
 
 /* DefaultState._get_gradient_predivide_factor */
+/* FSDP here shards host buffers (parameters, gradients and AdamW's state
+ * live in host memory and the step runs on the CPU): a group whose calls
+ * take device memory (NCCL) cannot move them, so it is refused up front,
+ * in one line, rather than at its first collective. */
+static mpu_result_t host_group(const char *fn, const char *which, mpu_comm *g) {
+  mpu_comm_caps caps;
+  memset(&caps, 0, sizeof caps);
+  caps.size = sizeof caps;
+  MPU_CHECK(mpu_comm_capabilities(g, &caps));
+  if (caps.memory == MPU_MEMORY_HOST) return MPU_SUCCESS;
+  return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                    "%s: the %s group is a %s communicator, which takes device memory, and FSDP "
+                    "shards host buffers (parameters, gradients and AdamW's state on the CPU): "
+                    "pass a host group (mpu_comm_host_twin of it, or mpu_state_host_comm)",
+                    fn, which, mpu_comm_backend(g));
+}
+
 static float predivide_factor(int world) {
   int factor = 1;
   while (world % factor == 0 && world / factor > factor) factor *= 2;
@@ -225,6 +242,8 @@ mpu_result_t mpu_fsdp_create(mpu_param_buffer *b, mpu_comm *shard, mpu_comm *rep
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: %s %s a replicate group", fn, strategy_names[d.strategy],
                       is_hybrid ? "needs" : "takes no");
+  MPU_CHECK(host_group(fn, "shard", shard));
+  if (replicate) MPU_CHECK(host_group(fn, "replicate", replicate));
   mpu_fsdp *f = calloc(1, sizeof *f);
   if (!f) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   mpu_result_t r;

@@ -411,8 +411,13 @@ static mpu_result_t sum_over(mpu_comm *c, int64_t *got, int64_t *want) {
   }
   int me;
   if ((r = mpu_comm_rank(c, &me)) || (r = mpu_comm_world_rank(c, me, &wr))) return r;
-  int64_t mine = wr;
-  return mpu_comm_all_reduce(c, &mine, got, 1, MPU_INT64, MPU_SUM);
+  int64_t *buf = alloc(2 * sizeof *buf); /* the suite's memory: managed on NCCL */
+  if (!buf) return MPU_ERR_OUT_OF_MEMORY;
+  buf[0] = wr;
+  r = mpu_comm_all_reduce(c, buf, buf + 1, 1, MPU_INT64, MPU_SUM);
+  *got = buf[1];
+  conf_free(buf);
+  return r;
 }
 
 static mpu_result_t case_split(mpu_comm *world, void *suite) {
@@ -618,11 +623,12 @@ static mpu_result_t case_sendrecv(mpu_comm *world, void *suite) {
               "sendrecv %s from %d: wrong [%zu]", mpu_dtype_name((mpu_dtype)dt), from, i);
     }
   /* a pipeline: stage r receives from r - 1, adds its rank, sends to r + 1 */
-  int64_t x = 0;
-  if (rank > 0) CHECK_OK(mpu_comm_recv(world, &x, 1, MPU_INT64, rank - 1));
-  x += rank;
-  if (rank < n - 1) CHECK_OK(mpu_comm_send(world, &x, 1, MPU_INT64, rank + 1));
-  CHECK(x == (int64_t)rank * (rank + 1) / 2, "pipeline value at stage %d: %lld", rank, (long long)x);
+  int64_t *x = in; /* the suite's memory */
+  *x = 0;
+  if (rank > 0) CHECK_OK(mpu_comm_recv(world, x, 1, MPU_INT64, rank - 1));
+  *x += rank;
+  if (rank < n - 1) CHECK_OK(mpu_comm_send(world, x, 1, MPU_INT64, rank + 1));
+  CHECK(*x == (int64_t)rank * (rank + 1) / 2, "pipeline value at stage %d: %lld", rank, (long long)*x);
   CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_sendrecv(world, out, 1, n, in, 1, 0, MPU_FLOAT32));
   CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_comm_sendrecv(world, out, 2, 0, (char *)out + 4, 2, 0, MPU_FLOAT32));
 out:
@@ -698,14 +704,18 @@ static mpu_result_t case_nonblocking_order(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  int64_t a = rank + 1, x = 0, y = 0, z = 0;
+  /* the suite's memory (managed on NCCL): a, x, y, z and two int32 messages */
+  int64_t *v = alloc(5 * sizeof *v), *a = v, *x = v + 1, *y = v + 2, *z = v + 3;
+  int32_t *msg = (int32_t *)(v + 4);
   mpu_request *r1 = NULL, *r2 = NULL;
   mpu_comm *dup = NULL;
+  CHECK(v, "out of memory");
+  *a = rank + 1;
   /* x = sum(rank + 1); then the blocking call reads x: y = n * sum */
-  CHECK_OK(mpu_comm_iall_reduce(world, &a, &x, 1, MPU_INT64, MPU_SUM, &r1));
-  CHECK_OK(mpu_comm_all_reduce(world, &x, &y, 1, MPU_INT64, MPU_SUM));
+  CHECK_OK(mpu_comm_iall_reduce(world, a, x, 1, MPU_INT64, MPU_SUM, &r1));
+  CHECK_OK(mpu_comm_all_reduce(world, x, y, 1, MPU_INT64, MPU_SUM));
   int64_t sum = (int64_t)n * (n + 1) / 2;
-  CHECK(y == n * sum, "blocking call after iall_reduce: %lld, want %lld", (long long)y,
+  CHECK(*y == n * sum, "blocking call after iall_reduce: %lld, want %lld", (long long)*y,
         (long long)(n * sum));
   mpu_request *stale = r1;
   CHECK_OK(mpu_request_wait(r1));
@@ -713,11 +723,11 @@ static mpu_result_t case_nonblocking_order(mpu_comm *world, void *suite) {
   CHECK_ERR(MPU_ERR_INVALID_USAGE, mpu_request_wait(stale)); /* compared, never read */
   CHECK_ERR(MPU_ERR_INVALID_ARGUMENT, mpu_request_wait(NULL));
   /* two chained: z = sum of x's after x was recomputed; waited in reverse */
-  CHECK_OK(mpu_comm_iall_reduce(world, &a, &x, 1, MPU_INT64, MPU_SUM, &r1));
-  CHECK_OK(mpu_comm_iall_reduce(world, &x, &z, 1, MPU_INT64, MPU_MAX, &r2));
+  CHECK_OK(mpu_comm_iall_reduce(world, a, x, 1, MPU_INT64, MPU_SUM, &r1));
+  CHECK_OK(mpu_comm_iall_reduce(world, x, z, 1, MPU_INT64, MPU_MAX, &r2));
   CHECK_OK(mpu_request_wait(r2));
   r2 = NULL;
-  CHECK(z == sum, "second call waited first: %lld, want %lld", (long long)z, (long long)sum);
+  CHECK(*z == sum, "second call waited first: %lld, want %lld", (long long)*z, (long long)sum);
   int done = 0;
   for (long spins = 0; !done && spins < 100000000; spins++) CHECK_OK(mpu_request_test(r1, &done));
   r1 = NULL;
@@ -725,14 +735,14 @@ static mpu_result_t case_nonblocking_order(mpu_comm *world, void *suite) {
   /* p2p behind a pending barrier: rank 0 receives, rank 1 waits then sends */
   CHECK_OK(mpu_comm_ibarrier(world, &r1));
   if (n > 1 && rank == 0) {
-    int32_t got = 0;
-    CHECK_OK(mpu_comm_recv(world, &got, 1, MPU_INT32, 1));
-    CHECK(got == 42, "recv after ibarrier: %d", got);
+    msg[0] = 0;
+    CHECK_OK(mpu_comm_recv(world, msg, 1, MPU_INT32, 1));
+    CHECK(msg[0] == 42, "recv after ibarrier: %d", msg[0]);
     CHECK_OK(mpu_request_wait(r1));
   } else if (n > 1 && rank == 1) {
-    int32_t msg = 42;
+    msg[1] = 42;
     CHECK_OK(mpu_request_wait(r1));
-    CHECK_OK(mpu_comm_send(world, &msg, 1, MPU_INT32, 0));
+    CHECK_OK(mpu_comm_send(world, msg + 1, 1, MPU_INT32, 0));
   } else {
     CHECK_OK(mpu_request_wait_timeout(r1, 60));
   }
@@ -759,6 +769,7 @@ out:
   if (r1) mpu_request_wait(r1);
   if (r2) mpu_request_wait(r2);
   mpu_comm_destroy(dup);
+  if (v) conf_free(v);
   return res;
 }
 
@@ -769,15 +780,17 @@ static mpu_result_t case_request_free(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  int64_t a = rank + 1, x[3] = {0, 0, 0};
+  int64_t *v = alloc(4 * sizeof *v), *a = v, *x = v + 1; /* the suite's memory */
   mpu_request *q = NULL;
+  CHECK(v, "out of memory");
+  *a = rank + 1;
   for (int i = 0; i < 2; i++) {
-    CHECK_OK(mpu_comm_iall_reduce(world, &a, &x[i], 1, MPU_INT64, MPU_SUM, &q));
+    CHECK_OK(mpu_comm_iall_reduce(world, a, &x[i], 1, MPU_INT64, MPU_SUM, &q));
     CHECK_OK(mpu_request_free(q));
     CHECK_ERR(MPU_ERR_INVALID_USAGE, mpu_request_wait(q)); /* compared, never read */
     q = NULL;
   }
-  CHECK_OK(mpu_comm_iall_reduce(world, &a, &x[2], 1, MPU_INT64, MPU_SUM, &q));
+  CHECK_OK(mpu_comm_iall_reduce(world, a, &x[2], 1, MPU_INT64, MPU_SUM, &q));
   CHECK_OK(mpu_request_wait(q));
   q = NULL;
   int64_t sum = (int64_t)n * (n + 1) / 2;
@@ -787,6 +800,7 @@ static mpu_result_t case_request_free(mpu_comm *world, void *suite) {
   CHECK_OK(mpu_comm_barrier(world));
 out:
   if (q) mpu_request_wait(q);
+  if (v) conf_free(v);
   (void)suite;
   return res;
 }
@@ -1049,12 +1063,17 @@ static mpu_result_t case_memory_bad_input(mpu_comm *world, void *suite) {
   CHECK_ERR(BAD, mpu_comm_copy2d(world, p + 16, 16, p, 16, 16, 3));
   CHECK_ERR(BAD, mpu_comm_copy2d(world, p, 16, p, 16, 16, 2));
   CHECK_ERR(BAD, mpu_comm_copy2d(world, p + 4, 16, p, 16, 4, 4));
-  /* a good strided copy: every other 4-byte column of q into p's rows */
-  for (int i = 0; i < 64; i++) q[i] = (char)i;
-  memset(p, 0, 64);
+  /* a good strided copy: every other 4-byte column of q into p's rows (the
+   * host reaches the communicator's memory by copies: on a GPU it cannot read it) */
+  char host[64];
+  for (int i = 0; i < 64; i++) host[i] = (char)i;
+  CHECK_OK(mpu_comm_copy2d(world, q, 64, host, 64, 64, 1));
+  memset(host, 0, sizeof host);
+  CHECK_OK(mpu_comm_copy2d(world, p, 64, host, 64, 64, 1));
   CHECK_OK(mpu_comm_copy2d(world, p, 4, q, 8, 4, 8));
+  CHECK_OK(mpu_comm_copy2d(world, host, 64, p, 64, 64, 1));
   for (int i = 0; i < 32; i++)
-    CHECK(p[i] == (char)((i / 4) * 8 + i % 4), "copy2d byte %d is %d", i, p[i]);
+    CHECK(host[i] == (char)((i / 4) * 8 + i % 4), "copy2d byte %d is %d", i, host[i]);
 out:
   if (p) mpu_comm_mem_free(world, p);
   if (q) mpu_comm_mem_free(world, q);
@@ -1075,14 +1094,14 @@ const conf_case conf_cases[] = {
     {"uneven_bad_input", case_uneven_bad_input, CONF_NEEDS_HOST_MEMORY},
     {"barrier", case_barrier, 0},
     {"send_recv", case_send_recv, CONF_NEEDS_EAGER_SEND},
-    {"sendrecv", case_sendrecv, CONF_NEEDS_HOST_MEMORY},
-    {"split", case_split, CONF_NEEDS_SPLIT | CONF_NEEDS_HOST_MEMORY},
-    {"create_group", case_create_group, CONF_NEEDS_HOST_MEMORY},
+    {"sendrecv", case_sendrecv, 0},
+    {"split", case_split, CONF_NEEDS_SPLIT},
+    {"create_group", case_create_group, 0},
     {"bad_input", case_bad_input, CONF_NEEDS_HOST_MEMORY},
-    {"memory_bad_input", case_memory_bad_input, CONF_NEEDS_HOST_MEMORY},
+    {"memory_bad_input", case_memory_bad_input, 0},
     {"edge_values", conf_case_edge_values, CONF_NEEDS_EXACT},
     {"nonblocking", case_nonblocking, 0},
-    {"nonblocking_order", case_nonblocking_order, CONF_NEEDS_HOST_MEMORY},
-    {"request_free", case_request_free, CONF_NEEDS_HOST_MEMORY},
+    {"nonblocking_order", case_nonblocking_order, 0},
+    {"request_free", case_request_free, 0},
     {NULL, NULL, 0},
 };

@@ -337,11 +337,13 @@ void double_coll_run(task *t) {
       int i = 0;
       for (coll_task *g = k; g; g = g->more, i++)
         if (g->s.kind == K_SEND) {
-          offers[i] = (offer){NULL, c->rank, g->s.count * type_size(g->s.type), g->s.send, 0};
+          offers[i] = (offer){NULL, c->rank, g->s.count * type_size(g->s.type),
+                              double_mem_view(g->s.send), 0};
           post(c, &offers[i], g->peer);
         }
       for (coll_task *g = k; g; g = g->more)
-        if (g->s.kind == K_RECV) take(c, g->peer, g->s.recv, g->s.count * type_size(g->s.type));
+        if (g->s.kind == K_RECV)
+          take(c, g->peer, double_mem_view(g->s.recv), g->s.count * type_size(g->s.type));
       i = 0;
       for (coll_task *g = k; g; g = g->more, i++)
         if (g->s.kind == K_SEND) await_taken(c, &offers[i], g->peer);
@@ -351,13 +353,16 @@ void double_coll_run(task *t) {
     done(c);
     return;
   }
-  q->slots[me] = k->s;
+  slot mine = k->s; /* the buffers as the double's kernels reach them (memory.h) */
+  mine.send = double_mem_view(mine.send);
+  mine.recv = double_mem_view(mine.recv);
+  q->slots[me] = mine;
   if (double_meet(c, q)) {
     if (!quietly_stopped(c)) fail(c, ncclRemoteError);
     done(c);
     return;
   }
-  const slot *s = &k->s;
+  const slot *s = &mine;
   size_t es = type_size(s->type), bytes = s->count * es;
   size_t out_bytes = s->kind == K_ALL_GATHER || s->kind == K_ALL_TO_ALL ? bytes * (size_t)n : bytes;
   char *tmp = malloc(out_bytes ? out_bytes : 1);

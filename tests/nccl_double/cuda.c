@@ -441,10 +441,20 @@ typedef struct copy_task {
 
 static void copy_run(task *t) {
   copy_task *c = (copy_task *)t;
+  char *dst = double_mem_view(c->dst); /* device memory: the double's mapping of it */
+  const char *src = c->src ? double_mem_view(c->src) : NULL;
   for (size_t i = 0; i < c->height; i++)
-    if (c->src) memmove((char *)c->dst + i * c->dpitch, (const char *)c->src + i * c->spitch, c->width);
-    else memset((char *)c->dst + i * c->dpitch, c->value, c->width);
+    if (src) memmove(dst + i * c->dpitch, src + i * c->spitch, c->width);
+    else memset(dst + i * c->dpitch, c->value, c->width);
   free(c->staged);
+}
+
+/* A copy that starts in device memory and runs past its allocation is
+ * cudaErrorInvalidValue, as CUDA's (the double would touch unmapped pages). */
+static int outside_device_allocation(const double_span *r) {
+  double_alloc a;
+  if (!r->bytes || !double_mem_find(r->p, 0, &a) || a.type != cudaMemoryTypeDevice) return 0;
+  return !double_mem_find(r->p, r->bytes, &a);
 }
 
 /* An async copy from pageable host memory (neither allocated nor registered
@@ -483,6 +493,7 @@ static cudaError_t enqueue_copy(cudaStream_t s, const char *what, void *dst, siz
   if (e) return e;
   if (span_of(dst, dpitch, width, height, &w) || (src && span_of(src, spitch, width, height, &r)))
     return cudaErrorInvalidValue;
+  if (outside_device_allocation(&w) || outside_device_allocation(&r)) return cudaErrorInvalidValue;
   if (double_order_access(s->order, what, &r, src ? 1 : 0, &w, 1)) return cudaErrorIllegalState;
   copy_task *t = calloc(1, sizeof *t);
   if (!t) return cudaErrorMemoryAllocation;

@@ -8,7 +8,8 @@
  * this file instead of libcudart and libnccl it runs on any CPU.
  *
  * What it keeps of NCCL's and CUDA's documented behaviour:
- *   - device memory is memory the "device" owns (here: the heap);
+ *   - device memory is memory the "device" owns, which the host cannot
+ *     read or write (memory.h: a second mapping the double alone uses);
  *   - a stream runs its work in order, asynchronously to the host: each
  *     stream has a worker thread; events complete when the worker reaches
  *     them; cudaStreamQuery says cudaErrorNotReady while work is queued;

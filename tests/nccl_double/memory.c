@@ -3,6 +3,8 @@
  * range and kind, cudaPointerGetAttributes, and sticky faults per device.
  */
 #include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "nccl_double/double.h"
 #include "nccl_double/memory.h"
@@ -32,16 +34,23 @@ int double_mem_find(const void *p, size_t bytes, double_alloc *out) {
   return found;
 }
 
+void *double_mem_view(const void *p) {
+  double_alloc a;
+  if (!p || !double_mem_find(p, 0, &a)) return (void *)(uintptr_t)p;
+  return a.view + ((const char *)p - a.base);
+}
+
 int double_mem_usable(const void *p, size_t bytes) {
   double_alloc a;
   if (!bytes || double_forgives(DOUBLE_FORGIVE_POINTERS)) return 1;
   return double_mem_find(p, bytes, &a);
 }
 
-static cudaError_t add(void *base, size_t bytes, enum cudaMemoryType type, int registered) {
+static cudaError_t add(void *base, size_t bytes, enum cudaMemoryType type, int registered,
+                       void *view, size_t mapped) {
   entry *e = calloc(1, sizeof *e);
   if (!e) return cudaErrorMemoryAllocation;
-  e->a = (double_alloc){base, bytes, type, double_current_device(), registered};
+  e->a = (double_alloc){base, bytes, type, double_current_device(), registered, view, mapped};
   pthread_mutex_lock(&lock);
   e->next = allocs;
   allocs = e;
@@ -99,14 +108,58 @@ void double_clear_faults(void) {
 
 /* ---- the runtime's allocation calls ------------------------------------------ */
 
+/* Device memory the host cannot touch: a memory file mapped twice, once with
+ * no access (the address CUDA hands out) and once readable and writable
+ * (the double's view). 0, or -1 when the system refuses. */
+static int map_twice(size_t bytes, char **base, char **view, size_t *mapped) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), len = bytes ? bytes : 1;
+  if (len > SIZE_MAX - page) return -1;
+  len = (len + page - 1) / page * page;
+  int fd = memfd_create("mpu-double-device", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  void *b = MAP_FAILED, *v = MAP_FAILED;
+  if (!ftruncate(fd, (off_t)len)) {
+    b = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, 0);
+    v = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd); /* the mappings keep the file */
+  if (b == MAP_FAILED || v == MAP_FAILED) {
+    if (b != MAP_FAILED) munmap(b, len);
+    if (v != MAP_FAILED) munmap(v, len);
+    return -1;
+  }
+  *base = b, *view = v, *mapped = len;
+  return 0;
+}
+
+static void unmap(const double_alloc *a) {
+  if (!a->mapped) {
+    free(a->base);
+    return;
+  }
+  munmap(a->base, a->mapped);
+  munmap(a->view, a->mapped);
+}
+
 static cudaError_t alloc(void **p, size_t bytes, enum cudaMemoryType type) {
   cudaError_t e = double_sticky(double_current_device());
   if (e) return e;
   if (!p) return cudaErrorInvalidValue;
-  *p = calloc(bytes ? bytes : 1, 1);
-  if (!*p) return cudaErrorMemoryAllocation;
-  if ((e = add(*p, bytes ? bytes : 1, type, 0))) free(*p), *p = NULL;
-  else if (type != cudaMemoryTypeHost) double_order_alloc(*p, bytes); /* order.c */
+  char *base = NULL, *view = NULL;
+  size_t mapped = 0;
+  if (type == cudaMemoryTypeDevice && !double_forgives(DOUBLE_FORGIVE_HOST_ACCESS)) {
+    if (map_twice(bytes, &base, &view, &mapped)) return cudaErrorMemoryAllocation;
+  } else if (!(base = view = calloc(bytes ? bytes : 1, 1))) {
+    return cudaErrorMemoryAllocation;
+  }
+  double_alloc a = {base, bytes, type, 0, 0, view, mapped};
+  if ((e = add(base, bytes ? bytes : 1, type, 0, view, mapped))) {
+    unmap(&a);
+    *p = NULL;
+    return e;
+  }
+  *p = base;
+  if (type != cudaMemoryTypeHost) double_order_alloc(*p, bytes); /* order.c */
   return e;
 }
 
@@ -137,10 +190,13 @@ static cudaError_t release(void *p, unsigned kinds) {
   double_alloc a;
   cudaError_t e = double_sticky(double_current_device());
   if (!p) return e;
+  /* cudaFree synchronises the device: it returns once every stream of it is
+   * idle, the allocation still in place for them (switch "free_nowait": at once) */
+  if (!e && !double_forgives(DOUBLE_FORGIVE_FREE_NOWAIT)) cudaDeviceSynchronize();
+  else double_order_host_after_device(double_current_device());
   if (!take(p, kinds, 0, &a)) return e ? e : cudaErrorInvalidValue;
-  double_order_host_after_device(double_current_device()); /* cudaFree synchronises the device */
   double_order_free(p);
-  free(p);
+  unmap(&a);
   return e;
 }
 
@@ -149,7 +205,7 @@ int double_mem_release_now(void *p) {
   double_alloc a;
   if (!take(p, 1u << cudaMemoryTypeDevice, 0, &a)) return -1;
   double_order_free(p);
-  free(p);
+  unmap(&a);
   return 0;
 }
 
@@ -169,7 +225,7 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned int flags) {
   for (size_t at = 0; at < bytes; at += 4096) /* any page already known */
     if (double_mem_find((char *)p + at, 1, &a)) return cudaErrorHostMemoryAlreadyRegistered;
   if (double_mem_find((char *)p + bytes - 1, 1, &a)) return cudaErrorHostMemoryAlreadyRegistered;
-  return add(p, bytes, cudaMemoryTypeHost, 1);
+  return add(p, bytes, cudaMemoryTypeHost, 1, p, 0);
 }
 
 cudaError_t cudaHostUnregister(void *p) {
@@ -186,7 +242,8 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
   if (!attr) return cudaErrorInvalidValue;
   memset(attr, 0, sizeof *attr);
   if (!double_mem_find(p, 0, &a) && double_forgives(DOUBLE_FORGIVE_POINTERS)) {
-    a = (double_alloc){(char *)(uintptr_t)p, 1, cudaMemoryTypeDevice, double_current_device(), 0};
+    a = (double_alloc){(char *)(uintptr_t)p, 1, cudaMemoryTypeDevice, double_current_device(), 0,
+                       (char *)(uintptr_t)p, 0};
   } else if (!double_mem_find(p, 0, &a)) { /* CUDA 11 onwards: plain host memory is no error */
     attr->type = cudaMemoryTypeUnregistered;
     attr->device = -2;

@@ -10,7 +10,7 @@
 
 static const char *const names[DOUBLE_SWITCHES] = {
     "pointers", "abort", "order", "reductions", "p2p_size", "split_early", "share", "group_order",
-    "pageable"};
+    "pageable", "host_access", "free_nowait"};
 static atomic_int state[DOUBLE_SWITCHES];
 static pthread_once_t from_env = PTHREAD_ONCE_INIT;
 

@@ -22,6 +22,9 @@ typedef enum double_switch {
   DOUBLE_FORGIVE_SHARE,      /* "share": splitShare = 1 shares neither abort flag nor stream */
   DOUBLE_FORGIVE_GROUP_ORDER, /* "group_order": a group launches in issue order, not commHash */
   DOUBLE_FORGIVE_PAGEABLE,   /* "pageable": an async copy from pageable memory reads it late */
+  DOUBLE_FORGIVE_HOST_ACCESS, /* "host_access": the host may read and write cudaMalloc memory
+                                 (CUDA: it faults) */
+  DOUBLE_FORGIVE_FREE_NOWAIT, /* "free_nowait": cudaFree returns without waiting for the device */
   DOUBLE_SWITCHES
 } double_switch;
 

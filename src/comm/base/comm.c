@@ -295,9 +295,9 @@ static void scratch_free(mpu_comm *c) {
   c->scratch_bytes = 0;
 }
 
-mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const void *src,
-                             size_t spitch, size_t width, size_t height) {
-  static const char fn[] = "mpu_comm_copy2d";
+/* mpu_comm_copy2d and its enqueue-only form: one check, then the backend's copy. */
+static mpu_result_t copy2d(const char *fn, int enqueue, mpu_comm *comm, void *dst, size_t dpitch,
+                           const void *src, size_t spitch, size_t width, size_t height) {
   size_t dspan = 0, sspan = 0;
   MPU_CHECK(mpu__comm_check(fn, comm));
   if (!width || !height) return MPU_SUCCESS;
@@ -313,10 +313,33 @@ mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const voi
                       "copy into separate storage",
                       fn, dst, dspan, src, sspan);
   MPU_CHECK(mpu__flush(comm));
+  if (enqueue && comm->ops->copy2d_enqueue)
+    return comm->ops->copy2d_enqueue(comm, dst, dpitch, src, spitch, width, height);
   if (comm->ops->copy2d) return comm->ops->copy2d(comm, dst, dpitch, src, spitch, width, height);
   for (size_t i = 0; i < height; i++)
     memmove((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
   return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_copy2d(mpu_comm *comm, void *dst, size_t dpitch, const void *src,
+                             size_t spitch, size_t width, size_t height) {
+  return copy2d("mpu_comm_copy2d", 0, comm, dst, dpitch, src, spitch, width, height);
+}
+
+mpu_result_t mpu__comm_copy2d_enqueue(mpu_comm *c, void *dst, size_t dpitch, const void *src,
+                                      size_t spitch, size_t width, size_t height) {
+  return copy2d("mpu_comm_copy2d", 1, c, dst, dpitch, src, spitch, width, height);
+}
+
+int mpu__comm_ordered(mpu_comm *c, const void *out, size_t bytes) {
+  char why[8];
+  if (!c || !c->ops->order_caller || !c->ops->copy2d_enqueue || mpu__group_open()) return 0;
+  /* plain host memory is read by the host at return: the layer waits for it */
+  return !out || !bytes || !c->ops->check_buffer || c->ops->check_buffer(c, out, bytes, why, sizeof why);
+}
+
+mpu_result_t mpu__comm_order_caller(mpu_comm *c) {
+  return mpu__comm_ordered(c, NULL, 0) ? c->ops->order_caller(c) : MPU_SUCCESS;
 }
 
 /* ---- the communication clock ---------------------------------------------- */

@@ -449,15 +449,35 @@ static mpu_result_t nccl_scratch_resize(mpu_comm *c, void *old, size_t bytes, vo
   return mpu__nccl_cuda_error(cudaMallocAsync(out, bytes, m->stream), fn);
 }
 
-static mpu_result_t nccl_copy2d(mpu_comm *c, void *dst, size_t dpitch, const void *src,
-                                size_t spitch, size_t width, size_t height) {
+static mpu_result_t nccl_copy2d_enqueue(mpu_comm *c, void *dst, size_t dpitch, const void *src,
+                                        size_t spitch, size_t width, size_t height) {
   static const char fn[] = "mpu_comm_copy2d";
   nccl_impl *m = impl_of(c);
   MPU_CHECK(mpu__nccl_begin(c, fn));
-  MPU_CHECK(mpu__nccl_cuda_error(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
-                                         cudaMemcpyDefault, m->stream),
-                       fn));
-  return wait_enqueued(c, fn);
+  return mpu__nccl_cuda_error(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                                cudaMemcpyDefault, m->stream),
+                              fn);
+}
+
+static mpu_result_t nccl_copy2d(mpu_comm *c, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t height) {
+  MPU_CHECK(nccl_copy2d_enqueue(c, dst, dpitch, src, spitch, width, height));
+  return wait_enqueued(c, "mpu_comm_copy2d");
+}
+
+/* The caller's later kernels (on the legacy default stream) wait for what
+ * was enqueued so far, the host does not; the watchdog follows it. On the
+ * caller's own stream (set_stream) stream order does it already. */
+static mpu_result_t nccl_order_caller(mpu_comm *c) {
+  static const char fn[] = "stream-ordered region";
+  nccl_impl *m = impl_of(c);
+  MPU_CHECK(mpu__nccl_usable(c, fn));
+  if (!m->done)
+    MPU_CHECK(mpu__nccl_cuda_error(cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming), fn));
+  MPU_CHECK(mpu__nccl_cuda_error(cudaEventRecord(m->done, m->stream), fn));
+  MPU_CHECK(mpu__nccl_track(m, fn));
+  if (m->on_user_stream) return MPU_SUCCESS;
+  return mpu__nccl_cuda_error(cudaStreamWaitEvent(cudaStreamLegacy, m->done, 0), fn);
 }
 
 static mpu_result_t nccl_native(mpu_comm *c, const mpu__call *k) {
@@ -486,6 +506,8 @@ const mpu__comm_ops mpu__nccl_ops = {
     .mem_free = nccl_mem_free,
     .scratch_resize = nccl_scratch_resize,
     .copy2d = nccl_copy2d,
+    .copy2d_enqueue = nccl_copy2d_enqueue,
+    .order_caller = nccl_order_caller,
     .destroy = mpu__nccl_destroy,
     .check_buffer = nccl_check_buffer,
     .group_start = mpu__nccl_group_start,
