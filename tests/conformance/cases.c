@@ -1043,7 +1043,12 @@ static mpu_result_t case_memory_bad_input(mpu_comm *world, void *suite) {
   CHECK_ERR(BAD, mpu_comm_mem_free(world, stack));
   CHECK_ERR(BAD, mpu_comm_mem_free(world, p + 1));
   CHECK_OK(mpu_comm_mem_free(world, p));
-  CHECK_ERR(BAD, mpu_comm_mem_free(world, p)); /* twice */
+  /* twice: refused. Ranks that share a process may be handed p's address
+   * again at once (cudaMalloc reuses it, as the NCCL double's mmap does),
+   * so no rank allocates between the two frees */
+  CHECK_OK(mpu_comm_barrier(world));
+  CHECK_ERR(BAD, mpu_comm_mem_free(world, p));
+  CHECK_OK(mpu_comm_barrier(world));
   p = NULL;
   CHECK_OK(mpu_comm_mem_free(world, NULL));
   CHECK_OK(mpu_comm_mem_alloc(world, 0, (void **)&q));
