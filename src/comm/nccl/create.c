@@ -345,7 +345,7 @@ static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **ou
   MPU_CHECK(take_options(fn, options, &full));
   options = &full;
   mpu__rendezvous_env env;
-  MPU_CHECK(mpu__rendezvous_read_env(&env));
+  MPU_CHECK(mpu__rendezvous_read_env(fn, &env));
   int device = 0;
   MPU_CHECK(pick_device(fn, options, env.local_rank, &device));
   ncclUniqueId id;
