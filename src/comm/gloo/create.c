@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <netdb.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,12 +88,23 @@ static void listen_on(const char *master, char *host, size_t cap, int *is_iface)
   host[cap - 1] = 0;
 }
 
+/* A write to a connection a peer closed raises SIGPIPE, which would end the
+ * process (gloo does not ask send(2) not to): ignored, as Python (and so
+ * torch) ignores it, unless the program chose a handler of its own. */
+static void ignore_sigpipe(void) {
+  struct sigaction old;
+  if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL &&
+      !(old.sa_flags & SA_SIGINFO))
+    signal(SIGPIPE, SIG_IGN);
+}
+
 /* Connect rank `rank` of `size` through rv's folder. */
 static mpu_result_t connect_mesh(const char *fn, mpu__rendezvous *rv, const char *master,
                                  int rank, int size, double timeout_s, mpu__gl **out) {
   char host[256], err[512] = "";
   int is_iface = 0;
   listen_on(master, host, sizeof host, &is_iface);
+  ignore_sigpipe();
   store_ctx sc = {mpu__rendezvous_store(rv), mpu__rendezvous_base(rv)};
   mpu__gl_store st = {&sc, store_set, store_get};
   if (!mpu__gl_connect(host, is_iface, rank, size, &st, timeout_s, out, err, sizeof err))
@@ -246,26 +258,36 @@ mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *wha
   char names[200], why[sizeof m->why];
   rank_list(c, pending, names, sizeof names);
   mpu_result_t code = MPU_ERR_ABORTED;
-  int who = -1;
-  char reason[256] = "";
+  int who = -1, first = -1;
+  for (int p = 0; pending && p < c->size && first < 0; p++)
+    if (pending[p]) first = p;
+  char reason[256] = "", said[256];
   if (rc == 1) {
     code = MPU_ERR_TIMEOUT;
     snprintf(why, sizeof why, "%s timed out after %.3g s waiting for %s from %s (communicator "
              "of %d ranks)", fn, m->timeout_s, what, names[0] ? names : "its peers", c->size);
+    /* gloo closed this rank's connections: a peer that waits on them finds who was late */
+    snprintf(said, sizeof said, "did not come within %.3g s (rank %d gave up waiting)",
+             m->timeout_s, c->rank);
+    if (first >= 0) mpu__rendezvous_post_abort(m->rv, first, said);
   } else {
-    /* the aborting rank posts before it closes: the key is there, or soon */
+    /* an aborting rank, or the first to see a rank gone, posts before its
+     * connections close: the key is there, or soon */
     double until = mpu__now() + ABORT_LOOK_S;
     int seen = 0;
     while (!(seen = mpu__rendezvous_poll_abort(m->rv, &who, reason, sizeof reason)) &&
            mpu__now() < until)
       usleep(20000);
-    if (seen)
-      snprintf(why, sizeof why, "%s: rank %d aborted (%s) while this rank waited for %s", fn,
-               who, reason, what);
-    else
+    if (seen) {
+      snprintf(why, sizeof why, "%s: rank %d %s, while this rank waited for %s", fn, who, reason,
+               what);
+    } else {
       snprintf(why, sizeof why, "%s: lost the connection to %s while waiting for %s (the "
                "process exited or its connections closed): gloo: %s", fn,
                names[0] ? names : "a peer", what, gloo ? gloo : "");
+      snprintf(said, sizeof said, "is gone: its connections closed (rank %d saw it)", c->rank);
+      if (first >= 0) mpu__rendezvous_post_abort(m->rv, first, said);
+    }
   }
   pthread_mutex_lock(&m->lock);
   if (!m->broken) {
@@ -273,7 +295,8 @@ mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *wha
     memcpy(m->why, why, sizeof why);
   }
   pthread_mutex_unlock(&m->lock);
-  mpu__gl_close(m->g); /* the peers still waiting on this rank learn at once */
+  /* the connections stay open (a peer may still be taking what this rank
+   * sent): closing them would make the peers name this rank, not the lost one */
   return mpu__error(code, "%s", why);
 }
 
@@ -288,7 +311,7 @@ static mpu_result_t gloo_abort(mpu_comm *c) {
     snprintf(m->why, sizeof m->why, "rank %d aborted it (mpu_comm_abort)", c->rank);
   }
   pthread_mutex_unlock(&m->lock);
-  if (first && m->rv) mpu__rendezvous_post_abort(m->rv, c->rank, "mpu_comm_abort");
+  if (first && m->rv) mpu__rendezvous_post_abort(m->rv, c->rank, "aborted (mpu_comm_abort)");
   mpu__gl_close(m->g);
   return MPU_SUCCESS;
 }
