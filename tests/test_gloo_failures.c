@@ -5,6 +5,9 @@
  *             MPU_ERR_TIMEOUT naming rank 3, and their next call at once
  *   abort     rank 1 calls mpu_comm_abort: the others' all_reduce fails
  *             with MPU_ERR_ABORTED naming rank 1
+ *   abort_thread  rank 1 aborts from a second thread while its main thread
+ *             waits in an all_reduce (rank 3 comes late): that wait returns
+ *             at once, and every rank fails with MPU_ERR_ABORTED naming rank 1
  *   exit      rank 2 exits without a word: the others fail with
  *             MPU_ERR_ABORTED naming rank 2
  *   mismatch  rank 2 asks for another count: MPU_ERR_MISMATCH on every
@@ -14,6 +17,7 @@
  * Timeouts are MPU_TIMEOUT's (ctest sets a few seconds). Exits 0 when every
  * rank saw what it should.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +36,12 @@ static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *abort_later(void *w) {
+  sleep(1);
+  mpu_comm_abort(w);
+  return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -84,6 +94,18 @@ int main(int argc, char **argv) {
     if (r != MPU_ERR_ABORTED || !strstr(mpu_last_error(), want))
       return fail(rank, mode, "want MPU_ERR_ABORTED naming the rank", r);
     printf("rank %d, %s: %s\n", rank, mode, mpu_last_error());
+  } else if (!strcmp(mode, "abort_thread")) {
+    pthread_t t;
+    if (rank == 1 && pthread_create(&t, NULL, abort_later, w)) return fail(rank, mode, "thread", 0);
+    if (rank == 3) sleep(4); /* so rank 1's main thread is still waiting when it aborts */
+    double t0 = now();
+    r = mpu_comm_all_reduce(w, x, y, 1, MPU_FLOAT64, MPU_SUM);
+    if (rank == 1) pthread_join(t, NULL);
+    if (r != MPU_ERR_ABORTED || !strstr(mpu_last_error(), "rank 1"))
+      return fail(rank, mode, "want MPU_ERR_ABORTED naming rank 1", r);
+    if (rank == 1 && now() - t0 > 3.0) /* rank 3 comes at 4 s; MPU_TIMEOUT is 5 s */
+      return fail(rank, mode, "the abort did not end the waiting call at once", r);
+    printf("rank %d, %s after %.1f s: %s\n", rank, mode, now() - t0, mpu_last_error());
   } else if (!strcmp(mode, "mismatch")) {
     r = mpu_comm_all_reduce(w, x, y, rank == 2 ? 2 : 1, MPU_FLOAT64, MPU_SUM);
     if (r != MPU_ERR_MISMATCH || !strstr(mpu_last_error(), "rank 2"))
@@ -93,7 +115,7 @@ int main(int argc, char **argv) {
     if (r || y[0] != size || y[1] != size)
       return fail(rank, mode, "want the next all_reduce to work", r);
   } else {
-    fprintf(stderr, "usage: %s timeout|abort|exit|mismatch|unchecked\n", argv[0]);
+    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|mismatch|unchecked\n", argv[0]);
     return 2;
   }
   mpu_comm_destroy(w);

@@ -92,6 +92,20 @@ static mpu_result_t run_round(mpu_comm *c, const char *fn, const char *what, int
     if (rc) failed_at = j;
   }
   double deadline = mpu__now() + m->timeout_s;
+  mpu__gl_buf **all = rb; /* rb and sb side by side: one list for an abort to interrupt */
+  if (!rc) {
+    mpu_result_t w = MPU_SUCCESS;
+    if ((all = malloc(2 * (size_t)n * sizeof *all))) {
+      memcpy(all, rb, (size_t)n * sizeof *all);
+      memcpy(all + n, sb, (size_t)n * sizeof *all);
+      w = mpu__gloo_watch(c, fn, all, 2 * n);
+    }
+    if (!all || w) {
+      for (int j = 0; j < n; j++) mpu__gl_buf_free(rb[j]), mpu__gl_buf_free(sb[j]);
+      free(rb), free(sb), free(pending), free(all);
+      return all ? w : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
+    }
+  }
   /* receives first, from the next rank on; then the sends (a send completes
    * once its peer took it) */
   for (int pass = 0; pass < 2 && !rc; pass++) {
@@ -104,8 +118,9 @@ static mpu_result_t run_round(mpu_comm *c, const char *fn, const char *what, int
         rc = pass ? mpu__gl_wait_send(b[j], left, &peer, err, sizeof err)
                   : mpu__gl_wait_recv(b[j], left, &peer, err, sizeof err);
         if (rc) pending[j] = 1, failed_at = j;
-      } else if (!pass) {
-        /* after a failure: who else had come (a completed wait returns at once) */
+      } else if (!pass && rc == 1) {
+        /* after a timeout (gloo closed the connections): who else had come (a
+         * completed wait returns at once) */
         char ignored[64];
         pending[j] = mpu__gl_wait_recv(b[j], 0.001, &peer, ignored, sizeof ignored) != 0;
       } else {
@@ -113,6 +128,7 @@ static mpu_result_t run_round(mpu_comm *c, const char *fn, const char *what, int
       }
     }
   }
+  if (all != rb) mpu__gloo_unwatch(c), free(all);
   mpu_result_t r = MPU_SUCCESS;
   if (rc) {
     if (rc < 0 && failed_at >= 0) { /* a connection failed: that peer is the one named */
@@ -414,8 +430,16 @@ static mpu_result_t take(mpu_comm *c, const char *fn, int peer, int slot_kind, v
   char err[512] = "";
   int got = -1, rc = -1;
   mpu__gl_buf *b = mpu__gl_buf_new(m->g, p, n, err, sizeof err);
-  if (b && !mpu__gl_recv(b, peer, SLOT(slot_kind), 0, n, err, sizeof err))
+  if (b && !mpu__gl_recv(b, peer, SLOT(slot_kind), 0, n, err, sizeof err)) {
+    mpu_result_t w = mpu__gloo_watch(c, fn, &b, 1);
+    if (w) {
+      mpu__gl_close(m->g); /* aborted: nothing may land in p after this returns */
+      mpu__gl_buf_free(b);
+      return w;
+    }
     rc = mpu__gl_wait_recv(b, m->timeout_s, &got, err, sizeof err);
+    mpu__gloo_unwatch(c);
+  }
   mpu__gl_buf_free(b);
   if (!rc) return MPU_SUCCESS;
   unsigned char *who = calloc((size_t)c->size, 1);

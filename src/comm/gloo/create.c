@@ -248,6 +248,22 @@ mpu_result_t mpu__gloo_usable(mpu_comm *c, const char *fn) {
   return mpu__error(r, "%s: the communicator is broken: %s", fn, why);
 }
 
+mpu_result_t mpu__gloo_watch(mpu_comm *c, const char *fn, mpu__gl_buf **bufs, int n) {
+  gloo_impl *m = gloo_of(c);
+  pthread_mutex_lock(&m->lock);
+  int broken = m->broken != MPU_SUCCESS;
+  if (!broken) m->waiting = bufs, m->nwaiting = n;
+  pthread_mutex_unlock(&m->lock);
+  return broken ? mpu__gloo_usable(c, fn) : MPU_SUCCESS;
+}
+
+void mpu__gloo_unwatch(mpu_comm *c) {
+  gloo_impl *m = gloo_of(c);
+  pthread_mutex_lock(&m->lock);
+  m->waiting = NULL, m->nwaiting = 0;
+  pthread_mutex_unlock(&m->lock);
+}
+
 mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *what,
                             const unsigned char *pending, const char *gloo) {
   gloo_impl *m = gloo_of(c);
@@ -310,6 +326,9 @@ static mpu_result_t gloo_abort(mpu_comm *c) {
     m->broken = MPU_ERR_ABORTED;
     snprintf(m->why, sizeof m->why, "rank %d aborted it (mpu_comm_abort)", c->rank);
   }
+  /* the owner's thread may be waiting in a call: its waits return now */
+  for (int i = 0; i < m->nwaiting; i++)
+    if (m->waiting[i]) mpu__gl_buf_interrupt(m->waiting[i]);
   pthread_mutex_unlock(&m->lock);
   if (first && m->rv) mpu__rendezvous_post_abort(m->rv, c->rank, "aborted (mpu_comm_abort)");
   mpu__gl_close(m->g);

@@ -38,6 +38,8 @@ typedef struct gloo_impl {
   pthread_mutex_t lock; /* broken and why: mpu_comm_abort may come from any thread */
   mpu_result_t broken;  /* MPU_SUCCESS while usable */
   char why[640];
+  mpu__gl_buf **waiting; /* the buffers the owner waits on now (NULL: none); an abort */
+  int nwaiting;          /* from another thread interrupts their waits */
   gloo_pending *sends, **sends_tail;
   gloo_pending *to_self, **to_self_tail; /* sends to this rank itself (bytes only, no buf) */
   gloo_made *made;
@@ -52,6 +54,10 @@ static inline gloo_impl *gloo_of(const mpu_comm *c) { return (gloo_impl *)c->imp
  * abort posted in the store is named as such. */
 mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *what,
                             const unsigned char *pending, const char *gloo);
+/* The owner's thread waits on bufs[0..n) from now until unwatch (an abort
+ * interrupts them); MPU_SUCCESS, or the error that broke c meanwhile. */
+mpu_result_t mpu__gloo_watch(mpu_comm *c, const char *fn, mpu__gl_buf **bufs, int n);
+void mpu__gloo_unwatch(mpu_comm *c);
 /* MPU_SUCCESS, or the error that broke c (said again for fn). */
 mpu_result_t mpu__gloo_usable(mpu_comm *c, const char *fn);
 

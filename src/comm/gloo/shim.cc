@@ -211,6 +211,14 @@ int mpu__gl_wait_send(mpu__gl_buf *b, double timeout_s, int *peer, char *err, si
   }
 }
 
+void mpu__gl_buf_interrupt(mpu__gl_buf *b) {
+  try {
+    b->ub->abortWaitRecv();
+    b->ub->abortWaitSend();
+  } catch (...) {
+  }
+}
+
 int mpu__gl_sends_done(mpu__gl_buf *b) {
   try {
     return Peek::sends_done(b->ub.get());

@@ -55,6 +55,8 @@ int mpu__gl_recv(mpu__gl_buf *b, int peer, uint64_t slot, size_t off, size_t n, 
  * -1 on a failed connection (gloo's message in err). */
 int mpu__gl_wait_recv(mpu__gl_buf *b, double timeout_s, int *peer, char *err, size_t errn);
 int mpu__gl_wait_send(mpu__gl_buf *b, double timeout_s, int *peer, char *err, size_t errn);
+/* Make b's waits, now and later, return -1 at once (any thread). */
+void mpu__gl_buf_interrupt(mpu__gl_buf *b);
 /* Sends of b that completed and were not waited for yet (never blocks). */
 int mpu__gl_sends_done(mpu__gl_buf *b);
 
