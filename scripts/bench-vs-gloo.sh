@@ -7,18 +7,19 @@
 # both alike. Prints, for each size, the median over rounds of each side's
 # mean time per call (the slowest rank's), their ratio, mpu's time with call
 # checking on, and the load average seen. Exits 77 with one line when the
-# Python at MPU_PYENV (default build/pyenv) has no torch.
+# Python (PYTHON, else MPU_PYENV/bin/python, MPU_PYENV defaulting to
+# build/pyenv) has no torch.
 #
-# Usage: [ITERS=200] [MPU_PYENV=DIR] scripts/bench-vs-gloo.sh [SIZE[,SIZE...]] [ROUNDS (default 3)]
+# Usage: [ITERS=200] [PYTHON=...] scripts/bench-vs-gloo.sh [SIZE[,SIZE...]] [ROUNDS (default 3)]
 #        SIZE: bytes per rank (8, 1K, 64M); default 8,1K,64K,1M,16M,64M
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=${1:-8,1K,64K,1M,16M,64M} rounds=${2:-3} iters=${ITERS:-200} ranks=4
-py=${MPU_PYENV:-build/pyenv}/bin/python
+py=${PYTHON:-${MPU_PYENV:-build/pyenv}/bin/python}
 mpu=build/bin/mpu
 run=tests/gloo_run.sh
 if ! "$py" -c 'import torch' 2>/dev/null; then
-  echo "bench-vs-gloo.sh: no torch in ${MPU_PYENV:-build/pyenv} (scripts/pyenv.sh installs it): skipped"
+  echo "bench-vs-gloo.sh: $py cannot import torch (scripts/pyenv.sh installs it in build/pyenv): skipped"
   exit 77
 fi
 tmp=$(mktemp -d)

@@ -258,7 +258,8 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
     if (r) break;
     for (int j = 0; j < n; j++) {
       rd->sp[j] = mine, rd->sn[j] = to_all || j == root ? len[me] : 0;
-      rd->rp[j] = (char *)recv + off[j], rd->rn[j] = to_all || me == root ? len[j] : 0;
+      rd->rn[j] = to_all || me == root ? len[j] : 0; /* a reduce's other ranks take nothing */
+      rd->rp[j] = rd->rn[j] ? (char *)recv + off[j] : NULL;
     }
     r = run_round(c, fn, "the reduced chunks", SLOT_GATHER, rd);
     break;
