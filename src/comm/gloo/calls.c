@@ -231,6 +231,26 @@ static int mul_ok(size_t a, size_t b, size_t *out) {
   return 1;
 }
 
+/* The communicator's staging buffer of at least n pieces of stride bytes,
+ * kept for its next calls (a fresh one per call would fault in every page of
+ * a large all_reduce's staging again); NULL when out of memory. */
+static char *staging(mpu_comm *c, const char *fn, size_t stride, mpu_result_t *r) {
+  gloo_impl *m = gloo_of(c);
+  size_t bytes = 0;
+  if (!mul_ok(stride, (size_t)c->size, &bytes)) bytes = SIZE_MAX;
+  if (!bytes) bytes = 1; /* an empty call still gets a buffer (NULL means out of memory) */
+  if (bytes > m->staging_bytes) {
+    void *p = bytes == SIZE_MAX ? NULL : malloc(bytes);
+    if (!p) {
+      *r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes of staging", fn, bytes);
+      return NULL;
+    }
+    free(m->staging);
+    m->staging = p, m->staging_bytes = bytes;
+  }
+  return m->staging;
+}
+
 /* The data rounds of one call (after its check): the one switch on the
  * collective. */
 static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, round *rd) {
@@ -240,7 +260,7 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
   size_t *off = calloc((size_t)n, sizeof *off), *len = calloc((size_t)n, sizeof *len);
   char *tmp = NULL;
   mpu_result_t r = off && len ? MPU_SUCCESS : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
-  size_t tmp_bytes = 0, stride = 0;
+  size_t stride = 0;
   switch (r ? MPU_COLL_KINDS : (mpu_collective)call->sig.kind) {
   case MPU_COLL_ALL_REDUCE:
   case MPU_COLL_REDUCE: /* chunk k reduced on rank k, then to everyone (or the root) */
@@ -248,10 +268,7 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
       off[j] = mpu__chunk_lo(count, n, j) * es,
       len[j] = (mpu__chunk_lo(count, n, j + 1) - mpu__chunk_lo(count, n, j)) * es;
     stride = len[0];
-    if (!mul_ok(stride, (size_t)n, &tmp_bytes) || !(tmp = malloc(tmp_bytes ? tmp_bytes : 1))) {
-      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes of staging", fn, tmp_bytes);
-      break;
-    }
+    if (!(tmp = staging(c, fn, stride, &r))) break;
     int to_all = call->sig.kind == MPU_COLL_ALL_REDUCE;
     char *mine = to_all || me == root ? (char *)recv + off[me] : tmp + (size_t)me * stride;
     r = spread_reduce(c, fn, call, rd, off, len, tmp, stride, mine, len[me] / es);
@@ -271,10 +288,7 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
       off[j] = at * es, len[j] = k * es, at += k;
     }
     stride = len[me];
-    if (!mul_ok(stride, (size_t)n, &tmp_bytes) || !(tmp = malloc(tmp_bytes ? tmp_bytes : 1))) {
-      r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu bytes of staging", fn, tmp_bytes);
-      break;
-    }
+    if (!(tmp = staging(c, fn, stride, &r))) break;
     r = spread_reduce(c, fn, call, rd, off, len, tmp, stride, recv, len[me] / es);
     break;
   }
@@ -324,7 +338,7 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
   default:
     if (!r) r = mpu__error(MPU_ERR_INTERNAL, "%s: collective %d", fn, call->sig.kind);
   }
-  free(tmp), free(off), free(len);
+  free(off), free(len); /* tmp is the communicator's */
   return r;
 }
 

@@ -354,6 +354,7 @@ static void gloo_destroy(mpu_comm *c) {
     free(k);
   }
   pthread_mutex_destroy(&m->lock);
+  free(m->staging);
   free(m);
   c->impl = NULL;
 }

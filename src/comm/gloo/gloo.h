@@ -43,6 +43,8 @@ typedef struct gloo_impl {
   gloo_pending *sends, **sends_tail;
   gloo_pending *to_self, **to_self_tail; /* sends to this rank itself (bytes only, no buf) */
   gloo_made *made;
+  void *staging; /* the reductions' pieces from the peers (calls.c), kept between calls */
+  size_t staging_bytes;
 } gloo_impl;
 
 static inline gloo_impl *gloo_of(const mpu_comm *c) { return (gloo_impl *)c->impl; }
