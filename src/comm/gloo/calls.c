@@ -10,9 +10,10 @@
  *           An all_reduce of at most 64 bytes travels in it, reduced by every
  *           rank on arrival: one round in all. all_to_all_v adds a round of
  *           count rows, so every rank sees every pair's counts agree.
- *   data    one or two rounds by the table in start (the one switch on the
+ *   data    one or two rounds by the table in data (the one switch on the
  *           collective), e.g. all_reduce = chunk k of every input to rank k,
- *           reduced there, then every reduced chunk to every rank.
+ *           reduced there, then every reduced chunk to every rank; inputs of
+ *           at most 32 KiB together go whole to every rank in one round.
  *
  * Reductions are base/reduce.c's, sources in rank order, so results equal
  * the threads and MPI backends' bit for bit. Sends are eager: send copies
@@ -32,6 +33,10 @@ enum { SLOT_SIG = 1, SLOT_ROWS, SLOT_SPREAD, SLOT_GATHER, SLOT_TOKEN, SLOT_HEAD,
 #define SLOT(k) ((UINT64_C(0x6d7075) << 40) | (uint64_t)(k))
 
 #define INLINE_BYTES 64
+/* an all_reduce or reduce whose inputs together are at most this: one round,
+ * every input to every rank (or the root), where two rounds of chunks would
+ * only add a round trip (the MPI backend's rule too) */
+#define SMALL_BYTES (32u << 10)
 
 typedef struct rec {
   mpu__sig sig;
@@ -264,6 +269,13 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
   switch (r ? MPU_COLL_KINDS : (mpu_collective)call->sig.kind) {
   case MPU_COLL_ALL_REDUCE:
   case MPU_COLL_REDUCE: /* chunk k reduced on rank k, then to everyone (or the root) */
+    if ((size_t)n * each <= SMALL_BYTES) { /* small: every input to every rank (or the root) */
+      int to_all = call->sig.kind == MPU_COLL_ALL_REDUCE;
+      for (int j = 0; j < n; j++) off[j] = 0, len[j] = to_all || j == root ? each : 0;
+      if ((tmp = staging(c, fn, each, &r)))
+        r = spread_reduce(c, fn, call, rd, off, len, tmp, each, recv, len[me] / es);
+      break;
+    }
     for (int j = 0; j < n; j++)
       off[j] = mpu__chunk_lo(count, n, j) * es,
       len[j] = (mpu__chunk_lo(count, n, j + 1) - mpu__chunk_lo(count, n, j)) * es;
