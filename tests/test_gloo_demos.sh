@@ -3,7 +3,7 @@
 # torchrun starts them: by hand (MODE hand: tests/gloo_run.sh sets RANK,
 # WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; rank 0 serves the store)
 # or by torchrun itself (MODE torchrun: torchrun --standalone
-# --nproc_per_node 4, whose agent serves the store,
+# --nproc_per_node 4 --no-python, whose agent serves the store,
 # TORCHELASTIC_USE_AGENT_STORE=True). The demo's step lines equal the thread
 # ranks' and its checks pass; the bench finds 0 wrong elements.
 # torchrun mode exits 77 with one line when PYENV's Python has no torch.
@@ -17,7 +17,7 @@ ok() { passes=$((passes+1)); }
 bad() { echo "FAIL: $*"; fails=$((fails+1)); }
 if [ "$mode" = torchrun ]; then
   "$py" -c 'import torch' 2>/dev/null || { echo "test_gloo_demos.sh: no torch in $4: skipped"; exit 77; }
-  launch() { "$py" -m torch.distributed.run --standalone --nproc_per_node 4 "$mpu" "$@"; }
+  launch() { "$py" -m torch.distributed.run --standalone --nproc_per_node 4 --no-python "$mpu" "$@"; }
 else
   launch() { "$gloo_run" 4 "$mpu" "$@"; }
 fi
