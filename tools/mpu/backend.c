@@ -5,6 +5,7 @@
 #include "backend.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -22,6 +23,11 @@ tool_backend tool_parse_backend(const char *cmd, const char *name) {
   }
   if (!strcmp(name, "gloo")) {
     if (!mpu_gloo_available()) cli_usage_error(cmd, "%s", mpu_last_error());
+    if (!getenv("RANK") || !getenv("WORLD_SIZE"))
+      cli_usage_error(cmd, "--backend gloo runs as a process of a torchrun job, but RANK and "
+                           "WORLD_SIZE are not set (torchrun --standalone --nproc_per_node N "
+                           "--no-python $(which mpu) %s ..., or set RANK, WORLD_SIZE, "
+                           "MASTER_ADDR and MASTER_PORT by hand)", cmd);
     return TOOL_GLOO;
   }
   cli_usage_error(cmd, "--backend wants threads, mpi, gloo or nccl, not '%s'", name);
