@@ -5,6 +5,8 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev python3 libopenmpi-dev openmpi-bin)
+# the gloo backend (libmpu_gloo; optional at configure, left out without it)
+packages+=(libgloo-dev)
 if [ "${1:-}" = "--test" ]; then
   # valgrind for the leak checks, clang for the fuzzer, chromium for the HTML picture's browser test
   packages+=(valgrind clang libclang-rt-14-dev chromium)

@@ -18,7 +18,9 @@
 #                    against raw Open MPI under N busy-loop processes each (0: none), which
 #                    scripts/bench-vs-mpi.sh starts and always stops; needs mpirun
 #   --only NAME      just that table (sweep, collectives, small, mpi, contention, checked, plan,
-#                    gpt, torch)
+#                    gpt, torch, gloo)
+# The gloo table (--compare-torch too) times mpu's gloo backend beside torch's ProcessGroupGloo
+# on 4 processes (scripts/bench-vs-gloo.sh), with PYTHON's torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 write=0 quick=0 torch=0 only=() loads=
@@ -207,6 +209,16 @@ if wanted gpt; then
     for m in selective full; do "$mpu" demo gpt --bench --recompute "$m" 2>/dev/null | awk -v m="$m" '/^ +[12] / {print $0 "   (recompute " m ")"}'; done
     echo '```'; } >>"$out"
   footer gpt
+fi
+if [ $torch = 1 ] && wanted gloo; then
+  if ! "$PYTHON" -c 'import torch' 2>/dev/null || [ ! -e build/lib/libmpu_gloo.so.0 ]; then
+    echo "perf-report.sh: no torch in $PYTHON or no gloo backend in build/: the gloo table is skipped"
+  else
+    header gloo "bash scripts/bench-vs-gloo.sh 8,1K,64K,1M,16M,64M $rounds"
+    PYTHON=$PYTHON ITERS=${iters:+20} bash scripts/bench-vs-gloo.sh 8,1K,64K,1M,16M,64M "$rounds" >"$tmp/gloo.txt"
+    { grep '^|' "$tmp/gloo.txt"; echo; sed -n 's/^# /_/p' "$tmp/gloo.txt" | sed 's/$/._/'; } >>"$out"
+    footer gloo
+  fi
 fi
 if [ $torch = 1 ] && wanted torch; then
   if ! "$PYTHON" -c 'import torch' 2>/dev/null; then

@@ -5,6 +5,9 @@ Each ```c block must follow a marker comment that says how it runs:
 
     <!-- test: program -->            a whole program: compile, run
     <!-- test: program mpi N -->      a whole program: run under mpirun -n N
+    <!-- test: program gloo N -->     a whole program: N processes with torchrun's
+                                      variables (tests/gloo_run.sh), where the
+                                      gloo backend was built
     <!-- test: main -->               the block is the body of main()
     <!-- test: rank N -->             the body of a rank function (world, rank,
                                       size in scope), run on N thread ranks
@@ -144,6 +147,11 @@ def main():
                         print("skip %s: no MPI here" % where)
                         continue
                     run_with = mpirun + ["-n", args[1]]
+                if args[:1] == ["gloo"]:
+                    if not os.path.exists(os.path.join(build, "lib", "libmpu_gloo.so.0")):
+                        print("skip %s: no gloo backend in this build" % where)
+                        continue
+                    run_with = ["sh", os.path.join(src, "tests", "gloo_run.sh"), args[1]]
             elif kind == "main":
                 text = HEADER + prelude + MAIN.format(body=body)
             elif kind == "rank":

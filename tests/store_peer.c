@@ -24,6 +24,8 @@
 #include "mpu/result.h"
 #include "mpu.h"
 
+#define WHO "store_peer"
+
 static int failed;
 
 static void expect(int ok, const char *what) {
@@ -95,7 +97,7 @@ static int rendezvous(void) {
   mpu__rendezvous_env env;
   unsigned char blob[128];
   mpu__rendezvous *rv = NULL;
-  if (mpu__rendezvous_read_env(&env)) {
+  if (mpu__rendezvous_read_env(WHO, &env)) {
     fprintf(stderr, "store_peer: %s\n", mpu_last_error());
     return 1;
   }

@@ -56,7 +56,8 @@ assert d["time"] == "the least of the ranks\x27 means" and d["dtype"] == "uint8"
 assert all(r["type"] == "uint8" and r["raw_mpi_us"] is None and r["checked_us"] is None and r["root"] is None for r in d["rows"])
 ' && ok || bad "bench -a 2 -z 1 -d uint8 json (null where absent)"
 expect_usage_error bench --format xml
-expect_usage_error bench --backend gloo
+expect_usage_error bench --backend nonesuch
+expect_usage_error bench --backend gloo # outside a torchrun job: RANK and WORLD_SIZE unset
 # empty list elements, overflowing sizes, wrong limits in messages
 expect_usage_error bench -t 2,,4
 expect_usage_error bench -t 2,

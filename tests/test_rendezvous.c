@@ -37,6 +37,8 @@
 #include "core/clock.h"
 #include "mpu.h"
 
+#define WHO "mpu_comm_nccl_from_env" /* the call whose messages the checks read */
+
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -315,7 +317,7 @@ static int child(int rank, int world, int port, const char *addr, int delay_ms, 
   set_env(rank, world, port, addr);
   if (delay_ms) sleep_ms(delay_ms);
   mpu__rendezvous_env env;
-  if (mpu__rendezvous_read_env(&env)) return 10;
+  if (mpu__rendezvous_read_env(WHO, &env)) return 10;
   unsigned char blob[128];
   for (int i = 0; i < 128; i++) blob[i] = rank == 0 ? (unsigned char)(i * 7 + 3) : 0;
   mpu__rendezvous *rv = NULL;
@@ -491,7 +493,7 @@ static void test_keyless_claim(void **state) {
 static int child_empty(int rank, int port) {
   set_env(rank, 2, port, "127.0.0.1");
   mpu__rendezvous_env env;
-  if (mpu__rendezvous_read_env(&env)) return 10;
+  if (mpu__rendezvous_read_env(WHO, &env)) return 10;
   mpu__rendezvous *rv = NULL;
   mpu_result_t r = mpu__rendezvous_join(&env, NULL, 0, 20, &rv);
   if (r) fprintf(stderr, "rank %d: %s\n", rank, mpu_last_error());
@@ -526,15 +528,15 @@ static void test_env_errors(void **state) {
   (void)state;
   mpu__rendezvous_env env;
   set_env(0, 2, 29500, "127.0.0.1");
-  assert_int_equal(mpu__rendezvous_read_env(&env), MPU_SUCCESS);
+  assert_int_equal(mpu__rendezvous_read_env(WHO, &env), MPU_SUCCESS);
   assert_int_equal(env.world_size, 2);
   assert_false(env.agent_store);
   unsetenv("RANK");
-  assert_int_equal(mpu__rendezvous_read_env(&env), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu__rendezvous_read_env(WHO, &env), MPU_ERR_INVALID_USAGE);
   assert_non_null(strstr(mpu_last_error(), "RANK is not set"));
   set_env(0, 2, 29500, "127.0.0.1");
   unsetenv("MASTER_ADDR"); /* never a silent 127.0.0.1 */
-  assert_int_equal(mpu__rendezvous_read_env(&env), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu__rendezvous_read_env(WHO, &env), MPU_ERR_INVALID_USAGE);
   assert_non_null(strstr(mpu_last_error(), "MASTER_ADDR is not set"));
   static const char *bad[][2] = {{"RANK", "2"},        {"RANK", "-1"},  {"RANK", "1x"},
                                  {"WORLD_SIZE", "0"},   {"WORLD_SIZE", ""}, {"MASTER_PORT", "0"},
@@ -544,17 +546,17 @@ static void test_env_errors(void **state) {
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     set_env(0, 2, 29500, "127.0.0.1");
     setenv(bad[i][0], bad[i][1], 1);
-    mpu_result_t r = mpu__rendezvous_read_env(&env);
+    mpu_result_t r = mpu__rendezvous_read_env(WHO, &env);
     assert_int_not_equal(r, MPU_SUCCESS);
     assert_non_null(strstr(mpu_last_error(), bad[i][0]));
     unsetenv("TORCHELASTIC_USE_AGENT_STORE");
     unsetenv("TORCHELASTIC_RESTART_COUNT");
   }
   set_env(0, 2, 29500, "no-such-host.invalid");
-  assert_int_equal(mpu__rendezvous_read_env(&env), MPU_SUCCESS);
+  assert_int_equal(mpu__rendezvous_read_env(WHO, &env), MPU_SUCCESS);
   mpu__rendezvous *rv = NULL;
   set_env(1, 2, 29500, "no-such-host.invalid");
-  assert_int_equal(mpu__rendezvous_read_env(&env), MPU_SUCCESS);
+  assert_int_equal(mpu__rendezvous_read_env(WHO, &env), MPU_SUCCESS);
   assert_int_equal(mpu__rendezvous_join(&env, NULL, 0, 1, &rv), MPU_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(mpu_last_error(), "no-such-host.invalid"));
 }
@@ -563,7 +565,7 @@ static void test_no_rank0(void **state) {
   (void)state;
   set_env(1, 2, port_for_test(7), "127.0.0.1");
   mpu__rendezvous_env env;
-  assert_int_equal(mpu__rendezvous_read_env(&env), MPU_SUCCESS);
+  assert_int_equal(mpu__rendezvous_read_env(WHO, &env), MPU_SUCCESS);
   char blob[128];
   mpu__rendezvous *rv = NULL;
   double t0 = mpu__now();

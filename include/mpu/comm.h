@@ -243,6 +243,39 @@ MPU_API mpu_result_t mpu_comm_host_twin(const mpu_comm *comm, mpu_comm **host);
  */
 MPU_API mpu_result_t mpu_comm_nccl_handle(const mpu_comm *comm, void **nccl_comm);
 
+/* ---- the gloo backend ------------------------------------------------------ */
+
+/* 1 if the gloo backend can be used, else 0 with mpu_last_error() saying
+ * what is missing. The backend is its own library, libmpu_gloo (it needs
+ * gloo, Debian's libgloo-dev): linked by the program, or loaded here on first
+ * use. Host memory, many processes on one host or many, as torch's
+ * ProcessGroupGloo (docs/gloo.md). */
+MPU_API int mpu_gloo_available(void);
+
+typedef struct mpu_gloo_options {
+  size_t size;      /* sizeof(mpu_gloo_options), set by the initializer */
+  double timeout_s; /* every wait fails after this long; <= 0: MPU_TIMEOUT or 300 s */
+  int check_calls;  /* MPU_CHECKS_DEFAULT, _ON or _OFF: the ranks compare each call's
+                       signature first (one small message to every peer; an 8-byte
+                       all_reduce travels in it); off: no comparison and no naming of
+                       the ranks that never came, data only */
+} mpu_gloo_options;
+
+#define MPU_GLOO_OPTIONS_INIT {sizeof(mpu_gloo_options), 0.0, MPU_CHECKS_DEFAULT}
+#define MPU_GLOO_OPTIONS_MIN_SIZE sizeof(mpu_gloo_options)
+
+/* A gloo communicator of every process of the job, from torchrun's RANK,
+ * WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT through a TCPStore:
+ * torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) or one rank 0
+ * serves; the same rendezvous, job key and rank claims as
+ * mpu_comm_nccl_from_env. Gloo listens on GLOO_SOCKET_IFNAME's interface
+ * when it is set (as torch's), else on 127.0.0.1 when MASTER_ADDR is this
+ * host's loopback, else on this host's name. Groups: mpu_comm_create_group
+ * and mpu_comm_split, among their members only. mpu_comm_abort tells the
+ * peers through the store and closes this rank's connections: their pending
+ * and later calls fail with MPU_ERR_ABORTED naming it. options may be NULL. */
+MPU_API mpu_result_t mpu_comm_gloo_from_env(const mpu_gloo_options *options, mpu_comm **out);
+
 /* ---- facts about a communicator ----------------------------------------- */
 
 MPU_API mpu_result_t mpu_comm_rank(const mpu_comm *comm, int *rank);

@@ -1,5 +1,6 @@
 /*
- * rendezvous.c - the bootstrap behind mpu_comm_nccl_from_env, on a TCPStore.
+ * rendezvous.c - the bootstrap behind mpu_comm_nccl_from_env and
+ * mpu_comm_gloo_from_env, on a TCPStore.
  *
  * Keys, under the prefix "mpu" (or "mpu/attempt_<TORCHELASTIC_RESTART_COUNT>"
  * in the agent's store, so a restarted group never reads its predecessor's):
@@ -14,7 +15,7 @@
  *   comm<n>/abort     posted by an abort, seen by every peer's watch loop
  *   comm<n>/<split>/abort   the same for a communicator split from it (and so
  *                     on down), <split> naming the split and the color
- * Every rank calls mpu_comm_nccl_from_env in the same order, so n agrees.
+ * Every rank calls the from_env calls in the same order, so n agrees.
  */
 #include "comm/rendezvous.h"
 
@@ -29,14 +30,13 @@
 #include "core/clock.h"
 #include "core/error.h"
 
-static const char fn[] = "mpu_comm_nccl_from_env";
-
 /* how long rank 0's store waits for a silent or stalled connection */
 #define CONN_DEADLINE_S 10.0
 /* how often a watch loop asks the store about an abort */
 #define ABORT_POLL_S 0.1
 
-static mpu_result_t env_int(const char *name, const char *fallback, long lo, long hi, int *out) {
+static mpu_result_t env_int(const char *fn, const char *name, const char *fallback, long lo,
+                            long hi, int *out) {
   const char *v = getenv(name);
   if (!v || !*v) v = fallback;
   if (!v)
@@ -54,7 +54,8 @@ static mpu_result_t env_int(const char *name, const char *fallback, long lo, lon
   return MPU_SUCCESS;
 }
 
-static mpu_result_t env_str(const char *name, int required, char *out, size_t cap) {
+static mpu_result_t env_str(const char *fn, const char *name, int required, char *out,
+                            size_t cap) {
   const char *v = getenv(name);
   if (!v || !*v) {
     if (required)
@@ -70,22 +71,23 @@ static mpu_result_t env_str(const char *name, int required, char *out, size_t ca
   return MPU_SUCCESS;
 }
 
-mpu_result_t mpu__rendezvous_read_env(mpu__rendezvous_env *env) {
+mpu_result_t mpu__rendezvous_read_env(const char *fn, mpu__rendezvous_env *env) {
   memset(env, 0, sizeof *env);
-  MPU_CHECK(env_int("WORLD_SIZE", NULL, 1, 1 << 24, &env->world_size));
-  MPU_CHECK(env_int("RANK", NULL, 0, env->world_size - 1, &env->rank));
-  MPU_CHECK(env_int("LOCAL_RANK", "0", 0, 1 << 16, &env->local_rank));
-  MPU_CHECK(env_int("MASTER_PORT", NULL, 1, 65535, &env->port));
-  MPU_CHECK(env_str("MASTER_ADDR", 1, env->addr, sizeof env->addr));
-  MPU_CHECK(env_int("TORCHELASTIC_RESTART_COUNT", "0", 0, 1 << 30, &env->attempt));
+  env->who = fn;
+  MPU_CHECK(env_int(fn, "WORLD_SIZE", NULL, 1, 1 << 24, &env->world_size));
+  MPU_CHECK(env_int(fn, "RANK", NULL, 0, env->world_size - 1, &env->rank));
+  MPU_CHECK(env_int(fn, "LOCAL_RANK", "0", 0, 1 << 16, &env->local_rank));
+  MPU_CHECK(env_int(fn, "MASTER_PORT", NULL, 1, 65535, &env->port));
+  MPU_CHECK(env_str(fn, "MASTER_ADDR", 1, env->addr, sizeof env->addr));
+  MPU_CHECK(env_int(fn, "TORCHELASTIC_RESTART_COUNT", "0", 0, 1 << 30, &env->attempt));
   const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
   /* torch's own test: str(True) (torch/distributed/rendezvous.py) */
   env->agent_store = agent && !strcmp(agent, "True");
   if (agent && *agent && !env->agent_store && strcmp(agent, "False"))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: TORCHELASTIC_USE_AGENT_STORE=%s (want True or False)", fn, agent);
-  MPU_CHECK(env_str("MPU_JOB_KEY", 0, env->job, sizeof env->job));
-  if (!env->job[0]) MPU_CHECK(env_str("TORCHELASTIC_RUN_ID", 0, env->job, sizeof env->job));
+  MPU_CHECK(env_str(fn, "MPU_JOB_KEY", 0, env->job, sizeof env->job));
+  if (!env->job[0]) MPU_CHECK(env_str(fn, "TORCHELASTIC_RUN_ID", 0, env->job, sizeof env->job));
   return MPU_SUCCESS;
 }
 
@@ -95,7 +97,7 @@ static pthread_mutex_t served_mu = PTHREAD_MUTEX_INITIALIZER;
 static mpu__store_server *served;
 static int served_port, served_users;
 
-static mpu_result_t serve_acquire(int port) {
+static mpu_result_t serve_acquire(const char *fn, int port) {
   pthread_mutex_lock(&served_mu);
   mpu_result_t r = MPU_SUCCESS;
   if (served && served_port != port)
@@ -160,6 +162,7 @@ static int job_text(const mpu__rendezvous_env *env, char *job, size_t cap) {
 
 static mpu_result_t check_job(mpu__rendezvous *rv, const mpu__rendezvous_env *env,
                               double timeout_s) {
+  const char *fn = env->who;
   char job[320];
   int n = job_text(env, job, sizeof job);
   void *cur = NULL;
@@ -195,6 +198,7 @@ mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, si
                                   double timeout_s, mpu__rendezvous **out) {
   *out = NULL;
   if (env->world_size == 1) return MPU_SUCCESS;
+  const char *fn = env->who;
   double deadline = mpu__now() + timeout_s;
   int call = next_call(env->rank);
   mpu__rendezvous *rv = call < 0 ? NULL : calloc(1, sizeof *rv);
@@ -205,7 +209,7 @@ mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, si
   snprintf(rv->abort_key, sizeof rv->abort_key, "%s/abort", rv->base);
   mpu_result_t r = MPU_SUCCESS;
   if (env->rank == 0 && !env->agent_store) {
-    r = serve_acquire(env->port);
+    r = serve_acquire(env->who, env->port);
     rv->serving = !r;
   }
   if (env->agent_store) snprintf(rv->prefix, sizeof rv->prefix, "mpu/attempt_%d", env->attempt);
@@ -269,6 +273,9 @@ void mpu__rendezvous_leave(mpu__rendezvous *rv) {
 
 void mpu__rendezvous_free(void *ctx) { mpu__rendezvous_leave(ctx); }
 
+mpu__store *mpu__rendezvous_store(const mpu__rendezvous *rv) { return rv->store; }
+const char *mpu__rendezvous_base(const mpu__rendezvous *rv) { return rv->base; }
+
 mpu_result_t mpu__rendezvous_child(const mpu__rendezvous *parent, const char *name,
                                    double timeout_s, mpu__rendezvous **out) {
   *out = NULL;
@@ -285,7 +292,7 @@ mpu_result_t mpu__rendezvous_child(const mpu__rendezvous *parent, const char *na
   snprintf(rv->abort_key, sizeof rv->abort_key, "%s/abort", rv->base);
   /* rank 0's store serves while any of its channels lives */
   if (!r && parent->serving) {
-    r = serve_acquire(parent->env.port);
+    r = serve_acquire("mpu_comm_split", parent->env.port);
     rv->serving = !r;
   }
   if (!r)

@@ -1,6 +1,7 @@
 /*
  * rendezvous.h - torchrun-style bootstrap without MPI, over a TCPStore
- * (store.h): rank 0 puts a small blob (an NCCL unique id) in the store at
+ * (store.h), shared by the backends that start from torchrun's variables
+ * (NCCL, gloo): rank 0 puts a small blob (an NCCL unique id) in the store at
  * MASTER_ADDR:MASTER_PORT, the others wait for it and read it. Under torchrun
  * (TORCHELASTIC_USE_AGENT_STORE=True) the store is the elastic agent's;
  * otherwise rank 0 serves one. The communicator keeps its connection: an
@@ -11,9 +12,11 @@
 
 #include <stddef.h>
 
+#include "core/error.h"
 #include "mpu/result.h"
 
 typedef struct mpu__rendezvous_env {
+  const char *who; /* the public call messages name (a static string) */
   int rank, world_size, local_rank, port;
   int agent_store; /* TORCHELASTIC_USE_AGENT_STORE=True: the agent serves the store */
   int attempt;     /* TORCHELASTIC_RESTART_COUNT (0 when unset) */
@@ -23,8 +26,9 @@ typedef struct mpu__rendezvous_env {
 
 /* RANK, WORLD_SIZE, LOCAL_RANK (default 0), MASTER_ADDR, MASTER_PORT and
  * the torchrun agent's variables, each checked; a missing or malformed one
- * is an error naming it. */
-mpu_result_t mpu__rendezvous_read_env(mpu__rendezvous_env *env);
+ * is an error naming it and who (the public call, e.g.
+ * "mpu_comm_gloo_from_env"; a static string, kept in env). */
+MPU_SIBLING_API mpu_result_t mpu__rendezvous_read_env(const char *who, mpu__rendezvous_env *env);
 
 typedef struct mpu__rendezvous mpu__rendezvous;
 
@@ -39,9 +43,9 @@ typedef struct mpu__rendezvous mpu__rendezvous;
  * comm<n>/rank<r>, a process of another job) claims nothing this job reads
  * and never locks rank r out. Without MPU_JOB_KEY or TORCHELASTIC_RUN_ID the
  * key is empty, which every client has. */
-mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, size_t len,
+MPU_SIBLING_API mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, size_t len,
                                   double timeout_s, mpu__rendezvous **out);
-void mpu__rendezvous_leave(mpu__rendezvous *r);
+MPU_SIBLING_API void mpu__rendezvous_leave(mpu__rendezvous *r);
 
 /* The out-of-band abort channel of a communicator from the environment, in
  * the shape of nccl_impl's oob hooks (ctx is the mpu__rendezvous):
@@ -49,15 +53,22 @@ void mpu__rendezvous_leave(mpu__rendezvous *r);
  * poll: never blocks and asks the store at most every 100 ms; nonzero once
  * a peer has posted, with its rank in *who and its reason in why.
  * free: mpu__rendezvous_leave. */
-void mpu__rendezvous_post_abort(void *ctx, int rank, const char *why);
-int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n);
-void mpu__rendezvous_free(void *ctx);
+MPU_SIBLING_API void mpu__rendezvous_post_abort(void *ctx, int rank, const char *why);
+MPU_SIBLING_API int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n);
+MPU_SIBLING_API void mpu__rendezvous_free(void *ctx);
 
 /* The channel of a communicator split from parent's: a connection of its
  * own to the same store (rank 0's serves while any channel lives), its
  * abort key under parent's, named by name (the same on every member of the
  * split, distinct from its siblings'). */
-mpu_result_t mpu__rendezvous_child(const mpu__rendezvous *parent, const char *name,
+MPU_SIBLING_API mpu_result_t mpu__rendezvous_child(const mpu__rendezvous *parent, const char *name,
                                    double timeout_s, mpu__rendezvous **out);
+
+/* The channel's connection to the store and the folder of its keys
+ * (comm<n>[/<split>...]), for a backend that keeps more there (gloo's
+ * addresses). The connection is the channel's: do not close it. */
+typedef struct mpu__store mpu__store;
+MPU_SIBLING_API mpu__store *mpu__rendezvous_store(const mpu__rendezvous *r);
+MPU_SIBLING_API const char *mpu__rendezvous_base(const mpu__rendezvous *r);
 
 #endif

@@ -2,8 +2,10 @@
  * store.h - a key-value store that speaks PyTorch's TCPStore protocol (the
  * c10d wire format of torch/csrc/distributed/c10d/TCPStore.cpp and its libuv
  * server), so an mpu process can be a client of the store torchrun's elastic
- * agent serves, and can serve one a torch client can use. Internal to the
- * NCCL backend's bootstrap (mpu_comm_nccl_from_env); not installed.
+ * agent serves, and can serve one a torch client can use. Part of libmpu
+ * (not installed), exported to the backend libraries that start from
+ * torchrun's variables: NCCL (mpu_comm_nccl_from_env) and gloo
+ * (mpu_comm_gloo_from_env).
  *
  * Wire format (all integers little-endian, lengths are 64-bit):
  *   query      u8 type, then its fields
@@ -27,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/error.h"
 #include "mpu/result.h"
 
 enum {
@@ -103,29 +106,29 @@ typedef struct mpu__store mpu__store;
  * timeout_s since the server may start later), validate and ping. Keys are
  * put under prefix ("" for none) as torch's PrefixStore does. Errors name
  * who (e.g. "mpu_comm_nccl_from_env") and the address. */
-mpu_result_t mpu__store_connect(const char *who, const char *host, int port, const char *prefix,
+MPU_SIBLING_API mpu_result_t mpu__store_connect(const char *who, const char *host, int port, const char *prefix,
                                 double timeout_s, mpu__store **out);
-void mpu__store_close(mpu__store *s);
-const char *mpu__store_where(const mpu__store *s); /* "host:port" for messages */
+MPU_SIBLING_API void mpu__store_close(mpu__store *s);
+MPU_SIBLING_API const char *mpu__store_where(const mpu__store *s); /* "host:port" for messages */
 
-mpu_result_t mpu__store_set(mpu__store *s, const char *key, const void *v, size_t n,
+MPU_SIBLING_API mpu_result_t mpu__store_set(mpu__store *s, const char *key, const void *v, size_t n,
                             double timeout_s);
 /* Waits for the key first, as TCPStore.get does. *v is malloc'd (free it). */
-mpu_result_t mpu__store_get(mpu__store *s, const char *key, void **v, size_t *n,
+MPU_SIBLING_API mpu_result_t mpu__store_get(mpu__store *s, const char *key, void **v, size_t *n,
                             double timeout_s);
-mpu_result_t mpu__store_add(mpu__store *s, const char *key, int64_t delta, int64_t *out,
+MPU_SIBLING_API mpu_result_t mpu__store_add(mpu__store *s, const char *key, int64_t delta, int64_t *out,
                             double timeout_s);
 /* Sets key to desired when it holds expected (or is missing and expected is
  * empty); *cur (malloc'd) gets the value after the call. */
-mpu_result_t mpu__store_compare_set(mpu__store *s, const char *key, const void *expected,
+MPU_SIBLING_API mpu_result_t mpu__store_compare_set(mpu__store *s, const char *key, const void *expected,
                                     size_t en, const void *desired, size_t dn, void **cur,
                                     size_t *curn, double timeout_s);
-mpu_result_t mpu__store_check(mpu__store *s, const char *key, int *ready, double timeout_s);
+MPU_SIBLING_API mpu_result_t mpu__store_check(mpu__store *s, const char *key, int *ready, double timeout_s);
 /* MPU_ERR_TIMEOUT after timeout_s (the wait is cancelled on the server). */
-mpu_result_t mpu__store_wait(mpu__store *s, const char *key, double timeout_s);
+MPU_SIBLING_API mpu_result_t mpu__store_wait(mpu__store *s, const char *key, double timeout_s);
 /* Never blocks: sends a CHECK when none is in flight and reads its answer
  * when it has come. *ready is 1 once the key exists, 0 while not known. */
-mpu_result_t mpu__store_poll_key(mpu__store *s, const char *key, int *ready);
+MPU_SIBLING_API mpu_result_t mpu__store_poll_key(mpu__store *s, const char *key, int *ready);
 
 /* ---- the server ---- */
 
@@ -135,9 +138,9 @@ typedef struct mpu__store_server mpu__store_server;
  * IPv6 and IPv4, in a thread of its own. Any number of clients at once; a
  * client that has not validated, or stops halfway through a query or an
  * answer, for conn_timeout_s is dropped without holding up the others. */
-mpu_result_t mpu__store_serve(const char *who, int port, double conn_timeout_s,
+MPU_SIBLING_API mpu_result_t mpu__store_serve(const char *who, int port, double conn_timeout_s,
                               mpu__store_server **out);
-int mpu__store_server_port(const mpu__store_server *s);
-void mpu__store_server_stop(mpu__store_server *s);
+MPU_SIBLING_API int mpu__store_server_port(const mpu__store_server *s);
+MPU_SIBLING_API void mpu__store_server_stop(mpu__store_server *s);
 
 #endif

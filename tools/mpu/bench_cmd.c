@@ -77,7 +77,9 @@ static void help(void) {
       "      --backend NAME      threads; mpi: this process is one rank of an MPI job\n"
       "                          (mpirun -n N mpu bench --backend mpi), and each block adds the\n"
       "                          raw MPI call timed interleaved on the same buffers and mpu with\n"
-      "                          call checking on (the main columns have it off); nccl: -t\n"
+      "                          call checking on (the main columns have it off); gloo: the\n"
+      "                          same for a job started by torchrun (its variables; mpu's\n"
+      "                          checked calls beside the unchecked ones); nccl: -t\n"
       "                          thread ranks, each with one GPU and an NCCL communicator\n"
       "      --csv FILE          also write the rows as CSV (a regular file, written through\n"
       "                          FILE.tmp and renamed)\n"
@@ -152,7 +154,7 @@ static int planned_rows(const bench_opts *o, int nsizes) {
   int per_sweep = 0;
   for (int k = 0; k < o->ncolls; k++)
     per_sweep += o->ndtypes * (bench_reducing((mpu_collective)o->colls[k]) ? o->nops : 1);
-  return nsizes * per_sweep * (o->backend == TOOL_MPI ? 1 : o->nranks);
+  return nsizes * per_sweep * (tool_is_process(o->backend) ? 1 : o->nranks);
 }
 
 static void parse(int argc, char **argv, bench_opts *o) {
@@ -277,7 +279,8 @@ static void parse(int argc, char **argv, bench_opts *o) {
       break;
     case 'B':
       if (!strcmp(optarg, "nccl")) {
-        if (!mpu_nccl_available()) cli_usage_error("bench", "%s", mpu_last_error());
+        if (!mpu_nccl_available())
+          cli_usage_error("bench", "%s (on CPUs: --backend gloo, mpi or threads)", mpu_last_error());
         o->backend = TOOL_NCCL;
       } else {
         o->backend = tool_parse_backend("bench", optarg);
@@ -302,7 +305,7 @@ static void parse(int argc, char **argv, bench_opts *o) {
   double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
   long most = 1;
   for (int i = 0; i < o->nranks; i++) most = o->ranks[i] > most ? o->ranks[i] : most;
-  if (o->backend == TOOL_MPI) most = 1; /* this process is one rank */
+  if (tool_is_process(o->backend)) most = 1; /* this process is one rank */
   const double gib = 1024.0 * 1024 * 1024;
   if (mem > 0 && 2.0 * (double)o->max_bytes * (double)most > mem / 2)
     cli_usage_error("bench", "--maxbytes %.1f GiB needs about %.1f GiB for %ld rank(s), more than "
@@ -423,7 +426,7 @@ static mpu_result_t row_with_roof(mpu_comm *const *comms, int ncomms, mpu_comm *
     return b ? b : (mpu_result_t)begun;
   }
   rank_pause rp = {run, host, rank};
-  cfg->pause = run->o->backend == TOOL_MPI ? mpi_pause : gate_pause;
+  cfg->pause = tool_is_process(run->o->backend) ? mpi_pause : gate_pause;
   cfg->pause_arg = &rp;
   cfg->pauses = mpu_bench_roof_rounds(cfg);
   mpu_result_t r = mpu_bench_collectives(comms, ncomms, cfg, res);
@@ -539,7 +542,7 @@ int cmd_bench(int argc, char **argv) {
   bench_opts o;
   parse(argc, argv, &o);
   mpu_comm *world = NULL;
-  if (o.backend == TOOL_MPI && !(world = tool_mpi_world_unchecked())) return 1;
+  if (tool_is_process(o.backend) && !(world = tool_process_world_unchecked(o.backend))) return 1;
   bench_run *run = calloc(1, sizeof *run);
   if (!run) {
     fprintf(stderr, "mpu bench: out of memory\n");
@@ -553,12 +556,12 @@ int cmd_bench(int argc, char **argv) {
   run->total_rows = planned_rows(&o, run->nsizes);
   int printer = 1;
   mpu_result_t r = MPU_SUCCESS;
-  if (o.backend == TOOL_MPI) { /* this process is one rank of the job */
+  if (tool_is_process(o.backend)) { /* this process is one rank of the job */
     mpu_comm_size(world, &run->ranks);
     int rank;
     mpu_comm_rank(world, &rank);
     printer = rank == 0;
-    run->checked = tool_mpi_world();
+    run->checked = tool_process_world(o.backend);
     r = bench_rank(world, run);
   } else {
     mpu_launch_options lo = MPU_LAUNCH_OPTIONS_INIT;

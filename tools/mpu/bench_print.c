@@ -23,7 +23,7 @@ int bench_rooted(mpu_collective c) { return mpu__coll_of(c) && mpu__coll_of(c)->
 int bench_reducing(mpu_collective c) { return mpu__coll_of(c) && mpu__coll_of(c)->has_op; }
 
 static const char *backend_name(tool_backend b) {
-  return b == TOOL_MPI ? "mpi" : b == TOOL_NCCL ? "nccl" : "threads";
+  return b == TOOL_MPI ? "mpi" : b == TOOL_NCCL ? "nccl" : b == TOOL_GLOO ? "gloo" : "threads";
 }
 
 /* algbw from the mean time, as nccl-tests reports it (the library's
@@ -137,7 +137,7 @@ int bench_print_nccl_tests(const bench_run *run) {
 
 int bench_print_text(const bench_run *run) {
   const bench_opts *o = run->o;
-  int mpi = o->backend == TOOL_MPI;
+  int mpi = tool_is_process(o->backend);
   double avg;
   long long wrong = summary(run, &avg);
   printf("# mpu bench: %s backend; nccl-tests' columns, type names and summary, and mpu's\n",
@@ -220,9 +220,9 @@ int bench_print_json(const bench_run *run) {
       json_number("roofline_us", row->roof_us[ip], "%.6g");
       json_number("roofline_fraction", r->mean_us > 0 ? row->roof_us[ip] / r->mean_us : -1, "%.6g");
       json_number("raw_mpi_us", r->native_mean_us, "%.6g");
-      json_number("checked_us", o->backend == TOOL_MPI ? row->checked[ip].mean_us : -1, "%.6g");
+      json_number("checked_us", tool_is_process(o->backend) ? row->checked[ip].mean_us : -1, "%.6g");
       json_number("raw_mpi_median_us", r->native_us, "%.6g");
-      json_number("checked_median_us", o->backend == TOOL_MPI ? row->checked[ip].time_us : -1, "%.6g");
+      json_number("checked_median_us", tool_is_process(o->backend) ? row->checked[ip].time_us : -1, "%.6g");
       printf("}");
     }
   printf("\n], \"wrong\": %lld, \"avg_busbw_gbps\": %.6g}\n", wrong, avg);

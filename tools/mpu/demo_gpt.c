@@ -366,7 +366,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
   }
   double saved[3]; /* the same on every rank after the report's reduction */
   TRY(gpt_recompute_report(&m.ctx, m.chunks, m.vp, world, saved));
-  if (rank == 0 || o->backend == TOOL_MPI) memcpy(run->saved, saved, sizeof saved);
+  if (rank == 0 || tool_is_process(o->backend)) memcpy(run->saved, saved, sizeof saved);
   mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
   sc.kind = run->kind, sc.pp = pp_size, sc.vp = m.vp, sc.microbatches = m.micro;
   mpu_pipeline_callbacks cb = {on_forward, on_backward, &m};
@@ -457,7 +457,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
       run->blocking_steps = o->steps - start - run->overlapped_steps;
     }
   }
-  if (o->backend == TOOL_MPI) /* the losses live in one process (the last stage's): give them to all */
+  if (tool_is_process(o->backend)) /* the losses live in one process (the last stage's): give them to all */
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
   if (run->keep) { /* the reference keeps its parameters */
     const gpt_chunk *ch = &m.chunks[0];
@@ -643,8 +643,11 @@ static void help(void) {
          "  --seed S                seed of parameters, data and dropout (default 1234)\n"
          "  --text FILE             train on FILE (its first MiB, one token per byte) instead of\n"
          "                          the bundled text\n"
-         "  --backend threads|mpi|nccl  thread ranks (default), the processes of an MPI job\n"
-         "                          (mpirun -n TPxPPxDP mpu demo gpt --backend mpi), or thread\n"
+         "  --backend threads|mpi|gloo|nccl  thread ranks (default), the processes of an MPI\n"
+         "                          job (mpirun -n TPxPPxDP mpu demo gpt --backend mpi), of a\n"
+         "                          torchrun job (torchrun --standalone --nproc_per_node\n"
+         "                          TPxPPxDP --no-python $(which mpu) demo gpt --backend\n"
+         "                          gloo), or thread\n"
          "                          ranks with one GPU each: pipeline and loss on NCCL\n"
          "  --save DIR              save a checkpoint (mpu ckpt inspect DIR) after step N of\n"
          "                          --save-step N (default: after the last step), as folder\n"
@@ -811,7 +814,9 @@ int cmd_demo_gpt(int argc, char **argv) {
       if (strcmp(optarg, "nccl")) {
         o.backend = tool_parse_backend("demo gpt", optarg);
       } else { /* thread ranks, one GPU and NCCL communicator each */
-        if (!mpu_nccl_available()) cli_usage_error("demo gpt", "%s", mpu_last_error());
+        if (!mpu_nccl_available())
+          cli_usage_error("demo gpt", "%s (on CPUs: --backend gloo, mpi or threads)",
+                          mpu_last_error());
         o.backend = TOOL_NCCL;
       }
       break;

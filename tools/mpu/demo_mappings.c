@@ -232,7 +232,7 @@ static mpu_result_t mappings_rank(mpu_state *s, void *arg) {
     if (r) return r;
     TRY(mpu_comm_barrier(mpu_state_world(s)));
   }
-  if (run->backend == TOOL_MPI) { /* every process filled its own row: bring them all to each */
+  if (tool_is_process(run->backend)) { /* every process filled its own row: bring them all to each */
     TRY(mpu_comm_all_gather(mpu_state_world(s), run->json[c.rank], run->json, sizeof run->json[0],
                             MPU_UINT8));
     TRY(mpu_comm_all_gather(mpu_state_world(s), run->text[c.rank], run->text, sizeof run->text[0],

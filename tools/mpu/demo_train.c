@@ -319,7 +319,7 @@ static mpu_result_t train_rank(mpu_state *s, void *arg) {
       }
     }
   }
-  if (o->backend == TOOL_MPI) /* the losses live in one process: give them to all */
+  if (tool_is_process(o->backend)) /* the losses live in one process: give them to all */
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
 out:
   mpu_pipeline_free(pipe);

@@ -1,6 +1,6 @@
 /*
  * module.c - finding the backends that live in their own libraries, and the
- * public calls that reach them (mpu/comm.h's MPI and NCCL sections).
+ * public calls that reach them (mpu/comm.h's MPI, NCCL and gloo sections).
  */
 #include "comm/base/module.h"
 
@@ -15,10 +15,11 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-enum { MOD_MPI, MOD_NCCL, MOD_COUNT };
-static const char *const mod_names[MOD_COUNT] = {"mpi", "nccl"};
+enum { MOD_MPI, MOD_NCCL, MOD_GLOO, MOD_COUNT };
+static const char *const mod_names[MOD_COUNT] = {"mpi", "nccl", "gloo"};
 static const char *const mod_needs[MOD_COUNT] = {"an MPI library (libmpi)",
-                                                 "the CUDA runtime and NCCL"};
+                                                 "the CUDA runtime and NCCL",
+                                                 "gloo (libgloo, Debian's libgloo-dev)"};
 static const mpu__module *registered[MOD_COUNT];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -128,4 +129,15 @@ mpu_result_t mpu_comm_nccl_from_env(const mpu_nccl_options *options, mpu_comm **
   const mpu__module *m;
   MPU_CHECK(mpu__module_get("mpu_comm_nccl_from_env", "nccl", &m));
   return m->nccl_from_env(options, out);
+}
+
+int mpu_gloo_available(void) {
+  const mpu__module *m;
+  return mpu__module_get("mpu_gloo_available", "gloo", &m) == MPU_SUCCESS;
+}
+
+mpu_result_t mpu_comm_gloo_from_env(const mpu_gloo_options *options, mpu_comm **out) {
+  const mpu__module *m;
+  MPU_CHECK(mpu__module_get("mpu_comm_gloo_from_env", "gloo", &m));
+  return m->gloo_from_env(options, out);
 }

@@ -1,6 +1,6 @@
 /*
  * module.h - backends that live in their own library (libmpu_mpi,
- * libmpu_nccl) and plug into libmpu, the way Open MPI's MCA components and
+ * libmpu_nccl, libmpu_gloo) and plug into libmpu, the way Open MPI's MCA components and
  * NCCL's net plugins plug into theirs.
  *
  * A backend library registers its entry points when it is loaded (a
@@ -15,7 +15,7 @@
 #include "mpu/comm.h"
 
 typedef struct mpu__module {
-  const char *name;    /* "mpi" or "nccl" */
+  const char *name;    /* "mpi", "nccl" or "gloo" */
   const char *version; /* MPU_VERSION_STRING it was built with: must be libmpu's */
   /* the MPI backend */
   mpu_result_t (*mpi_world)(int *argc, char ***argv, const mpu_mpi_options *options,
@@ -24,6 +24,8 @@ typedef struct mpu__module {
   /* the NCCL backend */
   mpu_result_t (*nccl_create)(mpu_comm *host, const mpu_nccl_options *options, mpu_comm **out);
   mpu_result_t (*nccl_from_env)(const mpu_nccl_options *options, mpu_comm **out);
+  /* the gloo backend */
+  mpu_result_t (*gloo_from_env)(const mpu_gloo_options *options, mpu_comm **out);
   /* Optional: whether the library the module runs on will do (NCCL's
    * version), asked before each use; MPU_ERR_UNSUPPORTED with one line if not */
   mpu_result_t (*usable)(const char *fn);

@@ -307,8 +307,13 @@ static settings root_settings(const mpu_nccl_options *o, int device) {
 /* The device of this rank: the option, else the local rank modulo the GPUs. */
 static mpu_result_t pick_device(const char *fn, const mpu_nccl_options *o, int local, int *device) {
   int count = 0;
-  MPU_CHECK(mpu__nccl_cuda_error(cudaGetDeviceCount(&count), fn));
-  if (count < 1) return mpu__error(MPU_ERR_UNSUPPORTED, "%s: no CUDA device", fn);
+  cudaError_t e = cudaGetDeviceCount(&count);
+  /* a CPU machine: "driver version is insufficient" or "no CUDA-capable device" */
+  if (e != cudaSuccess || count < 1)
+    return mpu__error(MPU_ERR_UNSUPPORTED, "%s: no GPU here (CUDA: %s); the nccl backend needs "
+                      "one GPU per rank: on CPUs use gloo (mpu_comm_gloo_from_env, torchrun's "
+                      "variables), MPI or threads", fn,
+                      e != cudaSuccess ? cudaGetErrorString(e) : "no device");
   int want = o && o->device >= 0 ? o->device : local % count;
   if (want >= count)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: device %d, but there are %d", fn, want, count);
@@ -360,7 +365,7 @@ static mpu_result_t nccl_from_env(const mpu_nccl_options *options, mpu_comm **ou
   MPU_CHECK(take_options(fn, options, &full));
   options = &full;
   mpu__rendezvous_env env;
-  MPU_CHECK(mpu__rendezvous_read_env(&env));
+  MPU_CHECK(mpu__rendezvous_read_env(fn, &env));
   int device = 0;
   MPU_CHECK(pick_device(fn, options, env.local_rank, &device));
   ncclUniqueId id;

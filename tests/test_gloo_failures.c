@@ -1,0 +1,123 @@
+/*
+ * test_gloo_failures.c - what the gloo backend's peers see when a rank
+ * fails, one mode per run, each rank a process (gloo_run.sh 4 ... MODE):
+ *   timeout   rank 3 never calls: the others' all_reduce fails with
+ *             MPU_ERR_TIMEOUT naming rank 3, and their next call at once
+ *   abort     rank 1 calls mpu_comm_abort: the others' all_reduce fails
+ *             with MPU_ERR_ABORTED naming rank 1
+ *   abort_thread  rank 1 aborts from a second thread while its main thread
+ *             waits in an all_reduce (rank 3 comes late): that wait returns
+ *             at once, and every rank fails with MPU_ERR_ABORTED naming rank 1
+ *   exit      rank 2 exits without a word: the others fail with
+ *             MPU_ERR_ABORTED naming rank 2
+ *   mismatch  rank 2 asks for another count: MPU_ERR_MISMATCH on every
+ *             rank, naming it, and the communicator still works
+ *   unchecked with call checking off, rank 3 never calls: the others fail
+ *             (timed out, or their peer that timed out closed its connections)
+ * Timeouts are MPU_TIMEOUT's (ctest sets a few seconds). Exits 0 when every
+ * rank saw what it should.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mpu.h"
+
+static int fail(int rank, const char *mode, const char *what, mpu_result_t r) {
+  fprintf(stderr, "rank %d, %s: %s (got %s: %s)\n", rank, mode, what, mpu_result_name(r),
+          mpu_last_error());
+  return 1;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *abort_later(void *w) {
+  sleep(1);
+  mpu_comm_abort(w);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  mpu_gloo_options o = MPU_GLOO_OPTIONS_INIT;
+  o.check_calls = strcmp(mode, "unchecked") ? MPU_CHECKS_ON : MPU_CHECKS_OFF;
+  mpu_comm *w = NULL;
+  if (mpu_comm_gloo_from_env(&o, &w)) return fail(-1, mode, "from_env", 1);
+  int rank = 0, size = 0;
+  mpu_comm_rank(w, &rank);
+  mpu_comm_size(w, &size);
+  double x[2] = {1, 1}, y[2];
+  mpu_result_t r = mpu_comm_barrier(w);
+  if (r) return fail(rank, mode, "the first barrier", r);
+  if (!strcmp(mode, "timeout") || !strcmp(mode, "unchecked")) {
+    const char *t = getenv("MPU_TIMEOUT");
+    if (rank == size - 1) {
+      sleep((unsigned)(t ? atof(t) : 5) + 3); /* past the others' timeout */
+      mpu_comm_destroy(w);
+      return 0;
+    }
+    double t0 = now();
+    r = mpu_comm_all_reduce(w, x, y, 1, MPU_FLOAT64, MPU_SUM);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", size - 1);
+    /* unchecked, a rank waits for whoever it needs data from, and may see
+     * that one give up first (gloo closes a timed-out rank's connections) */
+    int unchecked = o.check_calls != MPU_CHECKS_ON;
+    if (unchecked ? r != MPU_ERR_TIMEOUT && r != MPU_ERR_ABORTED
+                  : r != MPU_ERR_TIMEOUT || !strstr(mpu_last_error(), want))
+      return fail(rank, mode, "want MPU_ERR_TIMEOUT naming the last rank", r);
+    printf("rank %d, %s after %.1f s: %s\n", rank, mode, now() - t0, mpu_last_error());
+    t0 = now();
+    r = mpu_comm_barrier(w);
+    if (r == MPU_SUCCESS || now() - t0 > 1.0)
+      return fail(rank, mode, "want the broken communicator to fail at once", r);
+  } else if (!strcmp(mode, "abort") || !strcmp(mode, "exit")) {
+    int victim = !strcmp(mode, "abort") ? 1 : 2;
+    if (rank == victim) {
+      if (victim == 2) _exit(0); /* no destroy, no word: the connections just close */
+      sleep(1);                  /* the others are waiting in their all_reduce */
+      r = mpu_comm_abort(w);
+      if (r) return fail(rank, mode, "abort", r);
+      mpu_comm_destroy(w);
+      return 0;
+    }
+    r = mpu_comm_all_reduce(w, x, y, 1, MPU_FLOAT64, MPU_SUM);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", victim);
+    if (r != MPU_ERR_ABORTED || !strstr(mpu_last_error(), want))
+      return fail(rank, mode, "want MPU_ERR_ABORTED naming the rank", r);
+    printf("rank %d, %s: %s\n", rank, mode, mpu_last_error());
+  } else if (!strcmp(mode, "abort_thread")) {
+    pthread_t t;
+    if (rank == 1 && pthread_create(&t, NULL, abort_later, w)) return fail(rank, mode, "thread", 0);
+    if (rank == 3) sleep(4); /* so rank 1's main thread is still waiting when it aborts */
+    double t0 = now();
+    r = mpu_comm_all_reduce(w, x, y, 1, MPU_FLOAT64, MPU_SUM);
+    if (rank == 1) pthread_join(t, NULL);
+    if (r != MPU_ERR_ABORTED || !strstr(mpu_last_error(), "rank 1"))
+      return fail(rank, mode, "want MPU_ERR_ABORTED naming rank 1", r);
+    if (rank == 1 && now() - t0 > 3.0) /* rank 3 comes at 4 s; MPU_TIMEOUT is 5 s */
+      return fail(rank, mode, "the abort did not end the waiting call at once", r);
+    printf("rank %d, %s after %.1f s: %s\n", rank, mode, now() - t0, mpu_last_error());
+  } else if (!strcmp(mode, "mismatch")) {
+    r = mpu_comm_all_reduce(w, x, y, rank == 2 ? 2 : 1, MPU_FLOAT64, MPU_SUM);
+    if (r != MPU_ERR_MISMATCH || !strstr(mpu_last_error(), "rank 2"))
+      return fail(rank, mode, "want MPU_ERR_MISMATCH naming rank 2", r);
+    if (rank == 0) printf("%s: %s\n", mode, mpu_last_error());
+    r = mpu_comm_all_reduce(w, x, y, 2, MPU_FLOAT64, MPU_SUM);
+    if (r || y[0] != size || y[1] != size)
+      return fail(rank, mode, "want the next all_reduce to work", r);
+  } else {
+    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|mismatch|unchecked\n", argv[0]);
+    return 2;
+  }
+  mpu_comm_destroy(w);
+  return 0;
+}
