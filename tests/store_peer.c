@@ -129,7 +129,7 @@ static int silent(int seconds) {
   mpu__rendezvous_env env;
   unsigned char id[128] = {0}; /* sizeof(ncclUniqueId) */
   mpu__rendezvous *rv = NULL;
-  if (mpu__rendezvous_read_env(&env) || mpu__rendezvous_join(&env, id, sizeof id, 60, &rv)) {
+  if (mpu__rendezvous_read_env(WHO, &env) || mpu__rendezvous_join(&env, id, sizeof id, 60, &rv)) {
     fprintf(stderr, "store_peer: %s\n", mpu_last_error());
     return 1;
   }

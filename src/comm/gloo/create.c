@@ -364,11 +364,20 @@ static void gloo_caps(const mpu_comm *c, mpu_comm_caps *caps) {
   caps->call_checking = gloo_of(c)->check_calls;
 }
 
+/* send and recv as the comm layer describes them (mpu__call) */
+static mpu_result_t gloo_send(mpu_comm *c, const mpu__call *k) {
+  return mpu__gloo_send(c, k->send, (size_t)k->sig.count, (mpu_dtype)k->sig.dtype, k->peer);
+}
+
+static mpu_result_t gloo_recv(mpu_comm *c, const mpu__call *k) {
+  return mpu__gloo_recv(c, k->recv, (size_t)k->sig.count, (mpu_dtype)k->sig.dtype, k->peer);
+}
+
 static const mpu__comm_ops gloo_ops = {
     .name = "gloo",
     .start = mpu__gloo_start,
-    .send = mpu__gloo_send,
-    .recv = mpu__gloo_recv,
+    .send = gloo_send,
+    .recv = gloo_recv,
     .create_group = gloo_create_group,
     .abort = gloo_abort,
     .caps = gloo_caps,
