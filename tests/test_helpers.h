@@ -146,6 +146,18 @@ static inline __attribute__((unused)) mpu_result_t test_nccl_timed(mpu_comm *wor
   return mpu_comm_nccl_create(world, &o, nc);
 }
 
+/* A rank's check in a threads-world test that gathers messages: on failure
+ * the message goes to m->text[me], r becomes MPU_ERR_INTERNAL and the rank
+ * goes to out (m, me, r and the label are the caller's). */
+#define CHECK_OUT(cond, ...)                                                                  \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      snprintf(m->text[me], sizeof m->text[me], __VA_ARGS__);                                \
+      r = MPU_ERR_INTERNAL;                                                                  \
+      goto out;                                                                              \
+    }                                                                                        \
+  } while (0)
+
 /* monotonic seconds */
 static inline __attribute__((unused)) double test_now(void) {
   struct timespec ts;

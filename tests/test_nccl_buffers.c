@@ -32,15 +32,6 @@ typedef struct rank_msg {
   int calls; /* gather_rank's */
 } rank_msg;
 
-#define CHECK_OUT(cond, ...)                                                                  \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      snprintf(m->text[me], sizeof m->text[me], __VA_ARGS__);                                \
-      r = MPU_ERR_INTERNAL;                                                                  \
-      goto out;                                                                              \
-    }                                                                                        \
-  } while (0)
-
 #define REFUSED(call, a, b)                                                                   \
   CHECK_OUT((call) == MPU_ERR_INVALID_ARGUMENT && strstr(mpu_last_error(), a) &&              \
                 strstr(mpu_last_error(), b),                                                 \

@@ -252,15 +252,6 @@ typedef struct rank_msg {
   char text[4][320];
 } rank_msg;
 
-#define CHECK_OUT(cond, ...)                                                       \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      snprintf(m->text[me], sizeof m->text[me], __VA_ARGS__);                   \
-      r = MPU_ERR_INTERNAL;                                                     \
-      goto out;                                                                 \
-    }                                                                           \
-  } while (0)
-
 #define REFUSED(call, words)                                                              \
   CHECK_OUT((call) == MPU_ERR_INVALID_ARGUMENT && strstr(mpu_last_error(), words),            \
          "%s: want a refusal naming '%s', got: %s", #call, words, mpu_last_error())
