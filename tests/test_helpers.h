@@ -10,6 +10,7 @@
 #ifndef MPU_TEST_HELPERS_H
 #define MPU_TEST_HELPERS_H
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -157,6 +158,36 @@ static inline __attribute__((unused)) mpu_result_t test_nccl_timed(mpu_comm *wor
       goto out;                                                                              \
     }                                                                                        \
   } while (0)
+
+/* A gate that holds a stream as a long kernel would: gate_hold, given to
+ * cudaLaunchHostFunc, runs until gate_open; gate_ran says whether it ended. */
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int open, ran;
+} gate;
+
+static inline __attribute__((unused)) void gate_hold(void *p) {
+  gate *g = p;
+  pthread_mutex_lock(&g->lock);
+  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
+  g->ran = 1;
+  pthread_mutex_unlock(&g->lock);
+}
+
+static inline __attribute__((unused)) void gate_open(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  g->open = 1;
+  pthread_cond_broadcast(&g->cond);
+  pthread_mutex_unlock(&g->lock);
+}
+
+static inline __attribute__((unused)) int gate_ran(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  int ran = g->ran;
+  pthread_mutex_unlock(&g->lock);
+  return ran;
+}
 
 /* monotonic seconds */
 static inline __attribute__((unused)) double test_now(void) {

@@ -181,34 +181,6 @@ static void host_cannot_touch_device_memory(void **state) {
 
 /* ---- cudaFree waits for the device --------------------------------------------- */
 
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int open, ran;
-} gate;
-
-static void gate_hold(void *p) { /* a "kernel" that runs until the gate opens */
-  gate *g = p;
-  pthread_mutex_lock(&g->lock);
-  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
-  g->ran = 1;
-  pthread_mutex_unlock(&g->lock);
-}
-
-static void gate_open(gate *g) {
-  pthread_mutex_lock(&g->lock);
-  g->open = 1;
-  pthread_cond_broadcast(&g->cond);
-  pthread_mutex_unlock(&g->lock);
-}
-
-static int gate_ran(gate *g) {
-  pthread_mutex_lock(&g->lock);
-  int ran = g->ran;
-  pthread_mutex_unlock(&g->lock);
-  return ran;
-}
-
 static void *open_later(void *p) {
   struct timespec ts = {0, 200 * 1000 * 1000};
   nanosleep(&ts, NULL);

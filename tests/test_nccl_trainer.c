@@ -37,35 +37,10 @@ static void run(int n, mpu_rank_fn fn, void *arg) {
 
 /* ---- regions ordered on the stream ------------------------------------------------ */
 
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int open, ran;
-} gate;
-
-static void gate_hold(void *p) { /* a long kernel: runs until the gate opens */
-  gate *g = p;
-  pthread_mutex_lock(&g->lock);
-  while (!g->open) pthread_cond_wait(&g->cond, &g->lock);
-  g->ran = 1;
-  pthread_mutex_unlock(&g->lock);
-}
-
-static int gate_ran(gate *g) {
-  pthread_mutex_lock(&g->lock);
-  int ran = g->ran;
-  pthread_mutex_unlock(&g->lock);
-  return ran;
-}
-
 static void *open_later(void *p) {
-  gate *g = p;
   struct timespec ts = {3, 0};
   nanosleep(&ts, NULL);
-  pthread_mutex_lock(&g->lock);
-  g->open = 1;
-  pthread_cond_broadcast(&g->cond);
-  pthread_mutex_unlock(&g->lock);
+  gate_open(p);
   return NULL;
 }
 
