@@ -118,13 +118,13 @@ static int walk(rank_model *m, int check) {
       if (check) bad += data[l] != want;
       else data[l] = want;
     }
-    mpu_optimizer_span sp[64];
-    int n;
-    if (mpu_optimizer_param_spans(&m->opt, p, sp, 64, &n)) return -1;
-    for (int k = 0; k < n; k++)
-      for (size_t l = sp[k].lo; l < sp[k].hi; l++) {
+    mpu_shard held;
+    if (mpu_optimizer_param_shard(&m->opt, p, &held)) return -1;
+    for (int k = 0; k < held.nspans; k++)
+      for (size_t l = held.spans[k].lo; l < held.spans[k].hi; l++) {
         int64_t g = global_index(&model[p], m->tp, m->tp_rank, (int64_t)l);
-        float *mm = &m->opt.m[sp[k].state + l - sp[k].lo], *vv = &m->opt.v[sp[k].state + l - sp[k].lo];
+        size_t at = held.spans[k].at + l - held.spans[k].lo;
+        float *mm = &m->opt.m[at], *vv = &m->opt.v[at];
         if (check) bad += *mm != value(p, 1, g) || *vv != value(p, 2, g);
         else *mm = value(p, 1, g), *vv = value(p, 2, g);
       }
@@ -335,11 +335,15 @@ typedef struct fsdp_job {
 static int walk_fsdp(mpu_fsdp *f, const rank_model *m, int check) {
   int bad = 0;
   for (int p = 0; p < NPARAMS; p++) {
-    mpu_fsdp_span sp;
-    if (mpu_fsdp_param_span(f, p, &sp)) return -1;
+    mpu_shard held;
+    if (mpu_fsdp_param_shard(f, p, &held) || held.nspans > 1) return -1;
+    float *pieces[3] = {mpu_fsdp_shard_params(f, NULL), mpu_fsdp_shard_exp_avg(f, NULL),
+                        mpu_fsdp_shard_exp_avg_sq(f, NULL)};
+    mpu_shard_span sp = held.nspans ? held.spans[0] : (mpu_shard_span){0, 0, 0};
     for (size_t l = sp.lo; l < sp.hi; l++) {
       int64_t g = global_index(&model[p], m->tp, m->tp_rank, (int64_t)l);
-      float *at[3] = {&sp.param[l - sp.lo], &sp.exp_avg[l - sp.lo], &sp.exp_avg_sq[l - sp.lo]};
+      size_t j = sp.at + l - sp.lo;
+      float *at[3] = {&pieces[0][j], &pieces[1][j], &pieces[2][j]};
       for (int k = 0; k < 3; k++)
         if (check) bad += *at[k] != value(p, k, g);
         else *at[k] = value(p, k, g);

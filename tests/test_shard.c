@@ -174,18 +174,20 @@ static void check_layout(mpu_fsdp_layout layout, int S, int nparams, const int64
     assert_int_equal(mpu_fsdp_create(&b, fake, NULL, &o, &f), 0);
     assert_int_equal(mpu_fsdp_nbuckets(f), 1);
     size_t piece, held;
-    float *p0 = mpu_fsdp_shard_params(f, &held);
+    mpu_fsdp_shard_params(f, &held);
     assert_int_equal(mpu_fsdp_bucket_range(f, 0, NULL, NULL, &piece), 0);
     assert_int_equal(piece, want[r].piece);
     assert_int_equal(held, want[r].piece);
     for (int i = 0; i < nparams; i++) {
-      mpu_fsdp_span sp;
-      assert_int_equal(mpu_fsdp_param_span(f, i, &sp), 0);
+      mpu_shard ps;
+      assert_int_equal(mpu_fsdp_param_shard(f, i, &ps), 0);
+      assert_true(ps.nspans <= 1);
+      mpu_shard_span sp = ps.nspans ? ps.spans[0] : (mpu_shard_span){0, 0, 0};
       if (sp.lo != want[r].span[i][0] || sp.hi != want[r].span[i][1])
         fail_msg("%s S=%d rank %d param %d: [%zu, %zu), torch [%zu, %zu)",
                  mpu_fsdp_layout_name(layout), S, r, i, sp.lo, sp.hi, want[r].span[i][0],
                  want[r].span[i][1]);
-      if (sp.hi > sp.lo) assert_int_equal((size_t)(sp.param - p0), want[r].span[i][2]);
+      if (sp.hi > sp.lo) assert_int_equal(sp.at, want[r].span[i][2]);
     }
     mpu_fsdp_free(f);
     mpu_comm_destroy(fake);

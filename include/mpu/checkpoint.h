@@ -46,11 +46,9 @@ extern "C" {
 #define MPU_CKPT_NAME_MAX 128  /* printable ASCII, no '"' or '\\' */
 #define MPU_CKPT_META_MAX 32
 
-/* A box of the global tensor held by a local one (mpu/shard.h's). */
+/* mpu/shard.h's box and span in memory under their old names. Kept for one
+ * release; mpu_shard_box and mpu_shard_mem instead. */
 typedef mpu_shard_box mpu_ckpt_box;
-
-/* Local elements [lo, hi) of a tensor (row-major) in memory; data[k] is
- * element lo + k (mpu/shard.h's). */
 typedef mpu_shard_mem mpu_ckpt_span;
 
 /* What a tensor is, for the tools (mpu ckpt merge writes parameters only
@@ -71,11 +69,11 @@ typedef struct mpu_ckpt_tensor {
   int64_t shape[MPU_CKPT_MAX_DIMS];        /* global */
   int64_t local_shape[MPU_CKPT_MAX_DIMS];
   int nboxes;
-  mpu_ckpt_box boxes[MPU_CKPT_MAX_BOXES];
+  mpu_shard_box boxes[MPU_CKPT_MAX_BOXES];
   int nspans;                              /* what this rank loads */
-  mpu_ckpt_span *spans;
+  mpu_shard_mem *spans;
   int nsave;                               /* what this rank writes: one rank writes each element */
-  mpu_ckpt_span *save;
+  mpu_shard_mem *save;
 } mpu_ckpt_tensor;
 
 /* What a checkpoint records besides tensors. */
@@ -115,20 +113,25 @@ MPU_API void mpu_ckpt_set_free(mpu_ckpt_set *set);
 MPU_API mpu_result_t mpu_ckpt_set_meta(mpu_ckpt_set *set, const char *key, const char *value);
 
 /*
- * The boxes of a tensor-parallel parameter (Megatron's partition_dim and
- * stride): mpu_shard_megatron's, for a parameter of those attributes (a
- * duplicate holds the whole tensor in one box).
+ * Add a tensor from the fields of a shard (mpu/shard.h): its global shape,
+ * local shape and boxes (copied), the memory of what the rank loads (spans)
+ * and writes (save), copied; the memory stays the caller's. A local tensor
+ * of size 0 (a rank that holds none of it, as an empty DTensor piece) has
+ * boxes of size 0 and no spans. mpu_ckpt_add_shards calls it for every
+ * tensor of a list; kept for one release as a call of its own (describe the
+ * shards and add them instead).
  */
-MPU_API mpu_result_t mpu_ckpt_partition(int ndim, const int64_t *shape, mpu_param_attrs attrs,
-                                        int tp_size, int tp_rank, int64_t *local_shape,
-                                        mpu_ckpt_box *boxes, int *nboxes);
-
-/* Add a tensor with its boxes (copied) and spans (copied); the spans' memory
- * stays the caller's. */
 MPU_API mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kind, int ndim,
                                   const int64_t *shape, const int64_t *local_shape,
-                                  const mpu_ckpt_box *boxes, int nboxes, const mpu_ckpt_span *spans,
-                                  int nspans, const mpu_ckpt_span *save, int nsave);
+                                  const mpu_shard_box *boxes, int nboxes, const mpu_shard_mem *spans,
+                                  int nspans, const mpu_shard_mem *save, int nsave);
+
+/* mpu_shard_megatron's boxes for a parameter of those attributes (a
+ * duplicate holds the whole tensor in one box). Kept for one release;
+ * mpu_shard_megatron instead. */
+MPU_API mpu_result_t mpu_ckpt_partition(int ndim, const int64_t *shape, mpu_param_attrs attrs,
+                                        int tp_size, int tp_rank, int64_t *local_shape,
+                                        mpu_shard_box *boxes, int *nboxes);
 
 /*
  * Add every tensor of a list of shards (mpu/shard.h) that their holder
@@ -140,7 +143,8 @@ MPU_API mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_
  */
 MPU_API mpu_result_t mpu_ckpt_add_shards(mpu_ckpt_set *set, const mpu_shard_list *l);
 
-/* A parameter's global name and shape (mpu/shard.h's). */
+/* mpu/shard.h's global name and shape under its old name. Kept for one
+ * release; mpu_shard_global instead. */
 typedef mpu_shard_global mpu_ckpt_global;
 
 /*
@@ -149,13 +153,13 @@ typedef mpu_shard_global mpu_ckpt_global;
  * AdamW moments. Kept for one release; describe and add instead.
  */
 MPU_API mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
-                                         const mpu_ckpt_global *globals, const mpu_optimizer *opt,
+                                         const mpu_shard_global *globals, const mpu_optimizer *opt,
                                          int tp_size, int dp_rank);
 
 /* mpu_fsdp_describe then mpu_ckpt_add_shards, as one call. Kept for one
  * release; describe and add instead. */
 MPU_API mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f,
-                                       const mpu_ckpt_global *globals, int tp_size);
+                                       const mpu_shard_global *globals, int tp_size);
 
 /* The global layers of model chunk `chunk` of pipeline rank pp_rank, with
  * pp x vp virtual stages of layers / (pp x vp) layers each (Megatron's
@@ -185,7 +189,8 @@ MPU_API mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_ra
  * world's size (left as mpu_ckpt_set_init made it, the layout is taken from
  * this thread's current state when that has as many ranks; see
  * mpu_ckpt_layout_from_state), a negative step or optimizer step, AdamW
- * options out of range (a NaN or infinite lr or clip), layout sizes outside
+ * numbers an index cannot hold (a NaN or infinite lr or clip; their ranges
+ * are the optimizer's to check when it is made from them), layout sizes outside
  * 1..2^24 (vp 0..2^24), a flavor without its NUL, n_meta outside 0..MPU_CKPT_META_MAX, a
  * metadata pair or random stream name that mpu_ckpt_set_meta would refuse or
  * that comes twice, and ranks saving different steps (MPU_ERR_MISMATCH).

@@ -52,6 +52,13 @@ mpu_result_t mpu__ckpt_meta_check(const char *fn, const char *key, size_t key_ca
  * MPU_SUCCESS, or MPU_ERR_INVALID_ARGUMENT naming fn and the size. */
 mpu_result_t mpu__ckpt_layout_check(const char *fn, const mpu_ckpt_layout *l);
 
+/* The optimizer entry of an index, for save and load alike: its six numbers
+ * finite (JSON holds no NaN or infinity); else MPU_ERR_INVALID_ARGUMENT
+ * naming fn and the number. Their ranges are the optimizer's rule, checked
+ * where an optimizer is made from them: the index records what the saver's
+ * optimizer was given. */
+mpu_result_t mpu__ckpt_adamw_numbers(const char *fn, const mpu_adamw_options *o);
+
 /* 0 if name is a valid tensor name (printable ASCII, no '"' '\\' or space). */
 int mpu__ckpt_name_ok(const char *name);
 
