@@ -173,14 +173,22 @@ static mpu_result_t save_rank(mpu_state *s, void *arg) {
   return r;
 }
 
-/* whether a piece's global box meets one of the rank's boxes of that tensor */
-static int meets(const mpu_ckpt_tensor *t, const mpu_ckpt_piece_info *pi) {
-  for (int k = 0; k < t->nboxes; k++) {
-    int ok = 1;
-    for (int d = 0; d < t->ndim; d++)
-      ok &= pi->offset[d] < t->boxes[k].global_offset[d] + t->boxes[k].length[d] &&
-            t->boxes[k].global_offset[d] < pi->offset[d] + pi->length[d];
-    if (ok) return 1;
+/* whether a piece's global box meets one of the rank's boxes of tensor `name` (a parameter of
+ * the model or one of its moments), those of Megatron's partition on tp rank r of tp */
+static int meets(const char *name, int tp, int r, const mpu_ckpt_piece_info *pi) {
+  for (int p = 0; p < NPARAMS; p++) {
+    size_t len = strlen(model[p].name);
+    if (strncmp(name, model[p].name, len) || (name[len] && name[len] != '.')) continue;
+    mpu_shard s;
+    if (mpu_shard_megatron(model[p].ndim, model[p].shape, model[p].dim, model[p].stride, tp, r, &s))
+      return 1; /* counted: a failure shows as bytes read past the budget */
+    for (int k = 0; k < s.nboxes; k++) {
+      int ok = 1;
+      for (int d = 0; d < s.ndim; d++)
+        ok &= pi->offset[d] < s.boxes[k].global_offset[d] + s.boxes[k].length[d] &&
+              s.boxes[k].global_offset[d] < pi->offset[d] + pi->length[d];
+      if (ok) return 1;
+    }
   }
   return 0;
 }
@@ -210,14 +218,11 @@ static mpu_result_t load_rank(mpu_state *s, void *arg) {
     for (int i = 0; i < in.ntensors; i++) {
       mpu_ckpt_tensor_info ti;
       mpu_ckpt_tensor_at(ck, i, &ti);
-      const mpu_ckpt_tensor *mine = NULL;
-      for (int k = 0; k < set.n; k++)
-        if (!strcmp(set.t[k].name, ti.name)) mine = &set.t[k];
       for (int p = 0; p < ti.npieces; p++) {
         mpu_ckpt_piece_info pi;
         mpu_ckpt_piece_at(ck, i, p, &pi);
         all += pi.byte_hi - pi.byte_lo;
-        if (mine && meets(mine, &pi)) budget += pi.byte_hi - pi.byte_lo;
+        if (meets(ti.name, m.tp, m.tp_rank, &pi)) budget += pi.byte_hi - pi.byte_lo;
       }
     }
     uint64_t read = mpu_ckpt_bytes_read(ck);

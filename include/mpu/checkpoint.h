@@ -62,19 +62,10 @@ typedef enum mpu_ckpt_kind {
 /* "param", "exp_avg", "exp_avg_sq" (the index's names); "?" for another value */
 MPU_API const char *mpu_ckpt_kind_name(mpu_ckpt_kind kind);
 
-typedef struct mpu_ckpt_tensor {
-  char name[MPU_CKPT_NAME_MAX];
-  mpu_ckpt_kind kind;
-  int ndim;
-  int64_t shape[MPU_CKPT_MAX_DIMS];        /* global */
-  int64_t local_shape[MPU_CKPT_MAX_DIMS];
-  int nboxes;
-  mpu_shard_box boxes[MPU_CKPT_MAX_BOXES];
-  int nspans;                              /* what this rank loads */
-  mpu_shard_mem *spans;
-  int nsave;                               /* what this rank writes: one rank writes each element */
-  mpu_shard_mem *save;
-} mpu_ckpt_tensor;
+/* A tensor of a set, as mpu_ckpt_add_shards (or mpu_ckpt_add) took it: its
+ * shard's fields and memory. Private to the checkpoint: what a rank holds is
+ * said by the shards it was given (mpu/shard.h). */
+typedef struct mpu_ckpt_tensor mpu_ckpt_tensor;
 
 /* What a checkpoint records besides tensors. */
 typedef struct mpu_ckpt_layout {
@@ -90,7 +81,7 @@ MPU_API mpu_result_t mpu_ckpt_layout_from_state(const mpu_state *s, mpu_ckpt_lay
 
 typedef struct mpu_ckpt_set {
   int n, cap;
-  mpu_ckpt_tensor *t;
+  mpu_ckpt_tensor *t;                /* private (the tensors added) */
   int64_t step;                      /* training steps done */
   mpu_ckpt_layout layout;            /* mpu_ckpt_layout_from_state fills it; a save of
                                         more ranks than mpu_ckpt_set_init's 1 x 1 x 1 fills it
