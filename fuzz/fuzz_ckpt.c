@@ -39,20 +39,18 @@ static mpu_result_t describe(const mpu_ckpt *ck, int tp, mpu_ckpt_set *set, floa
       mpu_ckpt_tensor_info t;
       if (mpu_ckpt_tensor_at(ck, i, &t)) abort();
       int split = tp > 1 && t.shape[0] % tp == 0;
-      mpu_param_attrs a = split ? MPU_PARAM_PARTITIONED(0, 1) : MPU_PARAM_DUPLICATE;
-      int64_t local[MPU_CKPT_MAX_DIMS];
-      mpu_ckpt_box boxes[MPU_CKPT_MAX_BOXES];
-      int nboxes;
-      mpu_result_t r = mpu_ckpt_partition(t.ndim, t.shape, a, split ? tp : 1, 0, local, boxes, &nboxes);
+      mpu_shard s;
+      mpu_result_t r = mpu_shard_megatron(t.ndim, t.shape, split ? 0 : -1, 1, split ? tp : 1, 0, &s);
       if (r) return r;
       size_t n = (size_t)(t.bytes / 4) / (split ? (size_t)tp : 1);
       if (pass == 0) {
         total += n;
         continue;
       }
-      mpu_ckpt_span sp = {0, n, *mem + at};
+      mpu_shard_mem sp = {0, n, *mem + at};
       at += n;
-      if ((r = mpu_ckpt_add(set, t.name, t.kind, t.ndim, t.shape, local, boxes, nboxes, &sp, 1, NULL, 0)))
+      if ((r = mpu_ckpt_add(set, t.name, t.kind, t.ndim, t.shape, s.local_shape, s.boxes, s.nboxes,
+                            &sp, 1, NULL, 0)))
         return r;
     }
     if (pass == 0 && !(*mem = malloc((total + 1) * sizeof(float)))) return MPU_ERR_OUT_OF_MEMORY;

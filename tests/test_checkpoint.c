@@ -1,19 +1,18 @@
 /*
- * test_checkpoint.c - distributed checkpoints (mpu/checkpoint.h).
+ * test_checkpoint.c - distributed checkpoints (mpu/checkpoint.h) moved
+ * across layouts.
  *
  * A small model (a fused QKV weight and bias with stride 3, a row-parallel
  * weight, a duplicated norm) whose every global element has a known value,
  * with AdamW moments of known values, is saved from tp 2 x dp 2 under ZeRO-1
  * on thread ranks and loaded into other layouts (tp 1, tp 4, dp 4 ZeRO-1,
- * tp 2 x dp 2 plain), and between sharded buffers (FSDP, HSDP) and plain
- * ones both ways; each rank checks each local element against the global
- * value the test computes from Megatron's stride rule itself, and that it
- * read no more than the index and the pieces that overlap its slices. Then
- * what must fail does, naming the tensor and the file, leaving the caller's
- * memory as it was; and a save whose index the loader would refuse (a NaN
- * lr, a negative step, a layout out of range, too many metadata pairs) is
- * refused on every rank before anything is written. Saves killed midway and
- * a full disk: test_ckpt_crash.c.
+ * tp 2 x dp 2 plain), and between sharded buffers (FSDP, HSDP; both FSDP
+ * layouts) and plain ones both ways; each rank checks each local element
+ * against the global value the test computes from Megatron's stride rule
+ * itself, and that it read no more than the index and the pieces that
+ * overlap its slices; a corrupted piece fails every rank, memory unchanged.
+ * What must fail: test_ckpt_refusals.c; the root's folders and its lock:
+ * test_ckpt_root.c; saves killed midway and a full disk: test_ckpt_crash.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +34,7 @@
 #include <cmocka.h>
 
 #include "mpu.h"
+#include "ckpt_helpers.h"
 
 /* ---- the model --------------------------------------------------------------------------- */
 
@@ -118,13 +118,13 @@ static int walk(rank_model *m, int check) {
       if (check) bad += data[l] != want;
       else data[l] = want;
     }
-    mpu_optimizer_span sp[64];
-    int n;
-    if (mpu_optimizer_param_spans(&m->opt, p, sp, 64, &n)) return -1;
-    for (int k = 0; k < n; k++)
-      for (size_t l = sp[k].lo; l < sp[k].hi; l++) {
+    mpu_shard held;
+    if (mpu_optimizer_param_shard(&m->opt, p, &held)) return -1;
+    for (int k = 0; k < held.nspans; k++)
+      for (size_t l = held.spans[k].lo; l < held.spans[k].hi; l++) {
         int64_t g = global_index(&model[p], m->tp, m->tp_rank, (int64_t)l);
-        float *mm = &m->opt.m[sp[k].state + l - sp[k].lo], *vv = &m->opt.v[sp[k].state + l - sp[k].lo];
+        size_t at = held.spans[k].at + l - held.spans[k].lo;
+        float *mm = &m->opt.m[at], *vv = &m->opt.v[at];
         if (check) bad += *mm != value(p, 1, g) || *vv != value(p, 2, g);
         else *mm = value(p, 1, g), *vv = value(p, 2, g);
       }
@@ -173,14 +173,22 @@ static mpu_result_t save_rank(mpu_state *s, void *arg) {
   return r;
 }
 
-/* whether a piece's global box meets one of the rank's boxes of that tensor */
-static int meets(const mpu_ckpt_tensor *t, const mpu_ckpt_piece_info *pi) {
-  for (int k = 0; k < t->nboxes; k++) {
-    int ok = 1;
-    for (int d = 0; d < t->ndim; d++)
-      ok &= pi->offset[d] < t->boxes[k].global_offset[d] + t->boxes[k].length[d] &&
-            t->boxes[k].global_offset[d] < pi->offset[d] + pi->length[d];
-    if (ok) return 1;
+/* whether a piece's global box meets one of the rank's boxes of tensor `name` (a parameter of
+ * the model or one of its moments), those of Megatron's partition on tp rank r of tp */
+static int meets(const char *name, int tp, int r, const mpu_ckpt_piece_info *pi) {
+  for (int p = 0; p < NPARAMS; p++) {
+    size_t len = strlen(model[p].name);
+    if (strncmp(name, model[p].name, len) || (name[len] && name[len] != '.')) continue;
+    mpu_shard s;
+    if (mpu_shard_megatron(model[p].ndim, model[p].shape, model[p].dim, model[p].stride, tp, r, &s))
+      return 1; /* counted: a failure shows as bytes read past the budget */
+    for (int k = 0; k < s.nboxes; k++) {
+      int ok = 1;
+      for (int d = 0; d < s.ndim; d++)
+        ok &= pi->offset[d] < s.boxes[k].global_offset[d] + s.boxes[k].length[d] &&
+              s.boxes[k].global_offset[d] < pi->offset[d] + pi->length[d];
+      if (ok) return 1;
+    }
   }
   return 0;
 }
@@ -210,14 +218,11 @@ static mpu_result_t load_rank(mpu_state *s, void *arg) {
     for (int i = 0; i < in.ntensors; i++) {
       mpu_ckpt_tensor_info ti;
       mpu_ckpt_tensor_at(ck, i, &ti);
-      const mpu_ckpt_tensor *mine = NULL;
-      for (int k = 0; k < set.n; k++)
-        if (!strcmp(set.t[k].name, ti.name)) mine = &set.t[k];
       for (int p = 0; p < ti.npieces; p++) {
         mpu_ckpt_piece_info pi;
         mpu_ckpt_piece_at(ck, i, p, &pi);
         all += pi.byte_hi - pi.byte_lo;
-        if (mine && meets(mine, &pi)) budget += pi.byte_hi - pi.byte_lo;
+        if (meets(ti.name, m.tp, m.tp_rank, &pi)) budget += pi.byte_hi - pi.byte_lo;
       }
     }
     uint64_t read = mpu_ckpt_bytes_read(ck);
@@ -228,16 +233,6 @@ static mpu_result_t load_rank(mpu_state *s, void *arg) {
   mpu_ckpt_set_free(&set);
   free_model(&m);
   return r;
-}
-
-static void make_dir(const char *tag, char *out, size_t cap) {
-  snprintf(out, cap, "test_checkpoint_%s_%d", tag, (int)getpid());
-}
-
-static void remove_dir(const char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
 }
 
 static void run_layout(int world, int tp, int zero, job *j) {
@@ -335,11 +330,15 @@ typedef struct fsdp_job {
 static int walk_fsdp(mpu_fsdp *f, const rank_model *m, int check) {
   int bad = 0;
   for (int p = 0; p < NPARAMS; p++) {
-    mpu_fsdp_span sp;
-    if (mpu_fsdp_param_span(f, p, &sp)) return -1;
+    mpu_shard held;
+    if (mpu_fsdp_param_shard(f, p, &held) || held.nspans > 1) return -1;
+    float *pieces[3] = {mpu_fsdp_shard_params(f, NULL), mpu_fsdp_shard_exp_avg(f, NULL),
+                        mpu_fsdp_shard_exp_avg_sq(f, NULL)};
+    mpu_shard_span sp = held.nspans ? held.spans[0] : (mpu_shard_span){0, 0, 0};
     for (size_t l = sp.lo; l < sp.hi; l++) {
       int64_t g = global_index(&model[p], m->tp, m->tp_rank, (int64_t)l);
-      float *at[3] = {&sp.param[l - sp.lo], &sp.exp_avg[l - sp.lo], &sp.exp_avg_sq[l - sp.lo]};
+      size_t j = sp.at + l - sp.lo;
+      float *at[3] = {&pieces[0][j], &pieces[1][j], &pieces[2][j]};
       for (int k = 0; k < 3; k++)
         if (check) bad += *at[k] != value(p, k, g);
         else *at[k] = value(p, k, g);
@@ -511,393 +510,11 @@ static void test_fsdp(void **state) {
   remove_dir(dir_a);
 }
 
-/* ---- what must fail --------------------------------------------------------------------- */
-
-static float one_a[12], one_b[6];
-
-static void one_rank_set(mpu_ckpt_set *set, const char *b_name, int64_t b_len) {
-  mpu_ckpt_set_init(set);
-  int64_t sa[2] = {3, 4}, sb[1] = {b_len ? b_len : 1};
-  mpu_ckpt_box ba, bb;
-  int n;
-  mpu_param_attrs dup = MPU_PARAM_DUPLICATE;
-  int64_t la[2], lb[1];
-  assert_int_equal(mpu_ckpt_partition(2, sa, dup, 1, 0, la, &ba, &n), 0);
-  assert_int_equal(mpu_ckpt_partition(1, sb, dup, 1, 0, lb, &bb, &n), 0);
-  mpu_ckpt_span a = {0, 12, one_a}, b = {0, (size_t)b_len, one_b};
-  assert_int_equal(mpu_ckpt_add(set, "a", MPU_CKPT_PARAM, 2, sa, la, &ba, 1, &a, 1, &a, 1), 0);
-  if (b_name) assert_int_equal(mpu_ckpt_add(set, b_name, MPU_CKPT_PARAM, 1, sb, lb, &bb, 1, &b, 1, &b, 1), 0);
-}
-
-static void expect_failure(const char *dir, mpu_ckpt_set *set, const char *w1, const char *w2) {
-  for (int i = 0; i < 12; i++) one_a[i] = -1.0f;
-  for (int i = 0; i < 6; i++) one_b[i] = -1.0f;
-  mpu_ckpt *ck = NULL;
-  mpu_result_t r = mpu_ckpt_open(dir, &ck);
-  if (!r) r = mpu_ckpt_load(ck, NULL, set);
-  mpu_ckpt_close(ck);
-  assert_int_not_equal(r, MPU_SUCCESS);
-  const char *msg = mpu_last_error();
-  if (!strstr(msg, w1) || (w2 && !strstr(msg, w2))) fail_msg("'%s' lacks '%s' / '%s'", msg, w1, w2 ? w2 : "");
-  for (int i = 0; i < 12; i++) assert_true(one_a[i] == -1.0f); /* nothing changed */
-  for (int i = 0; i < 6; i++) assert_true(one_b[i] == -1.0f);
-}
-
-static void patch(const char *path, long at, const void *bytes, size_t n) {
-  FILE *f = fopen(path, "r+b");
-  assert_non_null(f);
-  fseek(f, at, SEEK_SET);
-  assert_int_equal(fwrite(bytes, 1, n, f), n);
-  fclose(f);
-}
-
-static void test_refusals(void **state) {
-  (void)state;
-  char dir[256], folder[300], file[400];
-  make_dir("refusals", dir, sizeof dir);
-  mpu_ckpt_set set;
-  one_rank_set(&set, "b", 6);
-  for (int i = 0; i < 12; i++) one_a[i] = (float)i;
-  for (int i = 0; i < 6; i++) one_b[i] = 100.0f + (float)i;
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  mpu_ckpt_set_free(&set);
-  snprintf(folder, sizeof folder, "%s/iter_0000000", dir); /* step 0 */
-  snprintf(file, sizeof file, "%s/rank00000.safetensors", folder);
-
-  one_rank_set(&set, "c", 6); /* c is missing, b is extra */
-  expect_failure(dir, &set, "'c'", "missing");
-  mpu_ckpt_set_free(&set);
-  one_rank_set(&set, NULL, 0); /* the checkpoint's b is not in the model */
-  expect_failure(dir, &set, "'b'", "rank00000.safetensors");
-  set.strict = 0; /* unless asked to load part of it */
-  mpu_ckpt *ck;
-  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
-  assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
-  assert_true(one_a[5] == 5.0f);
-  mpu_ckpt_close(ck);
-  mpu_ckpt_set_free(&set);
-  one_rank_set(&set, "b", 5); /* shape */
-  expect_failure(dir, &set, "'b'", "[6]");
-  mpu_ckpt_set_free(&set);
-
-  one_rank_set(&set, "b", 6);
-  /* a corrupted piece: one byte of b's data (the last 24 bytes of the file) */
-  struct stat st;
-  assert_int_equal(stat(file, &st), 0);
-  unsigned char x = 0x5a;
-  patch(file, (long)st.st_size - 7, &x, 1);
-  expect_failure(dir, &set, "'b'", "rank00000.safetensors");
-  assert_non_null(strstr(mpu_last_error(), "corrupted"));
-  /* a truncated file */
-  assert_int_equal(truncate(file, st.st_size - 4), 0);
-  expect_failure(dir, &set, "rank00000.safetensors", "truncated");
-  /* no index: a save that did not finish */
-  char index[400];
-  snprintf(index, sizeof index, "%s/index.json", folder);
-  assert_int_equal(unlink(index), 0);
-  expect_failure(dir, &set, "index.json", "did not finish");
-  /* an index that is not JSON */
-  FILE *f = fopen(index, "w");
-  fputs("{\"format\": \"mpu-checkpoint\", \"version\": 1,", f);
-  fclose(f);
-  expect_failure(dir, &set, "index.json", "JSON");
-  mpu_ckpt_set_free(&set);
-
-  /* bad descriptions are refused when added */
-  mpu_ckpt_set_init(&set);
-  int64_t s24[2] = {24, 5}, local[2];
-  mpu_ckpt_box boxes[MPU_CKPT_MAX_BOXES];
-  int n;
-  assert_int_equal(mpu_ckpt_partition(2, s24, MPU_PARAM_PARTITIONED(0, 3), 5, 0, local, boxes, &n),
-                   MPU_ERR_INVALID_ARGUMENT); /* 5 x 3 does not divide 24 */
-  assert_int_equal(mpu_ckpt_partition(2, s24, MPU_PARAM_PARTITIONED(0, 3), 2, 1, local, boxes, &n), 0);
-  assert_int_equal(n, 3);
-  assert_true(local[0] == 12 && boxes[2].local_offset[0] == 8 && boxes[2].global_offset[0] == 20);
-  mpu_ckpt_span sp = {0, 60, one_a};
-  assert_int_equal(mpu_ckpt_add(&set, "bad name", MPU_CKPT_PARAM, 2, s24, local, boxes, n, &sp, 1, NULL, 0),
-                   MPU_ERR_INVALID_ARGUMENT);
-  mpu_ckpt_span past = {0, 61, one_a};
-  assert_int_equal(mpu_ckpt_add(&set, "w", MPU_CKPT_PARAM, 2, s24, local, boxes, n, &past, 1, NULL, 0),
-                   MPU_ERR_INVALID_ARGUMENT);
-  assert_int_equal(mpu_ckpt_add(&set, "w", MPU_CKPT_PARAM, 2, s24, local, boxes, 2, &sp, 1, NULL, 0),
-                   MPU_ERR_INVALID_ARGUMENT); /* the boxes do not cover the local tensor */
-  int first, count;
-  assert_int_equal(mpu_ckpt_chunk_layers(8, 2, 2, 1, 1, &first, &count), 0);
-  assert_true(first == 6 && count == 2); /* virtual stage 1 x 2 + 1 = 3 */
-  assert_int_equal(mpu_ckpt_chunk_layers(6, 2, 2, 0, 0, &first, &count), MPU_ERR_INVALID_ARGUMENT);
-  mpu_ckpt_set_free(&set);
-  remove_dir(dir);
-}
-
-/* ---- saves that could never be loaded are refused before anything is written ---------- */
-
-/* the set one_rank_set gives, with one field spoiled by how */
-static void spoil(mpu_ckpt_set *set, int how) {
-  set->has_adamw = 1, set->adamw = (mpu_adamw_options)MPU_ADAMW_OPTIONS_INIT;
-  switch (how) {
-  case 0: set->adamw.lr = NAN; break;
-  case 1: set->adamw.clip_grad = INFINITY; break;
-  case 2: set->step = -1; break;
-  case 3: set->optimizer_step = -5; break;
-  case 4: set->layout.tp = 1 << 25; break;
-  case 5: set->layout.dp = -1; break;
-  case 6: set->n_meta = MPU_CKPT_META_MAX + 1; break;
-  case 7: set->n_meta = -1; break;
-  case 8: memset(set->layout.flavor, 'x', sizeof set->layout.flavor); break;
-  case 9: /* a key twice: JSON objects hold each once */
-    mpu_ckpt_set_meta(set, "k", "1");
-    mpu_ckpt_set_meta(set, "j", "2");
-    set->meta[1][0][0] = 'k';
-    break;
-  case 10: /* a value without its NUL */
-    mpu_ckpt_set_meta(set, "k", "1");
-    memset(set->meta[0][1], 'v', sizeof set->meta[0][1]);
-    break;
-  case 11: set->layout.pp = 0; break; /* a size the loader refuses: one rule for both */
-  }
-}
-
-static const char *const spoiled[] = {"lr",     "clip_grad", "step -1", "optimizer step",
-                                      "tp",     "dp",        "33 metadata", "-1 metadata",
-                                      "flavor", "twice",     "too long", "pp 0"};
-enum { NSPOILED = sizeof spoiled / sizeof *spoiled };
-
-typedef struct refusal_job {
-  const char *dir;
-  mpu_result_t r[2];
-  char msg[2][512];
-} refusal_job;
-
-/* rank 1's set is spoiled (lr NaN), or (r->dir ending in "steps") the ranks save different steps */
-static mpu_result_t refused_rank(mpu_comm *world, void *arg) {
-  refusal_job *j = arg;
-  int rank;
-  mpu_comm_rank(world, &rank);
-  mpu_ckpt_set set;
-  float x[4] = {1, 2, 3, 4};
-  int64_t shape[1] = {8}, local[1] = {4};
-  mpu_ckpt_box box;
-  memset(&box, 0, sizeof box);
-  box.global_offset[0] = 4 * rank, box.length[0] = 4;
-  mpu_ckpt_span sp = {0, 4, x};
-  mpu_ckpt_set_init(&set);
-  mpu_result_t r = mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 1, shape, local, &box, 1, &sp, 1, &sp, 1);
-  set.layout.dp = 2; /* no state here to take the layout from */
-  int steps = strstr(j->dir, "steps") != NULL;
-  if (steps) set.step = 5 + rank;
-  else if (rank == 1) spoil(&set, 0);
-  if (!r) r = mpu_ckpt_save(j->dir, world, &set);
-  j->r[rank] = r;
-  snprintf(j->msg[rank], sizeof j->msg[rank], "%s", mpu_last_error());
-  mpu_ckpt_set_free(&set);
-  return MPU_SUCCESS;
-}
-
-static void test_save_refusals(void **state) {
-  (void)state;
-  char dir[256];
-  struct stat st;
-  make_dir("unloadable", dir, sizeof dir);
-  for (int how = 0; how < NSPOILED; how++) {
-    mpu_ckpt_set set;
-    one_rank_set(&set, "b", 6);
-    spoil(&set, how);
-    mpu_result_t r = mpu_ckpt_save(dir, NULL, &set);
-    mpu_ckpt_set_free(&set);
-    if (r != MPU_ERR_INVALID_ARGUMENT || !strstr(mpu_last_error(), spoiled[how]))
-      fail_msg("spoiled %d: %s: '%s' lacks '%s'", how, mpu_result_name(r), mpu_last_error(), spoiled[how]);
-    assert_int_equal(stat(dir, &st), -1); /* nothing written, not even the folder */
-  }
-  /* one rank's set: every rank refuses, the others naming it */
-  refusal_job j = {dir, {0, 0}, {"", ""}};
-  assert_int_equal(mpu_launch(2, refused_rank, &j, NULL, NULL), MPU_SUCCESS);
-  assert_int_equal(j.r[1], MPU_ERR_INVALID_ARGUMENT);
-  assert_non_null(strstr(j.msg[1], "lr"));
-  assert_int_equal(j.r[0], MPU_ERR_ABORTED);
-  if (!strstr(j.msg[0], "rank 1")) fail_msg("'%s' does not name rank 1", j.msg[0]);
-  assert_int_equal(stat(dir, &st), -1);
-  /* ranks that save different steps */
-  char steps[300];
-  snprintf(steps, sizeof steps, "%s_steps", dir);
-  j.dir = steps;
-  assert_int_equal(mpu_launch(2, refused_rank, &j, NULL, NULL), MPU_SUCCESS);
-  assert_int_equal(j.r[0], MPU_ERR_MISMATCH);
-  assert_int_equal(j.r[1], MPU_ERR_MISMATCH);
-  if (!strstr(j.msg[0], "step 6")) fail_msg("'%s' does not name step 6", j.msg[0]);
-  assert_int_equal(stat(steps, &st), -1);
-  /* what a loader reads back of a good one: the same hyper-parameters */
-  mpu_ckpt_set set;
-  one_rank_set(&set, "b", 6);
-  spoil(&set, -1);
-  set.adamw.lr = 1.0000001e-3f, set.optimizer_step = 3, set.step = 4;
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  mpu_ckpt *ck = NULL;
-  mpu_ckpt_info in;
-  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
-  assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
-  assert_true(in.adamw.lr == set.adamw.lr && in.optimizer_step == 3 && in.step == 4);
-  mpu_ckpt_close(ck);
-  /* the same step again: the new folder takes the old one's place, no *.tmp is left */
-  for (int i = 0; i < 12; i++) one_a[i] = 50.0f + (float)i;
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  for (int i = 0; i < 12; i++) one_a[i] = -1.0f;
-  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
-  assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
-  assert_true(one_a[11] == 61.0f);
-  mpu_ckpt_close(ck);
-  char tmp[400];
-  snprintf(tmp, sizeof tmp, "%s/iter_0000004.tmp", dir);
-  assert_int_equal(stat(tmp, &st), -1);
-  mpu_ckpt_set_free(&set);
-  remove_dir(dir);
-}
-
-/* ---- which folder a root means ------------------------------------------------------------ */
-
-static void touch(const char *dir, const char *name, const char *text) {
-  char path[600];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
-}
-
-static void expect_latest(const char *dir, const char *want) {
-  char got[600], path[600];
-  assert_int_equal(mpu_ckpt_latest(dir, got, sizeof got), 0);
-  snprintf(path, sizeof path, "%s%s", dir, want);
-  if (strcmp(got, path)) fail_msg("%s means '%s', not '%s'", dir, got, path);
-}
-
-static void test_latest(void **state) {
-  (void)state;
-  char dir[256], sub[400];
-  make_dir("latest", dir, sizeof dir);
-  expect_latest(dir, ""); /* nothing there: the folder itself (open then says why) */
-  assert_int_equal(mkdir(dir, 0755), 0);
-  touch(dir, "index.json", "{}"); /* saved before roots: the folder itself */
-  expect_latest(dir, "");
-  const char *iters[] = {"iter_0000010", "iter_0000020", "iter_0000030", "iter_0000040.tmp",
-                         "iter_0000050", "iter_x"};
-  for (int i = 0; i < 6; i++) {
-    snprintf(sub, sizeof sub, "%s/%s", dir, iters[i]);
-    assert_int_equal(mkdir(sub, 0755), 0);
-    if (i != 4) touch(sub, "index.json", "{}"); /* 50 did not finish */
-  }
-  expect_latest(dir, "/iter_0000030"); /* no tracker: the highest complete iteration */
-  touch(dir, "latest_checkpointed_iteration.txt", "20\n");
-  expect_latest(dir, "/iter_0000020"); /* the tracker, as Megatron-LM */
-  touch(dir, "latest_checkpointed_iteration.txt", "50");
-  expect_latest(dir, "/iter_0000030"); /* it names a folder without an index */
-  touch(dir, "latest_checkpointed_iteration.txt", "-20");
-  expect_latest(dir, "/iter_0000030");
-  touch(dir, "latest_checkpointed_iteration.txt", "99999999999999999999999");
-  expect_latest(dir, "/iter_0000030");
-  snprintf(sub, sizeof sub, "%s/latest_checkpointed_iteration.txt", dir);
-  assert_int_equal(unlink(sub), 0);
-  assert_int_equal(mkfifo(sub, 0644), 0); /* read without blocking, and refused */
-  expect_latest(dir, "/iter_0000030");
-  snprintf(sub, sizeof sub, "%s/iter_0000010", dir);
-  expect_latest(sub, ""); /* one iteration's folder given directly */
-  char small[8];
-  assert_int_equal(mpu_ckpt_latest(dir, small, sizeof small), MPU_ERR_INVALID_ARGUMENT);
-  assert_int_equal(mpu_ckpt_latest(NULL, small, sizeof small), MPU_ERR_INVALID_ARGUMENT);
-  remove_dir(dir);
-}
-
-/* A save clears what killed saves left (iter_N.tmp folders), never through a
- * link of that name: the folder it points to keeps its files. */
-static void test_stage_link(void **state) {
-  (void)state;
-  char dir[256], other[256], link[600], kept[600];
-  make_dir("stage_link", dir, sizeof dir);
-  make_dir("stage_link_other", other, sizeof other);
-  assert_int_equal(mkdir(other, 0755), 0);
-  touch(other, "keep.txt", "mine");
-  mpu_ckpt_set set;
-  one_rank_set(&set, "b", 6);
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  snprintf(link, sizeof link, "%s/iter_0000009.tmp", dir);
-  char target[600];
-  snprintf(target, sizeof target, "../%s", other);
-  assert_int_equal(symlink(target, link), 0);
-  set.step = 1;
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  mpu_ckpt_set_free(&set);
-  snprintf(kept, sizeof kept, "%s/keep.txt", other);
-  struct stat st;
-  if (stat(kept, &st)) fail_msg("a save removed %s through the link %s", kept, link);
-  expect_latest(dir, "/iter_0000001");
-  remove_dir(dir);
-  remove_dir(other);
-}
-
-/* Two saves into one root: the second is refused while the first runs
- * (whose folder in the making it would otherwise take for a killed save's
- * and empty, so that the first "succeeds" with files missing). */
-static void test_save_lock(void **state) {
-  (void)state;
-  char dir[256], stage[400], file[500];
-  make_dir("save_lock", dir, sizeof dir);
-  mpu_ckpt_set set;
-  one_rank_set(&set, "b", 6);
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY); /* another save, running */
-  assert_true(fd >= 0);
-  assert_int_equal(flock(fd, LOCK_EX), 0);
-  snprintf(stage, sizeof stage, "%s/iter_0000007.tmp", dir);
-  assert_int_equal(mkdir(stage, 0755), 0);
-  touch(stage, "rank00000.safetensors", "being written");
-  set.step = 1;
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), MPU_ERR_INVALID_USAGE);
-  if (!strstr(mpu_last_error(), "another save")) fail_msg("'%s'", mpu_last_error());
-  struct stat st;
-  snprintf(file, sizeof file, "%s/rank00000.safetensors", stage);
-  assert_int_equal(stat(file, &st), 0); /* the running save's file is untouched */
-  expect_latest(dir, "/iter_0000000");
-  close(fd); /* it ended (or was killed): the next save goes ahead and clears its folder */
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  mpu_ckpt_set_free(&set);
-  assert_int_not_equal(stat(stage, &st), 0);
-  expect_latest(dir, "/iter_0000001");
-  remove_dir(dir);
-}
-
-/* The tracker that chose the folder is an input of the merge: never its
- * output (written over, the root would mean its newest iteration instead of
- * the one the tracker named). */
-static void test_merge_tracker(void **state) {
-  (void)state;
-  char dir[256], tracker[400];
-  make_dir("merge_tracker", dir, sizeof dir);
-  mpu_ckpt_set set;
-  one_rank_set(&set, "b", 6);
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  set.step = 5;
-  assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
-  mpu_ckpt_set_free(&set);
-  touch(dir, "latest_checkpointed_iteration.txt", "0\n"); /* rolled back, as Megatron-LM users do */
-  snprintf(tracker, sizeof tracker, "%s/latest_checkpointed_iteration.txt", dir);
-  mpu_ckpt *ck;
-  assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
-  assert_int_equal(mpu_ckpt_merge(ck, tracker, 0), MPU_ERR_INVALID_ARGUMENT);
-  if (!strstr(mpu_last_error(), "reads")) fail_msg("'%s'", mpu_last_error());
-  mpu_ckpt_close(ck);
-  expect_latest(dir, "/iter_0000000");
-  remove_dir(dir);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reshard),
-      cmocka_unit_test(test_fsdp), cmocka_unit_test(test_fsdp2),
-      cmocka_unit_test(test_refusals),
-      cmocka_unit_test(test_save_refusals),
-      cmocka_unit_test(test_latest),
-      cmocka_unit_test(test_stage_link),
-      cmocka_unit_test(test_save_lock),
-      cmocka_unit_test(test_merge_tracker),
+      cmocka_unit_test(test_fsdp),
+      cmocka_unit_test(test_fsdp2),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,8 @@
 # (the global batch kept: dp x micro-batches = 8), every continued run's
 # steps 11-20 and final parameters pass the demo's check against the
 # uninterrupted one-rank run. Sharded buffers too: a save from --fsdp
-# (tp 2 x dp 4) continues in tp 2 x pp 2 x dp 2 under ZeRO-1, and the ZeRO-1
+# (tp 2 x dp 4) continues in tp 2 x pp 2 x dp 2 under ZeRO-1, one from FSDP2's
+# per-parameter layout in FSDP1's flat one, and the ZeRO-1
 # save continues under --hsdp 2x2 (tp 2). On thread ranks, and with MPIRUN given also
 # under mpirun (saved by MPI processes, loaded by MPI processes). Then the
 # tool: inspect accepts the checkpoint (its root, or the iteration's folder), merge
@@ -71,6 +72,10 @@ done
 run fsdp_save "$mpu" demo gpt --steps 20 --fsdp --tp 2 --pp 1 --dp 4 --micro-batches 2 --save "$tmp/ckf" --save-step 10
 run fsdp_to_zero1 "$mpu" demo gpt --steps 20 --tp 2 --pp 2 --dp 2 --load "$tmp/ckf"
 check_continued fsdp_to_zero1
+# FSDP2's per-parameter pieces saved, continued in FSDP1's flat layout
+run fsdp2_save "$mpu" demo gpt --steps 20 --fsdp --fsdp-layout per_param --tp 2 --pp 1 --dp 4 --micro-batches 2 --save "$tmp/ckf2" --save-step 10
+run fsdp2_to_flat "$mpu" demo gpt --steps 20 --fsdp --fsdp-layout flat --tp 2 --pp 1 --dp 4 --micro-batches 2 --load "$tmp/ckf2"
+check_continued fsdp2_to_flat
 if [ $quick -eq 0 ]; then
   run zero1_to_hsdp "$mpu" demo gpt --steps 20 --hsdp 2x2 --tp 2 --pp 1 --micro-batches 2 --load "$tmp/ck"
   check_continued zero1_to_hsdp

@@ -162,6 +162,23 @@ static const char *adamw(const char *lr) {
   return o;
 }
 
+/* What mpu_optimizer_init said of the options given (one rank). */
+static char adamw_refusal[256];
+
+static mpu_result_t optimizer_from(mpu_comm *world, void *arg) {
+  mpu_param_buffer b;
+  mpu_param_buffer_init(&b, 0);
+  mpu_optimizer opt;
+  memset(&opt, 0, sizeof opt);
+  mpu_result_t r = mpu_param_buffer_add(&b, "w", 4, MPU_PARAM_DUPLICATE, NULL);
+  if (!r) r = mpu_param_buffer_finalize(&b, NULL, NULL);
+  if (!r) r = mpu_optimizer_init(&opt, &b, world, 0, arg);
+  snprintf(adamw_refusal, sizeof adamw_refusal, "%s", r ? mpu_last_error() : "taken");
+  mpu_optimizer_free(&opt);
+  mpu_param_buffer_free(&b);
+  return MPU_SUCCESS;
+}
+
 static void test_numbers(void **state) {
   (void)state;
   write_plain(dir_a, 1);
@@ -183,8 +200,15 @@ static void test_numbers(void **state) {
   expect_refused(dir_a, "index.json", "lr");
   write_ckpt(dir_a, 1, adamw("1e39"), "{}", whole);
   expect_refused(dir_a, "index.json", "lr");
+  /* a negative lr is a number an index holds: the checkpoint gives back what was saved, and
+   * the optimizer's range is checked where an optimizer is made from it */
   write_ckpt(dir_a, 1, adamw("-0.1"), "{}", whole);
-  expect_refused(dir_a, "index.json", "lr");
+  assert_int_equal(mpu_ckpt_open(dir_a, &ck), 0);
+  assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
+  mpu_ckpt_close(ck);
+  assert_true(in.has_adamw && in.adamw.lr == -0.1f);
+  assert_int_equal(mpu_launch(1, optimizer_from, &in.adamw, NULL, NULL), 0);
+  assert_non_null(strstr(adamw_refusal, "lr -0.1 out of range"));
   /* a layout of tp 0 was never saved */
   write_plain(dir_a, 1);
   patch_index(dir_a, "\"tp\": 1", "\"tp\": 0");

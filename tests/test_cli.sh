@@ -363,6 +363,11 @@ expect_usage_error demo gpt --hsdp 2x4 --dp 4
 expect_usage_error demo gpt --fsdp --hsdp 2x2
 "$mpu" demo gpt --fsdp --steps 4 >"$tmp/gpt_fsdp" && ok || bad "demo gpt --fsdp exited non-zero"
 [ "$(grep -c PASS "$tmp/gpt_fsdp")" -eq 2 ] && grep -q "dp 2 (FULL_SHARD)" "$tmp/gpt_fsdp" && ok || bad "demo gpt --fsdp checks"
+# FSDP2's per-parameter layout: the same values as one rank, other elements per rank
+expect_usage_error demo gpt --fsdp --fsdp-layout fsdp3
+expect_usage_error demo gpt --fsdp-layout per_param
+"$mpu" demo gpt --fsdp --fsdp-layout per_param --steps 4 >"$tmp/gpt_fsdp2" && ok || bad "demo gpt --fsdp-layout per_param exited non-zero"
+[ "$(grep -c PASS "$tmp/gpt_fsdp2")" -eq 2 ] && grep -q "FSDP2 per-parameter" "$tmp/gpt_fsdp2" && ok || bad "demo gpt --fsdp-layout per_param checks"
 "$mpu" demo gpt --hsdp 2x4 --pp 1 --steps 3 >"$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp exited non-zero"
 [ "$(grep -c PASS "$tmp/gpt_hsdp")" -eq 2 ] && grep -q "HYBRID_SHARD, replicate 2 x shard 4" "$tmp/gpt_hsdp" && ok || bad "demo gpt --hsdp 2x4 checks"
 # activation recompute: each mode checked against one rank with full recompute

@@ -261,7 +261,7 @@ static int check_pieces(mpu_fsdp *f, const mpu_param_buffer *b, const mpu_param_
   int s, S, bad = 0;
   mpu_comm_rank(shard, &s), mpu_comm_size(shard, &S);
   size_t held, total = 0;
-  const float *g = mpu_fsdp_shard_grads(f, &held), *p0 = mpu_fsdp_shard_params(f, NULL);
+  const float *g = mpu_fsdp_shard_grads(f, &held);
   float gmax = 0;
   for (size_t e = 0; e < rb->numel; e++) gmax = fmaxf(gmax, fabsf(rb->grad[e]));
   unsigned char *covered = calloc(held + 1, 1);
@@ -289,12 +289,13 @@ static int check_pieces(mpu_fsdp *f, const mpu_param_buffer *b, const mpu_param_
         want += r * w;
       }
       flat += n;
-      mpu_fsdp_span sp;
-      if (mpu_fsdp_param_span(f, i, &sp)) return bad + 1;
+      mpu_shard ps;
+      if (mpu_fsdp_param_shard(f, i, &ps) || ps.nspans > 1) return bad + 1;
+      mpu_shard_span sp = ps.nspans ? ps.spans[0] : (mpu_shard_span){0, 0, 0};
       if (lo >= hi) lo = hi = 0;
       if (sp.lo != lo || sp.hi != hi) bad++;
-      for (size_t j = 0; j < sp.hi - sp.lo && sp.param; j++) {
-        size_t at = (size_t)(sp.param - p0) + j;
+      for (size_t j = 0; j < sp.hi - sp.lo; j++) {
+        size_t at = sp.at + j;
         covered[at] = 1;
         if (!close_to(g[at], rb->grad[rb->params[i].offset + sp.lo + j], gmax)) bad++;
       }

@@ -100,7 +100,8 @@ static void test_param_names(void **state) {
 
 typedef struct agree_case {
   int odd_rank;              /* the rank given other options (-1: none) */
-  int field;                 /* 0 lr, 1 sum, 2 distributed, 3 shape, 4 lr of mpu_fsdp */
+  int field;                 /* 0 lr, 1 sum, 2 distributed, 3 shape, 4 lr of mpu_fsdp,
+                              * 5 mpu_fsdp's layout */
   mpu_result_t results[4];
   char messages[4][256];
 } agree_case;
@@ -123,10 +124,11 @@ static mpu_result_t agree_rank(mpu_comm *world, void *arg) {
   }
   mpu_optimizer opt;
   memset(&opt, 0, sizeof opt);
-  if (c->field == 4) { /* the sharded optimizer (ZeRO-3), one rank with another lr */
+  if (c->field >= 4) { /* the sharded optimizer (ZeRO-3), one rank with another lr or layout */
     mpu_fsdp_options fo = MPU_FSDP_OPTIONS_INIT;
     fo.adamw = o;
-    if (rank == c->odd_rank) fo.adamw.lr = 2e-3f;
+    if (rank == c->odd_rank && c->field == 4) fo.adamw.lr = 2e-3f;
+    if (rank == c->odd_rank && c->field == 5) fo.layout = MPU_FSDP_PER_PARAM;
     mpu_fsdp *f = NULL;
     if (!r) r = mpu_fsdp_create(&b, world, NULL, &fo, &f);
     mpu_fsdp_free(f);
@@ -142,13 +144,13 @@ static mpu_result_t agree_rank(mpu_comm *world, void *arg) {
 
 static void test_optimizer_options_agree(void **state) {
   (void)state;
-  static const char *const field[] = {"lr", "sum", "distributed", "elements", "lr"};
-  for (int f = 0; f < 5; f += 4) {
+  static const char *const field[] = {"lr", "sum", "distributed", "elements", "lr", "layout"};
+  for (int f = 0; f < 6; f += 4) {
     agree_case same = {.odd_rank = -1, .field = f};
     assert_int_equal(mpu_launch(4, agree_rank, &same, NULL, NULL), 0);
     for (int r = 0; r < 4; r++) assert_int_equal(same.results[r], MPU_SUCCESS);
   }
-  for (int f = 0; f < 5; f++) {
+  for (int f = 0; f < 6; f++) {
     agree_case c = {.odd_rank = 2, .field = f};
     assert_int_equal(mpu_launch(4, agree_rank, &c, NULL, NULL), 0);
     for (int r = 0; r < 4; r++) { /* every rank refuses, naming rank 2 and the option */
@@ -156,6 +158,7 @@ static void test_optimizer_options_agree(void **state) {
       char want[64];
       snprintf(want, sizeof want, "rank 2's %s is", field[f]);
       assert_non_null(strstr(c.messages[r], want));
+      if (f == 5) assert_non_null(strstr(c.messages[r], "is per_param, rank 0's flat"));
     }
   }
 }

@@ -11,7 +11,9 @@
 #    (a backend: from the kind to its library's call);
 #  - libmpu needs nothing but libc, libm and pthreads;
 #  - the checkpoint only consumes shards (mpu/shard.h): src/checkpoint/ calls
-#    no FSDP or optimizer function and reads no optimizer field, so a new
+#    no FSDP or optimizer function, public or internal (mpu__adamw_*: the
+#    optimizer's rules are checked where an optimizer takes its options),
+#    includes no train/ header and reads no optimizer field, so a new
 #    strategy is saved by describing its shards, with no code here.
 # Usage: test_layering.sh SOURCE_DIR LIBMPU
 set -euo pipefail
@@ -51,8 +53,8 @@ if echo "$deps" | grep -Ei 'mpi|cuda|nccl|blas|open-pal'; then
   echo "^ libmpu loads more than libc, libm and pthreads" >&2
   fail=1
 fi
-if grep -nE 'mpu_fsdp_|mpu_optimizer_|mpu_param_buffer_|->(m|v|main|dp_rank|distributed)\b' \
-    src/checkpoint/*.c; then
+if grep -nE 'mpu_fsdp_|mpu_optimizer_|mpu_param_buffer_|mpu__(adamw|grad|param|step|describe|fsdp|optimizer)|#include "train/|->(m|v|main|dp_rank|distributed)\b' \
+    src/checkpoint/*.[ch]; then
   echo "^ src/checkpoint/ reaching into FSDP or the optimizer (describe shards and add them)" >&2
   fail=1
 fi

@@ -174,18 +174,20 @@ static void check_layout(mpu_fsdp_layout layout, int S, int nparams, const int64
     assert_int_equal(mpu_fsdp_create(&b, fake, NULL, &o, &f), 0);
     assert_int_equal(mpu_fsdp_nbuckets(f), 1);
     size_t piece, held;
-    float *p0 = mpu_fsdp_shard_params(f, &held);
+    mpu_fsdp_shard_params(f, &held);
     assert_int_equal(mpu_fsdp_bucket_range(f, 0, NULL, NULL, &piece), 0);
     assert_int_equal(piece, want[r].piece);
     assert_int_equal(held, want[r].piece);
     for (int i = 0; i < nparams; i++) {
-      mpu_fsdp_span sp;
-      assert_int_equal(mpu_fsdp_param_span(f, i, &sp), 0);
+      mpu_shard ps;
+      assert_int_equal(mpu_fsdp_param_shard(f, i, &ps), 0);
+      assert_true(ps.nspans <= 1);
+      mpu_shard_span sp = ps.nspans ? ps.spans[0] : (mpu_shard_span){0, 0, 0};
       if (sp.lo != want[r].span[i][0] || sp.hi != want[r].span[i][1])
         fail_msg("%s S=%d rank %d param %d: [%zu, %zu), torch [%zu, %zu)",
                  mpu_fsdp_layout_name(layout), S, r, i, sp.lo, sp.hi, want[r].span[i][0],
                  want[r].span[i][1]);
-      if (sp.hi > sp.lo) assert_int_equal((size_t)(sp.param - p0), want[r].span[i][2]);
+      if (sp.hi > sp.lo) assert_int_equal(sp.at, want[r].span[i][2]);
     }
     mpu_fsdp_free(f);
     mpu_comm_destroy(fake);
@@ -244,6 +246,7 @@ typedef struct dt_job {
   int64_t mshape[2];
   mpu_placement pl[2];
   int save, bad;
+  int empty; /* ranks whose piece is empty */
 } dt_job;
 
 static float dt_value(int64_t r, int64_t c) { return 0.5f * (float)(r * COLS + c) + 1.0f; }
@@ -261,20 +264,25 @@ static mpu_result_t dt_rank(mpu_comm *world, void *arg) {
   memset(&spec, 0, sizeof spec);
   spec.ndim = 2, spec.shape[0] = ROWS, spec.shape[1] = COLS, spec.dtype = MPU_FLOAT32;
   memcpy(spec.placements, j->pl, sizeof j->pl);
-  int64_t local[2], off[2], coords[2];
-  if (!r) r = mpu_dtensor_local_shape(mesh, rank, &spec, local, off);
-  if (!r) r = mpu_mesh_coords(mesh, rank, coords);
-  float *data = r ? NULL : calloc((size_t)(local[0] * local[1]), sizeof *data);
-  if (!r && !data) r = MPU_ERR_OUT_OF_MEMORY;
-  mpu_shard_tensor *t = r ? NULL : calloc(1, sizeof *t);
+  int64_t local[2] = {0, 0}, off[2] = {0, 0}, coords[2];
+  mpu_shard_tensor *t = calloc(1, sizeof *t);
   if (!r && !t) r = MPU_ERR_OUT_OF_MEMORY;
-  if (!r) r = mpu_shard_box_at(2, spec.shape, local, off, &t->shard);
+  if (!r) r = mpu_dtensor_describe(mesh, rank, &spec, &t->shard);
+  if (!r) r = mpu_mesh_coords(mesh, rank, coords);
+  if (!r) {
+    memcpy(local, t->shard.local_shape, sizeof local);
+    memcpy(off, t->shard.boxes[0].global_offset, sizeof off);
+  }
+  /* an empty piece keeps nothing (and needs no memory) */
+  float *data = r ? NULL : calloc((size_t)(local[0] * local[1]) + 1, sizeof *data);
+  if (!r && !data) r = MPU_ERR_OUT_OF_MEMORY;
   int writer = 1;
   for (int d = 0; d < j->mdim; d++) writer &= j->pl[d].kind != MPU_PLACE_REPLICATE || !coords[d];
   if (!r) {
     snprintf(t->name, sizeof t->name, "w");
     t->data = data;
-    if (writer) t->nsave = 1, t->save[0] = t->shard.spans[0];
+    if (writer) t->nsave = t->shard.nspans, memcpy(t->save, t->shard.spans, sizeof t->save);
+    if (local[0] * local[1] == 0) __atomic_fetch_add(&j->empty, 1, __ATOMIC_RELAXED);
   }
   mpu_shard_list l;
   mpu_shard_list_init(&l);
@@ -301,11 +309,12 @@ static mpu_result_t dt_rank(mpu_comm *world, void *arg) {
   return r;
 }
 
-static void dt_run(dt_job j) {
+static int dt_run(dt_job j) {
   mpu_result_t r = mpu_launch(4, dt_rank, &j, NULL, NULL);
   if (r) fprintf(stderr, "%s\n", mpu_last_error());
   assert_int_equal(r, MPU_SUCCESS);
   assert_int_equal(j.bad, 0);
+  return j.empty;
 }
 
 static void test_dtensor_checkpoint(void **state) {
@@ -313,14 +322,58 @@ static void test_dtensor_checkpoint(void **state) {
   char dir[64];
   snprintf(dir, sizeof dir, "test_shard_ckpt_%d", (int)getpid());
   mpu_placement s0 = MPU_SHARD(0), s1 = MPU_SHARD(1), rep = MPU_REPLICATE;
-  dt_run((dt_job){dir, 2, {2, 2}, {s0, s1}, 1, 0});   /* saved as [Shard(0), Shard(1)] on (2, 2) */
-  dt_run((dt_job){dir, 1, {4, 0}, {s0, rep}, 0, 0});  /* loaded as [Shard(0)] on (4): 3, 3, 3, 1 */
-  dt_run((dt_job){dir, 1, {4, 0}, {rep, rep}, 0, 0}); /* ... and [Replicate] */
-  dt_run((dt_job){dir, 2, {2, 2}, {rep, s1}, 1, 0});  /* replicas: one of them writes */
-  dt_run((dt_job){dir, 2, {2, 2}, {s1, s0}, 0, 0});
+  dt_run((dt_job){dir, 2, {2, 2}, {s0, s1}, 1, 0, 0});   /* saved as [Shard(0), Shard(1)] on (2, 2) */
+  dt_run((dt_job){dir, 1, {4, 0}, {s0, rep}, 0, 0, 0});  /* loaded as [Shard(0)] on (4): 3, 3, 3, 1 */
+  dt_run((dt_job){dir, 1, {4, 0}, {rep, rep}, 0, 0, 0}); /* ... and [Replicate] */
+  dt_run((dt_job){dir, 2, {2, 2}, {rep, s1}, 1, 0, 0});  /* replicas: one of them writes */
+  dt_run((dt_job){dir, 2, {2, 2}, {s1, s0}, 0, 0, 0});
+  /* 5 columns over 4 ranks are 2, 2, 1 and 0: rank 3 saves and loads an empty piece */
+  assert_int_equal(dt_run((dt_job){dir, 1, {4, 0}, {s1, rep}, 1, 0, 0}), 1);
+  assert_int_equal(dt_run((dt_job){dir, 2, {2, 2}, {s0, s1}, 0, 0, 0}), 0);
+  assert_int_equal(dt_run((dt_job){dir, 1, {4, 0}, {s1, rep}, 0, 0, 0}), 1);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);
+}
+
+/* A DTensor piece as a shard, empty pieces included: on mesh (2, 2), a (2, 7, 3) tensor placed
+ * [Shard(0), Shard(0)] gives rank 1 (coordinates (0, 1)) none of row 0, the only row of its
+ * outer piece; torch 2.15 puts that empty piece at offset (2, 0, 0), the dim's end
+ * (compute_local_shape_and_global_offset), and DCP keys chunks by offset. */
+static void test_dtensor_describe(void **state) {
+  (void)state;
+  int64_t dims[2] = {2, 2};
+  mpu_mesh *mesh = NULL;
+  assert_int_equal(mpu_mesh_create(2, dims, NULL, NULL, &mesh), 0);
+  mpu_dtensor_spec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.ndim = 3, spec.shape[0] = 2, spec.shape[1] = 7, spec.shape[2] = 3;
+  spec.placements[0] = MPU_SHARD(0), spec.placements[1] = MPU_SHARD(0);
+  static const int64_t want_len[4] = {1, 0, 1, 0}, want_off[4] = {0, 2, 1, 2};
+  for (int rank = 0; rank < 4; rank++) {
+    mpu_shard s;
+    assert_int_equal(mpu_dtensor_describe(mesh, rank, &spec, &s), 0);
+    assert_true(s.ndim == 3 && s.shape[0] == 2 && s.shape[1] == 7 && s.shape[2] == 3);
+    assert_int_equal(s.nboxes, 1);
+    assert_int_equal(s.local_shape[0], want_len[rank]);
+    assert_int_equal(s.boxes[0].length[0], want_len[rank]);
+    assert_int_equal(s.boxes[0].global_offset[0], want_off[rank]);
+    assert_true(s.boxes[0].length[1] == 7 && s.boxes[0].length[2] == 3);
+    assert_true(s.boxes[0].global_offset[1] == 0 && s.boxes[0].global_offset[2] == 0);
+    assert_int_equal(s.nspans, want_len[rank] ? 1 : 0); /* an empty piece keeps nothing */
+    if (s.nspans) assert_true(s.spans[0].lo == 0 && s.spans[0].hi == 21 && s.spans[0].at == 0);
+  }
+  /* a shard holds 4 dims; the spec's fifth is refused, naming it */
+  spec.ndim = 5, spec.shape[3] = spec.shape[4] = 1;
+  mpu_shard s;
+  assert_int_equal(mpu_dtensor_describe(mesh, 0, &spec, &s), MPU_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(mpu_last_error(), "5 dims"));
+  /* a box past the tensor is still refused; an empty one at the end is not */
+  int64_t shape[1] = {5}, len[1] = {0}, at[1] = {5}, past[1] = {6};
+  assert_int_equal(mpu_shard_box_at(1, shape, len, at, &s), 0);
+  assert_true(s.nspans == 0 && s.boxes[0].global_offset[0] == 5);
+  assert_int_equal(mpu_shard_box_at(1, shape, len, past, &s), MPU_ERR_INVALID_ARGUMENT);
+  mpu_mesh_free(mesh);
 }
 
 int main(void) {
@@ -328,7 +381,7 @@ int main(void) {
       cmocka_unit_test(test_chunk),     cmocka_unit_test(test_megatron),
       cmocka_unit_test(test_copy_box),  cmocka_unit_test(test_span_box),
       cmocka_unit_test(test_fsdp1_flat_parameter), cmocka_unit_test(test_fsdp2_dim0),
-      cmocka_unit_test(test_dtensor_checkpoint),
+      cmocka_unit_test(test_dtensor_describe),      cmocka_unit_test(test_dtensor_checkpoint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -402,12 +402,12 @@ static void test_step_reads_what_the_caller_wrote(void **state) {
     *mpu_param_data(&b, i) = 5.0f, *mpu_param_grad(&b, i) = 0.0f;
     assert_int_equal(mpu_optimizer_step(&opt, NULL, NULL), 0);
     assert_float_equal(*mpu_param_data(&b, i), 4.932995f, 1e-5);
-    mpu_optimizer_span sp[2];
-    int n;
-    assert_int_equal(mpu_optimizer_param_spans(&opt, i, sp, 2, &n), 0);
-    assert_int_equal(n, 1);
-    assert_true(sp[0].lo == 0 && sp[0].hi == 1 && sp[0].state == 0);
-    assert_int_equal(mpu_optimizer_param_spans(&opt, 1, sp, 2, &n), MPU_ERR_INVALID_ARGUMENT);
+    mpu_shard held;
+    assert_int_equal(mpu_optimizer_param_shard(&opt, i, &held), 0);
+    assert_int_equal(held.nspans, 1);
+    assert_true(held.spans[0].lo == 0 && held.spans[0].hi == 1 && held.spans[0].at == 0);
+    assert_true(held.ndim == 1 && held.shape[0] == 1 && held.nboxes == 1);
+    assert_int_equal(mpu_optimizer_param_shard(&opt, 1, &held), MPU_ERR_INVALID_ARGUMENT);
     mpu_optimizer_free(&opt);
     mpu_param_buffer_free(&b);
     mpu_comm_destroy(one);

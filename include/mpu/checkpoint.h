@@ -46,11 +46,9 @@ extern "C" {
 #define MPU_CKPT_NAME_MAX 128  /* printable ASCII, no '"' or '\\' */
 #define MPU_CKPT_META_MAX 32
 
-/* A box of the global tensor held by a local one (mpu/shard.h's). */
+/* mpu/shard.h's box and span in memory under their old names. Kept for one
+ * release; mpu_shard_box and mpu_shard_mem instead. */
 typedef mpu_shard_box mpu_ckpt_box;
-
-/* Local elements [lo, hi) of a tensor (row-major) in memory; data[k] is
- * element lo + k (mpu/shard.h's). */
 typedef mpu_shard_mem mpu_ckpt_span;
 
 /* What a tensor is, for the tools (mpu ckpt merge writes parameters only
@@ -64,19 +62,10 @@ typedef enum mpu_ckpt_kind {
 /* "param", "exp_avg", "exp_avg_sq" (the index's names); "?" for another value */
 MPU_API const char *mpu_ckpt_kind_name(mpu_ckpt_kind kind);
 
-typedef struct mpu_ckpt_tensor {
-  char name[MPU_CKPT_NAME_MAX];
-  mpu_ckpt_kind kind;
-  int ndim;
-  int64_t shape[MPU_CKPT_MAX_DIMS];        /* global */
-  int64_t local_shape[MPU_CKPT_MAX_DIMS];
-  int nboxes;
-  mpu_ckpt_box boxes[MPU_CKPT_MAX_BOXES];
-  int nspans;                              /* what this rank loads */
-  mpu_ckpt_span *spans;
-  int nsave;                               /* what this rank writes: one rank writes each element */
-  mpu_ckpt_span *save;
-} mpu_ckpt_tensor;
+/* A tensor of a set, as mpu_ckpt_add_shards (or mpu_ckpt_add) took it: its
+ * shard's fields and memory. Private to the checkpoint: what a rank holds is
+ * said by the shards it was given (mpu/shard.h). */
+typedef struct mpu_ckpt_tensor mpu_ckpt_tensor;
 
 /* What a checkpoint records besides tensors. */
 typedef struct mpu_ckpt_layout {
@@ -92,7 +81,7 @@ MPU_API mpu_result_t mpu_ckpt_layout_from_state(const mpu_state *s, mpu_ckpt_lay
 
 typedef struct mpu_ckpt_set {
   int n, cap;
-  mpu_ckpt_tensor *t;
+  mpu_ckpt_tensor *t;                /* private (the tensors added) */
   int64_t step;                      /* training steps done */
   mpu_ckpt_layout layout;            /* mpu_ckpt_layout_from_state fills it; a save of
                                         more ranks than mpu_ckpt_set_init's 1 x 1 x 1 fills it
@@ -115,20 +104,25 @@ MPU_API void mpu_ckpt_set_free(mpu_ckpt_set *set);
 MPU_API mpu_result_t mpu_ckpt_set_meta(mpu_ckpt_set *set, const char *key, const char *value);
 
 /*
- * The boxes of a tensor-parallel parameter (Megatron's partition_dim and
- * stride): mpu_shard_megatron's, for a parameter of those attributes (a
- * duplicate holds the whole tensor in one box).
+ * Add a tensor from the fields of a shard (mpu/shard.h): its global shape,
+ * local shape and boxes (copied), the memory of what the rank loads (spans)
+ * and writes (save), copied; the memory stays the caller's. A local tensor
+ * of size 0 (a rank that holds none of it, as an empty DTensor piece) has
+ * boxes of size 0 and no spans. mpu_ckpt_add_shards calls it for every
+ * tensor of a list; kept for one release as a call of its own (describe the
+ * shards and add them instead).
  */
-MPU_API mpu_result_t mpu_ckpt_partition(int ndim, const int64_t *shape, mpu_param_attrs attrs,
-                                        int tp_size, int tp_rank, int64_t *local_shape,
-                                        mpu_ckpt_box *boxes, int *nboxes);
-
-/* Add a tensor with its boxes (copied) and spans (copied); the spans' memory
- * stays the caller's. */
 MPU_API mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kind, int ndim,
                                   const int64_t *shape, const int64_t *local_shape,
-                                  const mpu_ckpt_box *boxes, int nboxes, const mpu_ckpt_span *spans,
-                                  int nspans, const mpu_ckpt_span *save, int nsave);
+                                  const mpu_shard_box *boxes, int nboxes, const mpu_shard_mem *spans,
+                                  int nspans, const mpu_shard_mem *save, int nsave);
+
+/* mpu_shard_megatron's boxes for a parameter of those attributes (a
+ * duplicate holds the whole tensor in one box). Kept for one release;
+ * mpu_shard_megatron instead. */
+MPU_API mpu_result_t mpu_ckpt_partition(int ndim, const int64_t *shape, mpu_param_attrs attrs,
+                                        int tp_size, int tp_rank, int64_t *local_shape,
+                                        mpu_shard_box *boxes, int *nboxes);
 
 /*
  * Add every tensor of a list of shards (mpu/shard.h) that their holder
@@ -140,7 +134,8 @@ MPU_API mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_
  */
 MPU_API mpu_result_t mpu_ckpt_add_shards(mpu_ckpt_set *set, const mpu_shard_list *l);
 
-/* A parameter's global name and shape (mpu/shard.h's). */
+/* mpu/shard.h's global name and shape under its old name. Kept for one
+ * release; mpu_shard_global instead. */
 typedef mpu_shard_global mpu_ckpt_global;
 
 /*
@@ -149,13 +144,13 @@ typedef mpu_shard_global mpu_ckpt_global;
  * AdamW moments. Kept for one release; describe and add instead.
  */
 MPU_API mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
-                                         const mpu_ckpt_global *globals, const mpu_optimizer *opt,
+                                         const mpu_shard_global *globals, const mpu_optimizer *opt,
                                          int tp_size, int dp_rank);
 
 /* mpu_fsdp_describe then mpu_ckpt_add_shards, as one call. Kept for one
  * release; describe and add instead. */
 MPU_API mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f,
-                                       const mpu_ckpt_global *globals, int tp_size);
+                                       const mpu_shard_global *globals, int tp_size);
 
 /* The global layers of model chunk `chunk` of pipeline rank pp_rank, with
  * pp x vp virtual stages of layers / (pp x vp) layers each (Megatron's
@@ -185,7 +180,8 @@ MPU_API mpu_result_t mpu_ckpt_chunk_layers(int layers, int pp, int vp, int pp_ra
  * world's size (left as mpu_ckpt_set_init made it, the layout is taken from
  * this thread's current state when that has as many ranks; see
  * mpu_ckpt_layout_from_state), a negative step or optimizer step, AdamW
- * options out of range (a NaN or infinite lr or clip), layout sizes outside
+ * numbers an index cannot hold (a NaN or infinite lr or clip; their ranges
+ * are the optimizer's to check when it is made from them), layout sizes outside
  * 1..2^24 (vp 0..2^24), a flavor without its NUL, n_meta outside 0..MPU_CKPT_META_MAX, a
  * metadata pair or random stream name that mpu_ckpt_set_meta would refuse or
  * that comes twice, and ranks saving different steps (MPU_ERR_MISMATCH).

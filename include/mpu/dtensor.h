@@ -81,6 +81,7 @@
 
 #include "mpu/comm.h"
 #include "mpu/mesh.h"
+#include "mpu/shard.h"
 #include "mpu/tensor.h"
 
 #ifdef __cplusplus
@@ -119,6 +120,13 @@ MPU_API char *mpu_placement_describe(mpu_placement p, char *buf, size_t len);
 MPU_API mpu_result_t mpu_dtensor_local_shape(const mpu_mesh *mesh, int rank,
                                              const mpu_dtensor_spec *spec, int64_t *shape,
                                              int64_t *offset);
+/* The same piece as a shard (mpu/shard.h): one box of the global tensor at
+ * that offset, every element kept (no span if the piece is empty: its box
+ * has a size 0 and sits at the dim's end), so a consumer that takes shards
+ * (mpu_ckpt_add_shards) saves and loads any DTensor. At most
+ * MPU_SHARD_MAX_DIMS dims, each of global size 1 or more. */
+MPU_API mpu_result_t mpu_dtensor_describe(const mpu_mesh *mesh, int rank,
+                                          const mpu_dtensor_spec *spec, mpu_shard *out);
 /* Its element count. */
 MPU_API mpu_result_t mpu_dtensor_local_numel(const mpu_mesh *mesh, int rank,
                                              const mpu_dtensor_spec *spec, size_t *numel);

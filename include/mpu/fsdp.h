@@ -181,12 +181,15 @@ MPU_API float *mpu_fsdp_param(const mpu_fsdp *f, int param);
 MPU_API float *mpu_fsdp_grad(mpu_fsdp *f, int param);
 
 /* This rank's piece of the buffer's parameters / reduced gradients, and its
- * length. A caller that writes the parameters' pieces (here or through
- * mpu_fsdp_param_span) reshards their buckets afterwards (mpu_fsdp_reshard,
+ * length. A caller that writes the parameters' pieces (here, where
+ * mpu_fsdp_param_shard says a parameter lies) reshards their buckets afterwards (mpu_fsdp_reshard,
  * or mpu_fsdp_sync_grads before the next unshard), since a gather started
  * before the write carries the old values. */
 MPU_API float *mpu_fsdp_shard_params(const mpu_fsdp *f, size_t *numel);
 MPU_API float *mpu_fsdp_shard_grads(const mpu_fsdp *f, size_t *numel);
+/* This rank's pieces of AdamW's moments (the same length). */
+MPU_API float *mpu_fsdp_shard_exp_avg(const mpu_fsdp *f, size_t *numel);
+MPU_API float *mpu_fsdp_shard_exp_avg_sq(const mpu_fsdp *f, size_t *numel);
 MPU_API void mpu_fsdp_zero_grad(mpu_fsdp *f);
 /* Finish the gradient reductions in flight, so the pieces are complete (for
  * an optimizer of the caller's own on mpu_fsdp_shard_params/_grads; the next
@@ -211,18 +214,12 @@ MPU_API mpu_result_t mpu_fsdp_step(mpu_fsdp *f, mpu_comm *norm_group, float *gra
 MPU_API mpu_result_t mpu_fsdp_step_all(mpu_fsdp *const *fs, int n, mpu_comm *norm_group,
                                        float *grad_norm);
 
-/* (mpu_fsdp_describe gives the same as shards of mpu/shard.h.)
- * The elements of parameter i this rank holds in its pieces: [lo, hi) of the
- * parameter's local elements (a parameter lies in one bucket, so one span;
- * lo == hi and NULL pointers if none), with element lo of the parameter and
- * of its AdamW moments in the pieces (where a checkpoint finds them, as
- * mpu_optimizer_param_spans for the plain and ZeRO-1 optimizers). */
-typedef struct mpu_fsdp_span {
-  size_t lo, hi;
-  float *param, *exp_avg, *exp_avg_sq;
-} mpu_fsdp_span;
-
-MPU_API mpu_result_t mpu_fsdp_param_span(const mpu_fsdp *f, int param, mpu_fsdp_span *out);
+/* The elements of parameter i this rank holds in its pieces, as a shard
+ * (mpu/shard.h) of the parameter's local tensor (its shape, or 1-d, as one
+ * box at 0): one span [lo, hi) of its elements (a parameter lies in one
+ * bucket; none if the rank holds none of it) with `at`, the index of element
+ * lo in the pieces (mpu_fsdp_shard_params, _grads, _exp_avg, _exp_avg_sq). */
+MPU_API mpu_result_t mpu_fsdp_param_shard(const mpu_fsdp *f, int param, mpu_shard *out);
 /* Describe what this rank holds (mpu/shard.h): each parameter (globals[i]:
  * its global name and shape, cut among tp_size ranks by its attributes) with
  * the span of it in this rank's pieces, and its AdamW moments there

@@ -85,8 +85,10 @@ MPU_API mpu_result_t mpu_shard_megatron(int ndim, const int64_t *shape, int dim,
 
 /* One box: the local tensor (local_shape) is the global one's box at
  * offset, as DTensor's compute_local_shape_and_global_offset gives it
- * (mpu_dtensor_local_shape); every local element kept (one span, at 0).
- * MPU_ERR_INVALID_ARGUMENT, out unchanged, for an empty or outlying box. */
+ * (mpu_dtensor_describe); every local element kept (one span, at 0). An
+ * empty piece (a size 0) keeps nothing (no span); its offset may be the
+ * dim's size, where torch puts an empty shard. MPU_ERR_INVALID_ARGUMENT, out
+ * unchanged, for an outlying box. */
 MPU_API mpu_result_t mpu_shard_box_at(int ndim, const int64_t *shape, const int64_t *local_shape,
                                       const int64_t *offset, mpu_shard *out);
 

@@ -189,19 +189,18 @@ MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
                                             mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
 
-/* (mpu_param_buffer_describe gives the same as shards of mpu/shard.h.)
- * The elements of parameter `index` whose moments this rank keeps, as spans
- * of the parameter's local elements [lo, hi), each with the index of its
- * first element in m, v and main (state): the whole parameter for the plain
+/*
+ * The elements of parameter `index` whose moments this rank keeps, as a
+ * shard (mpu/shard.h) of the parameter's local tensor (its shape,
+ * mpu_param_buffer_set_shape, or 1-d of numel, as one box at 0): spans [lo,
+ * hi) of its elements, each with `at`, the index of element lo in the
+ * optimizer's state (m, v and main). The whole parameter for the plain
  * optimizer, this rank's ZeRO-1 shard of each bucket for the distributed one
- * (where a checkpoint finds the optimizer state). *n gets the count; fails if
- * there are more than max. */
-typedef struct mpu_optimizer_span {
-  size_t lo, hi, state;
-} mpu_optimizer_span;
-
-MPU_API mpu_result_t mpu_optimizer_param_spans(const mpu_optimizer *opt, int index,
-                                               mpu_optimizer_span *spans, int max, int *n);
+ * (mpu_param_buffer_describe gives the same spans within the global tensor).
+ * MPU_ERR_INVALID_ARGUMENT, out unchanged, for no such parameter.
+ */
+MPU_API mpu_result_t mpu_optimizer_param_shard(const mpu_optimizer *opt, int index,
+                                               mpu_shard *out);
 
 /*
  * Describe what this rank holds of a buffer's parameters (globals[i]: the

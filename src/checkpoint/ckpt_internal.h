@@ -39,6 +39,23 @@ static inline uint64_t mpu__ckpt_numel(int ndim, const int64_t *shape) {
 mpu_result_t mpu__ckpt_tiles(int ndim, const int64_t *shape, const ckpt_piece_view *pieces,
                              int npieces, int *first, int *second);
 
+/* A tensor of a set (mpu/checkpoint.h's mpu_ckpt_tensor): a shard's
+ * global shape, local shape and boxes, and the memory of what the rank loads
+ * and saves. */
+struct mpu_ckpt_tensor {
+  char name[MPU_CKPT_NAME_MAX];
+  mpu_ckpt_kind kind;
+  int ndim;
+  int64_t shape[MPU_CKPT_MAX_DIMS];        /* global */
+  int64_t local_shape[MPU_CKPT_MAX_DIMS];
+  int nboxes;
+  mpu_shard_box boxes[MPU_CKPT_MAX_BOXES];
+  int nspans;                              /* what this rank loads */
+  mpu_shard_mem *spans;
+  int nsave;                               /* what this rank writes: one rank writes each element */
+  mpu_shard_mem *save;
+};
+
 /* ---- names.c: what a checkpoint may name and record ---- */
 
 /* A metadata pair as mpu_ckpt_set_meta takes it: key a valid name, both
@@ -51,6 +68,13 @@ mpu_result_t mpu__ckpt_meta_check(const char *fn, const char *key, size_t key_ca
  * cp and ep 1 to CKPT_SIZE_MAX, vp 0 (no virtual stages) to CKPT_SIZE_MAX.
  * MPU_SUCCESS, or MPU_ERR_INVALID_ARGUMENT naming fn and the size. */
 mpu_result_t mpu__ckpt_layout_check(const char *fn, const mpu_ckpt_layout *l);
+
+/* The optimizer entry of an index, for save and load alike: its six numbers
+ * finite (JSON holds no NaN or infinity); else MPU_ERR_INVALID_ARGUMENT
+ * naming fn and the number. Their ranges are the optimizer's rule, checked
+ * where an optimizer is made from them: the index records what the saver's
+ * optimizer was given. */
+mpu_result_t mpu__ckpt_adamw_numbers(const char *fn, const mpu_adamw_options *o);
 
 /* 0 if name is a valid tensor name (printable ASCII, no '"' '\\' or space). */
 int mpu__ckpt_name_ok(const char *name);

@@ -48,7 +48,7 @@ mpu_result_t mpu_ckpt_set_meta(mpu_ckpt_set *set, const char *key, const char *v
 
 mpu_result_t mpu_ckpt_partition(int ndim, const int64_t *shape, mpu_param_attrs attrs,
                                 int tp_size, int tp_rank, int64_t *local_shape,
-                                mpu_ckpt_box *boxes, int *nboxes) {
+                                mpu_shard_box *boxes, int *nboxes) {
   if (!local_shape || !boxes || !nboxes)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_partition: NULL argument");
   mpu_shard s;
@@ -62,8 +62,8 @@ mpu_result_t mpu_ckpt_partition(int ndim, const int64_t *shape, mpu_param_attrs 
 
 mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kind, int ndim,
                           const int64_t *shape, const int64_t *local_shape,
-                          const mpu_ckpt_box *boxes, int nboxes, const mpu_ckpt_span *spans,
-                          int nspans, const mpu_ckpt_span *save, int nsave) {
+                          const mpu_shard_box *boxes, int nboxes, const mpu_shard_mem *spans,
+                          int nspans, const mpu_shard_mem *save, int nsave) {
   static const char fn[] = "mpu_ckpt_add";
   if (!set || !name || !shape || !local_shape || !boxes || (nspans && !spans) || (nsave && !save))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
@@ -76,8 +76,8 @@ mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kin
       nboxes < 1 || nboxes > MPU_CKPT_MAX_BOXES || nspans < 0 || nsave < 0)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s': kind %d, %d dims, %d boxes", fn, name,
                       (int)kind, ndim, nboxes);
-  for (int d = 0; d < ndim; d++)
-    if (shape[d] < 1 || local_shape[d] < 1 || shape[d] > ((int64_t)1 << 40) ||
+  for (int d = 0; d < ndim; d++) /* a local size 0: the rank holds none of it (DTensor) */
+    if (shape[d] < 1 || local_shape[d] < 0 || shape[d] > ((int64_t)1 << 40) ||
         local_shape[d] > shape[d])
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s': dim %d global %lld local %lld", fn,
                         name, d, (long long)shape[d], (long long)local_shape[d]);
@@ -86,9 +86,10 @@ mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kin
   uint64_t local = mpu__ckpt_numel(ndim, local_shape), inboxes = 0;
   for (int k = 0; k < nboxes; k++) {
     for (int d = 0; d < ndim; d++) {
-      const mpu_ckpt_box *b = &boxes[k];
-      /* sizes are at most 2^40: subtracting cannot overflow where adding could */
-      if (b->length[d] < 1 || b->local_offset[d] < 0 || b->global_offset[d] < 0 ||
+      const mpu_shard_box *b = &boxes[k];
+      /* sizes are at most 2^40: subtracting cannot overflow where adding could; a box is
+       * empty only in an empty local tensor (its offset may be the dim's end, as torch's) */
+      if (b->length[d] < (local ? 1 : 0) || b->local_offset[d] < 0 || b->global_offset[d] < 0 ||
           b->length[d] > local_shape[d] || b->local_offset[d] > local_shape[d] - b->length[d] ||
           b->global_offset[d] > shape[d] - b->length[d])
         return mpu__error(MPU_ERR_INVALID_ARGUMENT,
@@ -101,11 +102,11 @@ mpu_result_t mpu_ckpt_add(mpu_ckpt_set *set, const char *name, mpu_ckpt_kind kin
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: '%s': the boxes hold %llu elements, the local tensor %llu", fn, name,
                       (unsigned long long)inboxes, (unsigned long long)local);
-  const mpu_ckpt_span *lists[2] = {spans, save};
+  const mpu_shard_mem *lists[2] = {spans, save};
   int counts[2] = {nspans, nsave};
   for (int l = 0; l < 2; l++)
     for (int k = 0; k < counts[l]; k++) {
-      const mpu_ckpt_span *s = &lists[l][k];
+      const mpu_shard_mem *s = &lists[l][k];
       if (s->lo >= s->hi || s->hi > local || !s->data || (k && s->lo < lists[l][k - 1].hi))
         return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                           "%s: '%s': span %d [%zu, %zu) is empty, past the %llu local elements, "
@@ -145,7 +146,7 @@ mpu_result_t mpu_ckpt_add_shards(mpu_ckpt_set *set, const mpu_shard_list *l) {
   static const char fn[] = "mpu_ckpt_add_shards";
   if (!set || !l || (l->n && !l->t) || (l->nwritten && !l->written))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  mpu_ckpt_span *mem = malloc(2 * MPU_SHARD_MAX_SPANS * sizeof *mem), *save = mem + MPU_SHARD_MAX_SPANS;
+  mpu_shard_mem *mem = malloc(2 * MPU_SHARD_MAX_SPANS * sizeof *mem), *save = mem + MPU_SHARD_MAX_SPANS;
   if (!mem) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   mpu_result_t r = MPU_SUCCESS;
   for (int i = 0; !r && i < l->n; i++) {
@@ -164,7 +165,7 @@ mpu_result_t mpu_ckpt_add_shards(mpu_ckpt_set *set, const mpu_shard_list *l) {
     }
     int n = mpu_shard_mem_of(s, t->data, mem);
     for (int k = 0; k < t->nsave; k++)
-      save[k] = (mpu_ckpt_span){t->save[k].lo, t->save[k].hi, t->data + t->save[k].at};
+      save[k] = (mpu_shard_mem){t->save[k].lo, t->save[k].hi, t->data + t->save[k].at};
     r = mpu_ckpt_add(set, t->name, (mpu_ckpt_kind)t->kind, s->ndim, s->shape, s->local_shape,
                      s->boxes, s->nboxes, mem, n, save, t->nsave);
   }

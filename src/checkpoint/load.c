@@ -18,7 +18,6 @@
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "train/adamw.h"
 
 typedef struct ck_piece {
   int file;
@@ -155,7 +154,7 @@ static mpu_result_t read_layout(mpu_ckpt *ck) {
         ck->info.optimizer_step < 0)
       return bad_index(ck, NULL, "the optimizer entry wants type adamw, lr, beta1, beta2, eps, "
                                  "weight_decay, clip_grad (numbers a float holds) and step");
-    if (mpu__adamw_check("the optimizer entry", &a)) { /* the values an optimizer would take */
+    if (mpu__ckpt_adamw_numbers("the optimizer entry", &a)) {
       char why[256];
       snprintf(why, sizeof why, "%s", mpu_last_error());
       return bad_index(ck, NULL, why);
@@ -479,7 +478,7 @@ mpu_result_t mpu_ckpt_verify(mpu_ckpt *ck) {
 /* Fill one local tensor (boxes, spans) from every piece of t that overlaps
  * it; hits counts each element's writers. */
 static mpu_result_t fill(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor *want,
-                         const mpu_ckpt_span *spans, uint8_t *const *hits) {
+                         const mpu_shard_mem *spans, uint8_t *const *hits) {
   for (int k = 0; k < t->npieces; k++) {
     ckpt_piece_view dry = view(t, k, NULL);
     if (!mpu_shard_transfer(&dry, t->ndim, want->local_shape, want->boxes, want->nboxes, spans,
@@ -503,7 +502,7 @@ static mpu_result_t fill(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor
 /* fill, then check that every element the rank wants came from exactly one piece (messages
  * name t, the checkpoint's tensor: merge's w is an unnamed whole) */
 static mpu_result_t fill_checked(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckpt_tensor *w,
-                                 const mpu_ckpt_span *spans) {
+                                 const mpu_shard_mem *spans) {
   uint8_t **hits = calloc((size_t)w->nspans + 1, sizeof *hits);
   if (!hits) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "checkpoint: '%s'", t->name);
   mpu_result_t r = MPU_SUCCESS;
@@ -523,7 +522,7 @@ static mpu_result_t fill_checked(mpu_ckpt *ck, const ck_tensor *t, const mpu_ckp
 }
 
 /* Every tensor of the set into staging memory (spans[i][s] mirrors set span s of tensor i). */
-static mpu_result_t load_local(mpu_ckpt *ck, mpu_ckpt_set *set, mpu_ckpt_span **staging) {
+static mpu_result_t load_local(mpu_ckpt *ck, mpu_ckpt_set *set, mpu_shard_mem **staging) {
   for (int i = 0; i < set->n; i++) {
     const mpu_ckpt_tensor *w = &set->t[i];
     const ck_tensor *t = find(ck, w->name);
@@ -565,7 +564,7 @@ static mpu_result_t check_extra(mpu_ckpt *ck, mpu_comm *world, const mpu_ckpt_se
   return r;
 }
 
-static void free_staging(mpu_ckpt_set *set, mpu_ckpt_span **staging, int commit) {
+static void free_staging(mpu_ckpt_set *set, mpu_shard_mem **staging, int commit) {
   for (int i = 0; i < set->n && staging; i++) {
     for (int s = 0; staging[i] && s < set->t[i].nspans; s++) {
       if (commit) memcpy(set->t[i].spans[s].data, staging[i][s].data,
@@ -580,7 +579,7 @@ static void free_staging(mpu_ckpt_set *set, mpu_ckpt_span **staging, int commit)
 mpu_result_t mpu_ckpt_load(mpu_ckpt *ck, mpu_comm *world, mpu_ckpt_set *set) {
   static const char fn[] = "mpu_ckpt_load";
   if (!set || (!ck && !world)) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  mpu_ckpt_span **staging = calloc((size_t)set->n + 1, sizeof *staging);
+  mpu_shard_mem **staging = calloc((size_t)set->n + 1, sizeof *staging);
   mpu_result_t r = !ck ? mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no checkpoint on this rank", fn)
                    : staging ? MPU_SUCCESS
                              : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
@@ -699,7 +698,7 @@ mpu_result_t mpu__ckpt_read_whole(mpu_ckpt *ck, int i, float *out) {
   memcpy(whole.shape, t->shape, sizeof whole.shape);
   memcpy(whole.local_shape, t->shape, sizeof whole.shape);
   memcpy(whole.boxes[0].length, t->shape, sizeof whole.shape);
-  mpu_ckpt_span span = {0, (size_t)mpu__ckpt_numel(t->ndim, t->shape), out};
+  mpu_shard_mem span = {0, (size_t)mpu__ckpt_numel(t->ndim, t->shape), out};
   whole.spans = &span;
   return fill_checked(ck, t, &whole, &span);
 }

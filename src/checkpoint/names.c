@@ -1,12 +1,24 @@
 /*
  * names.c - what a checkpoint may name and record, one check for the set,
  * the writer and the reader alike: tensor names and kinds, metadata pairs,
- * the layout's sizes.
+ * the layout's sizes, the optimizer's numbers.
  */
+#include <math.h>
 #include <string.h>
 
 #include "checkpoint/ckpt_internal.h"
 #include "core/error.h"
+
+mpu_result_t mpu__ckpt_adamw_numbers(const char *fn, const mpu_adamw_options *o) {
+  static const char *const names[6] = {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"};
+  const float v[6] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad};
+  for (int i = 0; i < 6; i++)
+    if (!isfinite(v[i]))
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: the optimizer's %s is %g; an index records finite numbers", fn,
+                        names[i], (double)v[i]);
+  return MPU_SUCCESS;
+}
 
 mpu_result_t mpu__ckpt_layout_check(const char *fn, const mpu_ckpt_layout *l) {
   const int sizes[7] = {l->world, l->tp, l->pp, l->vp, l->dp, l->cp, l->ep};

@@ -16,7 +16,6 @@
 #include "checkpoint/json.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
-#include "train/adamw.h"
 
 typedef struct piece {
   int tensor;
@@ -51,7 +50,7 @@ static mpu_result_t cut_pieces(const mpu_ckpt_set *set, int rank, piece **out, i
         }
         piece *p = &(*out)[(*n)++];
         memset(p, 0, sizeof *p);
-        const mpu_ckpt_box *bx = &t->boxes[b];
+        const mpu_shard_box *bx = &t->boxes[b];
         p->tensor = i, p->flat_lo = a, p->flat_hi = z;
         memcpy(p->off, bx->global_offset, sizeof p->off);
         memcpy(p->len, bx->length, sizeof p->len);
@@ -317,7 +316,7 @@ static mpu_result_t check_set(const char *fn, const mpu_ckpt_set *set) {
   if (set->step < 0)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: step %lld is negative", fn, (long long)set->step);
   if (set->has_adamw) {
-    MPU_CHECK(mpu__adamw_check(fn, &set->adamw));
+    MPU_CHECK(mpu__ckpt_adamw_numbers(fn, &set->adamw));
     if (set->optimizer_step < 0)
       return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: optimizer step %lld is negative", fn,
                         (long long)set->optimizer_step);

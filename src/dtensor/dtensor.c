@@ -172,6 +172,18 @@ mpu_result_t mpu_dtensor_local_shape(const mpu_mesh *mesh, int rank, const mpu_d
   return MPU_SUCCESS;
 }
 
+mpu_result_t mpu_dtensor_describe(const mpu_mesh *mesh, int rank, const mpu_dtensor_spec *spec,
+                                  mpu_shard *out) {
+  static const char fn[] = "mpu_dtensor_describe";
+  if (!spec || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (spec->ndim > MPU_SHARD_MAX_DIMS)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d dims; a shard has at most %d", fn,
+                      spec->ndim, MPU_SHARD_MAX_DIMS);
+  int64_t shape[MAXD], offset[MAXD];
+  MPU_CHECK(mpu_dtensor_local_shape(mesh, rank, spec, shape, offset));
+  return mpu_shard_box_at(spec->ndim, spec->shape, shape, offset, out);
+}
+
 mpu_result_t mpu_dtensor_local_numel(const mpu_mesh *mesh, int rank, const mpu_dtensor_spec *spec,
                                      size_t *n) {
   int64_t shape[MAXD];

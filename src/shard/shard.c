@@ -87,11 +87,10 @@ mpu_result_t mpu_shard_box_at(int ndim, const int64_t *shape, const int64_t *loc
   if (ndim < 1 || ndim > MAXD)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d dims (1..%d)", fn, ndim, MAXD);
   for (int d = 0; d < ndim; d++) /* sizes at most 2^40: the subtraction cannot overflow */
-    if (shape[d] < 1 || shape[d] > SIZE_LIMIT || local_shape[d] < 1 || offset[d] < 0 ||
+    if (shape[d] < 1 || shape[d] > SIZE_LIMIT || local_shape[d] < 0 || offset[d] < 0 ||
         local_shape[d] > shape[d] || offset[d] > shape[d] - local_shape[d])
       return mpu__error(MPU_ERR_INVALID_ARGUMENT,
-                        "%s: dim %d: a box of %lld at %lld in a size of %lld (an empty or "
-                        "outlying box)",
+                        "%s: dim %d: a box of %lld at %lld in a size of %lld (an outlying box)",
                         fn, d, (long long)local_shape[d], (long long)offset[d],
                         (long long)shape[d]);
   if (mpu_shard_numel(ndim, shape) > ((size_t)1 << 40))
@@ -104,6 +103,7 @@ mpu_result_t mpu_shard_box_at(int ndim, const int64_t *shape, const int64_t *loc
   memcpy(s.boxes[0].global_offset, offset, (size_t)ndim * sizeof *shape);
   memcpy(s.boxes[0].length, local_shape, (size_t)ndim * sizeof *shape);
   s.spans[0] = (mpu_shard_span){0, mpu_shard_numel(ndim, local_shape), 0};
+  if (!s.spans[0].hi) s.nspans = 0; /* an empty piece keeps nothing */
   *out = s;
   return MPU_SUCCESS;
 }

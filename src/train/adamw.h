@@ -13,13 +13,25 @@
 /* lr, betas, eps, weight decay and clip finite and in range (the message names fn) */
 mpu_result_t mpu__adamw_check(const char *fn, const mpu_adamw_options *o);
 
+/* A choice every rank must make alike besides the floats (the ZeRO-1 flag,
+ * FSDP's strategy and layout): its name in messages, its value, and how to
+ * print a value (NULL: as a number). */
+typedef struct mpu__agree_choice {
+  const char *what;
+  int value;
+  const char *(*name)(int value);
+} mpu__agree_choice;
+
+#define MPU__AGREE_CHOICES 2
+
 /* Collective over group: every rank was given the same options (the floats
- * bit for bit, the averaging rule, the bucket size, the strategy) and a
- * buffer of the same shape; else MPU_ERR_MISMATCH on every rank naming the
- * first rank that differs from rank 0 and the field. */
+ * bit for bit, the averaging rule, the bucket size, the choices: at most
+ * MPU__AGREE_CHOICES) and a buffer of the same shape; else MPU_ERR_MISMATCH
+ * on every rank naming the first rank that differs from rank 0 and the
+ * field. */
 mpu_result_t mpu__adamw_agree(const char *fn, mpu_comm *group, const mpu_adamw_options *o,
-                              int sum, size_t bucket_bytes, const char *strategy_name,
-                              int strategy, const mpu_param_buffer *b);
+                              int sum, size_t bucket_bytes, const mpu__agree_choice *choices,
+                              int nchoices, const mpu_param_buffer *b);
 
 /* The gradient norm from this rank's sum of squares: summed over norm_group
  * (NULL: none), its square root into *norm and *grad_norm (may be NULL);
@@ -46,6 +58,13 @@ mpu_result_t mpu__step_all_check(const char *fn, const char *what, mpu__stepped 
  * MPU_ERR_INVALID_ARGUMENT if g's local part is not the parameter's size. */
 mpu_result_t mpu__param_shard(const char *fn, const mpu_param_buffer *b, int i,
                               const mpu_shard_global *g, int tp_size, mpu_shard *out);
+
+/* Parameter i of b as a shard of its own local tensor (its shape, or 1-d of
+ * its numel; one box, the whole of it) keeping no element yet: what the
+ * optimizers' held ranges are spans of. MPU_ERR_INVALID_ARGUMENT naming fn
+ * for no such parameter. */
+mpu_result_t mpu__param_local_shard(const char *fn, const mpu_param_buffer *b, int i,
+                                    mpu_shard *out);
 
 /* Append tensor name + suffix of that kind, keeping keep's spans of data and
  * saving save's (NULL: none) to out. */

@@ -31,6 +31,19 @@ mpu_result_t mpu__param_shard(const char *fn, const mpu_param_buffer *b, int i,
   return MPU_SUCCESS;
 }
 
+mpu_result_t mpu__param_local_shard(const char *fn, const mpu_param_buffer *b, int i,
+                                    mpu_shard *out) {
+  if (i < 0 || i >= b->nparams)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no parameter %d (the buffer has %d)", fn, i,
+                      b->nparams);
+  const mpu_param *p = &b->params[i];
+  int64_t flat = (int64_t)p->numel, zero[MPU_SHARD_MAX_DIMS] = {0};
+  const int64_t *shape = p->ndim ? p->shape : &flat;
+  MPU_CHECK(mpu_shard_box_at(p->ndim ? p->ndim : 1, shape, shape, zero, out));
+  out->nspans = 0;
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu__describe(const char *fn, mpu_shard_list *out, const char *name,
                            const char *suffix, mpu_shard_kind kind, const mpu_shard *keep,
                            float *data, const mpu_shard *save) {
@@ -72,13 +85,13 @@ mpu_result_t mpu_param_buffer_describe(const mpu_param_buffer *b, const mpu_shar
     if ((r = mpu__param_shard(fn, b, i, &globals[i], tp_size, whole))) break;
     *state = *shard = *whole;
     if ((r = mpu_shard_keep(whole, 0, p->numel, 0))) break;
-    if (opt) {
-      mpu_optimizer_span os[MPU_SHARD_MAX_SPANS];
-      int nos;
-      r = mpu_optimizer_param_spans(opt, i, os, MPU_SHARD_MAX_SPANS, &nos);
-      for (int k = 0; !r && k < nos; k++) {
-        r = mpu_shard_keep(state, os[k].lo, os[k].hi, os[k].state);
-        if (!r) r = mpu_shard_keep(shard, os[k].lo, os[k].hi, os[k].lo);
+    if (opt) { /* the spans the optimizer keeps, over its state and over the parameter */
+      mpu_shard held;
+      r = mpu_optimizer_param_shard(opt, i, &held);
+      for (int k = 0; !r && k < held.nspans; k++) {
+        const mpu_shard_span *sp = &held.spans[k];
+        r = mpu_shard_keep(state, sp->lo, sp->hi, sp->at);
+        if (!r) r = mpu_shard_keep(shard, sp->lo, sp->hi, sp->lo);
       }
       if (r) break;
     }
@@ -104,7 +117,7 @@ static mpu_result_t add_list(mpu_ckpt_set *set, mpu_shard_list *l, mpu_result_t 
 }
 
 mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
-                                 const mpu_ckpt_global *globals, const mpu_optimizer *opt,
+                                 const mpu_shard_global *globals, const mpu_optimizer *opt,
                                  int tp_size, int dp_rank) {
   if (!set) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_add_buffer: NULL set");
   mpu_shard_list l;
@@ -112,7 +125,7 @@ mpu_result_t mpu_ckpt_add_buffer(mpu_ckpt_set *set, const mpu_param_buffer *b,
   return add_list(set, &l, mpu_param_buffer_describe(b, globals, opt, tp_size, dp_rank, &l));
 }
 
-mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f, const mpu_ckpt_global *globals,
+mpu_result_t mpu_ckpt_add_fsdp(mpu_ckpt_set *set, mpu_fsdp *f, const mpu_shard_global *globals,
                                int tp_size) {
   if (!set) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_ckpt_add_fsdp: NULL set");
   mpu_shard_list l;

@@ -91,6 +91,10 @@ mpu_result_t mpu_fsdp_layout_from_name(const char *name, mpu_fsdp_layout *out) {
                     name ? name : "(null)");
 }
 
+/* The names of mpu__adamw_agree's messages. */
+static const char *strategy_of(int v) { return mpu_shard_strategy_name((mpu_shard_strategy)v); }
+static const char *layout_of(int v) { return mpu_fsdp_layout_name((mpu_fsdp_layout)v); }
+
 static int reshard_after_forward(const mpu_fsdp *f) {
   return f->o.strategy == MPU_SHARD_FULL || f->o.strategy == MPU_SHARD_HYBRID;
 }
@@ -253,11 +257,15 @@ mpu_result_t mpu_fsdp_create(mpu_param_buffer *b, mpu_comm *shard, mpu_comm *rep
   MPU_CHECK_GOTO(mpu_comm_rank(shard, &f->s), r, fail);
   if (replicate) MPU_CHECK_GOTO(mpu_comm_size(replicate, &f->R), r, fail);
   if (replicate) MPU_CHECK_GOTO(mpu_comm_rank(replicate, &f->r), r, fail);
-  MPU_CHECK_GOTO(mpu__adamw_agree(fn, shard, &d.adamw, d.sum, d.bucket_bytes, "strategy",
-                                  (int)d.strategy, b), r, fail);
+  /* ranks on different layouts would cut the buckets differently: their
+   * gathers and reduce-scatters would move other elements than they think */
+  const mpu__agree_choice choices[2] = {{"strategy", (int)d.strategy, strategy_of},
+                                        {"layout", (int)d.layout, layout_of}};
+  MPU_CHECK_GOTO(mpu__adamw_agree(fn, shard, &d.adamw, d.sum, d.bucket_bytes, choices, 2, b), r,
+                 fail);
   if (replicate)
-    MPU_CHECK_GOTO(mpu__adamw_agree(fn, replicate, &d.adamw, d.sum, d.bucket_bytes, "strategy",
-                                    (int)d.strategy, b), r, fail);
+    MPU_CHECK_GOTO(mpu__adamw_agree(fn, replicate, &d.adamw, d.sum, d.bucket_bytes, choices, 2,
+                                    b), r, fail);
   int world = f->S * f->R;
   f->pre = d.sum ? 1.0f : predivide_factor(world);
   f->post = d.sum ? 1.0f : (float)world / f->pre;
@@ -341,10 +349,12 @@ mpu_result_t mpu_fsdp_bucket_range(const mpu_fsdp *f, int k, size_t *start, size
 
 mpu_result_t mpu_fsdp_set_param(mpu_fsdp *f, int i, const float *values) {
   if (!values) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_fsdp_set_param: NULL values");
-  mpu_fsdp_span sp;
-  MPU_CHECK(mpu_fsdp_param_span(f, i, &sp));
+  mpu_shard s;
+  MPU_CHECK(mpu_fsdp_param_shard(f, i, &s));
   MPU_CHECK(mpu_fsdp_reshard(f, mpu_fsdp_bucket_of(f, i))); /* the piece changes: regather */
-  if (sp.hi > sp.lo) memcpy(sp.param, values + sp.lo, (sp.hi - sp.lo) * sizeof(float));
+  for (int k = 0; k < s.nspans; k++) /* a parameter lies in one bucket: one span at most */
+    memcpy(f->p + s.spans[k].at, values + s.spans[k].lo,
+           (s.spans[k].hi - s.spans[k].lo) * sizeof(float));
   return MPU_SUCCESS;
 }
 
@@ -472,18 +482,17 @@ mpu_result_t mpu_fsdp_backward_done(mpu_fsdp *f, int k) {
   return mpu_fsdp_reshard(f, k);
 }
 
-mpu_result_t mpu_fsdp_param_span(const mpu_fsdp *f, int i, mpu_fsdp_span *out) {
-  static const char fn[] = "mpu_fsdp_param_span";
+mpu_result_t mpu_fsdp_param_shard(const mpu_fsdp *f, int i, mpu_shard *out) {
+  static const char fn[] = "mpu_fsdp_param_shard";
   if (!f || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
   int k = mpu_fsdp_bucket_of(f, i);
   MPU_CHECK(check_bucket(fn, f, k));
+  mpu_shard s;
+  MPU_CHECK(mpu__param_local_shard(fn, f->b, i, &s));
   size_t lo, hi, at;
   piece_of(f, &f->bk[k], i, f->s, &lo, &hi, &at);
-  memset(out, 0, sizeof *out);
-  if (lo >= hi) return MPU_SUCCESS;
-  size_t j = f->bk[k].at + at;
-  out->lo = lo, out->hi = hi;
-  out->param = f->p + j, out->exp_avg = f->m + j, out->exp_avg_sq = f->v + j;
+  MPU_CHECK(mpu_shard_keep(&s, lo, hi, f->bk[k].at + at));
+  *out = s;
   return MPU_SUCCESS;
 }
 
@@ -543,6 +552,16 @@ float *mpu_fsdp_shard_params(const mpu_fsdp *f, size_t *numel) {
 float *mpu_fsdp_shard_grads(const mpu_fsdp *f, size_t *numel) {
   if (numel) *numel = f ? f->held : 0;
   return f ? f->g : NULL;
+}
+
+float *mpu_fsdp_shard_exp_avg(const mpu_fsdp *f, size_t *numel) {
+  if (numel) *numel = f ? f->held : 0;
+  return f ? f->m : NULL;
+}
+
+float *mpu_fsdp_shard_exp_avg_sq(const mpu_fsdp *f, size_t *numel) {
+  if (numel) *numel = f ? f->held : 0;
+  return f ? f->v : NULL;
 }
 
 mpu_result_t mpu_fsdp_sync_grads(mpu_fsdp *f) {

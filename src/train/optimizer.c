@@ -304,28 +304,35 @@ mpu_result_t mpu__adamw_check(const char *fn, const mpu_adamw_options *o) {
 }
 
 /* The options and the buffer's shape as one record every rank of a group
- * must share: ranks that step with different lr, averaging rules or buckets
- * diverge without a word, so the optimizers' inits compare them as
+ * must share: ranks that step with different lr, averaging rules, buckets or
+ * layouts diverge without a word, so the optimizers' inits compare them as
  * mpu_state_init compares the layout config. */
-enum { AGREE_FIELDS = 11 };
+enum { FLOATS = 6, CHOICE0 = 10, AGREE_FIELDS = CHOICE0 + MPU__AGREE_CHOICES };
 
-static void agree_value(char *out, size_t cap, int field, uint64_t x) {
-  if (field < 6) {
+static void agree_value(char *out, size_t cap, int field, uint64_t x,
+                        const mpu__agree_choice *choices) {
+  const mpu__agree_choice *c = field >= CHOICE0 ? &choices[field - CHOICE0] : NULL;
+  const char *name = c && c->name ? c->name((int)(int64_t)x) : NULL;
+  if (field < FLOATS) {
     uint32_t bits = (uint32_t)x;
     float v;
     memcpy(&v, &bits, sizeof v);
     snprintf(out, cap, "%.9g", (double)v);
+  } else if (name) {
+    snprintf(out, cap, "%s", name);
   } else {
-    snprintf(out, cap, "%llu", (unsigned long long)x);
+    snprintf(out, cap, "%lld", (long long)(int64_t)x);
   }
 }
 
 mpu_result_t mpu__adamw_agree(const char *fn, mpu_comm *group, const mpu_adamw_options *o,
-                              int sum, size_t bucket_bytes, const char *strategy_name,
-                              int strategy, const mpu_param_buffer *b) {
-  const char *const names[AGREE_FIELDS] = {"lr", "beta1", "beta2", "eps", "weight_decay",
-                                           "clip_grad", "bucket_bytes", "sum", strategy_name,
-                                           "parameters", "elements"};
+                              int sum, size_t bucket_bytes, const mpu__agree_choice *choices,
+                              int nchoices, const mpu_param_buffer *b) {
+  const char *names[AGREE_FIELDS] = {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad",
+                                     "bucket_bytes", "sum", "parameters", "elements"};
+  if (nchoices < 0 || nchoices > MPU__AGREE_CHOICES)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d choices to compare", fn, nchoices);
+  for (int c = 0; c < nchoices; c++) names[CHOICE0 + c] = choices[c].what;
   int n, rank;
   MPU_CHECK(mpu_comm_size(group, &n));
   MPU_CHECK(mpu_comm_rank(group, &rank));
@@ -339,22 +346,23 @@ mpu_result_t mpu__adamw_agree(const char *fn, mpu_comm *group, const mpu_adamw_o
   uint64_t *all = calloc((size_t)n * AGREE_FIELDS, sizeof *all);
   if (!all) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d option records", fn, n);
   uint64_t *mine = all + (size_t)rank * AGREE_FIELDS;
-  const float v[] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad};
-  for (int i = 0; i < 6; i++) {
+  const float v[FLOATS] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->clip_grad};
+  for (int i = 0; i < FLOATS; i++) {
     uint32_t bits;
     memcpy(&bits, &v[i], sizeof bits); /* the bits: two ranks agree only on the same float */
     mine[i] = bits;
   }
-  mine[6] = bucket_bytes, mine[7] = sum != 0, mine[8] = (uint64_t)(int64_t)strategy;
-  mine[9] = (uint64_t)b->nparams, mine[10] = b->numel;
+  mine[6] = bucket_bytes, mine[7] = sum != 0;
+  mine[8] = (uint64_t)b->nparams, mine[9] = b->numel;
+  for (int c = 0; c < nchoices; c++) mine[CHOICE0 + c] = (uint64_t)(int64_t)choices[c].value;
   mpu_result_t r =
       mpu_comm_all_gather(group, mine, all, AGREE_FIELDS * sizeof *all, MPU_UINT8);
   for (size_t k = 1; !r && k < (size_t)n; k++)
-    for (int f = 0; f < AGREE_FIELDS; f++)
+    for (int f = 0; f < CHOICE0 + nchoices; f++)
       if (all[k * AGREE_FIELDS + f] != all[f]) {
         char a[32], z[32];
-        agree_value(a, sizeof a, f, all[k * AGREE_FIELDS + f]);
-        agree_value(z, sizeof z, f, all[f]);
+        agree_value(a, sizeof a, f, all[k * AGREE_FIELDS + f], choices);
+        agree_value(z, sizeof z, f, all[f], choices);
         r = mpu__error(MPU_ERR_MISMATCH,
                        "%s: the ranks were given different optimizers: rank %zu's %s is %s, "
                        "rank 0's %s",
@@ -381,8 +389,9 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
   MPU_CHECK(mpu__adamw_check(fn, &opt->o));
   MPU_CHECK(ready(fn, b, &dp, &opt->dp_size, &opt->dp_rank));
   opt->b = b, opt->dp = dp, opt->distributed = distributed != 0;
-  MPU_CHECK(mpu__adamw_agree(fn, dp, &opt->o, opt->o.sync.sum, opt->o.sync.bucket_bytes,
-                             "distributed", opt->distributed, b));
+  mpu__agree_choice zero1 = {"distributed", opt->distributed, NULL};
+  MPU_CHECK(mpu__adamw_agree(fn, dp, &opt->o, opt->o.sync.sum, opt->o.sync.bucket_bytes, &zero1,
+                             1, b));
   size_t n = (size_t)opt->dp_size, bucket = sync.bucket_bytes / sizeof(float);
   opt->bucket = (bucket + n - 1) / n * n; /* every bucket's shards equal */
   if (opt->bucket > b->numel) opt->bucket = (b->numel + n - 1) / n * n;
@@ -586,30 +595,22 @@ mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group, float 
   return mpu_optimizer_step_all(&opt, 1, norm_group, grad_norm);
 }
 
-mpu_result_t mpu_optimizer_param_spans(const mpu_optimizer *opt, int index, mpu_optimizer_span *spans,
-                                       int max, int *n) {
-  static const char fn[] = "mpu_optimizer_param_spans";
-  if (!opt || !opt->b || !n || (max > 0 && !spans))
+mpu_result_t mpu_optimizer_param_shard(const mpu_optimizer *opt, int index, mpu_shard *out) {
+  static const char fn[] = "mpu_optimizer_param_shard";
+  if (!opt || !opt->b || !out)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL or uninitialized argument", fn);
-  if (index < 0 || index >= opt->b->nparams)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no parameter %d (the buffer has %d)", fn,
-                      index, opt->b->nparams);
+  mpu_shard s;
+  MPU_CHECK(mpu__param_local_shard(fn, opt->b, index, &s));
   const mpu_param *p = &opt->b->params[index];
   size_t j = 0, start, end, lo, hi;
-  *n = 0;
   for (size_t k = 0; k * opt->bucket < opt->b->numel; k++) {
     bucket_range(opt->b->numel, opt->bucket, k, &start, &end);
     held_range(opt, start, end, &lo, &hi);
     size_t a = p->offset > lo ? p->offset : lo;
     size_t z = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    if (a < z) {
-      if (*n >= max)
-        return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: '%s' has more than %d spans", fn,
-                          p->name, max);
-      spans[*n].lo = a - p->offset, spans[*n].hi = z - p->offset, spans[*n].state = j + (a - lo);
-      (*n)++;
-    }
+    if (a < z) MPU_CHECK(mpu_shard_keep(&s, a - p->offset, z - p->offset, j + (a - lo)));
     j += hi - lo;
   }
+  *out = s;
   return MPU_SUCCESS;
 }

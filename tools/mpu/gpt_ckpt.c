@@ -34,7 +34,7 @@ static mpu_result_t describe(mpu_ckpt_set *set, mpu_state *s, const gpt_ctx *ctx
   for (int c = 0; c < vp && !r; c++) {
     const gpt_chunk *ch = &chunks[c];
     int n = ch->params.nparams;
-    mpu_ckpt_global *g = calloc((size_t)n, sizeof *g);
+    mpu_shard_global *g = calloc((size_t)n, sizeof *g);
     if (!g) return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: checkpoint names");
     for (int i = 0; i < n; i++) {
       const gpt_shape *sh = &ch->shapes[i];
