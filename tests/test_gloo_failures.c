@@ -10,6 +10,10 @@
  *             at once, and every rank fails with MPU_ERR_ABORTED naming rank 1
  *   exit      rank 2 exits without a word: the others fail with
  *             MPU_ERR_ABORTED naming rank 2
+ *   exit_late rank 3 waits in its all_reduce when rank 2 exits (2 s), and
+ *             ranks 0 and 1 call after that (4 s), knowing rank 2 gone: they
+ *             still send rank 3 theirs, so it names rank 2 (not them, after
+ *             its timeout: ctest sets 10 s here); they stay past it
  *   mismatch  rank 2 asks for another count: MPU_ERR_MISMATCH on every
  *             rank, naming it, and the communicator still works
  *   unchecked with call checking off, rank 3 never calls: the others fail
@@ -78,9 +82,10 @@ int main(int argc, char **argv) {
     r = mpu_comm_barrier(w);
     if (r == MPU_SUCCESS || now() - t0 > 1.0)
       return fail(rank, mode, "want the broken communicator to fail at once", r);
-  } else if (!strcmp(mode, "abort") || !strcmp(mode, "exit")) {
-    int victim = !strcmp(mode, "abort") ? 1 : 2;
+  } else if (!strcmp(mode, "abort") || !strcmp(mode, "exit") || !strcmp(mode, "exit_late")) {
+    int victim = !strcmp(mode, "abort") ? 1 : 2, late = !strcmp(mode, "exit_late");
     if (rank == victim) {
+      if (late) sleep(2);        /* rank 3 is waiting by now */
       if (victim == 2) _exit(0); /* no destroy, no word: the connections just close */
       sleep(1);                  /* the others are waiting in their all_reduce */
       r = mpu_comm_abort(w);
@@ -88,12 +93,17 @@ int main(int argc, char **argv) {
       mpu_comm_destroy(w);
       return 0;
     }
+    if (late && rank < 2) sleep(4);
     r = mpu_comm_all_reduce(w, x, y, 1, MPU_FLOAT64, MPU_SUM);
     char want[32];
     snprintf(want, sizeof want, "rank %d", victim);
     if (r != MPU_ERR_ABORTED || !strstr(mpu_last_error(), want))
       return fail(rank, mode, "want MPU_ERR_ABORTED naming the rank", r);
     printf("rank %d, %s: %s\n", rank, mode, mpu_last_error());
+    if (late && rank < 2) { /* rank 0 serves the store: it stays past rank 3's timeout */
+      const char *t = getenv("MPU_TIMEOUT");
+      sleep((unsigned)(t ? atof(t) : 5) + 2);
+    }
   } else if (!strcmp(mode, "abort_thread")) {
     pthread_t t;
     if (rank == 1 && pthread_create(&t, NULL, abort_later, w)) return fail(rank, mode, "thread", 0);
@@ -115,7 +125,7 @@ int main(int argc, char **argv) {
     if (r || y[0] != size || y[1] != size)
       return fail(rank, mode, "want the next all_reduce to work", r);
   } else {
-    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|mismatch|unchecked\n", argv[0]);
+    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|exit_late|mismatch|unchecked\n", argv[0]);
     return 2;
   }
   mpu_comm_destroy(w);

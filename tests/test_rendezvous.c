@@ -12,7 +12,8 @@
  *     starting last; the agent's store (TORCHELASTIC_USE_AGENT_STORE=True)
  *     where rank 0 is a client too; a stray of another job refused; a rank
  *     claimed twice refused; MASTER_ADDR unset an error; a rank 0 that never
- *     comes (timeout); an abort posted by one rank seen by its peer.
+ *     comes (timeout); an abort posted by one rank seen by its peer, and one
+ *     whose rank cannot be read not reported as an abort by rank -1.
  * Compiled with the sources themselves: these functions are internal.
  */
 #include <arpa/inet.h>
@@ -524,6 +525,51 @@ static void test_abort_reaches_peers(void **state) {
   for (int r = 0; r < 3; r++) assert_int_equal(wait_child(pids[r]), 0);
 }
 
+/* An abort key whose rank cannot be read (the store went away between the
+ * check and the read, or bytes mpu did not write) is not reported as an
+ * abort by rank -1: the poll says nothing, and a later one reads the post. */
+static int child_unreadable(int rank, int port) {
+  set_env(rank, 2, port, "127.0.0.1");
+  mpu__rendezvous_env env;
+  if (mpu__rendezvous_read_env(WHO, &env)) return 10;
+  mpu__rendezvous *rv = NULL;
+  if (mpu__rendezvous_join(&env, NULL, 0, 20, &rv)) return 11;
+  int code = 0;
+  if (rank == 1) {
+    char key[256];
+    snprintf(key, sizeof key, "%s/abort", mpu__rendezvous_base(rv));
+    if (mpu__store_set(mpu__rendezvous_store(rv), key, "no rank here", 12, 5)) code = 12;
+    sleep_ms(600);
+    mpu__rendezvous_post_abort(rv, 1, "aborted (mpu_comm_abort)");
+    sleep_ms(1500); /* stay until rank 0 has read it */
+  } else {
+    double t0 = mpu__now();
+    int who = -1, seen = 0;
+    char why[256] = "";
+    while (!seen && mpu__now() - t0 < 5) {
+      seen = mpu__rendezvous_poll_abort(rv, &who, why, sizeof why);
+      sleep_ms(5);
+    }
+    if (!seen || who != 1 || !strstr(why, "mpu_comm_abort")) {
+      fprintf(stderr, "rank 0: abort seen=%d who=%d why='%s'\n", seen, who, why);
+      code = 13;
+    }
+  }
+  mpu__rendezvous_leave(rv);
+  return code;
+}
+
+static void test_abort_unreadable(void **state) {
+  (void)state;
+  const int port = port_for_test(10);
+  pid_t pids[2];
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(child_unreadable(r, port));
+  }
+  for (int r = 0; r < 2; r++) assert_int_equal(wait_child(pids[r]), 0);
+}
+
 static void test_env_errors(void **state) {
   (void)state;
   mpu__rendezvous_env env;
@@ -591,6 +637,7 @@ int main(void) {
       cmocka_unit_test(test_keyless_claim),
       cmocka_unit_test(test_empty_blob),
       cmocka_unit_test(test_abort_reaches_peers),
+      cmocka_unit_test(test_abort_unreadable),
       cmocka_unit_test(test_env_errors),
       cmocka_unit_test(test_no_rank0),
   };

@@ -319,20 +319,14 @@ void mpu__rendezvous_post_abort(void *ctx, int rank, const char *why) {
   (void)r;
 }
 
-int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n) {
-  mpu__rendezvous *rv = ctx;
-  if (!rv || !rv->store) return 0;
-  if (atomic_load(&rv->seen)) return 0; /* reported once already */
-  double now = mpu__now();
-  if (now < atomic_load(&rv->next_poll)) return 0;
-  atomic_store(&rv->next_poll, now + ABORT_POLL_S);
-  int ready = 0;
-  if (mpu__store_poll_key(rv->store, rv->abort_key, &ready) || !ready) return 0;
-  if (atomic_exchange(&rv->seen, 1)) return 0;
+/* The posted abort's rank and reason: 1, or 0 when it cannot be read (the
+ * store went away between the check and the read: rank 0's process may
+ * leave as soon as it has reported) or names no rank. */
+static int read_abort(mpu__rendezvous *rv, int *who, char *why, size_t n) {
   void *v = NULL;
   size_t vn = 0;
   int rank = -1;
-  char text[256] = "a peer aborted";
+  char text[256] = "";
   if (!mpu__store_get(rv->store, rv->abort_key, &v, &vn, 1.0)) {
     snprintf(text, sizeof text, "%.*s", (int)(vn > 255 ? 255 : vn), (const char *)v);
     char *end;
@@ -343,7 +337,31 @@ int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n) {
     }
   }
   free(v);
+  if (rank < 0) return 0;
   if (who) *who = rank;
   if (why && n) snprintf(why, n, "%s", text);
   return 1;
+}
+
+int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n) {
+  mpu__rendezvous *rv = ctx;
+  if (!rv || !rv->store) return 0;
+  if (atomic_load(&rv->seen)) return 0; /* reported once already */
+  double now = mpu__now();
+  if (now < atomic_load(&rv->next_poll)) return 0;
+  atomic_store(&rv->next_poll, now + ABORT_POLL_S);
+  int ready = 0;
+  if (mpu__store_poll_key(rv->store, rv->abort_key, &ready) || !ready) return 0;
+  if (atomic_exchange(&rv->seen, 1)) return 0;
+  if (read_abort(rv, who, why, n)) return 1;
+  atomic_store(&rv->seen, 0); /* not reported: the caller names whom it lost, or polls again */
+  return 0;
+}
+
+int mpu__rendezvous_check_abort(void *ctx, int *who, char *why, size_t n) {
+  mpu__rendezvous *rv = ctx;
+  int ready = 0;
+  if (!rv || !rv->store || mpu__store_check(rv->store, rv->abort_key, &ready, 1.0) || !ready)
+    return 0;
+  return read_abort(rv, who, why, n);
 }

@@ -51,10 +51,14 @@ MPU_SIBLING_API void mpu__rendezvous_leave(mpu__rendezvous *r);
  * the shape of nccl_impl's oob hooks (ctx is the mpu__rendezvous):
  * post: tell every peer this rank gave up (why: a short reason); any thread.
  * poll: never blocks and asks the store at most every 100 ms; nonzero once
- * a peer has posted, with its rank in *who and its reason in why.
+ * a peer has posted, with its rank (never negative) in *who and its reason
+ * in why; a post whose rank cannot be read is not reported.
  * free: mpu__rendezvous_leave. */
 MPU_SIBLING_API void mpu__rendezvous_post_abort(void *ctx, int rank, const char *why);
 MPU_SIBLING_API int mpu__rendezvous_poll_abort(void *ctx, int *who, char *why, size_t n);
+/* The same, asked now (one round trip to the store, up to 1 s), whether
+ * reported before or not. */
+MPU_SIBLING_API int mpu__rendezvous_check_abort(void *ctx, int *who, char *why, size_t n);
 MPU_SIBLING_API void mpu__rendezvous_free(void *ctx);
 
 /* The channel of a communicator split from parent's: a connection of its

@@ -75,7 +75,7 @@ static void round_all(round *rd, int n, const void *sp, size_t sn, char *rbase, 
 static mpu_result_t run_round(mpu_comm *c, const char *fn, const char *what, int slot_kind,
                               const round *rd) {
   gloo_impl *m = gloo_of(c);
-  int n = c->size, me = c->rank, rc = 0, failed_at = -1;
+  int n = c->size, me = c->rank, rc = 0, failed_at = -1, oom = 0;
   uint64_t slot = SLOT(slot_kind);
   char err[512] = "";
   mpu__gl_buf **rb = calloc((size_t)n, sizeof *rb), **sb = calloc((size_t)n, sizeof *sb);
@@ -84,19 +84,30 @@ static mpu_result_t run_round(mpu_comm *c, const char *fn, const char *what, int
     free(rb), free(sb), free(pending);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
   }
-  for (int j = 0; j < n && !rc; j++) {
-    if (j == me || !rd->rn[j]) continue;
-    rb[j] = mpu__gl_buf_new(m->g, rd->rp[j], rd->rn[j], err, sizeof err);
-    rc = !rb[j] || mpu__gl_recv(rb[j], j, slot, 0, rd->rn[j], err, sizeof err) ? -1 : 0;
-    if (rc) failed_at = j;
+  /* A peer whose connection failed does not stop the posts to the others:
+   * they would wait for this rank's message until it left, then name it
+   * instead of the lost peer. Its buffer is dropped (its wait would fail). */
+  int posted_bad = 0;
+  for (int pass = 0; pass < 2 && !oom; pass++) {
+    mpu__gl_buf **b = pass ? sb : rb;
+    for (int j = 0; j < n && !oom; j++) {
+      size_t len = pass ? rd->sn[j] : rd->rn[j];
+      if (j == me || !len) continue;
+      char e[512] = "";
+      b[j] = mpu__gl_buf_new(m->g, pass ? (void *)rd->sp[j] : rd->rp[j], len, e, sizeof e);
+      if (!b[j]) { /* not a peer's fault */
+        snprintf(err, sizeof err, "%s", e);
+        oom = 1;
+      } else if (pass ? mpu__gl_send(b[j], j, slot, 0, len, e, sizeof e)
+                      : mpu__gl_recv(b[j], j, slot, 0, len, e, sizeof e)) {
+        if (!posted_bad++) snprintf(err, sizeof err, "%s", e), failed_at = j;
+        mpu__gl_buf_free(b[j]);
+        b[j] = NULL;
+      }
+    }
   }
-  for (int j = 0; j < n && !rc; j++) {
-    if (j == me || !rd->sn[j]) continue;
-    sb[j] = mpu__gl_buf_new(m->g, (void *)rd->sp[j], rd->sn[j], err, sizeof err);
-    rc = !sb[j] || mpu__gl_send(sb[j], j, slot, 0, rd->sn[j], err, sizeof err) ? -1 : 0;
-    if (rc) failed_at = j;
-  }
-  double deadline = mpu__now() + m->timeout_s;
+  if (oom) rc = -1, failed_at = -1;
+  double waits_from = mpu__now(), deadline = waits_from + m->timeout_s;
   mpu__gl_buf **all = rb; /* rb and sb side by side: one list for an abort to interrupt */
   if (!rc) {
     mpu_result_t w = MPU_SUCCESS;
@@ -134,7 +145,9 @@ static mpu_result_t run_round(mpu_comm *c, const char *fn, const char *what, int
     }
   }
   if (all != rb) mpu__gloo_unwatch(c), free(all);
+  if (!rc && posted_bad) rc = -1; /* the others' messages moved; failed_at is the lost one */
   mpu_result_t r = MPU_SUCCESS;
+  if (!rc) r = mpu__gloo_after_wait(c, fn, what, mpu__now() - waits_from);
   if (rc) {
     if (rc < 0 && failed_at >= 0) { /* a connection failed: that peer is the one named */
       memset(pending, 0, (size_t)n);

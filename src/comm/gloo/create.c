@@ -32,6 +32,9 @@
 
 /* how long a peer whose connection failed looks for an abort in the store */
 #define ABORT_LOOK_S 2.0
+/* a call that waited this long asks the store whether a peer aborted
+ * meanwhile (one round trip: nothing against such a wait) */
+#define LONG_WAIT_S 0.1
 
 static const mpu__comm_ops gloo_ops;
 
@@ -264,6 +267,24 @@ void mpu__gloo_unwatch(mpu_comm *c) {
   pthread_mutex_unlock(&m->lock);
 }
 
+/* the message of a peer's post read from the store */
+static void peer_posted(const char *fn, int who, const char *reason, const char *what, char *why,
+                        size_t cap) {
+  snprintf(why, cap, "%s: rank %d %s, while this rank waited for %s", fn, who, reason, what);
+}
+
+/* c is broken from now on, for why (unless it was already): the error */
+static mpu_result_t mark_broken(mpu_comm *c, mpu_result_t code, const char *why) {
+  gloo_impl *m = gloo_of(c);
+  pthread_mutex_lock(&m->lock);
+  if (!m->broken) {
+    m->broken = code;
+    snprintf(m->why, sizeof m->why, "%s", why);
+  }
+  pthread_mutex_unlock(&m->lock);
+  return mpu__error(code, "%s", why);
+}
+
 mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *what,
                             const unsigned char *pending, const char *gloo) {
   gloo_impl *m = gloo_of(c);
@@ -295,8 +316,7 @@ mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *wha
            mpu__now() < until)
       usleep(20000);
     if (seen) {
-      snprintf(why, sizeof why, "%s: rank %d %s, while this rank waited for %s", fn, who, reason,
-               what);
+      peer_posted(fn, who, reason, what, why, sizeof why);
     } else {
       snprintf(why, sizeof why, "%s: lost the connection to %s while waiting for %s (the "
                "process exited or its connections closed): gloo: %s", fn,
@@ -305,15 +325,19 @@ mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *wha
       if (first >= 0) mpu__rendezvous_post_abort(m->rv, first, said);
     }
   }
-  pthread_mutex_lock(&m->lock);
-  if (!m->broken) {
-    m->broken = code;
-    memcpy(m->why, why, sizeof why);
-  }
-  pthread_mutex_unlock(&m->lock);
   /* the connections stay open (a peer may still be taking what this rank
    * sent): closing them would make the peers name this rank, not the lost one */
-  return mpu__error(code, "%s", why);
+  return mark_broken(c, code, why);
+}
+
+mpu_result_t mpu__gloo_after_wait(mpu_comm *c, const char *fn, const char *what, double waited_s) {
+  gloo_impl *m = gloo_of(c);
+  int who = -1;
+  char reason[256] = "", why[sizeof m->why];
+  if (waited_s < LONG_WAIT_S || !mpu__rendezvous_check_abort(m->rv, &who, reason, sizeof reason))
+    return MPU_SUCCESS;
+  peer_posted(fn, who, reason, what, why, sizeof why);
+  return mark_broken(c, MPU_ERR_ABORTED, why);
 }
 
 /* ---- abort, destroy, capabilities ---- */

@@ -60,6 +60,12 @@ mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *wha
  * interrupts them); MPU_SUCCESS, or the error that broke c meanwhile. */
 mpu_result_t mpu__gloo_watch(mpu_comm *c, const char *fn, mpu__gl_buf **bufs, int n);
 void mpu__gloo_unwatch(mpu_comm *c);
+/* After a round whose waits all completed in waited_s: MPU_SUCCESS, or,
+ * when that was long enough for a peer to have aborted meanwhile and one
+ * did (its post in the store), MPU_ERR_ABORTED naming it. A rank whose
+ * messages all came before a peer aborted would otherwise go on, and learn
+ * of it only at its next call. */
+mpu_result_t mpu__gloo_after_wait(mpu_comm *c, const char *fn, const char *what, double waited_s);
 /* MPU_SUCCESS, or the error that broke c (said again for fn). */
 mpu_result_t mpu__gloo_usable(mpu_comm *c, const char *fn);
 
