@@ -97,7 +97,7 @@ static mpu_result_t rank_fn(mpu_state *s, void *arg) {
           mpu_result_t w = mpu_request_wait(req[p]);
           if (!r) r = w;
         }
-      opt.grads_reduced = 1;
+      if (!r) r = mpu_optimizer_set_grads_reduced(&opt, 1);
     }
     /* the norm spans what each rank holds: the model-parallel group for the
      * plain optimizer, every rank (dp x tp) for the distributed one */
@@ -245,10 +245,11 @@ static void test_bad_input(void **state) {
   assert_int_equal(mpu_grad_all_reduce_start(&b, fake, NULL, 0, 1, NULL), MPU_ERR_INVALID_ARGUMENT);
   /* the distributed optimizer reduce-scatters itself: it refuses reduced gradients */
   mpu_param_grad(&b, 0)[2] = 0;
-  opt.grads_reduced = 1;
-  assert_int_equal(mpu_optimizer_step(&opt, NULL, &norm), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_optimizer_set_grads_reduced(&opt, 1), MPU_ERR_INVALID_USAGE);
   assert_non_null(strstr(mpu_last_error(), "grads_reduced"));
   assert_int_equal(opt.grads_reduced, 0);
+  assert_int_equal(mpu_optimizer_set_grads_reduced(&opt, 0), MPU_SUCCESS);
+  assert_int_equal(mpu_optimizer_step(&opt, NULL, &norm), MPU_SUCCESS);
   mpu_optimizer_free(&opt);
   mpu_param_buffer_free(&b);
   mpu_comm_destroy(fake);

@@ -52,14 +52,24 @@ typedef struct mpu_param {
   int decay;             /* weight decay applies (1, the default; 0 for biases and norms) */
 } mpu_param;
 
+/*
+ * The buffer is the caller's storage, initialised in place. Its fields are
+ * marked as libuv marks its handles': the public ones a caller may read at
+ * any time and never writes (the calls below change them); the private ones
+ * are mpu's own, may change meaning in any release and are not to be read;
+ * the reserved room lets a later release add state without changing the
+ * struct's size.
+ */
 typedef struct mpu_param_buffer {
-  int nparams, cap;
-  mpu_param *params;
+  /* public, read-only */
+  int nparams;
+  mpu_param *params;     /* (nparams) */
   size_t numel;          /* every parameter's elements, each parameter 16-element aligned */
-  float *data, *grad;    /* after finalize */
-  int owns_data, owns_grad;
+  float *data, *grad;    /* (numel) each, after finalize */
   int tp_rank;           /* for param_is_not_tensor_parallel_duplicate */
-  int finalized;
+  /* private */
+  int cap, owns_data, owns_grad, finalized;
+  void *reserved[4];
 } mpu_param_buffer;
 
 /* Start an empty buffer for this rank (tp_rank: its tensor-parallel rank). */
@@ -102,8 +112,8 @@ MPU_API mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
  * elements) without waiting: scale them as mpu_grad_all_reduce does, then a
  * non-blocking sum over dp (mpu_comm_iall_reduce; *req to wait on). For
  * Megatron's overlap_grad_reduce: start a range once the backward has
- * finished its gradients, wait before the step, and set the optimizer's
- * grads_reduced. Every rank must start the same ranges in the same order;
+ * finished its gradients, wait before the step, and tell the optimizer
+ * (mpu_optimizer_set_grads_reduced). Every rank must start the same ranges in the same order;
  * each element is summed over the same ranks as by mpu_grad_all_reduce.
  */
 MPU_API mpu_result_t mpu_grad_all_reduce_start(mpu_param_buffer *b, mpu_comm *dp,
@@ -138,19 +148,20 @@ typedef struct mpu_adamw_options {
  * and Megatron's optimizers (which update the parameters in place) do.
  */
 typedef struct mpu_optimizer {
+  /* public, read-only (marked as mpu_param_buffer's fields are) */
   mpu_param_buffer *b;
   mpu_comm *dp;
   int dp_size, dp_rank, distributed;
   mpu_adamw_options o;
-  size_t bucket;         /* elements per bucket, a multiple of dp_size */
   size_t owned;          /* elements whose moments this rank keeps */
-  float *m, *v, *main;   /* (owned) */
+  float *m, *v, *main;   /* (owned), indexed by mpu_optimizer_span's state */
+  /* public, read-write */
+  int64_t step;          /* steps taken; a caller restoring a checkpoint sets it */
+  /* private */
+  size_t bucket;         /* elements per bucket, a multiple of dp_size */
   float *scratch;        /* one bucket */
-  int64_t step;
-  int grads_reduced;     /* set by the caller: the next step finds the gradients already
-                          * all-reduced over dp (mpu_grad_all_reduce_start, waited) and does
-                          * not reduce them again; the step clears it. The plain optimizer
-                          * only: a distributed one refuses it (MPU_ERR_INVALID_USAGE). */
+  int grads_reduced;     /* mpu_optimizer_set_grads_reduced */
+  void *reserved[4];
 } mpu_optimizer;
 
 /* Collective over dp: every float option must be finite and in range (lr,
@@ -180,6 +191,15 @@ MPU_API mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group
 MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
                                             mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
+/*
+ * Say that the gradients are already all-reduced over dp (the requests of
+ * mpu_grad_all_reduce_start waited on): the next step does not reduce them
+ * again, and clears the mark. The plain optimizer only: a distributed one
+ * reduce-scatters the gradients itself, and refuses the mark
+ * (MPU_ERR_INVALID_USAGE, the optimizer unchanged). reduced = 0 takes the
+ * mark back.
+ */
+MPU_API mpu_result_t mpu_optimizer_set_grads_reduced(mpu_optimizer *opt, int reduced);
 
 /* The elements of parameter `index` whose moments this rank keeps, as spans
  * of the parameter's local elements [lo, hi), each with the index of its

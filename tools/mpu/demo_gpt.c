@@ -228,7 +228,7 @@ static mpu_result_t finish_reduces(rank_model *m, mpu_optimizer *opts, double *c
     if (!r && m->unreduced[k])
       r = mpu_fail(MPU_ERR_INTERNAL, "gpt: chunk %d's gradients [0, %zu) were not reduced", k,
                    m->unreduced[k]);
-    opts[k].grads_reduced = !r;
+    if (!r) r = mpu_optimizer_set_grads_reduced(&opts[k], 1);
   }
   m->exposed_s += cli_now() - t0;
   return r;
@@ -415,7 +415,7 @@ static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
       double t1 = cli_now();
       for (int c = 0; c < m.vp; c++) {
         TRY(mpu_grad_all_reduce(&m.chunks[c].params, dpc, &ao.sync));
-        opts[c].grads_reduced = 1;
+        TRY(mpu_optimizer_set_grads_reduced(&opts[c], 1));
       }
       blocking_s += cli_now() - t1;
     }
