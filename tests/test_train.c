@@ -338,9 +338,9 @@ static void step_block(int recompute, float *dw, uint64_t *after) {
   assert_int_equal(mpu_state_mock(1, &c, 1234, &b->s), MPU_SUCCESS);
   for (int i = 0; i < RH * RH; i++) b->w[i] = 0.2f * sinf((float)i);
   for (int i = 0; i < RH; i++) b->x[i] = cosf((float)i);
-  mpu_checkpoint ck;
+  mpu_recompute ck;
   if (recompute) {
-    assert_int_equal(mpu_checkpoint_forward(&ck, b->s, block_forward, b), MPU_SUCCESS);
+    assert_int_equal(mpu_recompute_forward(&ck, b->s, block_forward, b), MPU_SUCCESS);
     memset(b->pre, 0, sizeof b->pre), memset(b->mask, 0, sizeof b->mask); /* dropped */
     b->dropped = 1;
   } else {
@@ -350,7 +350,7 @@ static void step_block(int recompute, float *dw, uint64_t *after) {
   assert_int_equal(mpu_rng_tracker_fork(mpu_state_rng_tracker(b->s), MPU_MODEL_PARALLEL_RNG, &mp), 0);
   for (int i = 0; i < 7; i++) mpu_rng_next(mp); /* another layer's dropout */
   mpu_rng_next(mpu_state_default_rng(b->s));
-  if (recompute) assert_int_equal(mpu_checkpoint_recompute(&ck, b->s, block_forward, b), 0);
+  if (recompute) assert_int_equal(mpu_recompute_replay(&ck, b->s, block_forward, b), 0);
   assert_false(b->dropped);
   memset(dw, 0, RH * RH * sizeof *dw);
   block_backward(b, dw);
@@ -371,9 +371,9 @@ static void test_recompute_gives_the_same_gradients(void **state) {
   int zeros = 0;
   for (int i = 0; i < RH * RH; i += RH) zeros += plain[i] == 0.0f;
   assert_true(zeros > 0 && zeros < RH); /* dropout did drop some */
-  mpu_checkpoint ck;
+  mpu_recompute ck;
   memset(&ck, 0, sizeof ck);
-  assert_int_equal(mpu_checkpoint_recompute(&ck, NULL, block_forward, NULL), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_recompute_replay(&ck, NULL, block_forward, NULL), MPU_ERR_INVALID_USAGE);
 }
 
 /* A parameter the caller writes between steps is the one the next step

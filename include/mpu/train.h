@@ -218,27 +218,35 @@ MPU_API mpu_result_t mpu_optimizer_param_spans(const mpu_optimizer *opt, int ind
 
 /*
  * Drop a block's activations in forward and recompute them in backward with
- * the random streams restored, so that dropout masks agree: checkpoint_forward
+ * the random streams restored, so that dropout masks agree: recompute_forward
  * saves the state's streams (the default one and every tracked one) and runs
- * forward; checkpoint_recompute puts the saved streams in place, runs forward
+ * forward; recompute_replay puts the saved streams in place, runs forward
  * again (the caller keeps its activations this time and runs the block's
  * backward after), then puts back the streams it found, so randomness after
  * the backward is as without recompute (CheckpointFunction's fwd/bwd RNG
- * states). A refused recompute (a checkpoint that was never filled, or whose
- * streams are not valid) changes no stream.
+ * states). A refused replay (a record that was never filled, or whose
+ * streams are not valid) changes no stream. (Distributed checkpoints, files
+ * on disk, are mpu/checkpoint.h's mpu_ckpt_*.)
  */
 typedef mpu_result_t (*mpu_block_fn)(void *user);
 
-typedef struct mpu_checkpoint {
+typedef struct mpu_recompute {
   mpu_rng default_rng;
   mpu_rng_states streams;
   int saved;
-} mpu_checkpoint;
+} mpu_recompute;
 
-MPU_API mpu_result_t mpu_checkpoint_forward(mpu_checkpoint *ck, mpu_state *s,
-                                            mpu_block_fn forward, void *user);
-MPU_API mpu_result_t mpu_checkpoint_recompute(mpu_checkpoint *ck, mpu_state *s,
-                                              mpu_block_fn forward, void *user);
+MPU_API mpu_result_t mpu_recompute_forward(mpu_recompute *rc, mpu_state *s, mpu_block_fn forward,
+                                           void *user);
+MPU_API mpu_result_t mpu_recompute_replay(mpu_recompute *rc, mpu_state *s, mpu_block_fn forward,
+                                          void *user);
+
+/* The names of mpu 0.2, kept for one release. */
+typedef mpu_recompute mpu_checkpoint MPU_DEPRECATED("use mpu_recompute");
+MPU_API mpu_result_t mpu_checkpoint_forward(mpu_recompute *ck, mpu_state *s, mpu_block_fn forward,
+                                            void *user) MPU_DEPRECATED("use mpu_recompute_forward");
+MPU_API mpu_result_t mpu_checkpoint_recompute(mpu_recompute *ck, mpu_state *s, mpu_block_fn forward,
+                                              void *user) MPU_DEPRECATED("use mpu_recompute_replay");
 
 #ifdef __cplusplus
 }
