@@ -6,7 +6,7 @@
  * against the same model trained on one rank: every step's loss, and every
  * parameter at the end.
  *
- * Each rank builds its model chunks (virtual stages rank, rank + pp, ...),
+ * Each rank (demo_gpt_rank.c) builds its model chunks (virtual stages rank, rank + pp, ...),
  * one parameter buffer and one optimizer each; mpu_pipeline runs the
  * schedule's order over the pipeline group, calling forward (which keeps only
  * the chunk's input, mpu_recompute_forward) and backward (which recomputes
@@ -198,7 +198,9 @@ static void print_overlap(const gpt_opts *o, const gpt_run *run, long world) {
          "and steps)\n", 1e3 * step_over, 1e3 * step_block);
 }
 
-int cmd_demo_gpt(int argc, char **argv) {
+/* The command line into o, bench and given (the options given, by their
+ * letters); a bad one is a usage error (exit 2). 1: --help was printed. */
+static int parse(int argc, char **argv, gpt_opts *out, int *bench, int *given, long *hsdp_shard) {
   static const struct option longs[] = {
       {"tp", required_argument, 0, 't'},       {"pp", required_argument, 0, 'p'},
       {"dp", required_argument, 0, 'd'},       {"vp", required_argument, 0, 'v'},
@@ -215,8 +217,6 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"load", required_argument, 0, 'W'},     {"save-step", required_argument, 0, 'K'},
       {"overlap-grad-reduce", no_argument, 0, 'O'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-  int bench_mode = 0, given[128] = {0};
-  long hsdp_shard = 1;
   gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, NULL, NULL, 0,
                 CLI_TEXT, TOOL_THREADS, 0, 1, 0, GPT_RECOMPUTE_FULL, 0};
   long *fields[128] = {0};
@@ -249,7 +249,7 @@ int cmd_demo_gpt(int argc, char **argv) {
         cli_usage_error("demo gpt", "--dropout wants a probability in [0, 0.9], not '%s'", optarg);
       if (!strcmp(optarg, "0")) o.dropout = 0;
       break;
-    case 'b': bench_mode = 1; break;
+    case 'b': *bench = 1; break;
     case 'R':
       if ((o.recompute = gpt_recompute_parse(optarg)) < 0)
         cli_usage_error("demo gpt", "--recompute wants none, selective or full, not '%s'", optarg);
@@ -259,7 +259,7 @@ int cmd_demo_gpt(int argc, char **argv) {
     case 'O': o.overlap = 1; break;
     case 'f': o.shard = 1, o.replicas = 1; break;
     case 'Y':
-      if (cli_parse_rxs(optarg, 64, &o.replicas, &hsdp_shard))
+      if (cli_parse_rxs(optarg, 64, &o.replicas, hsdp_shard))
         cli_usage_error("demo gpt", "--hsdp wants RxS with R*S in 1..64, not '%s'", optarg);
       o.shard = 1;
       break;
@@ -278,53 +278,122 @@ int cmd_demo_gpt(int argc, char **argv) {
         o.backend = TOOL_NCCL;
       }
       break;
-    case 'h': help(); return 0;
+    case 'h': help(); return 1;
     case ':': cli_usage_error("demo gpt", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("demo gpt", "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) cli_usage_error("demo gpt", "unexpected argument '%s'", argv[optind]);
+  *out = o;
+  return 0;
+}
+
+/* The combinations that cannot run, each a usage error (exit 2). */
+static void check(gpt_opts *o, const int *given, long hsdp_shard, int bench_mode) {
   if (given['Y'] && given['f']) cli_usage_error("demo gpt", "--fsdp and --hsdp exclude each other");
   if (given['Y']) {
-    if (given['d'] && o.dp != o.replicas * hsdp_shard)
-      cli_usage_error("demo gpt", "--hsdp %ldx%ld makes dp %ld, but --dp is %ld", o.replicas,
-                      hsdp_shard, o.replicas * hsdp_shard, o.dp);
-    o.dp = o.replicas * hsdp_shard;
+    if (given['d'] && o->dp != o->replicas * hsdp_shard)
+      cli_usage_error("demo gpt", "--hsdp %ldx%ld makes dp %ld, but --dp is %ld", o->replicas,
+                      hsdp_shard, o->replicas * hsdp_shard, o->dp);
+    o->dp = o->replicas * hsdp_shard;
   }
-  if (given['K'] && !o.save_dir) cli_usage_error("demo gpt", "--save-step needs --save DIR");
-  if (o.save_step > o.steps)
-    cli_usage_error("demo gpt", "--save-step %ld is past --steps %ld", o.save_step, o.steps);
-  if (bench_mode && (o.save_dir || o.load_dir))
+  if (given['K'] && !o->save_dir) cli_usage_error("demo gpt", "--save-step needs --save DIR");
+  if (o->save_step > o->steps)
+    cli_usage_error("demo gpt", "--save-step %ld is past --steps %ld", o->save_step, o->steps);
+  if (bench_mode && (o->save_dir || o->load_dir))
     cli_usage_error("demo gpt", "--bench does not save or load checkpoints");
-  if (o.overlap) { /* the plain data-parallel optimizer's all-reduce only */
+  if (o->overlap) { /* the plain data-parallel optimizer's all-reduce only */
     if (bench_mode) cli_usage_error("demo gpt", "--overlap-grad-reduce goes with a training run, not --bench");
-    if (o.dp < 2) cli_usage_error("demo gpt", "--overlap-grad-reduce needs --dp 2 or more");
-    if (o.backend != TOOL_THREADS)
+    if (o->dp < 2) cli_usage_error("demo gpt", "--overlap-grad-reduce needs --dp 2 or more");
+    if (o->backend != TOOL_THREADS)
       cli_usage_error("demo gpt", "--overlap-grad-reduce needs --backend threads (whose non-blocking "
                       "calls progress without a wait)");
-    if (o.shard || o.zero)
+    if (o->shard || o->zero)
       cli_usage_error("demo gpt", "--overlap-grad-reduce overlaps the plain optimizer's all-reduce: "
                       "add --no-zero (ZeRO-1, --fsdp and --hsdp reduce their own way)");
-    if (o.sp && o.tp > 1)
+    if (o->sp && o->tp > 1)
       cli_usage_error("demo gpt", "--overlap-grad-reduce with tp > 1 needs --no-sp (sequence "
                       "parallelism sums the norms' gradients over tp after the backward)");
   }
-  openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
-  if (bench_mode) { /* a bigger model unless given, and only its speed */
-    if (!given['H']) o.hidden = 256;
-    if (!given['A']) o.heads = 8;
-    if (!given['L']) o.layers = 2;
-    if (!given['q']) o.seq = 128;
-    if (!given['s']) o.steps = 4;
-    if (!given['R']) o.recompute = GPT_RECOMPUTE_NONE; /* the cheapest; it fits */
-    if (o.heads % 2 || o.hidden % o.heads || o.seq % 2)
-      cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
-    corpus text;
-    if (load_text(&o, &text)) return 2;
-    int status = demo_gpt_bench(&o, &text);
-    free(text.ids);
-    return status;
+}
+
+/* --bench: a bigger model unless given, and only its speed */
+static int run_bench(gpt_opts *o, const int *given) {
+  if (!given['H']) o->hidden = 256;
+  if (!given['A']) o->heads = 8;
+  if (!given['L']) o->layers = 2;
+  if (!given['q']) o->seq = 128;
+  if (!given['s']) o->steps = 4;
+  if (!given['R']) o->recompute = GPT_RECOMPUTE_NONE; /* the cheapest; it fits */
+  if (o->heads % 2 || o->hidden % o->heads || o->seq % 2)
+    cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
+  corpus text;
+  if (load_text(o, &text)) return 2;
+  int status = demo_gpt_bench(o, &text);
+  free(text.ids);
+  return status;
+}
+
+/* The run's report: what ran, its speed and bubble, and the check of its
+ * parameters (the losses are cli_loss_check_from's). */
+static void report(const gpt_opts *o, const gpt_run *run, const corpus *text, mpu_schedule_kind kind,
+                   long world, double bubble, double analytic, double tps, double ptol,
+                   int params_ok) {
+  char phrase[48], phrase2[64];
+  if (o->format == CLI_JSON) {
+    printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"vp\": %ld, \"ranks\": %ld, "
+           "\"sequence_parallel\": %s, \"zero1\": %s, \"data_parallel\": \"%s\", \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
+           "\"bubble\": %.6g, \"analytic_bubble\": %.6g, \"param_max_difference\": %.6g, "
+           "\"param_tolerance\": %.6g, \"params_pass\": %s, \"recompute\": \"%s\", "
+           "\"recompute_layers\": %ld, \"activation_bytes_per_micro_batch\": {\"full\": %.0f, "
+           "\"selective\": %.0f, \"none\": %.0f},\n ",
+           o->tp, o->pp, o->dp, o->vp, world, o->sp && o->tp > 1 ? "true" : "false",
+           o->zero && o->dp > 1 && !o->shard ? "true" : "false", data_parallel_name(o),
+           mpu_schedule_name(kind), tps, bubble, analytic,
+           run->param_diff, ptol, params_ok ? "true" : "false", gpt_recompute_name(o->recompute),
+           o->recompute_layers, run->saved[0], run->saved[1], run->saved[2]);
+  } else {
+    /* Megatron's words, in plain ones, before they are used */
+    printf("# tp, tensor parallel: each layer's weight matrices are split over tp ranks that "
+           "compute the layer together\n"
+           "# pp, pipeline parallel: the layers are cut into pp stages on different ranks; "
+           "micro-batches flow through them in turn\n"
+           "# vp, virtual pipeline: each stage holds vp separate chunks of layers (the interleaved "
+           "schedule), so the pipeline fills sooner\n"
+           "# dp, data parallel: dp copies of the model each take their own micro-batches and "
+           "average their gradients (ZeRO-1: each copy keeps only its share of the optimizer "
+           "state)\n"
+           "# pipeline bubble: the share of a step that stages sit idle while the pipeline fills "
+           "and drains, (pp-1)/(vp m) for m micro-batches\n");
+    printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
+           "%ld heads, %ld tokens per micro-batch, %ld micro-batch%s per replica, vocabulary %d "
+           "(padded %d), dropout %g, AdamW lr %g, %s\n",
+           tool_ranks_phrase(o->backend, world, phrase, sizeof phrase), o->tp,
+           o->sp && o->tp > 1 ? " with sequence parallelism" : "", o->pp, o->vp,
+           mpu_schedule_name(kind), o->dp, data_parallel_name(o), o->layers,
+           o->hidden, o->heads, o->seq, o->micro, o->micro == 1 ? "" : "es", text->vocab,
+           text->vocab_padded, o->dropout, o->lr, gpt_recompute_phrase(o->recompute, o->recompute_layers, phrase2, sizeof phrase2));
+    if (o->backend == TOOL_NCCL)
+      printf("# nccl: pipeline sends/receives and the loss's all-reduce on device buffers (NCCL); "
+             "the layers and optimizer run on the CPU over the groups' host twins, and the "
+             "pipeline stages activations host<->device\n");
+    gpt_recompute_print(run->saved, o->recompute);
+    printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
+           "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",
+           tps, o->steps - run->start, (long)(o->dp * o->micro * o->seq), run->seconds, bubble, analytic);
+    printf("check: the parameters at the end agree with one rank's to %.2e (largest difference "
+           "%.2e): %s\n", ptol, run->param_diff, params_ok ? "PASS" : "FAIL");
   }
+}
+
+int cmd_demo_gpt(int argc, char **argv) {
+  int bench_mode = 0, given[128] = {0};
+  long hsdp_shard = 1;
+  gpt_opts o;
+  if (parse(argc, argv, &o, &bench_mode, given, &hsdp_shard)) return 0;
+  check(&o, given, hsdp_shard, bench_mode);
+  openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
+  if (bench_mode) return run_bench(&o, given);
   long world = o.tp * o.pp * o.dp;
   if (world > 64) cli_usage_error("demo gpt", "tp x pp x dp = %ld ranks (at most 64)", world);
   if (o.layers > 256) cli_usage_error("demo gpt", "--layers %ld (at most 256)", o.layers);
@@ -394,51 +463,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   double tokens = (double)(o.steps - run.start) * o.dp * o.micro * o.seq, tps = tokens / run.seconds;
   double ptol = 1e-3 * fmax(run.param_scale, 1.0);
   int params_ok = run.param_diff <= ptol;
-  char phrase[48], phrase2[64];
-  if (o.format == CLI_JSON) {
-    printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"vp\": %ld, \"ranks\": %ld, "
-           "\"sequence_parallel\": %s, \"zero1\": %s, \"data_parallel\": \"%s\", \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
-           "\"bubble\": %.6g, \"analytic_bubble\": %.6g, \"param_max_difference\": %.6g, "
-           "\"param_tolerance\": %.6g, \"params_pass\": %s, \"recompute\": \"%s\", "
-           "\"recompute_layers\": %ld, \"activation_bytes_per_micro_batch\": {\"full\": %.0f, "
-           "\"selective\": %.0f, \"none\": %.0f},\n ",
-           o.tp, o.pp, o.dp, o.vp, world, o.sp && o.tp > 1 ? "true" : "false",
-           o.zero && o.dp > 1 && !o.shard ? "true" : "false", data_parallel_name(&o),
-           mpu_schedule_name(kind), tps, bubble, analytic,
-           run.param_diff, ptol, params_ok ? "true" : "false", gpt_recompute_name(o.recompute),
-           o.recompute_layers, run.saved[0], run.saved[1], run.saved[2]);
-  } else {
-    /* Megatron's words, in plain ones, before they are used */
-    printf("# tp, tensor parallel: each layer's weight matrices are split over tp ranks that "
-           "compute the layer together\n"
-           "# pp, pipeline parallel: the layers are cut into pp stages on different ranks; "
-           "micro-batches flow through them in turn\n"
-           "# vp, virtual pipeline: each stage holds vp separate chunks of layers (the interleaved "
-           "schedule), so the pipeline fills sooner\n"
-           "# dp, data parallel: dp copies of the model each take their own micro-batches and "
-           "average their gradients (ZeRO-1: each copy keeps only its share of the optimizer "
-           "state)\n"
-           "# pipeline bubble: the share of a step that stages sit idle while the pipeline fills "
-           "and drains, (pp-1)/(vp m) for m micro-batches\n");
-    printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
-           "%ld heads, %ld tokens per micro-batch, %ld micro-batch%s per replica, vocabulary %d "
-           "(padded %d), dropout %g, AdamW lr %g, %s\n",
-           tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp,
-           o.sp && o.tp > 1 ? " with sequence parallelism" : "", o.pp, o.vp,
-           mpu_schedule_name(kind), o.dp, data_parallel_name(&o), o.layers,
-           o.hidden, o.heads, o.seq, o.micro, o.micro == 1 ? "" : "es", text.vocab,
-           text.vocab_padded, o.dropout, o.lr, gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase2, sizeof phrase2));
-    if (o.backend == TOOL_NCCL)
-      printf("# nccl: pipeline sends/receives and the loss's all-reduce on device buffers (NCCL); "
-             "the layers and optimizer run on the CPU over the groups' host twins, and the "
-             "pipeline stages activations host<->device\n");
-    gpt_recompute_print(run.saved, o.recompute);
-    printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
-           "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",
-           tps, o.steps - run.start, (long)(o.dp * o.micro * o.seq), run.seconds, bubble, analytic);
-    printf("check: the parameters at the end agree with one rank's to %.2e (largest difference "
-           "%.2e): %s\n", ptol, run.param_diff, params_ok ? "PASS" : "FAIL");
-  }
+  report(&o, &run, &text, kind, world, bubble, analytic, tps, ptol, params_ok);
   if (o.overlap) print_overlap(&o, &run, world);
   int pass = cli_loss_check_from(o.format, "losses", "loss", loss, ref, run.start, o.steps, 1e-4) &&
              params_ok;

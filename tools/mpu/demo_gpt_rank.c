@@ -183,6 +183,77 @@ static void compare(const rank_model *m, double *diff, double *scale) {
 /* --overlap-grad-reduce: step k of n overlaps its reduce (the others block) */
 static int overlap_step(int k, int n) { return n > 1 && k % 2 == 0; }
 
+/* The step's gradient reduces under --overlap-grad-reduce: the overlapped
+ * step waits for the reduces its backward started; the blocking one makes the
+ * optimizer's all-reduces itself, timed (blocking_s), and tells the optimizer. */
+static mpu_result_t overlap_reduces(rank_model *m, mpu_optimizer *opts, int overlapped,
+                                    double *complete, double *reduces, double *blocking_s) {
+  mpu_result_t r = MPU_SUCCESS;
+  if (overlapped) {
+    r = finish_reduces(m, opts, complete);
+    for (int c = 0; !r && c < m->vp; c++) *reduces += m->nreqs[c];
+    return r;
+  }
+  double t1 = cli_now();
+  for (int c = 0; !r && c < m->vp; c++) {
+    r = mpu_grad_all_reduce(&m->chunks[c].params, m->dp, &m->sync);
+    if (!r) r = mpu_optimizer_set_grads_reduced(&opts[c], 1);
+  }
+  *blocking_s += cli_now() - t1;
+  return r;
+}
+
+/* The last stage's step loss, averaged over dp, into run->loss (and the
+ * progress line) on its first tensor and data rank. */
+static mpu_result_t record_loss(rank_model *m, gpt_device *dev, mpu_comm *dpc, int tp_rank) {
+  const gpt_opts *o = m->o;
+  gpt_run *run = m->run;
+  double loss = m->loss_sum / (double)(o->seq * m->micro);
+  mpu_result_t r = o->backend == TOOL_NCCL
+                       ? gpt_device_loss_avg(dev, &loss)
+                       : mpu_comm_all_reduce(dpc, &loss, &loss, 1, MPU_FLOAT64, MPU_AVG);
+  if (r || tp_rank != 0 || m->dp_rank != 0) return r;
+  run->loss[m->step] = loss;
+  if (!run->quiet && (run->dp > 1 || o->tp * o->pp * o->dp == 1)) {
+    cli_progress_share(0.5 * (m->step + 1) / (double)o->steps);
+    cli_progress("mpu demo gpt: step %d of %ld, loss %.4f", m->step + 1, o->steps, loss);
+  }
+  return MPU_SUCCESS;
+}
+
+/* The reference's parameters, by name, into run->keep (the parallel run's
+ * ranks check their slices against them). */
+static mpu_result_t keep_params(gpt_run *run, const gpt_chunk *ch) {
+  if (ch->params.nparams > 4096)
+    return mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: %d parameters to keep (at most 4096)",
+                    ch->params.nparams);
+  run->nkeep = ch->params.nparams;
+  for (int i = 0; i < ch->params.nparams; i++) {
+    named *k = &run->keep[i];
+    snprintf(k->name, sizeof k->name, "%s", ch->shapes[i].name);
+    k->numel = ch->params.params[i].numel;
+    k->data = malloc(k->numel * sizeof(float));
+    if (!k->data) return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: reference parameters");
+    memcpy(k->data, mpu_param_data(&ch->params, i), k->numel * sizeof(float));
+  }
+  return MPU_SUCCESS;
+}
+
+/* --overlap-grad-reduce's times and counts (sums: blocking, exposed, reduces,
+ * complete, the blocking and the overlapped steps' wall time), every rank's
+ * summed into run on rank 0 (the threads backend: one process). */
+static mpu_result_t sum_overlap(gpt_run *run, mpu_comm *world, int rank, double sums[6],
+                                long steps) {
+  mpu_result_t r = mpu_comm_all_reduce(world, sums, sums, 6, MPU_FLOAT64, MPU_SUM);
+  if (r || rank != 0) return r;
+  run->blocking_s = sums[0], run->exposed_s = sums[1], run->reduces = sums[2];
+  run->complete = sums[3], run->step_s[0] = sums[4], run->step_s[1] = sums[5];
+  run->overlapped_steps = 0;
+  for (long k = 0; k < steps; k++) run->overlapped_steps += overlap_step((int)k, (int)steps);
+  run->blocking_steps = steps - run->overlapped_steps;
+  return MPU_SUCCESS;
+}
+
 mpu_result_t demo_gpt_rank(mpu_state *s, void *arg) {
   gpt_run *run = arg;
   const gpt_opts *o = run->o;
@@ -292,32 +363,11 @@ mpu_result_t demo_gpt_rank(mpu_state *s, void *arg) {
     m.unreduced = unreduced;
     if (r) goto out;
     for (int c = 0; c < m.vp; c++) TRY(gpt_chunk_sync_sequence_grads(&m.ctx, &m.chunks[c]));
-    if (overlapped) {
-      TRY(finish_reduces(&m, opts, &complete));
-      for (int c = 0; c < m.vp; c++) reduces += m.nreqs[c];
-    } else if (overlap) { /* the same reduces as the optimizer's, timed */
-      double t1 = cli_now();
-      for (int c = 0; c < m.vp; c++) {
-        TRY(mpu_grad_all_reduce(&m.chunks[c].params, dpc, &ao.sync));
-        TRY(mpu_optimizer_set_grads_reduced(&opts[c], 1));
-      }
-      blocking_s += cli_now() - t1;
-    }
+    if (overlap) TRY(overlap_reduces(&m, opts, overlapped, &complete, &reduces, &blocking_s));
     /* one norm over the whole model: every rank's shard (ZeRO-1) or every model-parallel rank */
     if (o->shard) TRY(gpt_shard_step(&sharding, mp));
     else TRY(mpu_optimizer_step_all(optp, m.vp, opts[0].distributed ? world : mp, NULL));
-    if (last_stage) {
-      double loss = m.loss_sum / (double)(o->seq * m.micro);
-      if (o->backend == TOOL_NCCL) TRY(gpt_device_loss_avg(&dev, &loss));
-      else TRY(mpu_comm_all_reduce(dpc, &loss, &loss, 1, MPU_FLOAT64, MPU_AVG));
-      if (tp_rank == 0 && m.dp_rank == 0) {
-        run->loss[m.step] = loss;
-        if (!run->quiet && (run->dp > 1 || o->tp * o->pp * o->dp == 1)) {
-          cli_progress_share(0.5 * (m.step + 1) / (double)o->steps);
-          cli_progress("mpu demo gpt: step %d of %ld, loss %.4f", m.step + 1, o->steps, loss);
-        }
-      }
-    }
+    if (last_stage) TRY(record_loss(&m, &dev, dpc, tp_rank));
     if (run->checkpoints && o->save_dir && m.step + 1 == (o->save_step ? o->save_step : o->steps))
       TRY(gpt_ckpt_save(o->save_dir, s, &m.ctx, m.chunks, m.vp, &gp, m.micro, m.step + 1));
     step_s[overlapped] += cli_now() - step_t0;
@@ -326,40 +376,13 @@ mpu_result_t demo_gpt_rank(mpu_state *s, void *arg) {
   TRY(mpu_comm_barrier(world));
   if (rank == 0) run->seconds = cli_now() - t0;
   if (run->comm) mpu_comm_clock(&run->comm[rank], NULL);
-  if (overlap) { /* every rank's, summed (the threads backend: one process) */
+  if (overlap) {
     double sums[6] = {blocking_s, m.exposed_s, reduces, complete, step_s[0], step_s[1]};
-    TRY(mpu_comm_all_reduce(world, sums, sums, 6, MPU_FLOAT64, MPU_SUM));
-    if (rank == 0) {
-      run->blocking_s = sums[0], run->exposed_s = sums[1], run->reduces = sums[2];
-      run->complete = sums[3], run->step_s[0] = sums[4], run->step_s[1] = sums[5];
-      run->overlapped_steps = 0;
-      for (long k = 0; k < o->steps - start; k++)
-        run->overlapped_steps += overlap_step((int)k, (int)(o->steps - start));
-      run->blocking_steps = o->steps - start - run->overlapped_steps;
-    }
+    TRY(sum_overlap(run, world, rank, sums, o->steps - start));
   }
   if (o->backend == TOOL_MPI) /* the losses live in one process (the last stage's): give them to all */
     TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
-  if (run->keep) { /* the reference keeps its parameters */
-    const gpt_chunk *ch = &m.chunks[0];
-    if (ch->params.nparams > 4096) {
-      r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: %d parameters to keep (at most 4096)",
-                   ch->params.nparams);
-      goto out;
-    }
-    run->nkeep = ch->params.nparams;
-    for (int i = 0; i < ch->params.nparams; i++) {
-      named *k = &run->keep[i];
-      snprintf(k->name, sizeof k->name, "%s", ch->shapes[i].name);
-      k->numel = ch->params.params[i].numel;
-      k->data = malloc(k->numel * sizeof(float));
-      if (!k->data) {
-        r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: reference parameters");
-        goto out;
-      }
-      memcpy(k->data, mpu_param_data(&ch->params, i), k->numel * sizeof(float));
-    }
-  }
+  if (run->keep) TRY(keep_params(run, &m.chunks[0])); /* the reference keeps its parameters */
   if (run->ref) { /* every rank checks its slices; the worst difference goes to everyone */
     double d[2] = {0, 0};
     compare(&m, &d[0], &d[1]);
