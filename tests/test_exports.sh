@@ -2,7 +2,7 @@
 # Only mpu's API leaves its libraries: every symbol a library exports is an
 # mpu_ name (never an mpu__ internal, never another prefix) declared in a
 # public header, an ifunc resolver of one (GCC exports a target_clones
-# function's resolver beside it), or libmpu's sibling table (core/sibling.h,
+# function's resolver beside it), or libmpu's sibling table (comm/base/sibling.h,
 # the one door its sibling libraries and tool use, named after the version).
 # usage: test_exports.sh SOURCE_DIR LIBRARY...
 set -euo pipefail

@@ -15,7 +15,7 @@
 #define MPU_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
 /* Marks the internals the libraries and the tool built beside libmpu use
- * (core/sibling.h): hidden like every mpu__ function, they reach them
+ * (comm/base/sibling.h): hidden like every mpu__ function, they reach them
  * through libmpu's sibling table. */
 #define MPU_SIBLING_API
 

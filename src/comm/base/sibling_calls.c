@@ -1,5 +1,5 @@
 /*
- * sibling_calls.c - a sibling's side of core/sibling.h, compiled into each
+ * sibling_calls.c - a sibling's side of comm/base/sibling.h, compiled into each
  * library and program built beside libmpu that uses its internals (never into
  * libmpu): each mpu__ function they call, as a call through libmpu's table.
  *
@@ -14,7 +14,7 @@
 #include "core/clock.h"
 #include "core/env.h"
 #include "core/options.h"
-#include "core/sibling.h"
+#include "comm/base/sibling.h"
 
 
 /* the last error is public (mpu_fail): no table needed */

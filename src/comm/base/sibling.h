@@ -6,7 +6,7 @@
  *
  * libmpu exports its API alone (mpu_ names, the headers under mpu/); every mpu__ function is
  * hidden. A sibling reaches the few it needs through one table, the one
- * symbol libmpu exports beyond its API: core/sibling_calls.c, compiled into
+ * symbol libmpu exports beyond its API: comm/base/sibling_calls.c, compiled into
  * each sibling, defines those mpu__ names as calls through it, so the code
  * calling them reads the same in libmpu and in a sibling. The symbol's name
  * carries the version (mpu_sibling_table_0_2_0), so the loader itself refuses
@@ -14,8 +14,8 @@
  * does. Tests and fuzzers that need other internals link the objects
  * (mpu_objects) instead of libmpu.
  */
-#ifndef MPU_CORE_SIBLING_H
-#define MPU_CORE_SIBLING_H
+#ifndef MPU_COMM_BASE_SIBLING_H
+#define MPU_COMM_BASE_SIBLING_H
 
 #include <stddef.h>
 #include <sys/stat.h>

@@ -1,8 +1,8 @@
 /*
- * sibling.c - libmpu's side of core/sibling.h: the one table of internals it
+ * sibling.c - libmpu's side of comm/base/sibling.h: the one table of internals it
  * lends to the libraries and the tool built beside it.
  */
-#include "core/sibling.h"
+#include "comm/base/sibling.h"
 
 #include "comm/base/reduce.h"
 #include "comm/services.h"
