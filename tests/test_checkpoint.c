@@ -224,7 +224,7 @@ static mpu_result_t load_rank(mpu_state *s, void *arg) {
     if (read > budget) __atomic_fetch_add(&j->over_budget, 1, __ATOMIC_RELAXED);
     if (read < all) __atomic_fetch_add(&j->read_less, 1, __ATOMIC_RELAXED);
   }
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   mpu_ckpt_set_free(&set);
   free_model(&m);
   return r;
@@ -278,7 +278,7 @@ static void test_reshard(void **state) {
   assert_int_equal(in.layout.tp, 2);
   assert_true(in.layout.zero1);
   assert_string_equal(mpu_ckpt_meta(ck, "model"), "test");
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   FILE *f = fopen(merged, "rb");
   assert_non_null(f);
   unsigned char len8[8];
@@ -412,7 +412,7 @@ static mpu_result_t fsdp_rank(mpu_state *s, void *arg) {
     free(whole);
   }
   __atomic_fetch_add(&j->bad, bad, __ATOMIC_RELAXED);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   mpu_ckpt_set_free(&set);
   mpu_fsdp_free(f);
   mpu_device_mesh_free(dm);
@@ -456,7 +456,7 @@ static int span_pieces(const char *name) {
       spans += pi.flat_lo != 0 || pi.flat_hi != n;
     }
   }
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   assert_true(found);
   return spans;
 }
@@ -499,7 +499,7 @@ static void test_fsdp(void **state) {
   mpu_ckpt *ck;
   assert_int_equal(mpu_ckpt_open(dir_a, &ck), 0);
   assert_int_equal(mpu_ckpt_verify(ck), 0);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   run_layout(1, 1, 0, &j);
   run_fsdp(4, 1, 1, 0);
   remove_dir(dir_a);
@@ -535,7 +535,7 @@ static void expect_failure(const char *dir, mpu_ckpt_set *set, const char *w1, c
   mpu_ckpt *ck = NULL;
   mpu_result_t r = mpu_ckpt_open(dir, &ck);
   if (!r) r = mpu_ckpt_load(ck, NULL, set);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   assert_int_not_equal(r, MPU_SUCCESS);
   const char *msg = mpu_last_error();
   if (!strstr(msg, w1) || (w2 && !strstr(msg, w2))) fail_msg("'%s' lacks '%s' / '%s'", msg, w1, w2 ? w2 : "");
@@ -574,7 +574,7 @@ static void test_refusals(void **state) {
   assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
   assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
   assert_true(one_a[5] == 5.0f);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   mpu_ckpt_set_free(&set);
   one_rank_set(&set, "b", 5); /* shape */
   expect_failure(dir, &set, "'b'", "[6]");
@@ -736,7 +736,7 @@ static void test_save_refusals(void **state) {
   assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
   assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
   assert_true(in.adamw.lr == set.adamw.lr && in.optimizer_step == 3 && in.step == 4);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   /* the same step again: the new folder takes the old one's place, no *.tmp is left */
   for (int i = 0; i < 12; i++) one_a[i] = 50.0f + (float)i;
   assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
@@ -744,7 +744,7 @@ static void test_save_refusals(void **state) {
   assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
   assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
   assert_true(one_a[11] == 61.0f);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   char tmp[400];
   snprintf(tmp, sizeof tmp, "%s/iter_0000004.tmp", dir);
   assert_int_equal(stat(tmp, &st), -1);
@@ -883,7 +883,7 @@ static void test_merge_tracker(void **state) {
   assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
   assert_int_equal(mpu_ckpt_merge(ck, tracker, 0), MPU_ERR_INVALID_ARGUMENT);
   if (!strstr(mpu_last_error(), "reads")) fail_msg("'%s'", mpu_last_error());
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   expect_latest(dir, "/iter_0000000");
   remove_dir(dir);
 }
