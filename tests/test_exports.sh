@@ -4,10 +4,22 @@
 # public header, an ifunc resolver of one (GCC exports a target_clones
 # function's resolver beside it), or libmpu's sibling table (comm/base/sibling.h,
 # the one door its sibling libraries and tool use, named after the version).
+# The internals marked MPU_SIBLING_API (core/error.h) are exactly those the
+# siblings reach through the table (comm/base/sibling_calls.c defines them).
 # usage: test_exports.sh SOURCE_DIR LIBRARY...
 set -euo pipefail
 src=$1
 shift
+marked=$(grep -rhE '^MPU_SIBLING_API ' "$src"/src --include='*.h' | grep -oE 'mpu__[a-z0-9_]+\(' |
+         tr -d '(' | sort -u)
+lent=$(grep -E '^[a-z]' "$src"/src/comm/base/sibling_calls.c | grep -oE 'mpu__[a-z0-9_]+\(' |
+       tr -d '(' | sort -u)
+if [[ -z $lent || $marked != "$lent" ]]; then
+  echo "marked MPU_SIBLING_API, not in comm/base/sibling_calls.c: $(comm -23 <(echo "$marked") <(echo "$lent") | tr '\n' ' ')" >&2
+  echo "in comm/base/sibling_calls.c, not marked MPU_SIBLING_API: $(comm -13 <(echo "$marked") <(echo "$lent") | tr '\n' ' ')" >&2
+  exit 1
+fi
+echo "the sibling table: $(wc -w <<<"$lent") internals, each marked MPU_SIBLING_API"
 declared=" $(grep -ohw 'mpu_[a-z0-9_]*' "$src"/include/mpu/*.h | sort -u | tr '\n' ' ') "
 bad=0
 for lib in "$@"; do
