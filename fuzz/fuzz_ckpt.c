@@ -113,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (mpu_ckpt_merge(ck, out_path, 1)) abort();
       unlink(out_path);
     }
-    mpu_ckpt_close(ck);
+    mpu_ckpt_free(ck);
   }
   unlink(index_path);
   unlink(file_path);

@@ -229,7 +229,7 @@ static mpu_result_t load_rank(mpu_state *s, void *arg) {
     if (read > budget) __atomic_fetch_add(&j->over_budget, 1, __ATOMIC_RELAXED);
     if (read < all) __atomic_fetch_add(&j->read_less, 1, __ATOMIC_RELAXED);
   }
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   mpu_ckpt_set_free(&set);
   free_model(&m);
   return r;
@@ -273,7 +273,7 @@ static void test_reshard(void **state) {
   assert_int_equal(in.layout.tp, 2);
   assert_true(in.layout.zero1);
   assert_string_equal(mpu_ckpt_meta(ck, "model"), "test");
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   FILE *f = fopen(merged, "rb");
   assert_non_null(f);
   unsigned char len8[8];
@@ -411,7 +411,7 @@ static mpu_result_t fsdp_rank(mpu_state *s, void *arg) {
     free(whole);
   }
   __atomic_fetch_add(&j->bad, bad, __ATOMIC_RELAXED);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   mpu_ckpt_set_free(&set);
   mpu_fsdp_free(f);
   mpu_device_mesh_free(dm);
@@ -455,7 +455,7 @@ static int span_pieces(const char *name) {
       spans += pi.flat_lo != 0 || pi.flat_hi != n;
     }
   }
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   assert_true(found);
   return spans;
 }
@@ -498,7 +498,7 @@ static void test_fsdp(void **state) {
   mpu_ckpt *ck;
   assert_int_equal(mpu_ckpt_open(dir_a, &ck), 0);
   assert_int_equal(mpu_ckpt_verify(ck), 0);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   run_layout(1, 1, 0, &j);
   run_fsdp(4, 1, 1, 0);
   remove_dir(dir_a);

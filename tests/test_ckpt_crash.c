@@ -114,7 +114,7 @@ static int64_t check_root(float *all) {
                (long long)in.step, (double)value(in.step, g));
   assert_true(in.has_adamw && in.optimizer_step == 2 * in.step);
   mpu_ckpt_set_free(&set);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   return in.step;
 }
 

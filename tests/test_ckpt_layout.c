@@ -91,7 +91,7 @@ static void test_save_fills_from_state(void **state) {
   assert_int_equal(in.layout.pp, 2);
   assert_int_equal(in.layout.dp, 2);
   assert_int_equal(in.layout.vp, 0);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
 }
 
 static mpu_result_t save_no_state(mpu_comm *world, void *arg) { return save_slice(world, arg); }
@@ -140,7 +140,7 @@ static void test_save_without_layout_refused(void **state) {
   mpu_ckpt_get_info(ck, &in);
   assert_int_equal(in.layout.tp, 4);
   assert_int_equal(in.layout.dp, 2);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
 }
 
 int main(void) {

@@ -123,7 +123,7 @@ static mpu_result_t open_close(const char *dir) {
   mpu_ckpt *ck = NULL;
   mpu_result_t r = mpu_ckpt_open(dir, &ck);
   if (!r) r = mpu_ckpt_verify(ck);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   return r;
 }
 
@@ -194,7 +194,7 @@ static void test_numbers(void **state) {
   assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
   assert_true(in.has_adamw);
   assert_true(in.adamw.lr == 1e-3f);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   /* numbers no optimizer takes: infinite (1e999), past a float, negative, beta of 1 */
   write_ckpt(dir_a, 1, adamw("1e999"), "{}", whole);
   expect_refused(dir_a, "index.json", "lr");
@@ -205,7 +205,7 @@ static void test_numbers(void **state) {
   write_ckpt(dir_a, 1, adamw("-0.1"), "{}", whole);
   assert_int_equal(mpu_ckpt_open(dir_a, &ck), 0);
   assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   assert_true(in.has_adamw && in.adamw.lr == -0.1f);
   assert_int_equal(mpu_launch(1, optimizer_from, &in.adamw, NULL, NULL), 0);
   assert_non_null(strstr(adamw_refusal, "lr -0.1 out of range"));
@@ -293,7 +293,7 @@ static void test_merge_names_tensor(void **state) {
   mpu_ckpt *ck = NULL;
   mpu_result_t r = mpu_ckpt_open(dir_a, &ck);
   if (!r) r = mpu_ckpt_merge(ck, out, 0);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   assert_int_not_equal(r, MPU_SUCCESS);
   if (!strstr(mpu_last_error(), "'x'")) fail_msg("'%s' does not name 'x'", mpu_last_error());
   unlink(out);
@@ -320,7 +320,7 @@ static mpu_result_t load_rank(mpu_comm *world, void *arg) {
   if (!r) r = mpu_ckpt_add(&set, "x", MPU_CKPT_PARAM, 2, shape, local, &box, 1, &sp, 1, &sp, 1);
   load_results[rank] = mpu_ckpt_load(r ? NULL : ck, world, &set);
   mpu_ckpt_set_free(&set);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   return MPU_SUCCESS;
 }
 
@@ -356,7 +356,7 @@ static mpu_result_t merge_to(const char *out) {
   mpu_ckpt *ck = NULL;
   mpu_result_t r = mpu_ckpt_open(dir_a, &ck);
   if (!r) r = mpu_ckpt_merge(ck, out, 1);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   return r;
 }
 

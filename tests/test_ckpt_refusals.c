@@ -38,7 +38,7 @@ static void expect_failure(const char *dir, mpu_ckpt_set *set, const char *w1, c
   mpu_ckpt *ck = NULL;
   mpu_result_t r = mpu_ckpt_open(dir, &ck);
   if (!r) r = mpu_ckpt_load(ck, NULL, set);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   assert_int_not_equal(r, MPU_SUCCESS);
   const char *msg = mpu_last_error();
   if (!strstr(msg, w1) || (w2 && !strstr(msg, w2))) fail_msg("'%s' lacks '%s' / '%s'", msg, w1, w2 ? w2 : "");
@@ -77,7 +77,7 @@ static void test_refusals(void **state) {
   assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
   assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
   assert_true(one_a[5] == 5.0f);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   mpu_ckpt_set_free(&set);
   one_rank_set(&set, "b", 5); /* shape */
   expect_failure(dir, &set, "'b'", "[6]");
@@ -239,7 +239,7 @@ static void test_save_refusals(void **state) {
   assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
   assert_int_equal(mpu_ckpt_get_info(ck, &in), 0);
   assert_true(in.adamw.lr == set.adamw.lr && in.optimizer_step == 3 && in.step == 4);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   /* the same step again: the new folder takes the old one's place, no *.tmp is left */
   for (int i = 0; i < 12; i++) one_a[i] = 50.0f + (float)i;
   assert_int_equal(mpu_ckpt_save(dir, NULL, &set), 0);
@@ -247,7 +247,7 @@ static void test_save_refusals(void **state) {
   assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
   assert_int_equal(mpu_ckpt_load(ck, NULL, &set), 0);
   assert_true(one_a[11] == 61.0f);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   char tmp[400];
   snprintf(tmp, sizeof tmp, "%s/iter_0000004.tmp", dir);
   assert_int_equal(stat(tmp, &st), -1);

@@ -158,7 +158,7 @@ static void test_merge_tracker(void **state) {
   assert_int_equal(mpu_ckpt_open(dir, &ck), 0);
   assert_int_equal(mpu_ckpt_merge(ck, tracker, 0), MPU_ERR_INVALID_ARGUMENT);
   if (!strstr(mpu_last_error(), "reads")) fail_msg("'%s'", mpu_last_error());
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   expect_latest(dir, "/iter_0000000");
   remove_dir(dir);
 }

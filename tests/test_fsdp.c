@@ -604,7 +604,7 @@ static mpu_result_t fresh_rank(mpu_comm *world, void *arg) {
         bad[rank] += stale(set_first ? "set, prefetch, load" : "prefetch, set, load", caller, f,
                            &b, before, 0);
       if (!r) r = mpu_fsdp_reshard(f, 0);
-      mpu_ckpt_close(ck);
+      mpu_ckpt_free(ck);
       mpu_ckpt_set_free(&set);
     }
     /* set_param under a prefetch */

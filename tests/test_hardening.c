@@ -181,13 +181,13 @@ static void test_recompute_refusal_changes_nothing(void **state) {
   mpu_rng before = *d;
   mpu_rng_states streams_before;
   assert_int_equal(mpu_rng_tracker_get_states(t, &streams_before), 0);
-  mpu_checkpoint *ck = malloc(sizeof *ck);
+  mpu_recompute *ck = malloc(sizeof *ck);
   assert_non_null(ck);
   int calls = 0;
   for (int garbage = 0; garbage < 3; garbage++) {
     memset(ck, garbage == 0 ? 0xff : 0x5a, sizeof *ck); /* saved is non-zero, streams invalid */
     if (garbage == 2) ck->saved = 1, ck->streams.n = 1, memset(ck->streams.names[0], 'x', 48);
-    assert_int_equal(mpu_checkpoint_recompute(ck, s, never_called, &calls),
+    assert_int_equal(mpu_recompute_replay(ck, s, never_called, &calls),
                      MPU_ERR_INVALID_ARGUMENT);
     assert_memory_equal(d, &before, sizeof before);
     mpu_rng_states now;

@@ -301,7 +301,7 @@ static mpu_result_t dt_rank(mpu_comm *world, void *arg) {
     for (int64_t c = 0; c < local[1]; c++)
       if (data[a * local[1] + c] != dt_value(off[0] + a, off[1] + c))
         __atomic_fetch_add(&j->bad, 1, __ATOMIC_RELAXED);
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   mpu_ckpt_set_free(&set);
   mpu_shard_list_free(&l);
   free(t), free(data);

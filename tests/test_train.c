@@ -97,7 +97,7 @@ static mpu_result_t rank_fn(mpu_state *s, void *arg) {
           mpu_result_t w = mpu_request_wait(req[p]);
           if (!r) r = w;
         }
-      opt.grads_reduced = 1;
+      if (!r) r = mpu_optimizer_set_grads_reduced(&opt, 1);
     }
     /* the norm spans what each rank holds: the model-parallel group for the
      * plain optimizer, every rank (dp x tp) for the distributed one */
@@ -245,10 +245,11 @@ static void test_bad_input(void **state) {
   assert_int_equal(mpu_grad_all_reduce_start(&b, fake, NULL, 0, 1, NULL), MPU_ERR_INVALID_ARGUMENT);
   /* the distributed optimizer reduce-scatters itself: it refuses reduced gradients */
   mpu_param_grad(&b, 0)[2] = 0;
-  opt.grads_reduced = 1;
-  assert_int_equal(mpu_optimizer_step(&opt, NULL, &norm), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_optimizer_set_grads_reduced(&opt, 1), MPU_ERR_INVALID_USAGE);
   assert_non_null(strstr(mpu_last_error(), "grads_reduced"));
   assert_int_equal(opt.grads_reduced, 0);
+  assert_int_equal(mpu_optimizer_set_grads_reduced(&opt, 0), MPU_SUCCESS);
+  assert_int_equal(mpu_optimizer_step(&opt, NULL, &norm), MPU_SUCCESS);
   mpu_optimizer_free(&opt);
   mpu_param_buffer_free(&b);
   mpu_comm_destroy(fake);
@@ -337,9 +338,9 @@ static void step_block(int recompute, float *dw, uint64_t *after) {
   assert_int_equal(mpu_state_mock(1, &c, 1234, &b->s), MPU_SUCCESS);
   for (int i = 0; i < RH * RH; i++) b->w[i] = 0.2f * sinf((float)i);
   for (int i = 0; i < RH; i++) b->x[i] = cosf((float)i);
-  mpu_checkpoint ck;
+  mpu_recompute ck;
   if (recompute) {
-    assert_int_equal(mpu_checkpoint_forward(&ck, b->s, block_forward, b), MPU_SUCCESS);
+    assert_int_equal(mpu_recompute_forward(&ck, b->s, block_forward, b), MPU_SUCCESS);
     memset(b->pre, 0, sizeof b->pre), memset(b->mask, 0, sizeof b->mask); /* dropped */
     b->dropped = 1;
   } else {
@@ -349,7 +350,7 @@ static void step_block(int recompute, float *dw, uint64_t *after) {
   assert_int_equal(mpu_rng_tracker_fork(mpu_state_rng_tracker(b->s), MPU_MODEL_PARALLEL_RNG, &mp), 0);
   for (int i = 0; i < 7; i++) mpu_rng_next(mp); /* another layer's dropout */
   mpu_rng_next(mpu_state_default_rng(b->s));
-  if (recompute) assert_int_equal(mpu_checkpoint_recompute(&ck, b->s, block_forward, b), 0);
+  if (recompute) assert_int_equal(mpu_recompute_replay(&ck, b->s, block_forward, b), 0);
   assert_false(b->dropped);
   memset(dw, 0, RH * RH * sizeof *dw);
   block_backward(b, dw);
@@ -370,9 +371,9 @@ static void test_recompute_gives_the_same_gradients(void **state) {
   int zeros = 0;
   for (int i = 0; i < RH * RH; i += RH) zeros += plain[i] == 0.0f;
   assert_true(zeros > 0 && zeros < RH); /* dropout did drop some */
-  mpu_checkpoint ck;
+  mpu_recompute ck;
   memset(&ck, 0, sizeof ck);
-  assert_int_equal(mpu_checkpoint_recompute(&ck, NULL, block_forward, NULL), MPU_ERR_INVALID_USAGE);
+  assert_int_equal(mpu_recompute_replay(&ck, NULL, block_forward, NULL), MPU_ERR_INVALID_USAGE);
 }
 
 /* A parameter the caller writes between steps is the one the next step

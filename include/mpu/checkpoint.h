@@ -213,7 +213,9 @@ typedef struct mpu_ckpt mpu_ckpt;
  * sizes add up), and that every file it names is a regular file of the size
  * it says. */
 MPU_API mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out);
-MPU_API void mpu_ckpt_close(mpu_ckpt *ck);
+MPU_API void mpu_ckpt_free(mpu_ckpt *ck);
+/* The name of mpu 0.2, kept for one release. */
+MPU_API void mpu_ckpt_close(mpu_ckpt *ck) MPU_DEPRECATED("use mpu_ckpt_free");
 
 /* Read every piece and check its CRC-32 (what `mpu ckpt inspect` does). */
 MPU_API mpu_result_t mpu_ckpt_verify(mpu_ckpt *ck);

@@ -20,6 +20,8 @@ extern "C" {
 #else
 #define MPU_API __attribute__((visibility("default")))
 #endif
+/* an old name kept for one release beside its new one (docs/api.md, "Lifecycles and names") */
+#define MPU_DEPRECATED(msg) __attribute__((deprecated(msg)))
 
 /* X(name, value, text): the one list the enum, names and texts come from. */
 #define MPU_RESULT_MAP(X)                                                             \

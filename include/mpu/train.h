@@ -55,14 +55,24 @@ typedef struct mpu_param {
   int64_t shape[MPU_SHARD_MAX_DIMS];
 } mpu_param;
 
+/*
+ * The buffer is the caller's storage, initialised in place. Its fields are
+ * marked as libuv marks its handles': the public ones a caller may read at
+ * any time and never writes (the calls below change them); the private ones
+ * are mpu's own, may change meaning in any release and are not to be read;
+ * the reserved room lets a later release add state without changing the
+ * struct's size.
+ */
 typedef struct mpu_param_buffer {
-  int nparams, cap;
-  mpu_param *params;
+  /* public, read-only */
+  int nparams;
+  mpu_param *params;     /* (nparams) */
   size_t numel;          /* every parameter's elements, each parameter 16-element aligned */
-  float *data, *grad;    /* after finalize */
-  int owns_data, owns_grad;
+  float *data, *grad;    /* (numel) each, after finalize */
   int tp_rank;           /* for param_is_not_tensor_parallel_duplicate */
-  int finalized;
+  /* private */
+  int cap, owns_data, owns_grad, finalized;
+  void *reserved[4];
 } mpu_param_buffer;
 
 /* Start an empty buffer for this rank (tp_rank: its tensor-parallel rank). */
@@ -110,8 +120,8 @@ MPU_API mpu_result_t mpu_grad_all_reduce(mpu_param_buffer *b, mpu_comm *dp,
  * elements) without waiting: scale them as mpu_grad_all_reduce does, then a
  * non-blocking sum over dp (mpu_comm_iall_reduce; *req to wait on). For
  * Megatron's overlap_grad_reduce: start a range once the backward has
- * finished its gradients, wait before the step, and set the optimizer's
- * grads_reduced. Every rank must start the same ranges in the same order;
+ * finished its gradients, wait before the step, and tell the optimizer
+ * (mpu_optimizer_set_grads_reduced). Every rank must start the same ranges in the same order;
  * each element is summed over the same ranks as by mpu_grad_all_reduce.
  */
 MPU_API mpu_result_t mpu_grad_all_reduce_start(mpu_param_buffer *b, mpu_comm *dp,
@@ -146,19 +156,20 @@ typedef struct mpu_adamw_options {
  * and Megatron's optimizers (which update the parameters in place) do.
  */
 typedef struct mpu_optimizer {
+  /* public, read-only (marked as mpu_param_buffer's fields are) */
   mpu_param_buffer *b;
   mpu_comm *dp;
   int dp_size, dp_rank, distributed;
   mpu_adamw_options o;
-  size_t bucket;         /* elements per bucket, a multiple of dp_size */
   size_t owned;          /* elements whose moments this rank keeps */
-  float *m, *v, *main;   /* (owned) */
+  float *m, *v, *main;   /* (owned), indexed by mpu_optimizer_span's state */
+  /* public, read-write */
+  int64_t step;          /* steps taken; a caller restoring a checkpoint sets it */
+  /* private */
+  size_t bucket;         /* elements per bucket, a multiple of dp_size */
   float *scratch;        /* one bucket */
-  int64_t step;
-  int grads_reduced;     /* set by the caller: the next step finds the gradients already
-                          * all-reduced over dp (mpu_grad_all_reduce_start, waited) and does
-                          * not reduce them again; the step clears it. The plain optimizer
-                          * only: a distributed one refuses it (MPU_ERR_INVALID_USAGE). */
+  int grads_reduced;     /* mpu_optimizer_set_grads_reduced */
+  void *reserved[4];
 } mpu_optimizer;
 
 /* Collective over dp: every float option must be finite and in range (lr,
@@ -188,6 +199,15 @@ MPU_API mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group
 MPU_API mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n,
                                             mpu_comm *norm_group, float *grad_norm);
 MPU_API void mpu_optimizer_free(mpu_optimizer *opt);
+/*
+ * Say that the gradients are already all-reduced over dp (the requests of
+ * mpu_grad_all_reduce_start waited on): the next step does not reduce them
+ * again, and clears the mark. The plain optimizer only: a distributed one
+ * reduce-scatters the gradients itself, and refuses the mark
+ * (MPU_ERR_INVALID_USAGE, the optimizer unchanged). reduced = 0 takes the
+ * mark back.
+ */
+MPU_API mpu_result_t mpu_optimizer_set_grads_reduced(mpu_optimizer *opt, int reduced);
 
 /*
  * The elements of parameter `index` whose moments this rank keeps, as a
@@ -223,27 +243,35 @@ MPU_API mpu_result_t mpu_param_buffer_describe(const mpu_param_buffer *b,
 
 /*
  * Drop a block's activations in forward and recompute them in backward with
- * the random streams restored, so that dropout masks agree: checkpoint_forward
+ * the random streams restored, so that dropout masks agree: recompute_forward
  * saves the state's streams (the default one and every tracked one) and runs
- * forward; checkpoint_recompute puts the saved streams in place, runs forward
+ * forward; recompute_replay puts the saved streams in place, runs forward
  * again (the caller keeps its activations this time and runs the block's
  * backward after), then puts back the streams it found, so randomness after
  * the backward is as without recompute (CheckpointFunction's fwd/bwd RNG
- * states). A refused recompute (a checkpoint that was never filled, or whose
- * streams are not valid) changes no stream.
+ * states). A refused replay (a record that was never filled, or whose
+ * streams are not valid) changes no stream. (Distributed checkpoints, files
+ * on disk, are mpu/checkpoint.h's mpu_ckpt_*.)
  */
 typedef mpu_result_t (*mpu_block_fn)(void *user);
 
-typedef struct mpu_checkpoint {
+typedef struct mpu_recompute {
   mpu_rng default_rng;
   mpu_rng_states streams;
   int saved;
-} mpu_checkpoint;
+} mpu_recompute;
 
-MPU_API mpu_result_t mpu_checkpoint_forward(mpu_checkpoint *ck, mpu_state *s,
-                                            mpu_block_fn forward, void *user);
-MPU_API mpu_result_t mpu_checkpoint_recompute(mpu_checkpoint *ck, mpu_state *s,
-                                              mpu_block_fn forward, void *user);
+MPU_API mpu_result_t mpu_recompute_forward(mpu_recompute *rc, mpu_state *s, mpu_block_fn forward,
+                                           void *user);
+MPU_API mpu_result_t mpu_recompute_replay(mpu_recompute *rc, mpu_state *s, mpu_block_fn forward,
+                                          void *user);
+
+/* The names of mpu 0.2, kept for one release. */
+typedef mpu_recompute mpu_checkpoint MPU_DEPRECATED("use mpu_recompute");
+MPU_API mpu_result_t mpu_checkpoint_forward(mpu_recompute *ck, mpu_state *s, mpu_block_fn forward,
+                                            void *user) MPU_DEPRECATED("use mpu_recompute_forward");
+MPU_API mpu_result_t mpu_checkpoint_recompute(mpu_recompute *ck, mpu_state *s, mpu_block_fn forward,
+                                              void *user) MPU_DEPRECATED("use mpu_recompute_replay");
 
 #ifdef __cplusplus
 }

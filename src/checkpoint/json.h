@@ -34,8 +34,8 @@ typedef struct json {
 /* Parse text[0, len) (the whole of it, surrounding white space allowed) into
  * *out; on failure *out is empty and the error says where. what names the
  * text in the message ("index.json"). Duplicate keys are refused. */
-MPU_SIBLING_API mpu_result_t mpu__json_parse(const char *text, size_t len, const char *what, json *out);
-MPU_SIBLING_API void mpu__json_free(json *v);
+mpu_result_t mpu__json_parse(const char *text, size_t len, const char *what, json *out);
+void mpu__json_free(json *v);
 
 /* The member called key of an object, or NULL. */
 const json *mpu__json_get(const json *obj, const char *key);
@@ -50,13 +50,13 @@ typedef struct json_buf {
   int failed;
 } json_buf;
 
-MPU_SIBLING_API void mpu__jb_printf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-MPU_SIBLING_API void mpu__jb_append(json_buf *b, const char *s, size_t n);
+void mpu__jb_printf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mpu__jb_append(json_buf *b, const char *s, size_t n);
 /* s as a JSON string literal, quotes and escapes included: the one escaper of mpu's JSON,
  * the tool's included. Control characters as \u00XX, a byte that is not part of well-formed
  * UTF-8 as \ufffd (the replacement character; JSON text is UTF-8); script_safe also escapes
  * < > & (JSON inside an HTML <script>). */
-MPU_SIBLING_API void mpu__jb_string(json_buf *b, const char *s);
+void mpu__jb_string(json_buf *b, const char *s);
 MPU_SIBLING_API void mpu__jb_string_ex(json_buf *b, const char *s, int script_safe);
 MPU_SIBLING_API void mpu__jb_free(json_buf *b);
 

@@ -411,12 +411,12 @@ mpu_result_t mpu_ckpt_open(const char *dir, mpu_ckpt **out) {
 out:
   if (fd >= 0) close(fd);
   free(text);
-  if (r) mpu_ckpt_close(ck);
+  if (r) mpu_ckpt_free(ck);
   else *out = ck;
   return r;
 }
 
-void mpu_ckpt_close(mpu_ckpt *ck) {
+void mpu_ckpt_free(mpu_ckpt *ck) {
   if (!ck) return;
   for (int i = 0; ck->fds && i < ck->nfiles; i++)
     if (ck->fds[i] >= 0) close(ck->fds[i]);
@@ -425,6 +425,8 @@ void mpu_ckpt_close(mpu_ckpt *ck) {
   mpu__json_free(&ck->root);
   free(ck);
 }
+
+void mpu_ckpt_close(mpu_ckpt *ck) { mpu_ckpt_free(ck); } /* the old name */
 
 /* ---- pieces ------------------------------------------------------------------------------ */
 

@@ -20,7 +20,7 @@
 #define ST_MAX_DIMS 8
 
 /* Bytes per element of a safetensors dtype name ("F32"), 0 if unknown. */
-MPU_SIBLING_API size_t mpu__st_dtype_size(const char *dtype);
+size_t mpu__st_dtype_size(const char *dtype);
 
 typedef struct st_entry {
   const char *name;        /* into the parsed header */
@@ -41,9 +41,9 @@ typedef struct st_header {
 /* Check the first bytes of a file (head[0, len): at least 8 + N of them)
  * against the format, for a file of file_size bytes: header length, JSON,
  * dtypes, shapes, offsets that tile the data exactly. what names the file. */
-MPU_SIBLING_API mpu_result_t mpu__st_parse(const uint8_t *head, size_t len, uint64_t file_size, const char *what,
+mpu_result_t mpu__st_parse(const uint8_t *head, size_t len, uint64_t file_size, const char *what,
                            st_header *out);
-MPU_SIBLING_API void mpu__st_free(st_header *h);
+void mpu__st_free(st_header *h);
 
 /* One tensor to write: its name, shape and byte length (float32 data). */
 typedef struct st_item {

@@ -196,7 +196,7 @@ void mpu__detach_requests(mpu_comm *comm);
 mpu_result_t mpu__run_call(mpu_comm *comm, const mpu__call *call);
 
 /* Requests allocated and not yet freed, in the whole process (tests). */
-MPU_SIBLING_API long mpu__request_count(void);
+long mpu__request_count(void);
 
 /* Make c->world_ranks real where the backend listed them lazily. */
 mpu_result_t mpu__comm_members(mpu_comm *c);

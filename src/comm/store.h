@@ -109,26 +109,26 @@ typedef struct mpu__store mpu__store;
 MPU_SIBLING_API mpu_result_t mpu__store_connect(const char *who, const char *host, int port, const char *prefix,
                                 double timeout_s, mpu__store **out);
 MPU_SIBLING_API void mpu__store_close(mpu__store *s);
-MPU_SIBLING_API const char *mpu__store_where(const mpu__store *s); /* "host:port" for messages */
+const char *mpu__store_where(const mpu__store *s); /* "host:port" for messages */
 
 MPU_SIBLING_API mpu_result_t mpu__store_set(mpu__store *s, const char *key, const void *v, size_t n,
                             double timeout_s);
 /* Waits for the key first, as TCPStore.get does. *v is malloc'd (free it). */
 MPU_SIBLING_API mpu_result_t mpu__store_get(mpu__store *s, const char *key, void **v, size_t *n,
                             double timeout_s);
-MPU_SIBLING_API mpu_result_t mpu__store_add(mpu__store *s, const char *key, int64_t delta, int64_t *out,
+mpu_result_t mpu__store_add(mpu__store *s, const char *key, int64_t delta, int64_t *out,
                             double timeout_s);
 /* Sets key to desired when it holds expected (or is missing and expected is
  * empty); *cur (malloc'd) gets the value after the call. */
-MPU_SIBLING_API mpu_result_t mpu__store_compare_set(mpu__store *s, const char *key, const void *expected,
+mpu_result_t mpu__store_compare_set(mpu__store *s, const char *key, const void *expected,
                                     size_t en, const void *desired, size_t dn, void **cur,
                                     size_t *curn, double timeout_s);
-MPU_SIBLING_API mpu_result_t mpu__store_check(mpu__store *s, const char *key, int *ready, double timeout_s);
+mpu_result_t mpu__store_check(mpu__store *s, const char *key, int *ready, double timeout_s);
 /* MPU_ERR_TIMEOUT after timeout_s (the wait is cancelled on the server). */
 MPU_SIBLING_API mpu_result_t mpu__store_wait(mpu__store *s, const char *key, double timeout_s);
 /* Never blocks: sends a CHECK when none is in flight and reads its answer
  * when it has come. *ready is 1 once the key exists, 0 while not known. */
-MPU_SIBLING_API mpu_result_t mpu__store_poll_key(mpu__store *s, const char *key, int *ready);
+mpu_result_t mpu__store_poll_key(mpu__store *s, const char *key, int *ready);
 
 /* ---- the server ---- */
 
@@ -138,9 +138,9 @@ typedef struct mpu__store_server mpu__store_server;
  * IPv6 and IPv4, in a thread of its own. Any number of clients at once; a
  * client that has not validated, or stops halfway through a query or an
  * answer, for conn_timeout_s is dropped without holding up the others. */
-MPU_SIBLING_API mpu_result_t mpu__store_serve(const char *who, int port, double conn_timeout_s,
+mpu_result_t mpu__store_serve(const char *who, int port, double conn_timeout_s,
                               mpu__store_server **out);
-MPU_SIBLING_API int mpu__store_server_port(const mpu__store_server *s);
-MPU_SIBLING_API void mpu__store_server_stop(mpu__store_server *s);
+int mpu__store_server_port(const mpu__store_server *s);
+void mpu__store_server_stop(mpu__store_server *s);
 
 #endif

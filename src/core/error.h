@@ -14,9 +14,12 @@
 
 #define MPU_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-/* Exported from libmpu for its sibling libraries (libmpu_layers) so that their
- * messages land in the same last-error buffer; not in any public header. */
-#define MPU_SIBLING_API __attribute__((visibility("default")))
+/* Marks the internals the libraries and the tool built beside libmpu use, and
+ * only those: hidden like every mpu__ function, they reach them through
+ * libmpu's sibling table (comm/base/sibling.h; sibling_calls.c defines each
+ * one for them). A change to a marked function's signature is a change to
+ * the table. The exports test checks that the marks and the table agree. */
+#define MPU_SIBLING_API
 
 MPU_SIBLING_API mpu_result_t mpu__error(mpu_result_t code, const char *fmt, ...) MPU_PRINTF(2, 3);
 

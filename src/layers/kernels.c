@@ -49,19 +49,3 @@ MPU_SIMD_CLONES void mpu_gelu_backward(const float *restrict x, const float *res
     dx[i] = gelu_slope(v, mpu__tanhf(GELU_K * v * (1.0f + GELU_C * v * v))) * dy[i];
   }
 }
-
-MPU_SIMD_CLONES void mpu__softmax_row(float *p, int n, float scale) {
-  float mx = p[0] * scale;
-#pragma omp simd reduction(max : mx)
-  for (int j = 1; j < n; j++) mx = p[j] * scale > mx ? p[j] * scale : mx;
-  float sum = 0;
-  for (int j = 0; j < n; j++) {
-    float s = p[j] * scale - mx;
-    s = s > -87.0f ? s : -87.0f;
-    p[j] = mpu__expf(s);
-  }
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; j++) sum += p[j];
-  float inv = 1.0f / sum;
-  for (int j = 0; j < n; j++) p[j] *= inv;
-}

@@ -47,8 +47,4 @@ static inline float mpu__tanhf(float x) {
   return x == x ? t : x;
 }
 
-/* softmax of the n scores of a row (scaled by scale first), in place; the
- * max is subtracted so exp never overflows, and clamped below at -87. */
-void mpu__softmax_row(float *p, int n, float scale);
-
 #endif

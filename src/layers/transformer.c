@@ -136,6 +136,25 @@ MPU_SIMD_CLONES static void drop_row(const float *restrict p, const float *restr
   for (int j = 0; j < n; j++) d[j] = p[j] * mask[j];
 }
 
+/* softmax of the n scores of a row (scaled by scale first), in place; the
+ * max is subtracted so exp never overflows, and clamped below at -87. Static:
+ * GCC exports a target_clones function's resolver whatever its visibility. */
+MPU_SIMD_CLONES static void softmax_row(float *p, int n, float scale) {
+  float mx = p[0] * scale;
+#pragma omp simd reduction(max : mx)
+  for (int j = 1; j < n; j++) mx = p[j] * scale > mx ? p[j] * scale : mx;
+  float sum = 0;
+  for (int j = 0; j < n; j++) {
+    float s = p[j] * scale - mx;
+    s = s > -87.0f ? s : -87.0f;
+    p[j] = mpu__expf(s);
+  }
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; j++) sum += p[j];
+  float inv = 1.0f / sum;
+  for (int j = 0; j < n; j++) p[j] *= inv;
+}
+
 mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, int heads,
                                    int head_dim, const float *dropout_mask, float *out) {
   static const char fn[] = "mpu_attention_forward";
@@ -173,7 +192,7 @@ mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, in
                   (int)W, k, (int)W, 0.0f, S, T);
       for (int i = i0; i < i1; i++) { /* causal: token i sees 0..i */
         float *row = P + (size_t)i * T;
-        mpu__softmax_row(row, i + 1, scale);
+        softmax_row(row, i + 1, scale);
         memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
         if (dropout_mask)
           drop_row(row, dropout_mask + (size_t)h * tt + (size_t)i * T, D + (size_t)i * T, T);

@@ -589,6 +589,17 @@ mpu_result_t mpu_optimizer_step_all(mpu_optimizer *const *opts, int n, mpu_comm 
   return MPU_SUCCESS;
 }
 
+mpu_result_t mpu_optimizer_set_grads_reduced(mpu_optimizer *opt, int reduced) {
+  static const char fn[] = "mpu_optimizer_set_grads_reduced";
+  if (!opt || !opt->b) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: optimizer not initialized", fn);
+  if (reduced && opt->distributed)
+    return mpu__error(MPU_ERR_INVALID_USAGE,
+                      "%s: the optimizer is distributed (ZeRO-1): it reduce-scatters the "
+                      "gradients itself and cannot take all-reduced ones (grads_reduced)", fn);
+  opt->grads_reduced = reduced != 0;
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_optimizer_step(mpu_optimizer *opt, mpu_comm *norm_group, float *grad_norm) {
   if (!opt || !opt->b)
     return mpu__error(MPU_ERR_INVALID_USAGE, "mpu_optimizer_step: optimizer not initialized");

@@ -72,7 +72,7 @@ static int inspect(const char *dir, cli_format format) {
   char folder[4096]; /* a root's newest complete iteration */
   if (mpu_ckpt_latest(dir, folder, sizeof folder) || mpu_ckpt_open(folder, &ck) || mpu_ckpt_verify(ck)) {
     fprintf(stderr, "mpu ckpt inspect: %s\n", mpu_last_error());
-    mpu_ckpt_close(ck);
+    mpu_ckpt_free(ck);
     return 1;
   }
   mpu_ckpt_info in;
@@ -148,7 +148,7 @@ static int inspect(const char *dir, cli_format format) {
       printf("%-24s %12" PRIu64 "\n", name, bytes);
     }
   }
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   return 0;
 }
 
@@ -221,7 +221,7 @@ static int export(const char *dir, const char *out, const char *map, size_t max,
   printf("mpu ckpt export: wrote %s/model.safetensors.index.json\n", out);
   rc = 0;
 out:
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   free(text), free(names);
   return rc;
 }
@@ -273,10 +273,10 @@ int cmd_ckpt(int argc, char **argv) {
     mpu_ckpt *ck = NULL;
     if (mpu_ckpt_open(argv[optind + 1], &ck) || mpu_ckpt_merge(ck, argv[optind + 2], all)) {
       fprintf(stderr, "mpu ckpt merge: %s\n", mpu_last_error());
-      mpu_ckpt_close(ck);
+      mpu_ckpt_free(ck);
       return 1;
     }
-    mpu_ckpt_close(ck);
+    mpu_ckpt_free(ck);
     printf("mpu ckpt merge: wrote %s\n", argv[optind + 2]);
     return 0;
   }

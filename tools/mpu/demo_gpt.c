@@ -6,10 +6,10 @@
  * against the same model trained on one rank: every step's loss, and every
  * parameter at the end.
  *
- * Each rank builds its model chunks (virtual stages rank, rank + pp, ...),
+ * Each rank (demo_gpt_rank.c) builds its model chunks (virtual stages rank, rank + pp, ...),
  * one parameter buffer and one optimizer each; mpu_pipeline runs the
  * schedule's order over the pipeline group, calling forward (which keeps only
- * the chunk's input, mpu_checkpoint_forward) and backward (which recomputes
+ * the chunk's input, mpu_recompute_forward) and backward (which recomputes
  * the chunk's forward with the streams of the first pass, then runs its
  * backward). The micro-batches of a step are the replica's share of the
  * global batch; the loss is their mean, and the gradients are averaged over
@@ -29,69 +29,11 @@
 #include "gpt_fsdp.h"
 #include "read_text.h"
 #include "gpt_ckpt.h"
+#include "demo_gpt.h"
 #include "mpu.h"
 
 extern const unsigned char gpt_corpus[];
 extern const size_t gpt_corpus_len;
-
-typedef struct gpt_opts {
-  long tp, pp, dp, vp, steps, micro, seq, hidden, heads, layers, seed;
-  double lr, dropout;
-  int sp, zero;
-  const char *text_path;
-  const char *save_dir, *load_dir; /* --save, --load */
-  long save_step;                  /* --save-step (0: after the last step) */
-  cli_format format;
-  tool_backend backend;
-  int shard;              /* --fsdp / --hsdp: parameters sharded over dp (mpu/fsdp.h) */
-  long replicas;          /* --hsdp RxS: R (1 for --fsdp) */
-  long recompute_layers; /* --recompute-layers (0: every block) */
-  int recompute;         /* --recompute: GPT_RECOMPUTE_* */
-  int overlap;           /* --overlap-grad-reduce */
-  int fsdp_layout;       /* --fsdp-layout: mpu_fsdp_layout (FSDP1's flat parameter by default) */
-} gpt_opts;
-
-/* the text as token ids, and its vocabulary */
-typedef struct corpus {
-  int64_t *ids;
-  size_t n;
-  int vocab, vocab_padded;
-  char chars[256];
-} corpus;
-
-/* the reference's parameters, by name, for the check at the end */
-typedef struct named {
-  char name[48];
-  size_t numel;
-  float *data;
-} named;
-
-typedef struct gpt_run {
-  const gpt_opts *o;
-  const corpus *text;
-  int dp;                 /* replicas (1 for the reference) */
-  mpu_schedule_kind kind;
-  double *loss;           /* [steps] */
-  double seconds;         /* the timed steps' wall time on rank 0 */
-  int untimed;            /* the first steps, run but not timed (--bench: one, as PyTorch's
-                             side warms up: first touches of the buffers, BLAS's set-up) */
-  named *ref;             /* the reference's parameters (to check against), or NULL */
-  int nref;
-  named *keep;            /* the reference run: where to keep its parameters */
-  int nkeep;
-  double param_diff, param_scale; /* the largest difference found, and the largest value */
-  double *comm;           /* [ranks]: each rank's seconds in communication (may be NULL) */
-  int quiet;              /* no progress line (the benchmark's runs) */
-  double saved[3];        /* bytes a micro-batch keeps per rank (most over ranks), by GPT_RECOMPUTE_* */
-  int checkpoints;        /* this run saves and loads (--save, --load; not the reference) */
-  long start;             /* the first step run (after --load) */
-  /* --overlap-grad-reduce, summed over the ranks: seconds inside the blocking
-   * reduces of the blocking steps, inside the overlapped reduces' starts and waits
-   * of the other steps; reduces started, and found complete at the wait */
-  double blocking_s, exposed_s, reduces, complete;
-  double step_s[2];       /* the steps' wall time: [0] blocking, [1] overlapped (summed over ranks) */
-  long overlapped_steps, blocking_steps;
-} gpt_run;
 
 static mpu_result_t read_corpus(const char *path, corpus *c) {
   memset(c, 0, sizeof *c);
@@ -134,470 +76,6 @@ static int load_text(const gpt_opts *o, corpus *text) {
     free(text->ids);
     return -1;
   }
-  return 0;
-}
-
-/* micro-batch gmb (global) of step s: a window of the text and its next characters */
-static void make_batch(const gpt_opts *o, const corpus *text, int step, int gmb, int64_t *ids,
-                       int64_t *targets) {
-  mpu_rng g;
-  mpu_rng_seed(&g, (uint64_t)o->seed * 1000003u + (uint64_t)step * 9176u + (uint64_t)gmb);
-  size_t start = (size_t)(mpu_rng_next(&g) % (text->n - (size_t)o->seq - 1));
-  for (int t = 0; t < o->seq; t++) ids[t] = text->ids[start + t], targets[t] = text->ids[start + t + 1];
-}
-
-/* one rank's training state */
-typedef struct rank_model {
-  const gpt_opts *o;
-  gpt_run *run;
-  mpu_state *s;
-  gpt_ctx ctx;
-  gpt_chunk *chunks;
-  int vp, micro, dp_rank, step;
-  int64_t *ids, *targets;    /* [micro][seq] */
-  float *inputs;             /* [vp][micro][T_local x hidden]: each chunk's saved input */
-  mpu_checkpoint *ck;        /* [vp][micro] */
-  double loss_sum;
-  /* the forward being run (for mpu_checkpoint's callback) */
-  int cur_mb, cur_chunk, counting;
-  float *cur_out;
-  /* --overlap-grad-reduce: the dp reduces started in the last micro-batch's backward */
-  mpu_comm *dp;
-  mpu_grad_sync_options sync;
-  int reducing;              /* this backward starts reduces */
-  size_t *unreduced;         /* [vp]: a chunk's gradients [0, unreduced) are not being reduced */
-  mpu_request **reqs;        /* [vp * max_reqs] */
-  int *nreqs, max_reqs;      /* [vp] */
-  double exposed_s;          /* inside the starts and the waits */
-} rank_model;
-
-static size_t act_size(const rank_model *m) { return (size_t)m->ctx.T_local * (size_t)m->o->hidden; }
-
-static mpu_result_t run_chunk(void *user) {
-  rank_model *m = user;
-  int mb = m->cur_mb, c = m->cur_chunk;
-  const float *in = m->inputs + ((size_t)c * m->micro + mb) * act_size(m);
-  return gpt_chunk_forward(&m->ctx, &m->chunks[c], m->dp_rank * m->micro + mb,
-                           m->ids + (size_t)mb * m->o->seq, m->targets + (size_t)mb * m->o->seq,
-                           in, m->cur_out, m->counting ? &m->loss_sum : NULL);
-}
-
-static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input, float *output) {
-  rank_model *m = user;
-  gpt_chunk_use_frame(&m->chunks[chunk], mb); /* (no frames: the chunk is recomputed) */
-  /* the data (this replica's share of the global batch): the first stage reads the
-   * tokens, the last the targets */
-  if (m->chunks[chunk].first || m->chunks[chunk].last)
-    make_batch(m->o, m->run->text, m->step, m->dp_rank * m->micro + mb,
-               m->ids + (size_t)mb * m->o->seq, m->targets + (size_t)mb * m->o->seq);
-  if (input) memcpy(m->inputs + ((size_t)chunk * m->micro + mb) * act_size(m), input,
-                    act_size(m) * sizeof(float));
-  m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = output, m->counting = 1;
-  if (!gpt_chunk_whole_recompute(&m->ctx, &m->chunks[chunk])) return run_chunk(m);
-  return mpu_checkpoint_forward(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
-}
-
-/* ctx.grads_final: start the dp reduce of the chunk's gradients that became
- * final, in the last micro-batch's backward (Megatron's overlap_grad_reduce) */
-static mpu_result_t start_reduce(void *user, gpt_chunk *c, size_t from) {
-  rank_model *m = user;
-  int k = (int)(c - m->chunks);
-  if (!m->reducing || from >= m->unreduced[k]) return MPU_SUCCESS;
-  if (m->nreqs[k] == m->max_reqs)
-    return mpu_fail(MPU_ERR_INTERNAL, "gpt: more than %d gradient reduces in a chunk", m->max_reqs);
-  double t0 = cli_now();
-  mpu_result_t r = mpu_grad_all_reduce_start(&c->params, m->dp, &m->sync, from, m->unreduced[k],
-                                             &m->reqs[(size_t)k * m->max_reqs + m->nreqs[k]]);
-  m->exposed_s += cli_now() - t0;
-  if (!r) m->nreqs[k]++, m->unreduced[k] = from;
-  return r;
-}
-
-/* Wait for every reduce started in the backward (counting those complete
- * already); the optimizer then does not reduce again. */
-static mpu_result_t finish_reduces(rank_model *m, mpu_optimizer *opts, double *complete) {
-  double t0 = cli_now();
-  mpu_result_t r = MPU_SUCCESS;
-  for (int k = 0; k < m->vp; k++) {
-    for (int i = 0; i < m->nreqs[k]; i++) {
-      mpu_request **q = &m->reqs[(size_t)k * m->max_reqs + i];
-      int done = 0;
-      if (!r) r = mpu_request_test(*q, &done);
-      if (!r && done) *complete += 1, *q = NULL;
-      if (!r && !done) r = mpu_request_wait(*q), *q = NULL;
-    }
-    if (!r && m->unreduced[k])
-      r = mpu_fail(MPU_ERR_INTERNAL, "gpt: chunk %d's gradients [0, %zu) were not reduced", k,
-                   m->unreduced[k]);
-    opts[k].grads_reduced = !r;
-  }
-  m->exposed_s += cli_now() - t0;
-  return r;
-}
-
-/* Release what an error left pending. */
-static void drop_reduces(rank_model *m) {
-  for (int k = 0; m->nreqs && k < m->vp; k++)
-    for (int i = 0; i < m->nreqs[k]; i++) {
-      mpu_request **q = &m->reqs[(size_t)k * m->max_reqs + i];
-      if (*q) mpu_request_free(*q), *q = NULL;
-    }
-}
-
-static mpu_result_t on_backward(void *user, int mb, int chunk, const float *grad_output,
-                                float *grad_input) {
-  rank_model *m = user;
-  /* the chunk's last backward of the step: its gradients then are final */
-  m->reducing = m->unreduced && mb == m->micro - 1;
-  m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = m->chunks[chunk].tmp, m->counting = 0;
-  gpt_chunk_use_frame(&m->chunks[chunk], mb);
-  mpu_result_t r = MPU_SUCCESS;
-  if (gpt_chunk_whole_recompute(&m->ctx, &m->chunks[chunk]))
-    r = mpu_checkpoint_recompute(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
-  float scale = 1.0f / (float)(m->o->seq * m->micro); /* the replica's mean over its tokens */
-  if (!r) r = gpt_chunk_backward(&m->ctx, &m->chunks[chunk], grad_output, grad_input, scale);
-  m->reducing = 0;
-  return r;
-}
-
-/* The largest difference between this rank's parameters and the slices of
- * the reference's, and the largest reference value. */
-static void compare(const rank_model *m, double *diff, double *scale) {
-  int tp = m->ctx.tp_size, r = m->ctx.tp_rank;
-  for (int c = 0; c < m->vp; c++) {
-    const gpt_chunk *ch = &m->chunks[c];
-    for (int i = 0; i < ch->params.nparams; i++) {
-      const gpt_shape *sh = &ch->shapes[i];
-      const named *ref = NULL;
-      for (int k = 0; k < m->run->nref && !ref; k++)
-        if (!strcmp(m->run->ref[k].name, sh->name)) ref = &m->run->ref[k];
-      if (!ref) {
-        *diff = INFINITY;
-        return;
-      }
-      const float *p = mpu_param_data(&ch->params, i);
-      int rows = sh->rows, cols = sh->cols;
-      int per = sh->dim < 0 ? 0 : (sh->dim == 0 ? rows : cols) / tp, piece = per / (sh->stride ? sh->stride : 1);
-      int lr = sh->dim == 0 ? per : rows, lc = sh->dim == 1 ? per : cols;
-      for (int a = 0; a < lr; a++)
-        for (int b = 0; b < lc; b++) { /* local (a, b) -> master (ga, gb), pieces rank::tp */
-          int ga = a, gb = b;
-          if (sh->dim == 0) ga = (r + (a / piece) * tp) * piece + a % piece;
-          if (sh->dim == 1) gb = (r + (b / piece) * tp) * piece + b % piece;
-          double want = ref->data[(size_t)ga * cols + gb];
-          *diff = fmax(*diff, fabs((double)p[(size_t)a * lc + b] - want));
-          *scale = fmax(*scale, fabs(want));
-        }
-    }
-  }
-}
-
-#define TRY(call)                              \
-  do {                                         \
-    if ((r = (call)) != MPU_SUCCESS) goto out; \
-  } while (0)
-
-/* --overlap-grad-reduce: step k of n overlaps its reduce (the others block) */
-static int overlap_step(int k, int n) { return n > 1 && k % 2 == 0; }
-
-static mpu_result_t gpt_rank(mpu_state *s, void *arg) {
-  gpt_run *run = arg;
-  const gpt_opts *o = run->o;
-  mpu_result_t r = MPU_SUCCESS;
-  rank_model m;
-  memset(&m, 0, sizeof m);
-  m.o = o, m.run = run, m.s = s;
-  int tp_size, pp_size, pp_rank, tp_rank, dp_size, rank;
-  mpu_comm *tp, *pp, *dpc, *mp, *world = mpu_state_world(s);
-  mpu_comm_rank(world, &rank);
-  if ((r = mpu_state_comm(s, MPU_GROUP_TP, &tp)) || (r = mpu_state_comm(s, MPU_GROUP_PP, &pp)) ||
-      (r = mpu_state_comm(s, MPU_GROUP_DP, &dpc)) || (r = mpu_state_comm(s, MPU_GROUP_MP, &mp)))
-    return r;
-  mpu_state_tp_size(s, &tp_size), mpu_state_tp_rank(s, &tp_rank);
-  mpu_state_pp_size(s, &pp_size), mpu_state_pp_rank(s, &pp_rank);
-  mpu_state_dp_rank(s, &m.dp_rank), mpu_state_dp_size(s, &dp_size);
-  m.vp = run->kind == MPU_SCHEDULE_INTERLEAVED ? (int)o->vp : 1;
-  m.micro = (int)o->micro; /* the reference: every replica's (one.micro = micro x dp) */
-  gpt_config cfg = {run->text->vocab_padded, (int)o->hidden, (int)o->heads, (int)o->layers,
-                    (int)o->seq, (float)o->dropout, (uint64_t)o->seed, o->recompute,
-                    (int)o->recompute_layers};
-  mpu_pipeline *pipe = NULL;
-  mpu_optimizer *opts = NULL, **optp = NULL;
-  gpt_sharding sharding = {0, NULL, NULL};
-  gpt_device dev;
-  memset(&dev, 0, sizeof dev);
-  TRY(gpt_ctx_init(&m.ctx, &cfg, tp, o->sp));
-  m.chunks = calloc((size_t)m.vp, sizeof *m.chunks);
-  opts = calloc((size_t)m.vp, sizeof *opts);
-  optp = calloc((size_t)m.vp, sizeof *optp);
-  m.ids = malloc((size_t)m.micro * o->seq * sizeof *m.ids);
-  m.targets = malloc((size_t)m.micro * o->seq * sizeof *m.targets);
-  m.inputs = malloc((size_t)m.vp * m.micro * act_size(&m) * sizeof(float));
-  m.ck = calloc((size_t)m.vp * m.micro, sizeof *m.ck);
-  if (!m.chunks || !opts || !optp || !m.ids || !m.targets || !m.inputs || !m.ck) {
-    r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: rank state");
-    goto out;
-  }
-  mpu_adamw_options ao = MPU_ADAMW_OPTIONS_INIT;
-  ao.lr = (float)o->lr, ao.weight_decay = 0.01f, ao.clip_grad = 1.0f;
-  ao.beta2 = 0.95f;
-  for (int c = 0; c < m.vp; c++) {
-    TRY(gpt_chunk_create(&m.ctx, &m.chunks[c], c * pp_size + pp_rank, pp_size * m.vp));
-    TRY(gpt_chunk_frames(&m.ctx, &m.chunks[c], m.micro));
-    if (!o->shard)
-      TRY(mpu_optimizer_init(&opts[c], &m.chunks[c].params, dpc, o->zero && run->dp > 1, &ao));
-    optp[c] = &opts[c];
-  }
-  if (o->shard)
-    TRY(gpt_shard_init(&sharding, m.chunks, m.vp, dpc, (int)o->replicas,
-                       (mpu_fsdp_layout)o->fsdp_layout, &ao));
-  int overlap = o->overlap && run->dp > 1; /* (the one-rank reference reduces nothing) */
-  double blocking_s = 0, complete = 0, reduces = 0, step_s[2] = {0, 0};
-  if (overlap) {
-    m.dp = dpc, m.sync = ao.sync, m.max_reqs = m.chunks[0].nlayers + 2;
-    m.unreduced = calloc((size_t)m.vp, sizeof *m.unreduced);
-    m.nreqs = calloc((size_t)m.vp, sizeof *m.nreqs);
-    m.reqs = calloc((size_t)m.vp * m.max_reqs, sizeof *m.reqs);
-    if (!m.unreduced || !m.nreqs || !m.reqs) {
-      r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: gradient reduces");
-      goto out;
-    }
-    m.ctx.grads_final = start_reduce, m.ctx.grads_user = &m;
-  }
-  double saved[3]; /* the same on every rank after the report's reduction */
-  TRY(gpt_recompute_report(&m.ctx, m.chunks, m.vp, world, saved));
-  if (rank == 0 || tool_is_process(o->backend)) memcpy(run->saved, saved, sizeof saved);
-  mpu_schedule_config sc = MPU_SCHEDULE_CONFIG_INIT;
-  sc.kind = run->kind, sc.pp = pp_size, sc.vp = m.vp, sc.microbatches = m.micro;
-  mpu_pipeline_callbacks cb = {on_forward, on_backward, &m};
-  if (o->backend == TOOL_NCCL) /* the pipeline on NCCL's device buffers, staged for the host layers */
-    TRY(gpt_device_init(&dev, s, act_size(&m), &cb, &cb));
-  TRY(mpu_pipeline_create(o->backend == TOOL_NCCL ? dev.pp : pp, act_size(&m), &pipe));
-  mpu_rng *dprng = NULL;
-  TRY(mpu_rng_tracker_fork(mpu_state_rng_tracker(s), MPU_DATA_PARALLEL_RNG, &dprng));
-  int last_stage = m.chunks[m.vp - 1].last;
-  long start = 0;
-  gpt_params gp = {opts, o->shard ? &sharding : NULL};
-  if (run->checkpoints && o->load_dir)
-    TRY(gpt_ckpt_load(o->load_dir, s, &m.ctx, m.chunks, m.vp, &gp, m.micro, &start));
-  if (start > o->steps) {
-    r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: the checkpoint is at step %ld, past --steps %ld",
-                 start, o->steps);
-    goto out;
-  }
-  if (rank == 0) run->start = start;
-  TRY(mpu_comm_barrier(world));
-  mpu_comm_clock_reset();
-  double t0 = cli_now();
-  for (m.step = (int)start; m.step < o->steps; m.step++) {
-    if (run->untimed && m.step == start + run->untimed) { /* the clocks start here */
-      TRY(mpu_comm_barrier(world));
-      mpu_comm_clock_reset();
-      t0 = cli_now();
-    }
-    double step_t0 = cli_now();
-    m.ctx.key = mpu_rng_next(dprng); /* the step's dropout key: the same on every rank */
-    for (int c = 0; c < m.vp; c++) mpu_param_buffer_zero_grad(&m.chunks[c].params);
-    m.loss_sum = 0;
-    if (o->shard) TRY(gpt_shard_unshard(&sharding));
-    /* --overlap-grad-reduce: every second step reduces blocking, to know what the reduce
-     * costs under the same load (interleaved); a one-step run only blocking */
-    int overlapped = overlap && overlap_step(m.step - (int)start, (int)(o->steps - start));
-    for (int c = 0; overlapped && c < m.vp; c++)
-      m.unreduced[c] = m.chunks[c].params.numel, m.nreqs[c] = 0;
-    size_t *unreduced = m.unreduced;
-    if (!overlapped) m.unreduced = NULL; /* no reduce starts in this backward */
-    r = mpu_pipeline_run(pipe, &sc, &cb, NULL);
-    m.unreduced = unreduced;
-    if (r) goto out;
-    for (int c = 0; c < m.vp; c++) TRY(gpt_chunk_sync_sequence_grads(&m.ctx, &m.chunks[c]));
-    if (overlapped) {
-      TRY(finish_reduces(&m, opts, &complete));
-      for (int c = 0; c < m.vp; c++) reduces += m.nreqs[c];
-    } else if (overlap) { /* the same reduces as the optimizer's, timed */
-      double t1 = cli_now();
-      for (int c = 0; c < m.vp; c++) {
-        TRY(mpu_grad_all_reduce(&m.chunks[c].params, dpc, &ao.sync));
-        opts[c].grads_reduced = 1;
-      }
-      blocking_s += cli_now() - t1;
-    }
-    /* one norm over the whole model: every rank's shard (ZeRO-1) or every model-parallel rank */
-    if (o->shard) TRY(gpt_shard_step(&sharding, mp));
-    else TRY(mpu_optimizer_step_all(optp, m.vp, opts[0].distributed ? world : mp, NULL));
-    if (last_stage) {
-      double loss = m.loss_sum / (double)(o->seq * m.micro);
-      if (o->backend == TOOL_NCCL) TRY(gpt_device_loss_avg(&dev, &loss));
-      else TRY(mpu_comm_all_reduce(dpc, &loss, &loss, 1, MPU_FLOAT64, MPU_AVG));
-      if (tp_rank == 0 && m.dp_rank == 0) {
-        run->loss[m.step] = loss;
-        if (!run->quiet && (run->dp > 1 || o->tp * o->pp * o->dp == 1)) {
-          cli_progress_share(0.5 * (m.step + 1) / (double)o->steps);
-          cli_progress("mpu demo gpt: step %d of %ld, loss %.4f", m.step + 1, o->steps, loss);
-        }
-      }
-    }
-    if (run->checkpoints && o->save_dir && m.step + 1 == (o->save_step ? o->save_step : o->steps))
-      TRY(gpt_ckpt_save(o->save_dir, s, &m.ctx, m.chunks, m.vp, &gp, m.micro, m.step + 1));
-    step_s[overlapped] += cli_now() - step_t0;
-  }
-  if (o->shard) TRY(gpt_shard_unshard(&sharding)); /* the trained parameters, whole */
-  TRY(mpu_comm_barrier(world));
-  if (rank == 0) run->seconds = cli_now() - t0;
-  if (run->comm) mpu_comm_clock(&run->comm[rank], NULL);
-  if (overlap) { /* every rank's, summed (the threads backend: one process) */
-    double sums[6] = {blocking_s, m.exposed_s, reduces, complete, step_s[0], step_s[1]};
-    TRY(mpu_comm_all_reduce(world, sums, sums, 6, MPU_FLOAT64, MPU_SUM));
-    if (rank == 0) {
-      run->blocking_s = sums[0], run->exposed_s = sums[1], run->reduces = sums[2];
-      run->complete = sums[3], run->step_s[0] = sums[4], run->step_s[1] = sums[5];
-      run->overlapped_steps = 0;
-      for (long k = 0; k < o->steps - start; k++)
-        run->overlapped_steps += overlap_step((int)k, (int)(o->steps - start));
-      run->blocking_steps = o->steps - start - run->overlapped_steps;
-    }
-  }
-  if (tool_is_process(o->backend)) /* the losses live in one process (the last stage's): give them to all */
-    TRY(mpu_comm_all_reduce(world, run->loss, run->loss, (size_t)o->steps, MPU_FLOAT64, MPU_SUM));
-  if (run->keep) { /* the reference keeps its parameters */
-    const gpt_chunk *ch = &m.chunks[0];
-    if (ch->params.nparams > 4096) {
-      r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "gpt: %d parameters to keep (at most 4096)",
-                   ch->params.nparams);
-      goto out;
-    }
-    run->nkeep = ch->params.nparams;
-    for (int i = 0; i < ch->params.nparams; i++) {
-      named *k = &run->keep[i];
-      snprintf(k->name, sizeof k->name, "%s", ch->shapes[i].name);
-      k->numel = ch->params.params[i].numel;
-      k->data = malloc(k->numel * sizeof(float));
-      if (!k->data) {
-        r = mpu_fail(MPU_ERR_OUT_OF_MEMORY, "gpt: reference parameters");
-        goto out;
-      }
-      memcpy(k->data, mpu_param_data(&ch->params, i), k->numel * sizeof(float));
-    }
-  }
-  if (run->ref) { /* every rank checks its slices; the worst difference goes to everyone */
-    double d[2] = {0, 0};
-    compare(&m, &d[0], &d[1]);
-    TRY(mpu_comm_all_reduce(world, d, d, 2, MPU_FLOAT64, MPU_MAX));
-    if (rank == 0) run->param_diff = d[0], run->param_scale = d[1];
-  }
-out:
-  drop_reduces(&m);
-  free(m.unreduced), free(m.nreqs), free(m.reqs);
-  mpu_pipeline_free(pipe);
-  gpt_device_free(&dev);
-  gpt_shard_free(&sharding);
-  for (int c = 0; opts && c < m.vp; c++) mpu_optimizer_free(&opts[c]);
-  for (int c = 0; m.chunks && c < m.vp; c++) gpt_chunk_free(&m.chunks[c]);
-  free(m.chunks), free(opts), free(optp), free(m.ids), free(m.targets), free(m.inputs), free(m.ck);
-  return r;
-}
-
-/* ---- --bench ------------------------------------------------------------------------ */
-
-#include <cblas.h>
-
-void openblas_set_num_threads(int num_threads);
-
-/* one core's sgemm rate (n^3, one BLAS thread), best of 5 */
-static double gemm_gflops(int n) {
-  float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float));
-  float *c = calloc((size_t)n * n, sizeof(float));
-  double best = 0;
-  if (a && b && c) {
-    for (int i = 0; i < n * n; i++) a[i] = 0.001f * (float)(i % 97), b[i] = 0.002f * (float)(i % 89);
-    for (int rep = 0; rep < 5; rep++) {
-      double t0 = cli_now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-      double t = cli_now() - t0;
-      best = fmax(best, 2.0 * n * n * (double)n / t * 1e-9);
-    }
-  }
-  free(a), free(b), free(c);
-  return best;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static int bench(const gpt_opts *base, const corpus *text) {
-  enum { REPS = 3 };
-  gpt_opts o = *base;
-  o.pp = o.dp = o.vp = 1, o.dropout = 0, o.backend = TOOL_THREADS;
-  /* the model's work: forward and backward, 3 forwards' worth of matrix products per token
-   * (causal attention counted at half the square); a recompute's extra forward not counted */
-  double H = (double)o.hidden, T = (double)o.seq, V = (double)text->vocab_padded;
-  double flops_token = 3.0 * ((double)o.layers * (24 * H * H + 2 * T * H) + 2 * H * V);
-  char phrase[64];
-  double tokens = (double)o.steps * o.micro * o.seq;
-  o.steps += 1; /* one untimed step first, as scripts/gpt_torch.py has */
-  double gemm[REPS], tps[2][REPS], share[2][REPS];
-  for (int rep = 0; rep < REPS; rep++) { /* interleaved: GEMM, tp 1, tp 2, again */
-    gemm[rep] = gemm_gflops(256);
-    for (int k = 0; k < 2; k++) {
-      o.tp = k + 1;
-      double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
-      mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
-      cfg.tp = (int)o.tp;
-      gpt_run run = {.o = &o, .text = text, .dp = 1, .kind = MPU_SCHEDULE_NO_PIPELINING, .loss = loss,
-                     .comm = comm, .quiet = 1, .untimed = 1};
-      mpu_result_t r = loss ? mpu_with_state((int)o.tp, &cfg, (uint64_t)o.seed, gpt_rank, &run, NULL, NULL)
-                            : MPU_ERR_OUT_OF_MEMORY;
-      free(loss);
-      if (r) {
-        fprintf(stderr, "mpu demo gpt --bench: %s\n", mpu_last_error());
-        return 1;
-      }
-      tps[k][rep] = tokens / run.seconds;
-      share[k][rep] = (comm[0] + (k ? comm[1] : 0)) / ((double)o.tp * run.seconds);
-      cli_progress_share((rep * 2 + k + 1) / (2.0 * REPS));
-      cli_progress("mpu demo gpt --bench: run %d of %d", rep * 2 + k + 1, 2 * REPS);
-    }
-  }
-  cli_progress_done();
-  qsort(gemm, REPS, sizeof(double), cmp_double);
-  for (int k = 0; k < 2; k++) {
-    qsort(tps[k], REPS, sizeof(double), cmp_double);
-    qsort(share[k], REPS, sizeof(double), cmp_double);
-  }
-  double peak = gemm[REPS / 2];
-  if (o.format == CLI_JSON) {
-    printf("{\"hidden\": %ld, \"heads\": %ld, \"layers\": %ld, \"seq\": %ld, \"micro_batches\": %ld, "
-           "\"recompute\": \"%s\", \"gemm_gflops_one_core\": %.4g, \"flops_per_token\": %.6g, "
-           "\"runs\": [", o.hidden, o.heads, o.layers, o.seq, o.micro,
-           gpt_recompute_name(o.recompute), peak, flops_token);
-    for (int k = 0; k < 2; k++) {
-      double per_rank = tps[k][REPS / 2] * flops_token / (k + 1) * 1e-9;
-      printf("%s\n  {\"tp\": %d, \"tokens_per_s\": %.6g, \"comm_share\": %.4g, "
-             "\"gflops_per_rank\": %.4g, \"of_gemm_rate\": %.4g}", k ? "," : "", k + 1,
-             tps[k][REPS / 2], share[k][REPS / 2], per_rank, per_rank / peak);
-    }
-    printf("\n ]}\n");
-    return 0;
-  }
-  printf("# mpu demo gpt --bench: the GPT (hidden %ld, %ld heads, %ld blocks, %ld micro-batches of "
-         "%ld tokens per step, %ld timed steps after one untimed, %s), forward + backward + AdamW, tp 1 vs tp 2 on "
-         "thread ranks with one BLAS thread each; median of %d runs, interleaved with the GEMM "
-         "measurement\n", o.hidden, o.heads, o.layers, o.micro, o.seq, o.steps - 1,
-         gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase, sizeof phrase), REPS);
-  printf("# one core's GEMM rate here (cblas_sgemm 256^3, 1 thread): %.1f GFLOP/s; model work "
-         "%.3g FLOP per token (3 forwards' worth of products; recompute not counted)\n", peak,
-         flops_token);
-  printf("%4s %6s %11s %11s %16s %13s\n", "tp", "ranks", "tokens/s", "comm share",
-         "GFLOP/s per rank", "of GEMM rate");
-  for (int k = 0; k < 2; k++) {
-    double per_rank = tps[k][REPS / 2] * flops_token / (k + 1) * 1e-9;
-    printf("%4d %6d %11.0f %10.1f%% %16.2f %12.1f%%\n", k + 1, k + 1, tps[k][REPS / 2],
-           100 * share[k][REPS / 2], per_rank, 100 * per_rank / peak);
-  }
-  printf("# comm share: each rank's time inside mpu's communication calls (mpu_comm_clock) over "
-         "the run's time, averaged over the ranks; on 2 cores tp 2 runs a rank per core\n");
   return 0;
 }
 
@@ -730,7 +208,9 @@ static void print_overlap(const gpt_opts *o, const gpt_run *run, long world) {
          "and steps)\n", 1e3 * step_over, 1e3 * step_block);
 }
 
-int cmd_demo_gpt(int argc, char **argv) {
+/* The command line into o, bench and given (the options given, by their
+ * letters); a bad one is a usage error (exit 2). 1: --help was printed. */
+static int parse(int argc, char **argv, gpt_opts *out, int *bench, int *given, long *hsdp_shard) {
   static const struct option longs[] = {
       {"tp", required_argument, 0, 't'},       {"pp", required_argument, 0, 'p'},
       {"dp", required_argument, 0, 'd'},       {"vp", required_argument, 0, 'v'},
@@ -747,8 +227,6 @@ int cmd_demo_gpt(int argc, char **argv) {
       {"load", required_argument, 0, 'W'},     {"save-step", required_argument, 0, 'K'},
       {"overlap-grad-reduce", no_argument, 0, 'O'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-  int bench_mode = 0, given[128] = {0};
-  long hsdp_shard = 1;
   gpt_opts o = {2, 2, 2, 2, 40, 4, 32, 64, 4, 4, 1234, 0.003, 0.1, 1, 1, NULL, NULL, NULL, 0,
                 CLI_TEXT, TOOL_THREADS, 0, 1, 0, GPT_RECOMPUTE_FULL, 0, 0};
   long *fields[128] = {0};
@@ -781,7 +259,7 @@ int cmd_demo_gpt(int argc, char **argv) {
         cli_usage_error("demo gpt", "--dropout wants a probability in [0, 0.9], not '%s'", optarg);
       if (!strcmp(optarg, "0")) o.dropout = 0;
       break;
-    case 'b': bench_mode = 1; break;
+    case 'b': *bench = 1; break;
     case 'R':
       if ((o.recompute = gpt_recompute_parse(optarg)) < 0)
         cli_usage_error("demo gpt", "--recompute wants none, selective or full, not '%s'", optarg);
@@ -791,7 +269,7 @@ int cmd_demo_gpt(int argc, char **argv) {
     case 'O': o.overlap = 1; break;
     case 'f': o.shard = 1, o.replicas = 1; break;
     case 'Y':
-      if (cli_parse_rxs(optarg, 64, &o.replicas, &hsdp_shard))
+      if (cli_parse_rxs(optarg, 64, &o.replicas, hsdp_shard))
         cli_usage_error("demo gpt", "--hsdp wants RxS with R*S in 1..64, not '%s'", optarg);
       o.shard = 1;
       break;
@@ -820,55 +298,124 @@ int cmd_demo_gpt(int argc, char **argv) {
         o.backend = TOOL_NCCL;
       }
       break;
-    case 'h': help(); return 0;
+    case 'h': help(); return 1;
     case ':': cli_usage_error("demo gpt", "option '%s' needs a value", argv[optind - 1]);
     default: cli_usage_error("demo gpt", "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) cli_usage_error("demo gpt", "unexpected argument '%s'", argv[optind]);
+  *out = o;
+  return 0;
+}
+
+/* The combinations that cannot run, each a usage error (exit 2). */
+static void check(gpt_opts *o, const int *given, long hsdp_shard, int bench_mode) {
   if (given['Y'] && given['f']) cli_usage_error("demo gpt", "--fsdp and --hsdp exclude each other");
   if (given['G'] && !given['Y'] && !given['f'])
     cli_usage_error("demo gpt", "--fsdp-layout goes with --fsdp or --hsdp");
   if (given['Y']) {
-    if (given['d'] && o.dp != o.replicas * hsdp_shard)
-      cli_usage_error("demo gpt", "--hsdp %ldx%ld makes dp %ld, but --dp is %ld", o.replicas,
-                      hsdp_shard, o.replicas * hsdp_shard, o.dp);
-    o.dp = o.replicas * hsdp_shard;
+    if (given['d'] && o->dp != o->replicas * hsdp_shard)
+      cli_usage_error("demo gpt", "--hsdp %ldx%ld makes dp %ld, but --dp is %ld", o->replicas,
+                      hsdp_shard, o->replicas * hsdp_shard, o->dp);
+    o->dp = o->replicas * hsdp_shard;
   }
-  if (given['K'] && !o.save_dir) cli_usage_error("demo gpt", "--save-step needs --save DIR");
-  if (o.save_step > o.steps)
-    cli_usage_error("demo gpt", "--save-step %ld is past --steps %ld", o.save_step, o.steps);
-  if (bench_mode && (o.save_dir || o.load_dir))
+  if (given['K'] && !o->save_dir) cli_usage_error("demo gpt", "--save-step needs --save DIR");
+  if (o->save_step > o->steps)
+    cli_usage_error("demo gpt", "--save-step %ld is past --steps %ld", o->save_step, o->steps);
+  if (bench_mode && (o->save_dir || o->load_dir))
     cli_usage_error("demo gpt", "--bench does not save or load checkpoints");
-  if (o.overlap) { /* the plain data-parallel optimizer's all-reduce only */
+  if (o->overlap) { /* the plain data-parallel optimizer's all-reduce only */
     if (bench_mode) cli_usage_error("demo gpt", "--overlap-grad-reduce goes with a training run, not --bench");
-    if (o.dp < 2) cli_usage_error("demo gpt", "--overlap-grad-reduce needs --dp 2 or more");
-    if (o.backend != TOOL_THREADS)
+    if (o->dp < 2) cli_usage_error("demo gpt", "--overlap-grad-reduce needs --dp 2 or more");
+    if (o->backend != TOOL_THREADS)
       cli_usage_error("demo gpt", "--overlap-grad-reduce needs --backend threads (whose non-blocking "
                       "calls progress without a wait)");
-    if (o.shard || o.zero)
+    if (o->shard || o->zero)
       cli_usage_error("demo gpt", "--overlap-grad-reduce overlaps the plain optimizer's all-reduce: "
                       "add --no-zero (ZeRO-1, --fsdp and --hsdp reduce their own way)");
-    if (o.sp && o.tp > 1)
+    if (o->sp && o->tp > 1)
       cli_usage_error("demo gpt", "--overlap-grad-reduce with tp > 1 needs --no-sp (sequence "
                       "parallelism sums the norms' gradients over tp after the backward)");
   }
-  openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
-  if (bench_mode) { /* a bigger model unless given, and only its speed */
-    if (!given['H']) o.hidden = 256;
-    if (!given['A']) o.heads = 8;
-    if (!given['L']) o.layers = 2;
-    if (!given['q']) o.seq = 128;
-    if (!given['s']) o.steps = 4;
-    if (!given['R']) o.recompute = GPT_RECOMPUTE_NONE; /* the cheapest; it fits */
-    if (o.heads % 2 || o.hidden % o.heads || o.seq % 2)
-      cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
-    corpus text;
-    if (load_text(&o, &text)) return 2;
-    int status = bench(&o, &text);
-    free(text.ids);
-    return status;
+}
+
+/* --bench: a bigger model unless given, and only its speed */
+static int run_bench(gpt_opts *o, const int *given) {
+  if (!given['H']) o->hidden = 256;
+  if (!given['A']) o->heads = 8;
+  if (!given['L']) o->layers = 2;
+  if (!given['q']) o->seq = 128;
+  if (!given['s']) o->steps = 4;
+  if (!given['R']) o->recompute = GPT_RECOMPUTE_NONE; /* the cheapest; it fits */
+  if (o->heads % 2 || o->hidden % o->heads || o->seq % 2)
+    cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
+  corpus text;
+  if (load_text(o, &text)) return 2;
+  int status = demo_gpt_bench(o, &text);
+  free(text.ids);
+  return status;
+}
+
+/* The run's report: what ran, its speed and bubble, and the check of its
+ * parameters (the losses are cli_loss_check_from's). */
+static void report(const gpt_opts *o, const gpt_run *run, const corpus *text, mpu_schedule_kind kind,
+                   long world, double bubble, double analytic, double tps, double ptol,
+                   int params_ok) {
+  char phrase[48], phrase2[64];
+  if (o->format == CLI_JSON) {
+    printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"vp\": %ld, \"ranks\": %ld, "
+           "\"sequence_parallel\": %s, \"zero1\": %s, \"data_parallel\": \"%s\", \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
+           "\"bubble\": %.6g, \"analytic_bubble\": %.6g, \"param_max_difference\": %.6g, "
+           "\"param_tolerance\": %.6g, \"params_pass\": %s, \"recompute\": \"%s\", "
+           "\"recompute_layers\": %ld, \"activation_bytes_per_micro_batch\": {\"full\": %.0f, "
+           "\"selective\": %.0f, \"none\": %.0f},\n ",
+           o->tp, o->pp, o->dp, o->vp, world, o->sp && o->tp > 1 ? "true" : "false",
+           o->zero && o->dp > 1 && !o->shard ? "true" : "false", data_parallel_name(o),
+           mpu_schedule_name(kind), tps, bubble, analytic,
+           run->param_diff, ptol, params_ok ? "true" : "false", gpt_recompute_name(o->recompute),
+           o->recompute_layers, run->saved[0], run->saved[1], run->saved[2]);
+  } else {
+    /* Megatron's words, in plain ones, before they are used */
+    printf("# tp, tensor parallel: each layer's weight matrices are split over tp ranks that "
+           "compute the layer together\n"
+           "# pp, pipeline parallel: the layers are cut into pp stages on different ranks; "
+           "micro-batches flow through them in turn\n"
+           "# vp, virtual pipeline: each stage holds vp separate chunks of layers (the interleaved "
+           "schedule), so the pipeline fills sooner\n"
+           "# dp, data parallel: dp copies of the model each take their own micro-batches and "
+           "average their gradients (ZeRO-1: each copy keeps only its share of the optimizer "
+           "state)\n"
+           "# pipeline bubble: the share of a step that stages sit idle while the pipeline fills "
+           "and drains, (pp-1)/(vp m) for m micro-batches\n");
+    printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
+           "%ld heads, %ld tokens per micro-batch, %ld micro-batch%s per replica, vocabulary %d "
+           "(padded %d), dropout %g, AdamW lr %g, %s\n",
+           tool_ranks_phrase(o->backend, world, phrase, sizeof phrase), o->tp,
+           o->sp && o->tp > 1 ? " with sequence parallelism" : "", o->pp, o->vp,
+           mpu_schedule_name(kind), o->dp, data_parallel_name(o), o->layers,
+           o->hidden, o->heads, o->seq, o->micro, o->micro == 1 ? "" : "es", text->vocab,
+           text->vocab_padded, o->dropout, o->lr, gpt_recompute_phrase(o->recompute, o->recompute_layers, phrase2, sizeof phrase2));
+    if (o->backend == TOOL_NCCL)
+      printf("# nccl: pipeline sends/receives and the loss's all-reduce on device buffers (NCCL); "
+             "the layers and optimizer run on the CPU over the groups' host twins, and the "
+             "pipeline stages activations host<->device\n");
+    gpt_recompute_print(run->saved, o->recompute);
+    printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
+           "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",
+           tps, o->steps - run->start, (long)(o->dp * o->micro * o->seq), run->seconds, bubble, analytic);
+    printf("check: the parameters at the end agree with one rank's to %.2e (largest difference "
+           "%.2e): %s\n", ptol, run->param_diff, params_ok ? "PASS" : "FAIL");
   }
+}
+
+int cmd_demo_gpt(int argc, char **argv) {
+  int bench_mode = 0, given[128] = {0};
+  long hsdp_shard = 1;
+  gpt_opts o;
+  if (parse(argc, argv, &o, &bench_mode, given, &hsdp_shard)) return 0;
+  check(&o, given, hsdp_shard, bench_mode);
+  openblas_set_num_threads(1); /* a rank is a core: its BLAS stays on it */
+  if (bench_mode) return run_bench(&o, given);
   long world = o.tp * o.pp * o.dp;
   if (world > 64) cli_usage_error("demo gpt", "tp x pp x dp = %ld ranks (at most 64)", world);
   if (o.layers > 256) cli_usage_error("demo gpt", "--layers %ld (at most 256)", o.layers);
@@ -913,7 +460,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   gpt_run run1 = {.o = &one, .text = &text, .dp = 1, .kind = MPU_SCHEDULE_NO_PIPELINING, .loss = ref,
                   .keep = kept};
   one.micro = o.micro * o.dp;
-  r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, gpt_rank, &run1, NULL, NULL);
+  r = mpu_with_state(1, &cfg1, (uint64_t)o.seed, demo_gpt_rank, &run1, NULL, NULL);
   /* the parallel run */
   mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
   cfg.tp = (int)o.tp, cfg.pp = (int)o.pp;
@@ -922,7 +469,7 @@ int cmd_demo_gpt(int argc, char **argv) {
                  .nref = run1.nkeep, .checkpoints = 1};
   int printer = 0;
   if (!r) r = tool_run(o.backend == TOOL_NCCL ? TOOL_THREADS : o.backend, (int)world, &cfg,
-                       (uint64_t)o.seed, gpt_rank, &run, &printer);
+                       (uint64_t)o.seed, demo_gpt_rank, &run, &printer);
   cli_progress_done();
   for (int i = 0; i < run1.nkeep; i++) free(kept[i].data);
   free(kept), free(text.ids);
@@ -938,51 +485,7 @@ int cmd_demo_gpt(int argc, char **argv) {
   double tokens = (double)(o.steps - run.start) * o.dp * o.micro * o.seq, tps = tokens / run.seconds;
   double ptol = 1e-3 * fmax(run.param_scale, 1.0);
   int params_ok = run.param_diff <= ptol;
-  char phrase[48], phrase2[64];
-  if (o.format == CLI_JSON) {
-    printf("{\"tp\": %ld, \"pp\": %ld, \"dp\": %ld, \"vp\": %ld, \"ranks\": %ld, "
-           "\"sequence_parallel\": %s, \"zero1\": %s, \"data_parallel\": \"%s\", \"schedule\": \"%s\", \"tokens_per_s\": %.6g, "
-           "\"bubble\": %.6g, \"analytic_bubble\": %.6g, \"param_max_difference\": %.6g, "
-           "\"param_tolerance\": %.6g, \"params_pass\": %s, \"recompute\": \"%s\", "
-           "\"recompute_layers\": %ld, \"activation_bytes_per_micro_batch\": {\"full\": %.0f, "
-           "\"selective\": %.0f, \"none\": %.0f},\n ",
-           o.tp, o.pp, o.dp, o.vp, world, o.sp && o.tp > 1 ? "true" : "false",
-           o.zero && o.dp > 1 && !o.shard ? "true" : "false", data_parallel_name(&o),
-           mpu_schedule_name(kind), tps, bubble, analytic,
-           run.param_diff, ptol, params_ok ? "true" : "false", gpt_recompute_name(o.recompute),
-           o.recompute_layers, run.saved[0], run.saved[1], run.saved[2]);
-  } else {
-    /* Megatron's words, in plain ones, before they are used */
-    printf("# tp, tensor parallel: each layer's weight matrices are split over tp ranks that "
-           "compute the layer together\n"
-           "# pp, pipeline parallel: the layers are cut into pp stages on different ranks; "
-           "micro-batches flow through them in turn\n"
-           "# vp, virtual pipeline: each stage holds vp separate chunks of layers (the interleaved "
-           "schedule), so the pipeline fills sooner\n"
-           "# dp, data parallel: dp copies of the model each take their own micro-batches and "
-           "average their gradients (ZeRO-1: each copy keeps only its share of the optimizer "
-           "state)\n"
-           "# pipeline bubble: the share of a step that stages sit idle while the pipeline fills "
-           "and drains, (pp-1)/(vp m) for m micro-batches\n");
-    printf("# %s: tp %ld%s x pp %ld (vp %ld, %s) x dp %ld (%s); GPT of %ld blocks, hidden %ld, "
-           "%ld heads, %ld tokens per micro-batch, %ld micro-batch%s per replica, vocabulary %d "
-           "(padded %d), dropout %g, AdamW lr %g, %s\n",
-           tool_ranks_phrase(o.backend, world, phrase, sizeof phrase), o.tp,
-           o.sp && o.tp > 1 ? " with sequence parallelism" : "", o.pp, o.vp,
-           mpu_schedule_name(kind), o.dp, data_parallel_name(&o), o.layers,
-           o.hidden, o.heads, o.seq, o.micro, o.micro == 1 ? "" : "es", text.vocab,
-           text.vocab_padded, o.dropout, o.lr, gpt_recompute_phrase(o.recompute, o.recompute_layers, phrase2, sizeof phrase2));
-    if (o.backend == TOOL_NCCL)
-      printf("# nccl: pipeline sends/receives and the loss's all-reduce on device buffers (NCCL); "
-             "the layers and optimizer run on the CPU over the groups' host twins, and the "
-             "pipeline stages activations host<->device\n");
-    gpt_recompute_print(run.saved, o.recompute);
-    printf("speed: %.0f tokens/s (%ld steps of %ld tokens in %.2f s); pipeline bubble %.3f of the "
-           "ideal time (simulated, backward = 2 forwards), analytic (pp-1)/(vp m) = %.3f\n",
-           tps, o.steps - run.start, (long)(o.dp * o.micro * o.seq), run.seconds, bubble, analytic);
-    printf("check: the parameters at the end agree with one rank's to %.2e (largest difference "
-           "%.2e): %s\n", ptol, run.param_diff, params_ok ? "PASS" : "FAIL");
-  }
+  report(&o, &run, &text, kind, world, bubble, analytic, tps, ptol, params_ok);
   if (o.overlap) print_overlap(&o, &run, world);
   int pass = cli_loss_check_from(o.format, "losses", "loss", loss, ref, run.start, o.steps, 1e-4) &&
              params_ok;

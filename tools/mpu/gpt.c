@@ -270,7 +270,7 @@ void gpt_chunk_free(gpt_chunk *c) {
  * Megatron's choices (--recompute-granularity, --recompute-num-layers):
  *   full, every block   the chunk keeps only its input; the caller runs the
  *                       whole chunk forward again before its backward
- *                       (mpu_checkpoint), so one working set serves every
+ *                       (mpu_recompute), so one working set serves every
  *                       micro-batch in flight;
  *   full, first N       those blocks keep their input and run their forward
  *                       again in the backward; the others keep everything;

@@ -18,7 +18,7 @@
  * global token and head), so every layout drops what one rank drops and the
  * run can be checked against one rank, and a forward run again drops the
  * same. Activation recompute is Megatron's: full (the whole chunk from its
- * input, through mpu_checkpoint, or its first N blocks), selective (the
+ * input, through mpu_recompute, or its first N blocks), selective (the
  * attention core) or none; a chunk that keeps activations keeps a frame of
  * them per micro-batch in flight.
  */

@@ -107,7 +107,7 @@ mpu_result_t gpt_ckpt_load(const char *dir, mpu_state *s, const gpt_ctx *ctx, gp
   if (open) { /* still take part in the agreement (as a rank without a checkpoint), then fail */
     char why[1024];
     snprintf(why, sizeof why, "%s", mpu_last_error());
-    mpu_ckpt_close(ck);
+    mpu_ckpt_free(ck);
     ck = NULL;
     mpu_ckpt_load(NULL, mpu_state_world(s), &set);
     r = mpu_fail(open, "%s", why);
@@ -128,7 +128,7 @@ mpu_result_t gpt_ckpt_load(const char *dir, mpu_state *s, const gpt_ctx *ctx, gp
       r = mpu_fail(MPU_ERR_INVALID_ARGUMENT, "checkpoint %s: no %s stream", dir, MPU_DATA_PARALLEL_RNG);
     *step = (long)set.step;
   }
-  mpu_ckpt_close(ck);
+  mpu_ckpt_free(ck);
   mpu_ckpt_set_free(&set);
   return r;
 }

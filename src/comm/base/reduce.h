@@ -23,7 +23,7 @@ MPU_SIBLING_API void mpu__reduce(void *dst, const void *const *srcs, int n, size
 /* The same, writing the result to each of dsts[0..ndst-1] (every destination
  * gets the same bits), with streaming stores when `stream` is set (see
  * copy.h). A destination may be one of the sources, element for element. */
-MPU_SIBLING_API void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n, size_t count,
+void mpu__reduce_to(void *const *dsts, int ndst, const void *const *srcs, int n, size_t count,
                     mpu_dtype dtype, mpu_op op, int divisor, int stream);
 
 /* First element of chunk k when count elements are cut into n near-equal

@@ -56,7 +56,7 @@ typedef struct mpu__call {
   (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)root, (void)peer
 
 /* "all_reduce(count=8, float32, op=sum)" */
-MPU_SIBLING_API void mpu__sig_describe(const mpu__sig *s, char *buf, size_t len);
+void mpu__sig_describe(const mpu__sig *s, char *buf, size_t len);
 
 /* How much of a signature must agree across ranks. */
 typedef enum mpu__check_level {
