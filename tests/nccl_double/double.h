@@ -60,6 +60,9 @@
  *     managed or registered memory faults, and the fault is sticky;
  *   - reductions follow NCCL's kernels (fminf/fmaxf, integer avg in the
  *     element type, pre-multiplied float avg, 16-bit rounding per step),
+ *     with ncclRedOpCreatePreMulSum's user ops (a table per communicator,
+ *     the op's state copied at enqueue) and, at one rank, the blocks of
+ *     the oneRankReduce kernel (before NCCL 2.29.7 an odd tail unwritten),
  *     folded in rank order (NCCL's own order is a ring or tree; tests of the
  *     backend use exactly representable values).
  *   - the NCCL version, the driver's allocation ranges, the stream-ordered
