@@ -124,7 +124,7 @@ static mpu_result_t rank_fn(mpu_comm *world, void *arg) {
                 mpu_dtype_name(c->dtype), (long long)c->shape[0], (long long)c->shape[1],
                 (long long)c->mshape[0], c->mdim > 1 ? ", ..." : "", pa, pb, i, nout * es, got[i],
                 want[i]);
-      c->pairs += me == 0;
+      if (me == 0) c->pairs++;
     }
 out:
   if (din) mpu_comm_mem_free(nc, din);
