@@ -6,7 +6,7 @@
 # PyTorch's libnccl.so.2. Carry the folder there with the repository and run
 # scripts/gpu-test.sh.
 #
-#   gpu-kit/bin    mpu, gpu_checks, test_conformance_gpu, gpu_regions,
+#   gpu-kit/bin    mpu, gpu_checks, gpu_device_paths, test_conformance_gpu, gpu_regions,
 #                  example_gpu_tp_dp, store_peer; all_reduce_perf from
 #                  nccl-tests' source when a copy is here (NCCL_TESTS_SRC: a
 #                  checkout, or a bare git dir such as the one the `fetch`
@@ -41,7 +41,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" -DCUDAToolkit
   { cat "$build/configure.log"; exit 1; }
 grep -q "NCCL backend on" "$build/configure.log" ||
   { echo "gpu-prepare: CUDA/NCCL not found:"; grep "NCCL backend" "$build/configure.log"; exit 1; }
-programs=(mpu_tool gpu_checks test_conformance_gpu gpu_regions example_gpu_tp_dp store_peer mpu_nccl)
+programs=(mpu_tool gpu_checks gpu_device_paths test_conformance_gpu gpu_regions example_gpu_tp_dp store_peer mpu_nccl)
 targets=()
 for t in "${programs[@]}"; do targets+=(--target "$t"); done
 cmake --build "$build" -j"$jobs" "${targets[@]}" >"$build/build.log" 2>&1 ||
@@ -49,7 +49,7 @@ cmake --build "$build" -j"$jobs" "${targets[@]}" >"$build/build.log" 2>&1 ||
 
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib" "$kit/share"
-cp "$build"/bin/{mpu,gpu_checks,test_conformance_gpu,gpu_regions,example_gpu_tp_dp,store_peer} "$kit/bin/"
+cp "$build"/bin/{mpu,gpu_checks,gpu_device_paths,test_conformance_gpu,gpu_regions,example_gpu_tp_dp,store_peer} "$kit/bin/"
 for l in libmpu.so.0 libmpu_layers.so.0 libmpu_nccl.so.0; do cp -L "$build/lib/$l" "$kit/lib/$l"; done
 cp tests/test_store_torch.py "$kit/share/"
 

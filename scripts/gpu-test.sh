@@ -11,6 +11,9 @@
 #      capture of an mpu call
 #   1b. the creation deadline: rank 0 of 2 under torchrun's variables while
 #      the other joins the store and never calls NCCL
+#   1c. gpu_device_paths: NCCL's one-rank pre-multiplying sum in mpu's pieces
+#      (redistribute's device scaling), mpu_redistribute on cudaMalloc buffers,
+#      mpu_pipeline_run_tensors with bfloat16/int8/float64 boundaries
 #   2. the conformance suite on the NCCL backend (thread ranks, managed memory)
 #   3. the region walkthrough on device tensors (tp = the GPUs)
 #   4. docs/gpu.md's tp x dp program (thread ranks; under mpirun if the kit
@@ -107,6 +110,7 @@ step "creation deadline, a silent second rank" 40 bash -c \
   'export MASTER_ADDR=127.0.0.1 MASTER_PORT=$1 WORLD_SIZE=2
    RANK=1 LOCAL_RANK=1 "$0/store_peer" silent 15 & RANK=0 LOCAL_RANK=0 "$0/gpu_checks" deadline; rc=$?; wait; exit $rc' \
   "$kit/bin" "$port"
+step "device paths (scale, dtensor, pipeline)" 60 "$kit/bin/gpu_device_paths"
 step "conformance on NCCL ($gpus GPU(s))" 150 "$kit/bin/test_conformance_gpu"
 step "regions on device tensors (tp $tp)" 60 "$kit/bin/gpu_regions" "$tp"
 step "tp x dp program, $gpus thread rank(s)" 60 "$kit/bin/example_gpu_tp_dp" --tp "$tp" --threads "$gpus"

@@ -3,9 +3,9 @@
  * with the NCCL/CUDA test double (libmpu_nccl_double): 1, 2, 4 and 8 thread
  * ranks, each with its own "GPU", an NCCL communicator made over the threads
  * world (its host twin). The cases' buffers are CUDA managed memory, as on a
- * GPU; the two cases of argument checks that pass stack buffers run with the
- * double's "pointers" switch (stack memory taken as device memory), those that need what NCCL does not
- * have are skipped and say so. Then NCCL's own reduction rules, where they
+ * GPU, with the double's pointer checks on in every case (its device memory
+ * faults the host, stack memory faults its kernels); those that need what
+ * NCCL does not have are skipped and say so. Then NCCL's own reduction rules, where they
  * differ from mpu's (docs/gpu.md): NaN in min/max, integer avg, float avg.
  */
 #include <setjmp.h>
@@ -44,8 +44,6 @@ static void run_case(void **state) {
   const conf_case *c = *state;
   static conf_suite suite;
   if (c->needs & (CONF_NEEDS_EXACT | CONF_NEEDS_P2P_MATCH | CONF_NEEDS_EAGER_SEND)) skip();
-  /* stack buffers: the forgiving double takes them as device memory */
-  assert_int_equal(double_forgive("pointers", (c->needs & CONF_NEEDS_HOST_MEMORY) != 0), 0);
   for (size_t i = 0; i < sizeof rank_counts / sizeof *rank_counts; i++) {
     int n = rank_counts[i];
     mpu_launch_options opt = MPU_LAUNCH_OPTIONS_INIT;
@@ -59,7 +57,6 @@ static void run_case(void **state) {
       fail_msg("%s with %d NCCL ranks: %s: %s", c->name, n, mpu_result_name(r), mpu_last_error());
     }
   }
-  double_forgive("pointers", 0);
 }
 
 /* ---- NCCL's reduction rules (src/device/reduce_kernel.h), on the faithful

@@ -11,6 +11,10 @@
  * same inputs and accumulates its micro-batches in the same order, so the
  * floats are bitwise equal.
  *
+ * Then boundaries of any dtype and odd shape (bf16, fp16, int8/32/64, ...,
+ * one per boundary or one for all): every stage receives, bit for bit and
+ * in its own view, what the stage before sent.
+ *
  * Built with MPU_TEST_NCCL the pipeline runs over NCCL communicators on the
  * test double: the callbacks get device buffers and copy them to and from
  * the host with mpu_comm_copy2d, as a CUDA trainer's kernels would read them.
@@ -256,6 +260,202 @@ static void test_bad_input(void **state) {
   assert_int_equal(mpu_launch(2, bad_rank, NULL, NULL, NULL), MPU_SUCCESS);
 }
 
+/* ---- any dtype and shape: each boundary's bytes arrive as they were sent ---------------- */
+
+enum { MAXB = 8, MAXBYTES = 4096 };
+
+/* boundary b's dtypes and odd shapes (by b, wrapping) */
+static const mpu_dtype bkinds[MAXB] = {MPU_BFLOAT16, MPU_FLOAT16, MPU_INT32, MPU_INT8,
+                                       MPU_FLOAT64,  MPU_UINT8,   MPU_INT64, MPU_FLOAT32};
+static const int bndims[MAXB] = {3, 2, 1, 3, 2, 1, 3, 2};
+static const int64_t bshapes[MAXB][3] = {{3, 5, 7}, {13, 1}, {9}, {5, 1, 3},
+                                         {11, 3},   {17},    {2, 2, 5}, {7, 3}};
+
+typedef struct tmodel {
+  mpu_comm *dev; /* NCCL: the buffers are device memory, reached by copies */
+  int pp, rank, V, uniform, calls;
+  char why[256];
+} tmodel;
+
+/* the bytes of boundary b for micro-batch mb, activations (g 0) or gradients (g 1) */
+static void pattern(int mb, int b, int g, unsigned char *out, size_t n) {
+  for (size_t j = 0; j < n; j++) out[j] = (unsigned char)(mb * 31 + b * 17 + (int)j * 7 + g * 101);
+}
+
+static int view_is(const tmodel *m, const mpu_tensor *t, int b) {
+  int k = m->uniform ? 0 : b % MAXB;
+  if (!t || t->dtype != bkinds[k] || t->ndim != bndims[k] || !t->data) return 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->shape[d] != bshapes[k][d]) return 0;
+  return 1;
+}
+
+#define TFAIL(...) (snprintf(m->why, sizeof m->why, __VA_ARGS__), MPU_ERR_INTERNAL)
+
+static mpu_result_t t_copy(const tmodel *m, void *dst, const void *src, size_t n) {
+  if (!m->dev) return memcpy(dst, src, n), MPU_SUCCESS;
+  return mpu_comm_copy2d(m->dev, dst, n, src, n, n, 1);
+}
+
+/* the received boundary b holds the pattern (g) of micro-batch mb */
+static mpu_result_t t_check(tmodel *m, const mpu_tensor *t, int mb, int b, int g) {
+  unsigned char got[MAXBYTES], want[MAXBYTES];
+  size_t n = mpu_tensor_nbytes(t);
+  if (!view_is(m, t, b) || n > MAXBYTES) return TFAIL("boundary %d: a view of another shape", b);
+  MPU_CHECK_R(t_copy(m, got, t->data, n));
+  pattern(mb, b, g, want, n);
+  if (memcmp(got, want, n)) return TFAIL("boundary %d, micro-batch %d: other bytes arrived", b, mb);
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t t_fill(tmodel *m, const mpu_tensor *t, int mb, int b, int g) {
+  unsigned char bytes[MAXBYTES];
+  size_t n = mpu_tensor_nbytes(t);
+  if (!view_is(m, t, b) || n > MAXBYTES) return TFAIL("boundary %d: a view of another shape", b);
+  pattern(mb, b, g, bytes, n);
+  return t_copy(m, t->data, bytes, n);
+}
+
+static mpu_result_t t_fwd(void *user, int mb, int chunk, const mpu_tensor *in, const mpu_tensor *out) {
+  tmodel *m = user;
+  int v = chunk * m->pp + m->rank;
+  m->calls++;
+  if ((v == 0) != !in || (v == m->V - 1) != !out) return TFAIL("stage %d: NULL views misplaced", v);
+  if (in) MPU_CHECK_R(t_check(m, in, mb, v - 1, 0));
+  return out ? t_fill(m, out, mb, v, 0) : MPU_SUCCESS;
+}
+
+static mpu_result_t t_bwd(void *user, int mb, int chunk, const mpu_tensor *gout, const mpu_tensor *gin) {
+  tmodel *m = user;
+  int v = chunk * m->pp + m->rank;
+  m->calls++;
+  if ((v == 0) != !gin || (v == m->V - 1) != !gout) return TFAIL("stage %d: NULL views misplaced", v);
+  if (gout) MPU_CHECK_R(t_check(m, gout, mb, v, 1));
+  return gin ? t_fill(m, gin, mb, v - 1, 1) : MPU_SUCCESS;
+}
+
+typedef struct trun {
+  mpu_schedule_config cfg;
+  int uniform; /* one shape for every boundary (bkinds[0], bshapes[0]) */
+  char why[8][320];
+} trun;
+
+static mpu_result_t tensor_rank(mpu_comm *world, void *arg) {
+  trun *a = arg;
+  tmodel mm, *m = &mm;
+  memset(m, 0, sizeof *m);
+  mpu_comm_rank(world, &m->rank);
+  m->pp = a->cfg.pp, m->V = a->cfg.pp * a->cfg.vp, m->uniform = a->uniform;
+  mpu_comm *group = world;
+#ifdef MPU_TEST_NCCL
+  MPU_CHECK_R(mpu_comm_nccl_create(world, NULL, &m->dev));
+  group = m->dev;
+#endif
+  mpu_tensor b[MAXV];
+  memset(b, 0, sizeof b);
+  mpu_pipeline_config pc = MPU_PIPELINE_CONFIG_INIT;
+  if (a->uniform) {
+    pc.dtype = bkinds[0], pc.ndim = bndims[0];
+    memcpy(pc.shape, bshapes[0], sizeof bshapes[0]);
+  } else {
+    for (int k = 0; k < m->V - 1; k++) {
+      b[k].dtype = bkinds[k % MAXB], b[k].ndim = bndims[k % MAXB];
+      memcpy(b[k].shape, bshapes[k % MAXB], sizeof bshapes[0]);
+    }
+    pc.nboundaries = m->V - 1, pc.boundaries = b;
+  }
+  mpu_pipeline *p = NULL;
+  mpu_pipeline_tensor_callbacks cb = {t_fwd, t_bwd, m};
+  mpu_result_t r = mpu_pipeline_create_ex(group, &pc, &p);
+  if (!r) r = mpu_pipeline_run_tensors(p, &a->cfg, &cb, NULL);
+  if (!r && m->calls != 2 * a->cfg.microbatches * a->cfg.vp)
+    r = TFAIL("%d callbacks ran", m->calls);
+  if (r && m->why[0]) snprintf(a->why[m->rank], sizeof a->why[m->rank], "rank %d: %s", m->rank, m->why);
+  mpu_pipeline_free(p);
+  mpu_comm_destroy(m->dev);
+  return r;
+}
+
+static void check_tensors(mpu_schedule_kind kind, int pp, int vp, int M, int uniform) {
+  trun a;
+  memset(&a, 0, sizeof a);
+  mpu_schedule_config c = MPU_SCHEDULE_CONFIG_INIT;
+  c.kind = kind, c.pp = pp, c.vp = vp, c.microbatches = M;
+  a.cfg = c, a.uniform = uniform;
+  mpu_result_t r = mpu_launch(pp, tensor_rank, &a, NULL, NULL);
+  for (int k = 0; k < pp; k++)
+    if (a.why[k][0]) print_error("%s\n", a.why[k]);
+  if (r) fail_msg("%s pp %d vp %d m %d: %s", mpu_schedule_name(kind), pp, vp, M, mpu_last_error());
+}
+
+/* bf16, fp16, int8/32/64, uint8, float64 and float32 boundaries of odd shapes,
+ * one per boundary or one for all, under 1F1B and the interleaved schedule */
+static void test_tensor_boundaries(void **state) {
+  (void)state;
+  check_tensors(MPU_SCHEDULE_1F1B, 4, 1, 5, 0);
+  check_tensors(MPU_SCHEDULE_1F1B, 2, 1, 3, 1);
+  check_tensors(MPU_SCHEDULE_INTERLEAVED, 2, 4, 4, 0);
+  check_tensors(MPU_SCHEDULE_INTERLEAVED, 4, 2, 8, 0);
+  check_tensors(MPU_SCHEDULE_NO_PIPELINING, 1, 1, 3, 1);
+}
+
+static mpu_result_t tensor_bad_rank(mpu_comm *world, void *arg) {
+  (void)arg;
+  mpu_comm *group = world, *dev = NULL;
+#ifdef MPU_TEST_NCCL
+  MPU_CHECK_R(mpu_comm_nccl_create(world, NULL, &dev));
+  group = dev;
+#endif
+  mpu_result_t r = MPU_SUCCESS;
+  mpu_pipeline *p = NULL;
+  mpu_pipeline_config pc = MPU_PIPELINE_CONFIG_INIT;
+  mpu_tensor b[3];
+  memset(b, 0, sizeof b);
+  const char *what = NULL;
+  /* no shape, a dim of 0, a dim past 2^34, a struct of another size, boundaries at NULL */
+  if (mpu_pipeline_create_ex(group, &pc, &p) != MPU_ERR_INVALID_ARGUMENT) what = "no dims";
+  pc.ndim = 2, pc.shape[0] = 3, pc.shape[1] = 0;
+  if (!what && mpu_pipeline_create_ex(group, &pc, &p) != MPU_ERR_INVALID_ARGUMENT) what = "a dim of 0";
+  pc.shape[1] = (int64_t)1 << 40;
+  if (!what && mpu_pipeline_create_ex(group, &pc, &p) != MPU_ERR_INVALID_ARGUMENT) what = "2^42 elements";
+  pc.shape[1] = 4, pc.size = 8;
+  if (!what && mpu_pipeline_create_ex(group, &pc, &p) != MPU_ERR_INVALID_ARGUMENT) what = "size 8";
+  pc.size = sizeof pc, pc.nboundaries = 3;
+  if (!what && mpu_pipeline_create_ex(group, &pc, &p) != MPU_ERR_INVALID_ARGUMENT) what = "NULL boundaries";
+  pc.boundaries = b; /* b[0..2] of no dims */
+  if (!what && mpu_pipeline_create_ex(group, &pc, &p) != MPU_ERR_INVALID_ARGUMENT) what = "empty boundaries";
+  if (what) r = mpu_fail(MPU_ERR_INTERNAL, "mpu_pipeline_create_ex took %s", what);
+  /* three bf16 boundaries: not for the float callbacks, nor for a schedule of one boundary */
+  for (int k = 0; k < 3; k++) b[k].dtype = MPU_BFLOAT16, b[k].ndim = 1, b[k].shape[0] = 5 + k;
+  if (!r) r = mpu_pipeline_create_ex(group, &pc, &p);
+  mpu_schedule_config c = MPU_SCHEDULE_CONFIG_INIT;
+  c.pp = 2;
+  model fm;
+  memset(&fm, 0, sizeof fm);
+  mpu_pipeline_callbacks fcb = {fwd, bwd, &fm};
+  tmodel tm;
+  memset(&tm, 0, sizeof tm);
+  mpu_pipeline_tensor_callbacks tcb = {t_fwd, t_bwd, &tm};
+  if (!r && (mpu_pipeline_run(p, &c, &fcb, NULL) != MPU_ERR_INVALID_ARGUMENT ||
+             !strstr(mpu_last_error(), "boundary 0 carries bfloat16")))
+    r = mpu_fail(MPU_ERR_INTERNAL, "float callbacks ran bfloat16 boundaries (%s)", mpu_last_error());
+  if (!r && (mpu_pipeline_run_tensors(p, &c, &tcb, NULL) != MPU_ERR_INVALID_ARGUMENT ||
+             !strstr(mpu_last_error(), "describes 3 boundaries, the schedule has 1")))
+    r = mpu_fail(MPU_ERR_INTERNAL, "3 boundaries ran a schedule of 1 (%s)", mpu_last_error());
+  mpu_pipeline_tensor_callbacks none = {NULL, NULL, NULL};
+  if (!r && mpu_pipeline_run_tensors(p, &c, &none, NULL) != MPU_ERR_INVALID_ARGUMENT)
+    r = mpu_fail(MPU_ERR_INTERNAL, "no tensor callbacks taken");
+  if (!r && (fm.forwards || tm.calls)) r = mpu_fail(MPU_ERR_INTERNAL, "a refused run called back");
+  mpu_pipeline_free(p);
+  mpu_comm_destroy(dev);
+  return r;
+}
+
+static void test_tensor_bad_input(void **state) {
+  (void)state;
+  if (mpu_launch(2, tensor_bad_rank, NULL, NULL, NULL)) fail_msg("%s", mpu_last_error());
+}
+
 /* the communication clock counts each communicating call once, per thread */
 static mpu_result_t clocked(mpu_comm *world, void *arg) {
   (void)arg;
@@ -289,6 +489,8 @@ int main(void) {
       cmocka_unit_test(test_1f1b),
       cmocka_unit_test(test_interleaved),
       cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_tensor_boundaries),
+      cmocka_unit_test(test_tensor_bad_input),
       cmocka_unit_test(test_comm_clock),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

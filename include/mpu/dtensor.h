@@ -136,6 +136,13 @@ MPU_API mpu_result_t mpu_dtensor_local_numel(const mpu_mesh *mesh, int rank,
  * placed as dst (same global shape; out holds mpu_dtensor_local_numel of
  * dst elements of the dtype; in and out may not overlap). Collective over the mesh: every rank of
  * dm calls it with the same specs.
+ * On a device mesh over NCCL communicators in and out are device memory
+ * (mpu_comm_mem_alloc), which the host never touches: the steps are NCCL's
+ * collectives, box copies cudaMemcpy2DAsync, and scaling NCCL's
+ * pre-multiplying sum on the device, x * scalar with scalar n or 1 / n
+ * rounded to the dtype (exact where n is a power of two; docs/gpu.md).
+ * There a -0.0 moved by Shard -> Partial(sum) stays -0.0, and each step
+ * waits on the host.
  */
 MPU_API mpu_result_t mpu_redistribute(mpu_device_mesh *dm, const mpu_dtensor_spec *src,
                                       const void *in, const mpu_dtensor_spec *dst, void *out);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "mpu/comm.h"
+#include "mpu/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -108,7 +109,9 @@ MPU_API mpu_result_t mpu_schedule_timeline(const mpu_schedule_config *cfg, doubl
  *             virtual stage 0), and accumulate the parameters' gradients
  * The callbacks keep what backward needs per (micro-batch, chunk); a
  * micro-batch's backward on a chunk comes after its forward, and each
- * chunk's backwards come in micro-batch order.
+ * chunk's backwards come in micro-batch order. These take float32 buffers
+ * of the pipeline's count (mpu_pipeline_create); mpu_pipeline_tensor_callbacks
+ * take any dtype and shape.
  */
 typedef struct mpu_pipeline_callbacks {
   mpu_result_t (*forward)(void *user, int microbatch, int chunk, const float *input,
@@ -118,28 +121,74 @@ typedef struct mpu_pipeline_callbacks {
   void *user;
 } mpu_pipeline_callbacks;
 
+/*
+ * The same, with views: each tensor's data is the pipeline's buffer, its
+ * dtype and shape those of the boundary it crosses (mpu_pipeline_config).
+ * Virtual stage v reads boundary v - 1 (input, grad_input's shape) and writes
+ * boundary v (output, grad_output's shape). input and grad_input are NULL on
+ * virtual stage 0, output and grad_output NULL on the last. The callback
+ * fills output's (grad_input's) data and must not change the view itself.
+ */
+typedef struct mpu_pipeline_tensor_callbacks {
+  mpu_result_t (*forward)(void *user, int microbatch, int chunk, const mpu_tensor *input,
+                          const mpu_tensor *output);
+  mpu_result_t (*backward)(void *user, int microbatch, int chunk, const mpu_tensor *grad_output,
+                           const mpu_tensor *grad_input);
+  void *user;
+} mpu_pipeline_tensor_callbacks;
+
+/*
+ * What crosses the boundaries between virtual stages (Megatron's
+ * tensor_shape and pipeline_dtype): one dtype and shape for every boundary
+ * (nboundaries 0), or one per boundary, boundaries[b] for virtual stage b to
+ * b + 1 (nboundaries = pp x vp - 1 of the schedule it runs; only each
+ * view's dtype, ndim and shape are read). Every boundary carries 1 to 2^34
+ * elements; activations and gradients of a boundary are alike.
+ */
+typedef struct mpu_pipeline_config {
+  size_t size;                        /* sizeof(mpu_pipeline_config), set by the initializer */
+  mpu_dtype dtype;                    /* every boundary's (nboundaries 0) */
+  int ndim;                           /* 1..MPU_TENSOR_MAX_DIMS */
+  int64_t shape[MPU_TENSOR_MAX_DIMS]; /* e.g. (seq_length, micro_batch_size, hidden_size) */
+  int nboundaries;                    /* 0, or the schedule's pp x vp - 1 (at most 4096) */
+  const mpu_tensor *boundaries;       /* [nboundaries], copied by mpu_pipeline_create_ex */
+} mpu_pipeline_config;
+
+#define MPU_PIPELINE_CONFIG_INIT {.size = sizeof(mpu_pipeline_config), .dtype = MPU_FLOAT32}
+
 typedef struct mpu_pipeline mpu_pipeline;
 
 /*
  * Collective over the pipeline group: a runner whose stages exchange
- * activations of `count` float32 elements (Megatron's tensor_shape), over
- * two communicators of the group's members (one for activations, one for
- * gradients, so each direction between two ranks carries one stream in
- * order). Any backend: a step's send and the next step's receive are one
- * group (mpu_group_start/end), so NCCL's sends, which complete only when the
- * peer receives, cannot wait on each other. The buffers are the group's
- * memory (mpu_comm_mem_alloc): on an NCCL group the callbacks' input, output,
- * grad_output and grad_input are device memory on the rank's GPU.
+ * activations and gradients as cfg describes, over two communicators of the
+ * group's members (one for activations, one for gradients, so each direction
+ * between two ranks carries one stream in order). Any backend: a step's
+ * send and the next step's receive are one group (mpu_group_start/end), so
+ * NCCL's sends, which complete only when the peer receives, cannot wait on
+ * each other. The buffers are the group's memory (mpu_comm_mem_alloc), as
+ * large as the largest boundary: on an NCCL group the callbacks' tensors
+ * are device memory on the rank's GPU, moved by ncclSend/ncclRecv of their
+ * own dtype on the group's stream.
+ * mpu_pipeline_create(g, count, out) is the float32 pipeline of `count`
+ * elements at every boundary (shape (count)).
  */
 MPU_API mpu_result_t mpu_pipeline_create(mpu_comm *pp_group, size_t count, mpu_pipeline **out);
+MPU_API mpu_result_t mpu_pipeline_create_ex(mpu_comm *pp_group, const mpu_pipeline_config *cfg,
+                                            mpu_pipeline **out);
 
 /*
  * Run cfg's schedule on this rank (cfg->pp must be the group's size): its
  * order (mpu_schedule_order), receiving before and sending after each step.
  * trace, if not NULL, gets a line per step ("stage 1: F 3.0 recv 0 send 2").
+ * mpu_pipeline_run takes float callbacks and a pipeline whose boundaries
+ * are all float32; mpu_pipeline_run_tensors any pipeline. A pipeline made
+ * with one entry per boundary runs schedules of that many boundaries only.
  */
 MPU_API mpu_result_t mpu_pipeline_run(mpu_pipeline *p, const mpu_schedule_config *cfg,
                                       const mpu_pipeline_callbacks *cb, FILE *trace);
+MPU_API mpu_result_t mpu_pipeline_run_tensors(mpu_pipeline *p, const mpu_schedule_config *cfg,
+                                              const mpu_pipeline_tensor_callbacks *cb,
+                                              FILE *trace);
 MPU_API void mpu_pipeline_free(mpu_pipeline *p);
 
 #ifdef __cplusplus

@@ -114,7 +114,7 @@ MPU_API int mpu_shard_span_box(int ndim, const mpu_shard_box *box, uint64_t lo, 
 /*
  * The one N-d box copy: the box of sizes box[ndim] at soff of src (a
  * row-major array of shape sshape) to doff of dst (shape dshape), elements
- * of es bytes, one memcpy per run along the last dim. Nothing if a size is
+ * of es bytes, one copy per plane of its last two dims. Nothing if a size is
  * 0. The caller keeps the boxes inside the arrays (DTensor's
  * redistribute copies its pieces with it).
  */

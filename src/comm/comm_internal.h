@@ -77,6 +77,11 @@ typedef struct mpu__comm_ops {
   mpu_result_t (*copy2d_enqueue)(mpu_comm *c, void *dst, size_t dpitch, const void *src,
                                  size_t spitch, size_t width, size_t height);
   mpu_result_t (*order_caller)(mpu_comm *c);
+  /* Optional, for device backends (NULL: host memory, scaled by the host):
+   * buf[0..count) of a float dtype times num / den in place (one of them 1),
+   * on this rank alone, the host waiting (mpu__comm_scale) */
+  mpu_result_t (*scale)(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int64_t num,
+                        int64_t den);
   void (*destroy)(mpu_comm *c); /* free impl; comm.c frees the base */
   /* optional: a communicator made from a description lists its members'
    * world ranks on first need */

@@ -61,6 +61,17 @@ int mpu__comm_ordered(mpu_comm *c, const void *out, size_t bytes);
  * (host backends: done) */
 mpu_result_t mpu__comm_copy2d_enqueue(mpu_comm *c, void *dst, size_t dpitch, const void *src,
                                       size_t spitch, size_t width, size_t height);
+/* buf[0..count) of a float dtype (float32/64, float16, bfloat16) times
+ * num / den in place, num or den 1, on this rank alone, in the memory c's
+ * calls take; the host waits for it. On the host: (x * num) / den, the
+ * 16-bit floats in float32 rounded once (what torch's CPU kernels give for
+ * `x * n` and `x / n`). On a device backend on the device, without a kernel
+ * of mpu's (NCCL: a pre-multiplying reduction of one rank, x * scalar in the
+ * dtype with scalar num, or 1 / den rounded to the dtype as NCCL's own
+ * ncclAvg rounds 1 / nRanks): the same bits for a multiplication and for a
+ * division by a power of two, within one rounding of them otherwise. */
+mpu_result_t mpu__comm_scale(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int64_t num,
+                             int64_t den);
 /* the caller's later work on the legacy default stream ordered after c's (host backends: nothing) */
 mpu_result_t mpu__comm_order_caller(mpu_comm *c);
 

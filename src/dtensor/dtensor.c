@@ -18,10 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/services.h"
 #include "core/chunk.h"
 #include "core/error.h"
 #include "mpu/dtensor.h"
+#include "mesh/mesh_internal.h"
 #include "mpu/shard.h"
+#include "shard/shard_internal.h"
 
 #define MAXD MPU_TENSOR_MAX_DIMS
 
@@ -35,6 +38,8 @@ typedef struct walk {
   mpu_placement dst[MPU_MESH_MAX_DIMS]; /* the destination's (redistribute only) */
   int64_t lshape[MAXD];  /* the local piece's shape under cur */
   unsigned char *data;   /* the local piece (NULL when dry) */
+  mpu_comm *mem;         /* device buffers: the mesh's communicator, in whose memory the
+                            pieces are and whose copies and scaling move them; NULL: host */
   mpu_dtype dtype;
   size_t es;             /* bytes per element */
   char *plan;            /* the plan's text, or NULL */
@@ -220,6 +225,51 @@ static mpu_result_t alloc_zero(unsigned char **p, size_t n, size_t es) {
             : mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_redistribute: %zu elements of %zu bytes", n, es);
 }
 
+/* The pieces' memory. On the host: calloc, memcpy, the host's own scaling.
+ * On device buffers (an NCCL mesh) the host never touches them: memory of
+ * the mesh's communicator, copies by the communicator (cudaMemcpy2DAsync,
+ * the host waiting), scaling on the device (mpu__comm_scale); each step's
+ * collective runs on its dim's communicator, the host waiting, so the next
+ * step, on another communicator's stream, finds the piece complete. */
+static mpu_result_t piece_alloc(walk *w, unsigned char **p, size_t n, int zero) {
+  if (!w->mem) return alloc_zero(p, n, w->es);
+  void *q = NULL;
+  MPU_CHECK(mpu_comm_mem_alloc(w->mem, (n ? n : 1) * w->es, &q));
+  *p = q;
+  if (!zero || !n) return MPU_SUCCESS;
+  void *zeros = calloc(n, w->es); /* the device's zeros come by a copy */
+  mpu_result_t r = zeros ? mpu_comm_copy2d(w->mem, q, n * w->es, zeros, n * w->es, n * w->es, 1)
+                         : mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_redistribute: %zu zeros", n);
+  free(zeros);
+  if (r) {
+    mpu_comm_mem_free(w->mem, q);
+    *p = NULL;
+  }
+  return r;
+}
+
+static void piece_free(walk *w, void *p) {
+  if (p && w->mem) mpu_comm_mem_free(w->mem, p);
+  else free(p);
+}
+
+static mpu_result_t device_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
+                                  size_t spitch, size_t width, size_t height) {
+  return mpu_comm_copy2d(ctx, dst, dpitch, src, spitch, width, height);
+}
+
+/* mpu_shard_copy_box in the pieces' memory */
+static mpu_result_t copy_box(walk *w, void *dst, const int64_t *dshape, const int64_t *doff,
+                             const void *src, const int64_t *sshape, const int64_t *soff,
+                             const int64_t *box) {
+  if (!w->mem) {
+    mpu_shard_copy_box(w->es, dst, dshape, doff, src, sshape, soff, box, w->ndim);
+    return MPU_SUCCESS;
+  }
+  return mpu__shard_copy_box_with(w->es, dst, dshape, doff, src, sshape, soff, box, w->ndim,
+                                  device_copy2d, w->mem);
+}
+
 /* Is a Partial of dtype dt rescaled by the dim's size in place? In the
  * float dtypes, rounded as torch's CPU kernels round (float16 and bfloat16
  * computed in float32 and rounded once). In an integer dtype the division
@@ -245,19 +295,12 @@ static int via_replicate(mpu_placement from, mpu_placement to, mpu_dtype dt) {
   return 0;
 }
 
-/* p[0..n) *= num / den, in a float dtype (scales_locally): (x * num) / den,
- * so a division alone (num 1) rounds as torch's `tensor / n` does */
-static void scale(mpu_dtype dt, unsigned char *p, size_t n, int64_t num, int64_t den) {
-  uint16_t *h = (uint16_t *)p;
-  for (size_t k = 0; k < n; k++) switch (dt) {
-    case MPU_FLOAT32: ((float *)p)[k] = ((float *)p)[k] * (float)num / (float)den; break;
-    case MPU_FLOAT64: ((double *)p)[k] = ((double *)p)[k] * (double)num / (double)den; break;
-    case MPU_FLOAT16: h[k] = mpu_float_to_half(mpu_half_to_float(h[k]) * (float)num / (float)den); break;
-    case MPU_BFLOAT16:
-      h[k] = mpu_float_to_bfloat16(mpu_bfloat16_to_float(h[k]) * (float)num / (float)den);
-      break;
-    default: return;
-    }
+/* p[0..n) *= num / den in place, a float dtype (scales_locally): (x * num)
+ * / den, so a division alone (num 1) rounds as torch's `tensor / n` does;
+ * on device buffers on the device (mpu__comm_scale says how it rounds). */
+static mpu_result_t scale(walk *w, mpu_comm *comm, unsigned char *p, size_t n, int64_t num,
+                          int64_t den) {
+  return mpu__comm_scale(w->mem ? w->mem : comm, p, n, w->dtype, num, den);
 }
 
 /* Shard -> Partial(sum) adds the piece into zeros (torch's _to_partial_tensor
@@ -304,16 +347,16 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     say(w, i, from, to, "all_gather", n * nb * w->es);
     L[d] = full;
     if (!dry) {
-      MPU_CHECK_GOTO(alloc_zero(&blocks, n * nb, w->es), r, out);
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
-      mpu_shard_copy_box(w->es, blocks + c * nb * w->es, B, zero, w->data, w->lshape, zero, w->lshape, nd);
+      MPU_CHECK_GOTO(piece_alloc(w, &blocks, n * nb, 0), r, out);
+      MPU_CHECK_GOTO(piece_alloc(w, &next, numel(L, nd), 0), r, out);
+      MPU_CHECK_GOTO(copy_box(w, blocks + c * nb * w->es, B, zero, w->data, w->lshape, zero, w->lshape), r, out);
       MPU_CHECK_GOTO(mpu_comm_all_gather(comm, blocks + c * nb * w->es, blocks, nb, w->dtype), r, out);
       for (size_t j = 0; j < n; j++) {
         int64_t box[MAXD];
         memcpy(box, L, sizeof box);
         mpu__chunk((size_t)full, n, j, &lo, &hi);
         box[d] = (int64_t)(hi - lo), off[d] = (int64_t)lo;
-        mpu_shard_copy_box(w->es, next, L, off, blocks + j * nb * w->es, B, zero, box, nd);
+        MPU_CHECK_GOTO(copy_box(w, next, L, off, blocks + j * nb * w->es, B, zero, box), r, out);
       }
     }
   } else if (from.kind == MPU_PLACE_REPLICATE && to.kind == MPU_PLACE_SHARD) { /* local slice */
@@ -322,8 +365,8 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     say(w, i, from, to, "local slice", 0);
     L[d] = (int64_t)(hi - lo), off[d] = (int64_t)lo;
     if (!dry) {
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
-      mpu_shard_copy_box(w->es, next, L, zero, w->data, w->lshape, off, L, nd);
+      MPU_CHECK_GOTO(piece_alloc(w, &next, numel(L, nd), 0), r, out);
+      MPU_CHECK_GOTO(copy_box(w, next, L, zero, w->data, w->lshape, off, L), r, out);
     }
   } else if (from.kind == MPU_PLACE_PARTIAL && to.kind == MPU_PLACE_REPLICATE) { /* all_reduce */
     say(w, i, from, to, "all_reduce", numel(L, nd) * w->es);
@@ -339,18 +382,18 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     mpu__chunk((size_t)full, n, c, &lo, &hi);
     L[d] = (int64_t)(hi - lo);
     if (!dry) {
-      MPU_CHECK_GOTO(alloc_zero(&blocks, n * nb, w->es), r, out);
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
+      MPU_CHECK_GOTO(piece_alloc(w, &blocks, n * nb, 0), r, out);
+      MPU_CHECK_GOTO(piece_alloc(w, &next, numel(L, nd), 0), r, out);
       for (size_t j = 0; j < n; j++) {
         int64_t box[MAXD];
         memcpy(box, w->lshape, sizeof box);
         mpu__chunk((size_t)full, n, j, &elo, &ehi);
         box[d] = (int64_t)(ehi - elo), off[d] = (int64_t)elo;
-        mpu_shard_copy_box(w->es, blocks + j * nb * w->es, B, zero, w->data, w->lshape, off, box, nd);
+        MPU_CHECK_GOTO(copy_box(w, blocks + j * nb * w->es, B, zero, w->data, w->lshape, off, box), r, out);
       }
       MPU_CHECK_GOTO(mpu_comm_reduce_scatter(comm, blocks, blocks + c * nb * w->es, nb, w->dtype,
                                              from.op), r, out);
-      mpu_shard_copy_box(w->es, next, L, zero, blocks + c * nb * w->es, B, zero, L, nd);
+      MPU_CHECK_GOTO(copy_box(w, next, L, zero, blocks + c * nb * w->es, B, zero, L), r, out);
     }
   } else if (from.kind == MPU_PLACE_SHARD && to.kind == MPU_PLACE_SHARD) { /* all_to_all */
     int d = from.dim, e = to.dim;
@@ -364,15 +407,15 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     L[d] = fulld, L[e] = (int64_t)(ehi - elo);
     if (!dry) {
       unsigned char *recv = NULL;
-      MPU_CHECK_GOTO(alloc_zero(&blocks, 2 * n * nb, w->es), r, out);
+      MPU_CHECK_GOTO(piece_alloc(w, &blocks, 2 * n * nb, 0), r, out);
       recv = blocks + n * nb * w->es;
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
+      MPU_CHECK_GOTO(piece_alloc(w, &next, numel(L, nd), 0), r, out);
       for (size_t j = 0; j < n; j++) { /* to rank j: my rows of d, its columns of e */
         int64_t box[MAXD], soff[MAXD] = {0};
         memcpy(box, w->lshape, sizeof box);
         mpu__chunk((size_t)fulle, n, j, &lo, &hi);
         box[e] = (int64_t)(hi - lo), soff[e] = (int64_t)lo;
-        mpu_shard_copy_box(w->es, blocks + j * nb * w->es, B, zero, w->data, w->lshape, soff, box, nd);
+        MPU_CHECK_GOTO(copy_box(w, blocks + j * nb * w->es, B, zero, w->data, w->lshape, soff, box), r, out);
       }
       MPU_CHECK_GOTO(mpu_comm_all_to_all(comm, blocks, recv, nb, w->dtype), r, out);
       for (size_t j = 0; j < n; j++) { /* from rank j: its rows of d, my columns of e */
@@ -380,7 +423,7 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
         memcpy(box, L, sizeof box);
         mpu__chunk((size_t)fulld, n, j, &lo, &hi);
         box[d] = (int64_t)(hi - lo), doff[d] = (int64_t)lo;
-        mpu_shard_copy_box(w->es, next, L, doff, recv + j * nb * w->es, B, zero, box, nd);
+        MPU_CHECK_GOTO(copy_box(w, next, L, doff, recv + j * nb * w->es, B, zero, box), r, out);
       }
     }
   } else if (from.kind == MPU_PLACE_SHARD && to.kind == MPU_PLACE_PARTIAL) { /* local */
@@ -390,10 +433,12 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
     say(w, i, from, to, "local", 0);
     L[d] = full, off[d] = (int64_t)lo;
     if (!dry) {
-      MPU_CHECK_GOTO(alloc_zero(&next, numel(L, nd), w->es), r, out);
-      mpu_shard_copy_box(w->es, next, L, off, w->data, w->lshape, zero, w->lshape, nd);
-      add_to_zeros(w->dtype, next, numel(L, nd));
-      if (to.op == MPU_AVG) scale(w->dtype, next, numel(L, nd), (int64_t)n, 1);
+      MPU_CHECK_GOTO(piece_alloc(w, &next, numel(L, nd), 1), r, out);
+      MPU_CHECK_GOTO(copy_box(w, next, L, off, w->data, w->lshape, zero, w->lshape), r, out);
+      /* torch's index_add turns a -0.0 into +0.0; on device buffers the
+       * piece is copied in, its -0.0 kept (no device addition to run) */
+      if (!w->mem) add_to_zeros(w->dtype, next, numel(L, nd));
+      if (to.op == MPU_AVG) MPU_CHECK_GOTO(scale(w, comm, next, numel(L, nd), (int64_t)n, 1), r, out);
     }
   } else { /* Replicate -> Partial, Partial(sum) <-> Partial(avg): local */
     say(w, i, from, to, "local", 0);
@@ -403,23 +448,25 @@ static mpu_result_t change(walk *w, int i, mpu_placement to) {
        * every rank, avg, max and min keep the value. An integer tensor would
        * become a float one there; here the first rank keeps the value. */
       if (from.kind == MPU_PLACE_REPLICATE && to.op == MPU_SUM) {
-        if (scales_locally(w->dtype)) scale(w->dtype, w->data, m, 1, (int64_t)n);
-        else if (c) memset(w->data, 0, m * w->es);
+        if (scales_locally(w->dtype)) MPU_CHECK_GOTO(scale(w, comm, w->data, m, 1, (int64_t)n), r, out);
+        else if (c && !w->mem) memset(w->data, 0, m * w->es);
+        else if (c) MPU_CHECK_GOTO(piece_alloc(w, &next, m, 1), r, out); /* zeros */
       }
       if (from.kind == MPU_PLACE_PARTIAL)
-        scale(w->dtype, w->data, m, from.op == MPU_SUM ? (int64_t)n : 1,
-              from.op == MPU_SUM ? 1 : (int64_t)n);
+        MPU_CHECK_GOTO(scale(w, comm, w->data, m, from.op == MPU_SUM ? (int64_t)n : 1,
+                             from.op == MPU_SUM ? 1 : (int64_t)n),
+                       r, out);
     }
   }
   if (next) {
-    free(w->data);
+    piece_free(w, w->data);
     w->data = next, next = NULL;
   }
   memcpy(w->lshape, L, sizeof L);
   w->cur[i] = to;
 out:
-  free(next);
-  free(blocks);
+  piece_free(w, next);
+  piece_free(w, blocks);
   return r;
 }
 
@@ -468,13 +515,22 @@ mpu_result_t mpu_redistribute(mpu_device_mesh *dm, const mpu_dtensor_spec *src, 
   walk w;
   MPU_CHECK(start(fn, &w, dm, src, dst));
   if (!in || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL buffer", fn);
-  size_t n = numel(w.lshape, w.ndim);
-  MPU_CHECK(alloc_zero(&w.data, n, w.es));
-  memcpy(w.data, in, n * w.es);
+  /* device buffers where the mesh's communicator takes them (NCCL) */
+  mpu_comm *base = mpu__device_mesh_base(dm);
+  mpu_comm_caps caps = {.size = sizeof caps};
+  MPU_CHECK(mpu_comm_capabilities(base, &caps));
+  if (caps.memory == MPU_MEMORY_DEVICE) w.mem = base;
+  size_t n = numel(w.lshape, w.ndim), bytes = n * w.es;
+  MPU_CHECK(piece_alloc(&w, &w.data, n, 0));
+  mpu_result_t r = MPU_SUCCESS;
+  if (!w.mem) memcpy(w.data, in, bytes);
+  else if (bytes) r = mpu_comm_copy2d(w.mem, w.data, bytes, in, bytes, bytes, 1);
   w.dm = dm;
-  mpu_result_t r = run_walk(&w);
-  if (!r) memcpy(out, w.data, numel(w.lshape, w.ndim) * w.es);
-  free(w.data);
+  if (!r) r = run_walk(&w);
+  bytes = numel(w.lshape, w.ndim) * w.es;
+  if (!r && !w.mem) memcpy(out, w.data, bytes);
+  else if (!r && bytes) r = mpu_comm_copy2d(w.mem, out, bytes, w.data, bytes, bytes, 1);
+  piece_free(&w, w.data);
   return r;
 }
 

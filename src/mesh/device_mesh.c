@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "mesh/mesh_internal.h"
 #include "mpu/mesh.h"
 
 typedef struct cached_comm {
@@ -43,6 +44,8 @@ void mpu_device_mesh_free(mpu_device_mesh *dm) {
 const mpu_mesh *mpu_device_mesh_mesh(const mpu_device_mesh *dm) { return dm ? dm->mesh : NULL; }
 
 int mpu_device_mesh_rank(const mpu_device_mesh *dm) { return dm ? dm->rank : -1; }
+
+mpu_comm *mpu__device_mesh_base(const mpu_device_mesh *dm) { return dm ? dm->comm : NULL; }
 
 static cached_comm *find(mpu_device_mesh *dm, const int *members, int64_t n) {
   for (int i = 0; i < dm->ncache; i++)

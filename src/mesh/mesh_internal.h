@@ -52,4 +52,8 @@ struct mpu_mesh {
   rank_list *list; /* NULL: rank = root index */
 };
 
+/* The communicator a device mesh is laid over (mpu_device_mesh_init's or
+ * from_comms' comm): what the memory of its groups' calls is. */
+mpu_comm *mpu__device_mesh_base(const mpu_device_mesh *dm);
+
 #endif

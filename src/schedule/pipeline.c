@@ -16,29 +16,44 @@
  * that send to each other at once then do not wait on each other; host
  * backends run the group's send first. Buffers are the communicator's
  * memory (device memory on NCCL, from mpu_comm_mem_alloc), and so are the
- * callbacks' inputs and outputs.
+ * callbacks' inputs and outputs; each boundary between virtual stages moves
+ * its own dtype and count (mpu_pipeline_config), in buffers as large as the
+ * largest.
  */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/options.h"
 #include "mpu/schedule.h"
+
+/* What crosses one boundary: its dtype and shape, count elements of es bytes. */
+typedef struct boundary {
+  mpu_tensor view; /* data NULL: the shape only */
+  size_t count, es;
+} boundary;
 
 struct mpu_pipeline {
   mpu_comm *acts, *grads;  /* the group twice */
   int size, rank;
   int rendezvous; /* sends wait for their receiver (NCCL) */
-  size_t count;
-  float *in, *out, *gin, *gout;
+  int nb;         /* boundaries described: 1 (every boundary alike) or pp x vp - 1 */
+  boundary *b;    /* [nb] */
+  int all_float;  /* every boundary float32: the float callbacks may run it */
+  size_t bytes;   /* each buffer: the largest boundary */
+  void *in, *out, *gin, *gout;
 };
 
 void mpu_pipeline_free(mpu_pipeline *p) {
   if (!p) return;
-  float *bufs[] = {p->in, p->out, p->gin, p->gout};
+  void *bufs[] = {p->in, p->out, p->gin, p->gout};
   for (int i = 0; i < 4; i++)
     if (bufs[i]) mpu_comm_mem_free(p->acts, bufs[i]);
   mpu_comm_destroy(p->acts);
   mpu_comm_destroy(p->grads);
+  free(p->b);
   free(p);
 }
 
@@ -58,26 +73,70 @@ static mpu_result_t dup(mpu_comm *g, int size, int by_split, mpu_comm **out) {
   return r;
 }
 
-mpu_result_t mpu_pipeline_create(mpu_comm *pp_group, size_t count, mpu_pipeline **out) {
+/* Boundary `which`'s description, checked: a dtype, 1..8 dims of at least
+ * one element each, 1..2^34 elements. */
+static mpu_result_t take_boundary(const char *fn, int which, mpu_dtype dt, int ndim,
+                                  const int64_t *shape, boundary *out) {
+  char where[32] = "every boundary";
+  if (which >= 0) snprintf(where, sizeof where, "boundary %d", which);
+  if (!mpu_dtype_size(dt))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s's dtype is %d", fn, where, (int)dt);
+  if (ndim < 1 || ndim > MPU_TENSOR_MAX_DIMS)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %s has %d dims (want 1..%d)", fn, where,
+                      ndim, MPU_TENSOR_MAX_DIMS);
+  size_t n = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 1 || (uint64_t)shape[d] > ((uint64_t)1 << 34) || n > ((size_t)1 << 34) / (size_t)shape[d])
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: %s's dim %d is %lld (want 1 to 2^34 elements in all)", fn, where, d,
+                        (long long)shape[d]);
+    n *= (size_t)shape[d];
+  }
+  memset(out, 0, sizeof *out);
+  out->view.dtype = dt, out->view.ndim = ndim;
+  memcpy(out->view.shape, shape, (size_t)ndim * sizeof *shape);
+  out->count = n, out->es = mpu_dtype_size(dt);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_pipeline_create_ex(mpu_comm *pp_group, const mpu_pipeline_config *cfg,
+                                    mpu_pipeline **out) {
   static const char fn[] = "mpu_pipeline_create";
-  if (!pp_group || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  if (!count || count > ((size_t)1 << 34))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %zu elements per activation", fn, count);
+  if (!pp_group || !cfg || !out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  MPU_CHECK(mpu__check_size(fn, "config", "MPU_PIPELINE_CONFIG_INIT", cfg->size,
+                            sizeof(mpu_pipeline_config), sizeof(mpu_pipeline_config)));
+  if (cfg->nboundaries < 0 || cfg->nboundaries > 4096 || (cfg->nboundaries && !cfg->boundaries))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d boundaries at %p (want 0..4096)", fn,
+                      cfg->nboundaries, (const void *)cfg->boundaries);
   mpu_comm_caps caps;
   memset(&caps, 0, sizeof caps);
   caps.size = sizeof caps;
   MPU_CHECK(mpu_comm_capabilities(pp_group, &caps));
   mpu_pipeline *p = calloc(1, sizeof *p);
-  if (!p) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
-  mpu_result_t r = mpu_comm_size(pp_group, &p->size);
+  int nb = cfg->nboundaries ? cfg->nboundaries : 1;
+  if (p) p->b = calloc((size_t)nb, sizeof *p->b);
+  if (!p || !p->b) {
+    mpu_pipeline_free(p);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
+  }
+  p->nb = nb;
+  p->all_float = 1;
+  mpu_result_t r = MPU_SUCCESS;
+  for (int i = 0; i < nb && !r; i++) {
+    const mpu_tensor *t = cfg->nboundaries ? &cfg->boundaries[i] : NULL;
+    r = take_boundary(fn, t ? i : -1, t ? t->dtype : cfg->dtype, t ? t->ndim : cfg->ndim,
+                      t ? t->shape : cfg->shape, &p->b[i]);
+    if (!r && p->b[i].count * p->b[i].es > p->bytes) p->bytes = p->b[i].count * p->b[i].es;
+    if (!r) p->all_float &= p->b[i].view.dtype == MPU_FLOAT32;
+  }
+  if (!r) r = mpu_comm_size(pp_group, &p->size);
   if (!r) r = mpu_comm_rank(pp_group, &p->rank);
   p->rendezvous = caps.memory == MPU_MEMORY_DEVICE; /* NCCL's point to point */
-  p->count = count;
   if (!r) r = dup(pp_group, p->size, caps.groups_by_split, &p->acts);
   if (!r) r = dup(pp_group, p->size, caps.groups_by_split, &p->grads);
-  float **bufs[] = {&p->in, &p->out, &p->gin, &p->gout};
+  void **bufs[] = {&p->in, &p->out, &p->gin, &p->gout};
   for (int i = 0; i < 4 && !r; i++) /* the communicator's memory: device memory on NCCL */
-    r = mpu_comm_mem_alloc(p->acts, count * sizeof(float), (void **)bufs[i]);
+    r = mpu_comm_mem_alloc(p->acts, p->bytes, bufs[i]);
   if (r) {
     mpu_pipeline_free(p);
     return r;
@@ -86,33 +145,46 @@ mpu_result_t mpu_pipeline_create(mpu_comm *pp_group, size_t count, mpu_pipeline 
   return MPU_SUCCESS;
 }
 
-/* What step s moves: a receive before it (from >= 0) and a send after it (to >= 0). */
+mpu_result_t mpu_pipeline_create(mpu_comm *pp_group, size_t count, mpu_pipeline **out) {
+  if (!count || count > ((size_t)1 << 34))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_pipeline_create: %zu elements per activation",
+                      count);
+  mpu_pipeline_config cfg = MPU_PIPELINE_CONFIG_INIT;
+  cfg.ndim = 1, cfg.shape[0] = (int64_t)count;
+  return mpu_pipeline_create_ex(pp_group, &cfg, out);
+}
+
+/* Boundary k's description (k = 0..V-2): its own, or the one of all. */
+static const boundary *boundary_of(const mpu_pipeline *p, int k) { return &p->b[p->nb > 1 ? k : 0]; }
+
+/* What step s moves: a receive before it (from >= 0) and a send after it
+ * (to >= 0), each of its boundary's dtype and count. */
 typedef struct step_io {
   mpu_comm *rc, *sc;
-  float *rbuf, *sbuf;
+  void *rbuf, *sbuf;
+  const boundary *rb, *sb;
   int from, to;
 } step_io;
 
-static const step_io no_io = {NULL, NULL, NULL, NULL, -1, -1};
+static const step_io no_io = {NULL, NULL, NULL, NULL, NULL, NULL, -1, -1};
 
 static step_io io_of(const mpu_pipeline *p, const mpu_schedule_step *s, int V) {
   int P = p->size, vs = s->chunk * P + p->rank;
   int prev = (p->rank - 1 + P) % P, next = (p->rank + 1) % P;
   step_io io = no_io;
   if (s->phase == 'F') {
-    if (vs > 0) io.rc = p->acts, io.rbuf = p->in, io.from = prev;
-    if (vs < V - 1) io.sc = p->acts, io.sbuf = p->out, io.to = next;
+    if (vs > 0) io.rc = p->acts, io.rbuf = p->in, io.rb = boundary_of(p, vs - 1), io.from = prev;
+    if (vs < V - 1) io.sc = p->acts, io.sbuf = p->out, io.sb = boundary_of(p, vs), io.to = next;
   } else {
-    if (vs < V - 1) io.rc = p->grads, io.rbuf = p->gout, io.from = next;
-    if (vs > 0) io.sc = p->grads, io.sbuf = p->gin, io.to = prev;
+    if (vs < V - 1) io.rc = p->grads, io.rbuf = p->gout, io.rb = boundary_of(p, vs), io.from = next;
+    if (vs > 0) io.sc = p->grads, io.sbuf = p->gin, io.sb = boundary_of(p, vs - 1), io.to = prev;
   }
   return io;
 }
 
 /* One group: the sends of the block that just ran and the receives of the
  * next block (blocks of one or two steps, see block_end). */
-static mpu_result_t exchange(const mpu_pipeline *p, const step_io *sends, int nsends,
-                             const step_io *recvs, int nrecvs) {
+static mpu_result_t exchange(const step_io *sends, int nsends, const step_io *recvs, int nrecvs) {
   int any = 0;
   for (int i = 0; i < nsends; i++) any |= sends[i].to >= 0;
   for (int i = 0; i < nrecvs; i++) any |= recvs[i].from >= 0;
@@ -120,10 +192,13 @@ static mpu_result_t exchange(const mpu_pipeline *p, const step_io *sends, int ns
   MPU_CHECK(mpu_group_start());
   mpu_result_t r = MPU_SUCCESS;
   for (int i = 0; i < nsends && !r; i++)
-    if (sends[i].to >= 0) r = mpu_comm_send(sends[i].sc, sends[i].sbuf, p->count, MPU_FLOAT32, sends[i].to);
+    if (sends[i].to >= 0)
+      r = mpu_comm_send(sends[i].sc, sends[i].sbuf, sends[i].sb->count, sends[i].sb->view.dtype,
+                        sends[i].to);
   for (int i = 0; i < nrecvs && !r; i++)
     if (recvs[i].from >= 0)
-      r = mpu_comm_recv(recvs[i].rc, recvs[i].rbuf, p->count, MPU_FLOAT32, recvs[i].from);
+      r = mpu_comm_recv(recvs[i].rc, recvs[i].rbuf, recvs[i].rb->count, recvs[i].rb->view.dtype,
+                        recvs[i].from);
   mpu_result_t e = mpu_group_end(); /* always closes the group it opened */
   return r ? r : e;
 }
@@ -150,11 +225,35 @@ static int block_end(const mpu_schedule_config *cfg, const mpu_schedule_step *or
   return 1;
 }
 
-mpu_result_t mpu_pipeline_run(mpu_pipeline *p, const mpu_schedule_config *cfg,
-                              const mpu_pipeline_callbacks *cb, FILE *trace) {
+/* The callbacks of either form: float ones get the buffers as mpu_pipeline_run
+ * always gave them (output even on the last virtual stage), tensor ones views. */
+typedef struct stage_fns {
+  const mpu_pipeline_callbacks *f;
+  const mpu_pipeline_tensor_callbacks *t;
+} stage_fns;
+
+static mpu_result_t call_step(const mpu_pipeline *p, const stage_fns *fns,
+                              const mpu_schedule_step *s, int V) {
+  int vs = s->chunk * p->size + p->rank, first = vs == 0, last = vs == V - 1;
+  int fwd = s->phase == 'F';
+  void *a = fwd ? p->in : p->gout, *b = fwd ? p->out : p->gin;
+  if (fns->f) {
+    if (fwd) return fns->f->forward(fns->f->user, s->microbatch, s->chunk, first ? NULL : a, b);
+    return fns->f->backward(fns->f->user, s->microbatch, s->chunk, last ? NULL : a, first ? NULL : b);
+  }
+  mpu_tensor before, after; /* boundary vs - 1 and boundary vs */
+  if (!first) before = boundary_of(p, vs - 1)->view, before.data = fwd ? a : b;
+  if (!last) after = boundary_of(p, vs)->view, after.data = fwd ? b : a;
+  if (fwd)
+    return fns->t->forward(fns->t->user, s->microbatch, s->chunk, first ? NULL : &before,
+                           last ? NULL : &after);
+  return fns->t->backward(fns->t->user, s->microbatch, s->chunk, last ? NULL : &after,
+                          first ? NULL : &before);
+}
+
+static mpu_result_t run(mpu_pipeline *p, const mpu_schedule_config *cfg, const stage_fns *fns,
+                        FILE *trace) {
   static const char fn[] = "mpu_pipeline_run";
-  if (!p || !cfg || !cb || !cb->forward || (!cb->backward && !cfg->forward_only))
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL pipeline, config or callback", fn);
   if (cfg->pp != p->size)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: the schedule has %d stages, the group %d",
                       fn, cfg->pp, p->size);
@@ -169,30 +268,30 @@ mpu_result_t mpu_pipeline_run(mpu_pipeline *p, const mpu_schedule_config *cfg,
                       fn, mpu_comm_backend(p->acts), cfg->pp, cfg->group_size);
   int n, warmup;
   MPU_CHECK(mpu_schedule_count(cfg, p->rank, &n, &warmup));
+  int V = p->size * cfg->vp;
+  if (p->nb > 1 && p->nb != V - 1)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: the pipeline describes %d boundaries, the schedule has %d (pp %d x vp "
+                      "%d virtual stages)",
+                      fn, p->nb, V - 1, cfg->pp, cfg->vp);
   mpu_schedule_step *order = malloc((size_t)n * sizeof *order);
   if (!order) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d steps", fn, n);
   mpu_result_t r = mpu_schedule_order(cfg, p->rank, order, (size_t)n, &n);
-  int V = p->size * cfg->vp;
   step_io *io = r ? NULL : malloc((size_t)(n > 0 ? n : 1) * sizeof *io);
   if (!r && !io) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d steps", fn, n);
   for (int i = 0; i < n && !r; i++) io[i] = io_of(p, &order[i], V);
   /* blocks [start, end]: receive the block's inputs, run it, send its outputs */
   int start = 0, end = 0;
   while (!r && end < n && !block_end(cfg, order, n, warmup, end)) end++;
-  if (!r && n > 0) r = exchange(p, NULL, 0, io, end + 1); /* the first block's inputs */
+  if (!r && n > 0) r = exchange(NULL, 0, io, end + 1); /* the first block's inputs */
   for (int i = 0; i < n && !r; i++) {
     const mpu_schedule_step *s = &order[i];
-    int vs = s->chunk * p->size + p->rank;
-    if (s->phase == 'F')
-      r = cb->forward(cb->user, s->microbatch, s->chunk, io[i].from >= 0 ? p->in : NULL, p->out);
-    else
-      r = cb->backward(cb->user, s->microbatch, s->chunk, vs < V - 1 ? p->gout : NULL,
-                       vs > 0 ? p->gin : NULL);
+    r = call_step(p, fns, s, V);
     if (!r && i == end) { /* this block's outputs, the next block's inputs */
       int next_start = end + 1, next_end = next_start;
       while (next_end < n && !block_end(cfg, order, n, warmup, next_end)) next_end++;
       int nrecv = next_start < n ? next_end - next_start + 1 : 0;
-      r = exchange(p, io + start, end - start + 1, io + next_start, nrecv);
+      r = exchange(io + start, end - start + 1, io + next_start, nrecv);
       start = next_start, end = next_end;
     }
     if (r) mpu__error_prefix("%s: stage %d, %s of micro-batch %d on chunk %d", fn, p->rank,
@@ -207,4 +306,28 @@ mpu_result_t mpu_pipeline_run(mpu_pipeline *p, const mpu_schedule_config *cfg,
   free(io);
   free(order);
   return r;
+}
+
+mpu_result_t mpu_pipeline_run(mpu_pipeline *p, const mpu_schedule_config *cfg,
+                              const mpu_pipeline_callbacks *cb, FILE *trace) {
+  static const char fn[] = "mpu_pipeline_run";
+  if (!p || !cfg || !cb || !cb->forward || (!cb->backward && !cfg->forward_only))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL pipeline, config or callback", fn);
+  for (int k = 0; k < p->nb && !p->all_float; k++)
+    if (p->b[k].view.dtype != MPU_FLOAT32)
+      return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                        "%s: boundary %d carries %s; the float callbacks take float32 "
+                        "(mpu_pipeline_run_tensors takes any dtype)",
+                        fn, k, mpu_dtype_name(p->b[k].view.dtype));
+  stage_fns fns = {cb, NULL};
+  return run(p, cfg, &fns, trace);
+}
+
+mpu_result_t mpu_pipeline_run_tensors(mpu_pipeline *p, const mpu_schedule_config *cfg,
+                                      const mpu_pipeline_tensor_callbacks *cb, FILE *trace) {
+  if (!p || !cfg || !cb || !cb->forward || (!cb->backward && !cfg->forward_only))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "mpu_pipeline_run_tensors: NULL pipeline, config or callback");
+  stage_fns fns = {NULL, cb};
+  return run(p, cfg, &fns, trace);
 }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shard/shard_internal.h"
+
 #include "core/chunk.h"
 #include "core/error.h"
 #include "mpu/shard.h"
@@ -155,29 +157,40 @@ static void each_run(int ndim, const int64_t *lo, const int64_t *hi, run_fn f, v
   }
 }
 
-typedef struct copy_args {
-  int ndim;
-  size_t es;
-  unsigned char *dst;
-  const unsigned char *src;
-  const int64_t *dshape, *doff, *sshape, *soff;
-} copy_args;
+static mpu_result_t host_copy2d(void *ctx, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t height) {
+  (void)ctx;
+  for (size_t i = 0; i < height; i++)
+    memcpy((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+  return MPU_SUCCESS;
+}
 
-static void copy_run(const int64_t *g, int64_t run, void *arg) {
-  const copy_args *a = arg;
-  int64_t sc[MAXD], dc[MAXD];
-  for (int d = 0; d < a->ndim; d++) sc[d] = a->soff[d] + g[d], dc[d] = a->doff[d] + g[d];
-  memcpy(a->dst + ravel(a->ndim, dc, a->dshape) * a->es,
-         a->src + ravel(a->ndim, sc, a->sshape) * a->es, (size_t)run * a->es);
+mpu_result_t mpu__shard_copy_box_with(size_t es, void *dst, const int64_t *dshape,
+                                      const int64_t *doff, const void *src, const int64_t *sshape,
+                                      const int64_t *soff, const int64_t *box, int ndim,
+                                      mpu__copy2d_fn copy2d, void *ctx) {
+  if (ndim < 1 || ndim > MAXD || !dst || !src) return MPU_SUCCESS;
+  for (int d = 0; d < ndim; d++)
+    if (box[d] <= 0) return MPU_SUCCESS;
+  int last = ndim - 1, outer = ndim - 2; /* planes over dims [0, outer) */
+  size_t width = (size_t)box[last] * es, height = ndim > 1 ? (size_t)box[outer] : 1;
+  size_t dpitch = (size_t)dshape[last] * es, spitch = (size_t)sshape[last] * es;
+  int64_t g[MAXD] = {0}, dc[MAXD], sc[MAXD];
+  for (;;) {
+    for (int d = 0; d < ndim; d++) dc[d] = doff[d] + g[d], sc[d] = soff[d] + g[d];
+    MPU_CHECK(copy2d(ctx, (unsigned char *)dst + ravel(ndim, dc, dshape) * es, dpitch,
+                     (const unsigned char *)src + ravel(ndim, sc, sshape) * es, spitch, width,
+                     height));
+    int d = outer - 1; /* the odometer over the outer dims */
+    while (d >= 0 && ++g[d] == box[d]) g[d] = 0, d--;
+    if (d < 0) return MPU_SUCCESS;
+  }
 }
 
 void mpu_shard_copy_box(size_t es, void *dst, const int64_t *dshape, const int64_t *doff,
                         const void *src, const int64_t *sshape, const int64_t *soff,
                         const int64_t *box, int ndim) {
-  if (ndim < 1 || ndim > MAXD || !dst || !src) return;
-  int64_t zero[MAXD] = {0};
-  copy_args a = {ndim, es, dst, src, dshape, doff, sshape, soff};
-  each_run(ndim, zero, box, copy_run, &a);
+  mpu__shard_copy_box_with(es, dst, dshape, doff, src, sshape, soff, box, ndim, host_copy2d, NULL);
 }
 
 typedef struct transfer_args {

@@ -27,7 +27,6 @@ enum {
   CONF_NEEDS_EXACT = 2,     /* results bit for bit by mpu's rule (NCCL reduces its own way) */
   CONF_NEEDS_P2P_MATCH = 4, /* recv checks the sender's dtype and count (NCCL cannot) */
   CONF_NEEDS_EAGER_SEND = 8, /* send returns before the recv (NCCL's waits for it) */
-  CONF_NEEDS_HOST_MEMORY = 16, /* passes stack buffers to collectives (not on a real GPU) */
 };
 
 typedef struct conf_case {

@@ -161,6 +161,45 @@ static void fold_float(ncclDataType_t t, ncclRedOp_t op, int n, const void *cons
   else ((float *)out)[i] = acc;
 }
 
+/* A user op of ncclRedOpCreatePreMulSum (reduce_kernel.h, FuncPreMulSum):
+ * each input times the scalar in the element type (16-bit floats: __hmul,
+ * one rounding of the exact product), integers wrapping; then summed as
+ * ncclSum sums. At one rank that is the oneRankReduce kernel's x * scalar. */
+static void fold_premul(const slot *s, int n, const void *const *src, void *out, size_t i) {
+  ncclDataType_t t = s->type;
+  uint64_t bits = s->scalar;
+  if (s->scalar_at) { /* ncclScalarDevice: read as the kernel runs */
+    bits = 0;
+    memcpy(&bits, double_mem_view(s->scalar_at), type_size(t));
+  }
+  if (t == ncclFloat64) {
+    double k, acc = 0;
+    memcpy(&k, &bits, sizeof k);
+    for (int r = 0; r < n; r++) acc = r ? acc + ((const double *)src[r])[i] * k : ((const double *)src[r])[i] * k;
+    ((double *)out)[i] = acc;
+  } else if (t == ncclFloat32) {
+    float k, acc = 0;
+    memcpy(&k, &bits, sizeof k);
+    for (int r = 0; r < n; r++) acc = r ? acc + ((const float *)src[r])[i] * k : ((const float *)src[r])[i] * k;
+    ((float *)out)[i] = acc;
+  } else if (t == ncclFloat16 || t == ncclBfloat16) {
+    int bf = t == ncclBfloat16;
+    uint16_t kb = (uint16_t)bits, h;
+    float k = load16(t, &kb, 0), acc = 0;
+    for (int r = 0; r < n; r++) {
+      h = narrow(load16(t, src[r], i) * k, bf); /* the exact product, rounded once */
+      acc = r ? acc + load16(t, &h, 0) : load16(t, &h, 0);
+      h = narrow(acc, bf);
+      acc = load16(t, &h, 0);
+    }
+    ((uint16_t *)out)[i] = narrow(acc, bf);
+  } else {
+    uint64_t acc = 0;
+    for (int r = 0; r < n; r++) acc = wrap(t, acc + wrap(t, load_int(t, src[r], i) * bits));
+    store_int(t, out, i, acc);
+  }
+}
+
 static int mpu_type(ncclDataType_t t, mpu_dtype *out) {
   switch (t) {
   case ncclInt8: *out = MPU_INT8; return 1;
@@ -180,9 +219,14 @@ static int mpu_type(ncclDataType_t t, mpu_dtype *out) {
 /* out[i] = fold over ranks of src(k)[i], in rank order (NCCL's order is a
  * ring or a tree; tests of the backend use values whose sums are exact).
  * The "reductions" switch folds by mpu's own rules instead. */
-static void fold(ncclDataType_t t, ncclRedOp_t op, int n, const void *const *src, void *out,
-                 size_t count) {
+static void fold(const slot *s, int n, const void *const *src, void *out, size_t count) {
+  ncclDataType_t t = s->type;
+  ncclRedOp_t op = s->op;
   mpu_dtype dt;
+  if (s->premul) {
+    for (size_t i = 0; i < count; i++) fold_premul(s, n, src, out, i);
+    return;
+  }
   if (double_forgives(DOUBLE_FORGIVE_REDUCTIONS) && mpu_type(t, &dt)) {
     static const mpu_op ops[] = {[ncclSum] = MPU_SUM, [ncclProd] = MPU_PROD, [ncclMax] = MPU_MAX,
                                  [ncclMin] = MPU_MIN, [ncclAvg] = MPU_AVG};
@@ -311,6 +355,27 @@ static int quietly_stopped(ncclComm_t c) {
   return !atomic_load(&c->aborted) && double_family_aborted(c);
 }
 
+/* The elements a one-rank reduction writes. NCCL runs a pre-multiplying op
+ * at one rank (a PreMulSum, or ncclAvg of a float type) as its oneRankReduce
+ * kernel (enqueue.cc, ncclLaunchOneRank; src/device/onerank.cu): min(32,
+ * bytes / 16 KiB rounded up) blocks, block b writing [b, b + 1) x
+ * alignUp(nElts / blocks, 16 / size) elements. Before NCCL 2.29.7 the
+ * division rounds down, so an odd tail past blocks x that span stays
+ * unwritten (2.29.7 rounds up); other ops there are a copy of every element. */
+static size_t one_rank_reach(const slot *s) {
+  size_t n = s->count, es = type_size(s->type);
+  int floating = s->type == ncclFloat16 || s->type == ncclBfloat16 || s->type == ncclFloat32 ||
+                 s->type == ncclFloat64;
+  int premul = s->premul || (s->op == ncclAvg && floating);
+  int version = 0;
+  ncclGetVersion(&version);
+  if (!premul || !n || version >= NCCL_VERSION(2, 29, 7)) return n;
+  size_t blocks = (n * es + (16u << 10) - 1) / (16u << 10), pack = 16 / es;
+  if (blocks > 32) blocks = 32;
+  size_t per = (n / blocks + pack - 1) / pack * pack;
+  return per * blocks < n ? per * blocks : n;
+}
+
 void double_coll_run(task *t) {
   coll_task *k = (coll_task *)t;
   ncclComm_t c = t->comm;
@@ -374,11 +439,11 @@ void double_coll_run(task *t) {
     case K_REDUCE:
       for (int r = 0; r < n; r++) src[r] = q->slots[r].send;
       write = s->kind == K_ALL_REDUCE || me == s->root;
-      if (write) fold(s->type, s->op, n, src, tmp, s->count);
+      if (write) fold(s, n, src, tmp, s->count);
       break;
     case K_REDUCE_SCATTER:
       for (int r = 0; r < n; r++) src[r] = (const char *)q->slots[r].send + (size_t)me * bytes;
-      fold(s->type, s->op, n, src, tmp, s->count);
+      fold(s, n, src, tmp, s->count);
       break;
     case K_ALL_GATHER:
       for (int r = 0; r < n; r++) memcpy(tmp + (size_t)r * bytes, q->slots[r].send, bytes);
@@ -392,6 +457,7 @@ void double_coll_run(task *t) {
   } else {
     fail(c, ncclSystemError);
   }
+  if (n == 1 && write) out_bytes = one_rank_reach(s) * es;
   int bad = double_meet(c, q); /* nobody writes before everyone has read (in-place forms) */
   if (write && !bad && out_bytes) memcpy(s->recv, tmp, out_bytes);
   if (bad && !quietly_stopped(c)) fail(c, ncclRemoteError);
@@ -424,6 +490,19 @@ static ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, slot s, int peer)
     fail(c, ncclUnhandledCudaError);
     double_set_error("Cuda failure '%s'", cudaGetErrorString(cudaErrorIllegalAddress));
     return ncclUnhandledCudaError;
+  }
+  if (s.op >= ncclNumOps && (s.kind == K_ALL_REDUCE || s.kind == K_REDUCE_SCATTER || s.kind == K_REDUCE)) {
+    /* hostToDevRedOp: the user op's state is copied into the call */
+    int ix = (int)s.op - (int)ncclNumOps;
+    if (ix >= c->nuser_ops || !c->user_ops[ix].used) {
+      double_set_error("Invalid op %d for this communicator", (int)s.op);
+      return ncclInvalidArgument;
+    }
+    if (c->user_ops[ix].type != s.type) {
+      double_set_error("Data type supplied to user-created ncclRedOp_t does not match type given to reduction operation");
+      return ncclInvalidArgument;
+    }
+    s.premul = 1, s.scalar = c->user_ops[ix].scalar, s.scalar_at = c->user_ops[ix].scalar_at;
   }
   atomic_fetch_add(&counts[s.kind], 1);
   if (s.count && ((!s.send && s.kind != K_RECV) || (!s.recv && s.kind != K_SEND && s.kind != K_REDUCE))) {
@@ -458,47 +537,94 @@ void double_submit(coll_task *k, cudaStream_t stream) {
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
-  return enqueue(c, s, (slot){K_ALL_REDUCE, sendbuff, recvbuff, count, t, op, 0}, 0);
+  return enqueue(c, s, (slot){K_ALL_REDUCE, sendbuff, recvbuff, count, t, op, 0, 0, 0, NULL}, 0);
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t,
                            ncclComm_t c, cudaStream_t s) {
-  return enqueue(c, s, (slot){K_ALL_GATHER, sendbuff, recvbuff, count, t, ncclSum, 0}, 0);
+  return enqueue(c, s, (slot){K_ALL_GATHER, sendbuff, recvbuff, count, t, ncclSum, 0, 0, 0, NULL}, 0);
 }
 
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t count,
                                ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
-  return enqueue(c, s, (slot){K_REDUCE_SCATTER, sendbuff, recvbuff, count, t, op, 0}, 0);
+  return enqueue(c, s, (slot){K_REDUCE_SCATTER, sendbuff, recvbuff, count, t, op, 0, 0, 0, NULL}, 0);
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t,
                            int root, ncclComm_t c, cudaStream_t s) {
   if (!c || root < 0 || root >= c->q->n) return ncclInvalidArgument;
-  return enqueue(c, s, (slot){K_BROADCAST, sendbuff, recvbuff, count, t, ncclSum, root}, 0);
+  return enqueue(c, s, (slot){K_BROADCAST, sendbuff, recvbuff, count, t, ncclSum, root, 0, 0, NULL}, 0);
 }
 
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t,
                         ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t s) {
   if (!c || root < 0 || root >= c->q->n) return ncclInvalidArgument;
-  return enqueue(c, s, (slot){K_REDUCE, sendbuff, recvbuff, count, t, op, root}, 0);
+  return enqueue(c, s, (slot){K_REDUCE, sendbuff, recvbuff, count, t, op, root, 0, 0, NULL}, 0);
 }
 
 /* NCCL 2.28.3's; a double pretending to be an older NCCL has none (runtime.h) */
 #if !defined(DOUBLE_NCCL_CODE) || DOUBLE_NCCL_CODE >= 22803
 ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t t,
                           ncclComm_t c, cudaStream_t s) {
-  return enqueue(c, s, (slot){K_ALL_TO_ALL, sendbuff, recvbuff, count, t, ncclSum, 0}, 0);
+  return enqueue(c, s, (slot){K_ALL_TO_ALL, sendbuff, recvbuff, count, t, ncclSum, 0, 0, 0, NULL}, 0);
 }
 #endif
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t t, int peer,
                       ncclComm_t c, cudaStream_t s) {
   if (!c || peer < 0 || peer >= c->q->n) return ncclInvalidArgument;
-  return enqueue(c, s, (slot){K_SEND, sendbuff, NULL, count, t, ncclSum, 0}, peer);
+  return enqueue(c, s, (slot){K_SEND, sendbuff, NULL, count, t, ncclSum, 0, 0, 0, NULL}, peer);
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
                       cudaStream_t s) {
   if (!c || peer < 0 || peer >= c->q->n) return ncclInvalidArgument;
-  return enqueue(c, s, (slot){K_RECV, NULL, recvbuff, count, t, ncclSum, 0}, peer);
+  return enqueue(c, s, (slot){K_RECV, NULL, recvbuff, count, t, ncclSum, 0, 0, 0, NULL}, peer);
+}
+
+/* enqueue.cc's user ops: a slot of the communicator's table per op, the
+ * scalar read now (ncclScalarHostImmediate) or by each kernel (ncclScalarDevice) */
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                      ncclScalarResidence_t residence, ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument; /* CommCheck */
+  ncclResult_t ready = double_comm_ready(comm, "ncclRedOpCreatePreMulSum");
+  if (ready != ncclSuccess) return ready;
+  if (!op || !scalar || (int)datatype < 0 || (int)datatype >= ncclNumTypes) return ncclInvalidArgument;
+  int ix = 0;
+  while (ix < comm->nuser_ops && comm->user_ops[ix].used) ix++;
+  if (ix == comm->nuser_ops) {
+    user_op *grown = realloc(comm->user_ops, (size_t)(ix + 4) * sizeof *grown);
+    if (!grown) return ncclSystemError;
+    memset(grown + ix, 0, 4 * sizeof *grown);
+    comm->user_ops = grown, comm->nuser_ops = ix + 4;
+  }
+  user_op *u = &comm->user_ops[ix];
+  memset(u, 0, sizeof *u);
+  u->used = 1, u->type = datatype;
+  if (residence == ncclScalarHostImmediate) memcpy(&u->scalar, scalar, type_size(datatype));
+  else u->scalar_at = scalar;
+  *op = (ncclRedOp_t)((int)ncclNumOps + ix);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  if ((int)op >= 0 && (int)op < (int)ncclNumOps) {
+    double_set_error("ncclRedOpDestroy : operator is a NCCL builtin.");
+    return ncclInvalidArgument;
+  }
+  if ((int)op < 0 || (int)ncclMaxRedOp < (int)op) {
+    double_set_error("ncclRedOpDestroy :  operator is garbage.");
+    return ncclInvalidArgument;
+  }
+  if (!comm) {
+    double_set_error("ncclRedOpDestroy : invalid communicator passed.");
+    return ncclInvalidArgument;
+  }
+  int ix = (int)op - (int)ncclNumOps;
+  if (ix >= comm->nuser_ops || !comm->user_ops[ix].used) {
+    double_set_error("ncclRedOpDestroy : operator unknown to this communicator.");
+    return ncclInvalidArgument;
+  }
+  comm->user_ops[ix].used = 0;
+  return ncclSuccess;
 }

@@ -307,6 +307,7 @@ static void release(ncclComm_t c) {
     }
   }
   double_family_leave(c);
+  free(c->user_ops);
   free(c);
 }
 

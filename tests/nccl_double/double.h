@@ -60,6 +60,9 @@
  *     managed or registered memory faults, and the fault is sticky;
  *   - reductions follow NCCL's kernels (fminf/fmaxf, integer avg in the
  *     element type, pre-multiplied float avg, 16-bit rounding per step),
+ *     with ncclRedOpCreatePreMulSum's user ops (a table per communicator,
+ *     the op's state copied at enqueue) and, at one rank, the blocks of
+ *     the oneRankReduce kernel (before NCCL 2.29.7 an odd tail unwritten),
  *     folded in rank order (NCCL's own order is a ring or tree; tests of the
  *     backend use exactly representable values).
  *   - the NCCL version, the driver's allocation ranges, the stream-ordered
@@ -143,7 +146,22 @@ typedef struct slot {
   ncclDataType_t type;
   ncclRedOp_t op;
   int root;
+  /* a user op of ncclRedOpCreatePreMulSum, copied at enqueue as NCCL copies
+   * it (enqueue.cc, taskAppend: the handle may be destroyed before the
+   * group ends): each input times the scalar, then summed */
+  int premul;
+  uint64_t scalar;            /* its bits, in the element type (ncclScalarHostImmediate) */
+  const void *scalar_at;      /* or read when the kernel runs (ncclScalarDevice) */
 } slot;
+
+/* A comm's user reduction ops (enqueue.cc, ncclRedOpCreatePreMulSum): op
+ * ncclNumOps + i is entry i while used. */
+typedef struct user_op {
+  int used;
+  ncclDataType_t type;
+  uint64_t scalar;
+  const void *scalar_at; /* ncclScalarDevice: a device pointer, read at each kernel */
+} user_op;
 
 typedef struct clique {
   struct clique *next;
@@ -177,6 +195,8 @@ struct ncclComm {
   int split_share;             /* its config's splitShare: its children share with it */
   int splits;                  /* ncclCommSplit calls on it: a child's hash eats the count */
   struct double_family *family; /* what it shares with splitShare relatives (share.c) */
+  user_op *user_ops;           /* [nuser_ops] */
+  int nuser_ops;
 };
 enum { K_ALL_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALL_TO_ALL, K_SEND, K_RECV };
 

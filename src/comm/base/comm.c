@@ -331,6 +331,39 @@ mpu_result_t mpu__comm_copy2d_enqueue(mpu_comm *c, void *dst, size_t dpitch, con
   return copy2d("mpu_comm_copy2d", 1, c, dst, dpitch, src, spitch, width, height);
 }
 
+/* the host's scaling: (x * num) / den, so a division alone (num 1) rounds
+ * as torch's `tensor / n` does; 16-bit floats computed in float32 */
+static void host_scale(mpu_dtype dt, void *buf, size_t n, int64_t num, int64_t den) {
+  uint16_t *h = buf;
+  for (size_t k = 0; k < n; k++) switch (dt) {
+    case MPU_FLOAT32: ((float *)buf)[k] = ((float *)buf)[k] * (float)num / (float)den; break;
+    case MPU_FLOAT64: ((double *)buf)[k] = ((double *)buf)[k] * (double)num / (double)den; break;
+    case MPU_FLOAT16: h[k] = mpu_float_to_half(mpu_half_to_float(h[k]) * (float)num / (float)den); break;
+    case MPU_BFLOAT16:
+      h[k] = mpu_float_to_bfloat16(mpu_bfloat16_to_float(h[k]) * (float)num / (float)den);
+      break;
+    default: return;
+    }
+}
+
+mpu_result_t mpu__comm_scale(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int64_t num,
+                             int64_t den) {
+  static const char fn[] = "scaling a buffer";
+  MPU_CHECK(mpu__comm_check(fn, c));
+  if (!mpu_dtype_is_float(dt) || num < 1 || den < 1 || (num != 1 && den != 1))
+    return mpu__error(MPU_ERR_INTERNAL, "%s: %s by %lld / %lld", fn, mpu_dtype_name(dt),
+                      (long long)num, (long long)den);
+  if (mpu__group_open())
+    return mpu__error(MPU_ERR_INVALID_USAGE, "%s: inside mpu_group_start/end", fn);
+  if (!count || (num == 1 && den == 1)) return MPU_SUCCESS;
+  MPU_CHECK(mpu__flush(c));
+  if (!c->ops->scale) {
+    host_scale(dt, buf, count, num, den);
+    return MPU_SUCCESS;
+  }
+  return c->ops->scale(c, buf, count, dt, num, den);
+}
+
 int mpu__comm_ordered(mpu_comm *c, const void *out, size_t bytes) {
   char why[8];
   if (!c || !c->ops->order_caller || !c->ops->copy2d_enqueue || mpu__group_open()) return 0;

@@ -107,6 +107,8 @@ typedef struct nccl_impl {
   cudaEvent_t done;    /* recorded after a blocking call: what its wait polls */
   atomic_int breaking; /* claimed by the one who breaks it, so why is written once */
   int splits;         /* mpu_comm_split calls so far: names the children's boards */
+  ncclComm_t local;   /* a communicator of this rank alone, for work of its own on the
+                         device (calls.c, scaling); made on first use, ended with comm */
 } nccl_impl;
 
 /* A request of the NCCL backend: the event recorded after the call, and

@@ -480,6 +480,62 @@ static mpu_result_t nccl_order_caller(mpu_comm *c) {
   return mpu__nccl_cuda_error(cudaStreamWaitEvent(cudaStreamLegacy, m->done, 0), fn);
 }
 
+/* ---- scaling on the device --------------------------------------------------------- */
+
+/* buf *= num / den on the rank's device (mpu__comm_scale) with NCCL's own
+ * kernel: a pre-multiplying sum (ncclRedOpCreatePreMulSum) over a
+ * communicator of this rank alone, which NCCL runs as its oneRankReduce
+ * kernel, x * scalar in the dtype (enqueue.cc, ncclLaunchOneRank;
+ * reduce_kernel.h, FuncPreMulSum). The one-rank communicator needs no peer
+ * (ncclCommInitRank of one rank); it is made on first use and ends with c.
+ * Before NCCL 2.29.7 that kernel leaves an odd tail unwritten (its blocks
+ * of 16 KiB split the count rounding down: src/device/onerank.cu), so the
+ * buffer goes in pieces it writes whole at every version: 512 KiB (32
+ * blocks, a count each divides), then at most 16 KiB (one block). */
+static mpu_result_t nccl_scale(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int64_t num,
+                               int64_t den) {
+  static const char fn[] = "scaling on the device";
+  nccl_impl *m = impl_of(c);
+  union {
+    uint16_t h;
+    float f;
+    double d;
+  } k;
+  double v = den == 1 ? (double)num : 1.0 / (double)den; /* as ncclAvg's float(1.0 / nRanks) */
+  switch (dt) {
+  case MPU_FLOAT16: k.h = mpu_float_to_half((float)v); break;
+  case MPU_BFLOAT16: k.h = mpu_float_to_bfloat16((float)v); break;
+  case MPU_FLOAT32: k.f = (float)v; break;
+  default: k.d = v; break;
+  }
+  ncclDataType_t t = type_of(dt);
+  size_t es = mpu_dtype_size(dt), big = ((size_t)512 << 10) / es, small = ((size_t)16 << 10) / es;
+  MPU_CHECK(mpu__nccl_begin(c, fn));
+  MPU_CHECK(mpu__nccl_enter(c, fn));
+  ncclResult_t r = ncclSuccess;
+  if (!m->local) {
+    ncclUniqueId id;
+    ncclComm_t made = NULL;
+    r = ncclGetUniqueId(&id);
+    if (!r) r = ncclCommInitRank(&made, 1, id, 0);
+    m->local = r ? NULL : made;
+  }
+  ncclRedOp_t op = ncclSum;
+  if (!r) r = ncclRedOpCreatePreMulSum(&op, &k, t, ncclScalarHostImmediate, m->local);
+  if (!r) {
+    char *p = buf;
+    for (size_t done = 0, n; done < count && !r; done += n) {
+      n = count - done >= big ? big : count - done < small ? count - done : small;
+      r = ncclAllReduce(p + done * es, p + done * es, n, t, op, m->local, m->stream);
+    }
+    ncclResult_t d = ncclRedOpDestroy(op, m->local);
+    if (!r) r = d;
+  }
+  mpu_result_t res = mpu__nccl_error(r, m->local, fn);
+  mpu__nccl_leave(c);
+  return res ? res : wait_enqueued(c, fn);
+}
+
 static mpu_result_t nccl_native(mpu_comm *c, const mpu__call *k) {
   /* mpu's calls are NCCL's: the raw call is the same enqueue, timed alike */
   return run(c, k, "raw NCCL call");
@@ -508,6 +564,7 @@ const mpu__comm_ops mpu__nccl_ops = {
     .copy2d = nccl_copy2d,
     .copy2d_enqueue = nccl_copy2d_enqueue,
     .order_caller = nccl_order_caller,
+    .scale = nccl_scale,
     .destroy = mpu__nccl_destroy,
     .check_buffer = nccl_check_buffer,
     .group_start = mpu__nccl_group_start,

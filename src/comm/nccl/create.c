@@ -560,7 +560,8 @@ void mpu__nccl_destroy(mpu_comm *c) {
     if (ev) cudaEventDestroy(ev);
   }
   pthread_mutex_lock(&m->lock);
-  if (sound && !destroy_handle(&m->comm, fn)) destroy_handle(&m->maker, fn);
+  if (sound && !destroy_handle(&m->comm, fn) && !destroy_handle(&m->maker, fn))
+    destroy_handle(&m->local, fn);
   pthread_mutex_unlock(&m->lock);
   impl_free(m); /* aborts what is left */
 }

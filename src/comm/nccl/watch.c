@@ -75,7 +75,8 @@ void mpu__nccl_end_handle(nccl_impl *m) {
   if (m->comm || m->maker) mpu__nccl_family_abort(m);
   if (m->comm) ncclCommAbort(m->comm);
   if (m->maker) ncclCommAbort(m->maker); /* after comm: NCCL frees a parent last */
-  m->comm = m->maker = NULL;
+  if (m->local) ncclCommAbort(m->local); /* one rank: nobody waits for it */
+  m->comm = m->maker = m->local = NULL;
   pthread_mutex_unlock(&m->lock);
 }
 
