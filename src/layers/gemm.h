@@ -8,8 +8,8 @@
  * (docs/train.md). In dx = dy W the weight is the right operand in its own
  * row-major layout, which is what an AVX-512 kernel wants: it reads W's
  * rows where they are. The forward (x W^T) and the weight gradient (dy^T x)
- * stay with cblas_sgemm: the same kernel, reading W^T or keeping dW's tile,
- * made them slower (docs/train.md).
+ * stay with cblas_sgemm: on the same kernel (W x^T transposed, dW a tile
+ * at a time) the step was no faster (docs/train.md).
  */
 #ifndef MPU_LAYERS_GEMM_H
 #define MPU_LAYERS_GEMM_H
