@@ -312,6 +312,53 @@ static void test_backward_in_place(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* dx = dy W of both linears against the sum written out, at shapes whose
+ * rows and columns are not whole tiles of the product's kernel (8 rows by
+ * 32 columns: src/layers/gemm.c; 50 columns end in a panel of 18) and at
+ * whole tiles */
+static void test_input_gradient_against_the_definition(void **state) {
+  (void)state;
+  static const int shapes[][3] = {{13, 37, 19}, {24, 70, 40}, {8, 32, 8},
+                                  {1, 1, 1},    {17, 96, 33}, {5, 50, 9}};
+  mpu_comm *c = alone();
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+    float *x = malloc((size_t)n * in * sizeof(float)), *dx = malloc((size_t)n * in * sizeof(float));
+    float *y = malloc((size_t)n * out * sizeof(float)), *dy = malloc((size_t)n * out * sizeof(float));
+    assert_non_null(x), assert_non_null(dx), assert_non_null(y), assert_non_null(dy);
+    fill(x, n * in, 7);
+    fill(dy, n * out, 8);
+    for (int kind = 0; kind < 2; kind++) {
+      mpu_column_linear col;
+      mpu_row_linear row;
+      const float *w; /* (out, in) */
+      if (kind == 0) {
+        assert_int_equal(mpu_column_linear_init(&col, c, in, out, 0, 0, 0, 11, 0.5f), 0);
+        assert_int_equal(mpu_column_linear_forward(&col, x, n, y), 0);
+        assert_int_equal(mpu_column_linear_backward(&col, dy, dx), 0);
+        w = col.weight;
+      } else {
+        assert_int_equal(mpu_row_linear_init(&row, c, in, out, 0, 1, 0, 12, 0.5f), 0);
+        assert_int_equal(mpu_row_linear_forward(&row, x, n, y), 0);
+        assert_int_equal(mpu_row_linear_backward(&row, dy, dx), 0);
+        w = row.weight;
+      }
+      for (int i = 0; i < n; i++)
+        for (int l = 0; l < in; l++) {
+          double want = 0;
+          for (int j = 0; j < out; j++) want += (double)dy[(size_t)i * out + j] * w[(size_t)j * in + l];
+          if (!close_to(dx[(size_t)i * in + l], (float)want))
+            fail_msg("%s %d x %d x %d: dx[%d][%d] = %g, want %g", kind ? "row" : "column", n, in,
+                     out, i, l, dx[(size_t)i * in + l], want);
+        }
+      if (kind == 0) mpu_column_linear_free(&col);
+      else mpu_row_linear_free(&row);
+    }
+    free(x), free(dx), free(y), free(dy);
+  }
+  mpu_comm_destroy(c);
+}
+
 static void test_bad_input(void **state) {
   (void)state;
   mpu_comm *c = NULL;
@@ -665,6 +712,7 @@ int main(void) {
       cmocka_unit_test(test_cross_entropy_finite_differences),
       cmocka_unit_test(test_parallel_matches_single),
       cmocka_unit_test(test_backward_in_place),
+      cmocka_unit_test(test_input_gradient_against_the_definition),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_strided_layers),
       cmocka_unit_test(test_options),

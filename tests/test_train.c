@@ -415,9 +415,44 @@ static void test_step_reads_what_the_caller_wrote(void **state) {
   }
 }
 
+/* A buffer of 2 MiB or more, and the optimizer's moments of it, start on a
+ * 2 MiB boundary (for transparent huge pages: core/memory.h) and zeroed; the
+ * step updates every element of it, the last as the first. */
+static void test_large_buffers_on_huge_page_boundaries(void **state) {
+  (void)state;
+  const size_t n = (size_t)1 << 20, huge = (size_t)2 << 20; /* 4 MiB of floats */
+  mpu_comm *one;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &one), 0);
+  mpu_param_buffer b;
+  mpu_param_buffer_init(&b, 0);
+  int small, big;
+  assert_int_equal(mpu_param_buffer_add(&b, "small", 3, MPU_PARAM_DUPLICATE, &small), 0);
+  assert_int_equal(mpu_param_buffer_add(&b, "big", n, MPU_PARAM_DUPLICATE, &big), 0);
+  assert_int_equal(mpu_param_buffer_finalize(&b, NULL, NULL), 0);
+  assert_int_equal((uintptr_t)b.data % huge, 0);
+  assert_int_equal((uintptr_t)b.grad % huge, 0);
+  for (size_t i = 0; i < b.numel; i++) assert_true(b.data[i] == 0.0f && b.grad[i] == 0.0f);
+  mpu_adamw_options o = MPU_ADAMW_OPTIONS_INIT;
+  o.lr = 0.1f, o.weight_decay = 0, o.clip_grad = 0;
+  mpu_optimizer opt;
+  assert_int_equal(mpu_optimizer_init(&opt, &b, one, 0, &o), 0);
+  assert_int_equal((uintptr_t)opt.m % huge, 0);
+  assert_int_equal((uintptr_t)opt.v % huge, 0);
+  float *p = mpu_param_data(&b, big), *g = mpu_param_grad(&b, big);
+  for (size_t i = 0; i < n; i++) p[i] = 1.0f, g[i] = 1.0f;
+  assert_int_equal(mpu_optimizer_step(&opt, NULL, NULL), 0);
+  assert_float_equal(p[0], 0.9f, 1e-6);
+  assert_float_equal(p[n - 1], 0.9f, 1e-6);
+  assert_true(mpu_param_data(&b, small)[2] == 0.0f); /* no gradient: AdamW moves it nowhere */
+  mpu_optimizer_free(&opt);
+  mpu_param_buffer_free(&b);
+  mpu_comm_destroy(one);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_step_reads_what_the_caller_wrote),
+      cmocka_unit_test(test_large_buffers_on_huge_page_boundaries),
       cmocka_unit_test(test_plain_and_zero1_match_the_definition),
       cmocka_unit_test(test_zero1_equals_plain),
       cmocka_unit_test(test_overlapped_reduce_equals_plain),

@@ -84,7 +84,9 @@ MPU_API mpu_result_t mpu_param_buffer_add(mpu_param_buffer *b, const char *name,
                                           mpu_param_attrs attrs, int *index);
 /* Lay the parameters out: data and grad are the caller's (b->numel floats
  * each, mpu_param_buffer_bytes) or NULL to allocate; allocated memory starts
- * zeroed. Afterwards no parameter can be added. */
+ * zeroed, and from 2 MiB on it starts on a 2 MiB boundary, advised to
+ * transparent huge pages (as the optimizer's moments). Afterwards no
+ * parameter can be added. */
 MPU_API mpu_result_t mpu_param_buffer_finalize(mpu_param_buffer *b, float *data, float *grad);
 MPU_API size_t mpu_param_buffer_bytes(const mpu_param_buffer *b);
 MPU_API float *mpu_param_data(const mpu_param_buffer *b, int index);

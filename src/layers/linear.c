@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/span.h"
 #include "core/options.h"
+#include "layers/gemm.h"
 #include "layers/layers_internal.h"
 #include "mpu/layers.h"
 #include "mpu/shard.h"
@@ -232,8 +233,7 @@ mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, f
     if (l->has_bias && !l->skip_bias_add)
       for (int i = 0; i < N; i++)
         for (int j = 0; j < l->out_local; j++) l->dbias[j] += dyl[(size_t)i * l->out_local + j];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, l->in, l->out_local, 1.0f, dyl,
-                l->out_local, l->weight, l->in, 0.0f, dxp, l->in);
+    mpu__gemm_nn(N, l->in, l->out_local, dyl, l->out_local, l->weight, l->in, dxp, l->in);
     /* copy_to's backward (all-reduce), or the sequence gather's (reduce-scatter) */
     if (l->sequence_parallel)
       r = mpu__run(MPU_PRIM_REDUCE_SCATTER_FIRST, l->tp, dxp, N, l->in, dx, N / l->tp_size, l->in);
@@ -366,8 +366,7 @@ mpu_result_t mpu_row_linear_backward(mpu_row_linear *l, const float *dy, float *
   if (!r) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, l->out, l->in_local, n, 1.0f, dyf,
                 l->out, l->x_local, l->in_local, 1.0f, l->dweight, l->in_local);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, l->in_local, l->out, 1.0f, dyf,
-                l->out, l->weight, l->in_local, 0.0f, dxl, l->in_local);
+    mpu__gemm_nn(n, l->in_local, l->out, dyf, l->out, l->weight, l->in_local, dxl, l->in_local);
     if (dxl != dx)
       r = mpu__run(l->input_is_parallel ? MPU_PRIM_IDENTITY : MPU_PRIM_GATHER_LAST, l->tp, dxl, n,
                    l->in_local, dx, n, l->input_is_parallel ? l->in_local : l->in);

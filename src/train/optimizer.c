@@ -16,6 +16,7 @@
 
 #include "comm/services.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/simd.h"
 #include "core/options.h"
 #include "mpu/shard.h"
@@ -76,8 +77,8 @@ mpu_result_t mpu_param_buffer_finalize(mpu_param_buffer *b, float *data, float *
   if (!b) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL buffer", fn);
   if (b->finalized) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: finalized already", fn);
   if (!b->nparams) return mpu__error(MPU_ERR_INVALID_USAGE, "%s: no parameters", fn);
-  b->data = data ? data : calloc(b->numel, sizeof(float));
-  b->grad = grad ? grad : calloc(b->numel, sizeof(float));
+  b->data = data ? data : mpu__zalloc_large(b->numel, sizeof(float));
+  b->grad = grad ? grad : mpu__zalloc_large(b->numel, sizeof(float));
   b->owns_data = !data, b->owns_grad = !grad;
   if (!b->data || !b->grad) {
     if (b->owns_data) free(b->data);
@@ -402,9 +403,9 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
     opt->owned += hi - lo;
   }
   size_t cells = opt->owned ? opt->owned : 1;
-  opt->m = calloc(cells, sizeof(float));
-  opt->v = calloc(cells, sizeof(float));
-  opt->main = calloc(cells, sizeof(float));
+  opt->m = mpu__zalloc_large(cells, sizeof(float));
+  opt->v = mpu__zalloc_large(cells, sizeof(float));
+  opt->main = mpu__zalloc_large(cells, sizeof(float));
   opt->scratch = opt->distributed ? calloc(opt->bucket, sizeof(float)) : NULL;
   if (!opt->m || !opt->v || !opt->main || (opt->distributed && !opt->scratch)) {
     mpu_optimizer_free(opt);

@@ -489,13 +489,12 @@ static mpu_result_t block_backward(const gpt_ctx *ctx, gpt_block *b, const float
   size_t th = (size_t)ctx->T_local * H;
   if (b->recompute == GPT_RECOMPUTE_FULL) /* the block again, from its saved input */
     TRY(block_forward(ctx, b, b->mb, b->x, b->d2));
-  memcpy(b->d_mid, dout, th * sizeof(float)); /* the residual */
   TRY(mpu_row_linear_backward(&b->fc2, through_dropout(dout, kept_mask(ctx, b->m2), b->d1, th),
                               b->dg));
   mpu_gelu_backward_kept(b->h, b->gt, b->dg, b->dh, (size_t)T * Fl);
   TRY(mpu_column_linear_backward(&b->fc1, b->dh, b->d2));
   TRY(mpu_layer_norm_backward(&b->ln2, b->d2, b->d1));
-  for (size_t i = 0; i < th; i++) b->d_mid[i] += b->d1[i];
+  for (size_t i = 0; i < th; i++) b->d_mid[i] = dout[i] + b->d1[i]; /* the residual's and ln2's */
   if (b->recompute == GPT_RECOMPUTE_SELECTIVE) /* the attention core again, from q, k, v */
     TRY(attention_core(ctx, b, b->qkv_out, b->datt));
   TRY(mpu_row_linear_backward(&b->proj, through_dropout(b->d_mid, kept_mask(ctx, b->m1), b->d1, th),
@@ -515,10 +514,13 @@ mpu_result_t gpt_chunk_forward(const gpt_ctx *ctx, gpt_chunk *c, int mb, const i
   size_t th = (size_t)T_l * H;
   if (c->first) { /* word + position embedding, dropout, then this rank's rows */
     TRY(mpu_vocab_embedding_forward(&c->wte, ids, T, c->emb));
-    for (size_t i = 0; i < (size_t)T * H; i++) {
-      c->emb_mask[i] = keep_scale(ctx, -1, 0, mb, i);
-      c->emb[i] = (c->emb[i] + c->wpe[i]) * c->emb_mask[i];
-    }
+    if (ctx->cfg.dropout > 0)
+      for (size_t i = 0; i < (size_t)T * H; i++) {
+        c->emb_mask[i] = keep_scale(ctx, -1, 0, mb, i);
+        c->emb[i] = (c->emb[i] + c->wpe[i]) * c->emb_mask[i];
+      }
+    else /* every element kept unscaled: the same bits without the mask */
+      for (size_t i = 0; i < (size_t)T * H; i++) c->emb[i] += c->wpe[i];
     memcpy(c->act, c->emb + (size_t)first_row(ctx) * H, th * sizeof(float));
   } else {
     memcpy(c->act, in, th * sizeof(float));
@@ -572,10 +574,10 @@ mpu_result_t gpt_chunk_backward(const gpt_ctx *ctx, gpt_chunk *c, const float *g
    * sequence parallelism (scatter_to_sequence_parallel_region's backward) */
   if (ctx->sp) TRY(mpu_comm_all_gather(ctx->tp, c->dact, c->tmp, th, MPU_FLOAT32));
   else memcpy(c->tmp, c->dact, th * sizeof(float));
-  for (size_t i = 0; i < (size_t)T * H; i++) {
-    c->tmp[i] *= c->emb_mask[i];
-    c->dwpe[i] += c->tmp[i];
-  }
+  const float *m = kept_mask(ctx, c->emb_mask);
+  if (m)
+    for (size_t i = 0; i < (size_t)T * H; i++) c->tmp[i] *= m[i];
+  for (size_t i = 0; i < (size_t)T * H; i++) c->dwpe[i] += c->tmp[i];
   TRY(mpu_vocab_embedding_backward(&c->wte, c->tmp));
   return grads_final(ctx, c, 0);
 }
