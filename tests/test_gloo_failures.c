@@ -18,6 +18,8 @@
  *             rank, naming it, and the communicator still works
  *   unchecked with call checking off, rank 3 never calls: the others fail
  *             (timed out, or their peer that timed out closed its connections)
+ *   churn     groups made and destroyed at once, 40 times over: no rank may
+ *             close a group while a peer is still connecting to it
  * Timeouts are MPU_TIMEOUT's (ctest sets a few seconds). Exits 0 when every
  * rank saw what it should.
  */
@@ -124,8 +126,19 @@ int main(int argc, char **argv) {
     r = mpu_comm_all_reduce(w, x, y, 2, MPU_FLOAT64, MPU_SUM);
     if (r || y[0] != size || y[1] != size)
       return fail(rank, mode, "want the next all_reduce to work", r);
+  } else if (!strcmp(mode, "churn")) {
+    int all[4] = {0, 1, 2, 3}, pair[2] = {rank & ~1, rank | 1};
+    for (int i = 0; i < 40; i++) {
+      mpu_comm *g = NULL;
+      int whole = i % 2 == 0;
+      r = mpu_comm_create_group(w, whole ? all : pair, whole ? size : 2, &g);
+      if (r) return fail(rank, mode, whole ? "make a group of all" : "make a pair", r);
+      mpu_comm_destroy(g);
+    }
+    r = mpu_comm_all_reduce(w, x, y, 2, MPU_FLOAT64, MPU_SUM);
+    if (r || y[0] != size) return fail(rank, mode, "want the world to work after", r);
   } else {
-    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|exit_late|mismatch|unchecked\n", argv[0]);
+    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|exit_late|mismatch|unchecked|churn\n", argv[0]);
     return 2;
   }
   mpu_comm_destroy(w);
