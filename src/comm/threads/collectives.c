@@ -11,10 +11,9 @@
  * Large calls split the work so that every input byte is read once and every
  * output byte written once, the least memory traffic there is: in an
  * all_reduce rank k reduces chunk k of the vector from every input and writes
- * the result into every rank's output; in an all_gather past the cache each
- * rank writes its input into every output (in cache each rank fills its own
- * output, keeping its lines in one core); a broadcast's chunks are pushed by
- * different ranks. Every chunk is reduced by one rank in rank order, so all ranks get
+ * the result into every rank's output; in an all_gather each rank writes its
+ * input into every output; a broadcast's chunks are pushed by different
+ * ranks. Every chunk is reduced by one rank in rank order, so all ranks get
  * the same bits. Calls whose buffers (everything read and written) do not
  * fit in the last-level cache write with streaming stores (copy.h): their
  * outputs would be evicted before anyone read them.
@@ -120,22 +119,19 @@ static void task_all_gather(tcomm *tc, const mpu__call *calls, int t) {
   int n = tc->g->n;
   size_t bytes = (size_t)calls[0].sig.count * mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
   if (!bytes) return;
-  int stream = streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n); /* n inputs, n outputs */
-  if (!stream) { /* in cache: task t pulls every input into rank t's output, so each output
-                    is written by one core and its lines do not bounce between caches */
-    for (int k = 0; k < n; k++) {
-      char *dst = (char *)calls[t].recv + (size_t)k * bytes;
-      if (dst != calls[k].send) mpu__copy(dst, calls[k].send, bytes, 0);
-    }
-    return;
-  }
-  /* past the cache: task t pushes rank t's input into every output, a slice
-   * at a time, so that each input is read from memory once */
+  /* task t pushes rank t's input into every output, a slice at a time, so
+   * that each input is read once (from memory past the cache, from this
+   * core's cache in it). Pulling every input into one's own output reads n
+   * times as much: in cache on 2 ranks it needed 1 MiB of each core's 2 MiB
+   * L2 more per MiB gathered, and a 1 MiB call's median was 38-147 us where
+   * pushing took 25-27 (docs/bench.md). Each output block is still written
+   * by one core, call after call. */
   for (int k = 0; k < n; k++) {
     char *dst = (char *)calls[k].recv + (size_t)t * bytes;
     tc->dsts[k] = dst == calls[t].send ? NULL : dst; /* in place: already there */
   }
-  mpu__copy_to(tc->dsts, n, calls[t].send, bytes, stream);
+  mpu__copy_to(tc->dsts, n, calls[t].send, bytes,
+               streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n)); /* n inputs, n outputs */
 }
 
 static void task_reduce_scatter(tcomm *tc, const mpu__call *calls, int t) {
