@@ -17,8 +17,8 @@
 #   --load N[,N...]  also the contention table: the 8-byte and 1 MiB all_reduce of 2 thread ranks
 #                    against raw Open MPI under N busy-loop processes each (0: none), which
 #                    scripts/bench-vs-mpi.sh starts and always stops; needs mpirun
-#   --only NAME      just that table (sweep, collectives, small, mpi, contention, checked, plan,
-#                    gpt, torch, gloo)
+#   --only NAME      just that table (sweep, collectives, roof16, steady, small, mpi, contention,
+#                    checked, plan, gpt, torch, gloo)
 # The gloo table (--compare-torch too) times mpu's gloo backend beside torch's ProcessGroupGloo
 # on 4 processes (scripts/bench-vs-gloo.sh), with PYTHON's torch.
 set -euo pipefail
@@ -114,6 +114,56 @@ if wanted collectives; then
     table fmt_bench collectives "${files[@]}"
     footer "collectives-$t"
   done
+fi
+if wanted roof16; then
+  # the roof as a ceiling: every row of every collective at 16 MiB, five runs on 2 and on 8 ranks
+  runs=5
+  [ $quick = 1 ] && runs=1
+  header roof16 "$mpu bench -t 2|8 -b 16M -e 16M --collective all $iters   # $runs runs each"
+  for t in 2 8; do
+    for ((i = 0; i < runs; i++)); do
+      # shellcheck disable=SC2086
+      bench -t $t -b 16M -e 16M --collective all $iters >"$tmp/roof16.$t.$i.json"
+    done
+  done
+  python3 - "$tmp" "$runs" >>"$out" <<'PY'
+import json, sys
+tmp, runs = sys.argv[1], int(sys.argv[2])
+print("| collective | placement | roof on 2 ranks, each run | roof on 8 ranks, each run |")
+print("| --- | --- | --- | --- |")
+data = {t: [json.load(open("%s/roof16.%d.%d.json" % (tmp, t, i)))["rows"] for i in range(runs)] for t in (2, 8)}
+for j, r in enumerate(data[2][0]):
+    cell = lambda t: " / ".join("%.0f%%" % (100 * run[j]["roofline_fraction"]) for run in data[t])
+    print("| %s | %s | %s | %s |" % (r["collective"], "in place" if r["in_place"] else "out of place", cell(2), cell(8)))
+print("\nHighest roof of any row: %.0f%%." % max(100 * x["roofline_fraction"] for t in data for run in data[t] for x in run))
+PY
+  footer roof16
+fi
+if wanted steady; then
+  # run to run: the 8 MiB all_reduce against itself and against 2 MiB's bus bandwidth
+  runs=10
+  [ $quick = 1 ] && runs=2
+  header steady "$mpu bench -t 2 --collective all_reduce -b 2M -e 8M -f 4 -n 200   # $runs runs"
+  for ((i = 0; i < runs; i++)); do
+    bench -t 2 --collective all_reduce -b 2M -e 8M -f 4 -n 200 >"$tmp/steady.$i.json"
+  done
+  python3 - "$tmp" "$runs" >>"$out" <<'PY'
+import json, sys
+tmp, runs = sys.argv[1], int(sys.argv[2])
+print("| run | 2 MiB median (us) | 2 MiB busbw (GB/s) | 8 MiB median (us) | 8 MiB busbw (GB/s) | 8 MiB busbw / 2 MiB's |")
+print("| --- | --- | --- | --- | --- | --- |")
+eights, ratios = [], []
+for i in range(runs):
+    two, eight = [r for r in json.load(open("%s/steady.%d.json" % (tmp, i)))["rows"] if not r["in_place"]]
+    eights.append(eight["median_us"])
+    ratios.append(eight["busbw_gbps"] / two["busbw_gbps"])
+    print("| %d | %.0f | %.1f | %.0f | %.1f | %.2f |" % (i + 1, two["median_us"], two["busbw_gbps"],
+          eight["median_us"], eight["busbw_gbps"], ratios[-1]))
+print("\n8 MiB medians from %.0f to %.0f us (the slowest %.0f%% above the fastest); 8 MiB's busbw %.2f-%.2f of "
+      "2 MiB's. busbw from each row's median; out of place." % (min(eights), max(eights),
+      100 * (max(eights) / min(eights) - 1), min(ratios), max(ratios)))
+PY
+  footer steady
 fi
 if wanted small; then
   header small "$mpu bench -t 2 -b 8 -e 8 -n 5000 -c 0; taskset -c 0 $mpu bench -t 2 -b 8 -e 8 -n 5000 -c 0"

@@ -11,10 +11,9 @@
  * Large calls split the work so that every input byte is read once and every
  * output byte written once, the least memory traffic there is: in an
  * all_reduce rank k reduces chunk k of the vector from every input and writes
- * the result into every rank's output; in an all_gather past the cache each
- * rank writes its input into every output (in cache each rank fills its own
- * output, keeping its lines in one core); a broadcast's chunks are pushed by
- * different ranks. Every chunk is reduced by one rank in rank order, so all ranks get
+ * the result into every rank's output; in an all_gather each rank writes its
+ * input into every output; a broadcast's chunks are pushed by different
+ * ranks. Every chunk is reduced by one rank in rank order, so all ranks get
  * the same bits. Calls whose buffers (everything read and written) do not
  * fit in the last-level cache write with streaming stores (copy.h): their
  * outputs would be evicted before anyone read them.
@@ -23,6 +22,14 @@
  * outnumber the cores, only as many ranks as there are cores work, rank w
  * taking tasks w, w + W, ...; the others go straight to the exit barrier and
  * sleep, so the workers run without being time-sliced against them.
+ *
+ * A large call's tasks come in parts (a few hundred KiB each) that a rank
+ * claims one at a time, its own tasks' from the front. On a crowded machine
+ * (more runnable threads than CPUs, sync.c) a rank done with its own tasks
+ * claims the parts its peers have not begun, from the back: a peer the
+ * scheduler took off its CPU then holds up the call by one part, not by its
+ * whole share. Who moves a part changes no bit of the result: each element
+ * is still combined from every input in rank order.
  *
  * What a kind reads and writes (its blocks, its in-place form) is the
  * collective table's (collective.h); this file's own table (kinds[]) says
@@ -85,22 +92,29 @@ static int any_in_place(const mpu__call *calls, int n, size_t block) {
   return 0;
 }
 
-/* Loop over this rank's tasks of a large call (see the top of the file). */
-#define FOR_EACH_TASK(k, tc)                                                      \
-  for (int k = (tc)->me, step_ = (tc)->g->world->cpus < (tc)->g->n                \
-                                     ? (tc)->g->world->cpus                      \
-                                     : (tc)->g->n;                               \
-       (tc)->me < step_ && k < (tc)->g->n; k += step_)
+/* How many ranks work in a large call: rank w does tasks w, w + W, ... (see
+ * the top of the file). */
+static int workers(const tcomm *tc) {
+  return tc->g->world->cpus < tc->g->n ? tc->g->world->cpus : tc->g->n;
+}
+
+/* Elements [*lo, *hi) narrowed to part `part` of `parts` of them. */
+static void narrow(size_t *lo, size_t *hi, int part, int parts) {
+  size_t len = *hi - *lo, base = *lo;
+  *lo = base + mpu__chunk_lo(len, parts, part);
+  *hi = base + mpu__chunk_lo(len, parts, part + 1);
+}
 
 
 /* ---- the tasks: the data movement of a call every member has entered ----
- * Task t of n, from the members' descriptions `calls`. Which thread runs a
+ * Task t of n, from the members' descriptions `calls`; part `part` of
+ * `parts` of it (the uneven ones come whole: part 0 of 1). Which thread runs a
  * task does not matter: a blocking call's members run their own (see the top
  * of the file), a non-blocking call's are all run by the member that claims
  * it (progress.c). Each reads and writes only the buffers the members handed
  * over, so the tasks of one call may run in any order. */
 
-static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t) {
+static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   const mpu__call *k = &calls[0];
   int n = tc->g->n;
   mpu_dtype dt = (mpu_dtype)k->sig.dtype;
@@ -109,6 +123,7 @@ static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t) {
                !any_in_place(calls, n, 0);
   /* task t: reduce chunk t of every input into chunk t of every output */
   size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
+  narrow(&lo, &hi, part, parts);
   for (int m = 0; m < n; m++) {
     tc->ptrs[m] = (const char *)calls[m].send + lo * es;
     tc->dsts[m] = (char *)calls[m].recv + lo * es;
@@ -116,41 +131,42 @@ static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t) {
   mpu__reduce_to(tc->dsts, n, tc->ptrs, n, hi - lo, dt, (mpu_op)k->sig.op, n, stream);
 }
 
-static void task_all_gather(tcomm *tc, const mpu__call *calls, int t) {
+static void task_all_gather(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   int n = tc->g->n;
-  size_t bytes = (size_t)calls[0].sig.count * mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
-  if (!bytes) return;
-  int stream = streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n); /* n inputs, n outputs */
-  if (!stream) { /* in cache: task t pulls every input into rank t's output, so each output
-                    is written by one core and its lines do not bounce between caches */
-    for (int k = 0; k < n; k++) {
-      char *dst = (char *)calls[t].recv + (size_t)k * bytes;
-      if (dst != calls[k].send) mpu__copy(dst, calls[k].send, bytes, 0);
-    }
-    return;
-  }
-  /* past the cache: task t pushes rank t's input into every output, a slice
-   * at a time, so that each input is read from memory once */
+  size_t count = (size_t)calls[0].sig.count, es = mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
+  size_t bytes = count * es, lo = 0, hi = count;
+  narrow(&lo, &hi, part, parts);
+  if (lo == hi) return;
+  /* task t pushes rank t's input into every output, a slice at a time, so
+   * that each input is read once (from memory past the cache, from this
+   * core's cache in it). Pulling every input into one's own output reads n
+   * times as much: in cache on 2 ranks it needed 1 MiB of each core's 2 MiB
+   * L2 more per MiB gathered, and a 1 MiB call's median was 38-147 us where
+   * pushing took 25-27 (docs/bench.md). Each output block is still written
+   * by one core, call after call. */
   for (int k = 0; k < n; k++) {
     char *dst = (char *)calls[k].recv + (size_t)t * bytes;
-    tc->dsts[k] = dst == calls[t].send ? NULL : dst; /* in place: already there */
+    tc->dsts[k] = dst == calls[t].send ? NULL : dst + lo * es; /* in place: already there */
   }
-  mpu__copy_to(tc->dsts, n, calls[t].send, bytes, stream);
+  mpu__copy_to(tc->dsts, n, (const char *)calls[t].send + lo * es, (hi - lo) * es,
+               streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n)); /* n inputs, n outputs */
 }
 
-static void task_reduce_scatter(tcomm *tc, const mpu__call *calls, int t) {
+static void task_reduce_scatter(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   const mpu__call *k0 = &calls[0];
   int n = tc->g->n;
   mpu_dtype dt = (mpu_dtype)k0->sig.dtype;
   size_t count = (size_t)k0->sig.count, bytes = count * mpu_dtype_size(dt);
-  size_t total = bytes * (size_t)n;
+  size_t total = bytes * (size_t)n, es = mpu_dtype_size(dt), lo = 0, hi = count;
+  narrow(&lo, &hi, part, parts);
   /* task t: reduce block t of every input into rank t's output */
-  for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + (size_t)t * bytes;
-  mpu__reduce_to(&calls[t].recv, 1, tc->ptrs, n, count, dt, (mpu_op)k0->sig.op, n,
+  for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + (size_t)t * bytes + lo * es;
+  void *dst = (char *)calls[t].recv + lo * es;
+  mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, (mpu_op)k0->sig.op, n,
                  streams(total, (size_t)n, bytes, (size_t)n) && !any_in_place(calls, n, bytes));
 }
 
-static void task_broadcast(tcomm *tc, const mpu__call *calls, int t) {
+static void task_broadcast(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   /* chunk t of the root's buffer is pushed to every other rank. Without call
    * checking the roots named may differ: each member's description names the
    * root it was given, and the root's own description is what is read, which
@@ -159,12 +175,13 @@ static void task_broadcast(tcomm *tc, const mpu__call *calls, int t) {
   mpu_dtype dt = (mpu_dtype)calls[0].sig.dtype;
   size_t count = (size_t)calls[0].sig.count, es = mpu_dtype_size(dt), bytes = count * es;
   size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
+  narrow(&lo, &hi, part, parts);
   for (int k = 0; k < n; k++) tc->dsts[k] = k == root ? NULL : (char *)calls[k].recv + lo * es;
   mpu__copy_to(tc->dsts, n, (const char *)calls[root].send + lo * es, (hi - lo) * es,
                streams(bytes, (size_t)n, 0, 0));
 }
 
-static void task_reduce(tcomm *tc, const mpu__call *calls, int t) {
+static void task_reduce(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   int n = tc->g->n, root = calls[0].sig.root;
   mpu_dtype dt = (mpu_dtype)calls[0].sig.dtype;
   size_t count = (size_t)calls[0].sig.count, es = mpu_dtype_size(dt), bytes = count * es;
@@ -172,28 +189,30 @@ static void task_reduce(tcomm *tc, const mpu__call *calls, int t) {
   if (calls[root].sig.kind != MPU_COLL_REDUCE || calls[root].sig.root != root) return;
   /* task t reduces chunk t straight into the root's output */
   size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
+  narrow(&lo, &hi, part, parts);
   for (int k = 0; k < n; k++) tc->ptrs[k] = (const char *)calls[k].send + lo * es;
   void *dst = (char *)calls[root].recv + lo * es;
   mpu__reduce_to(&dst, 1, tc->ptrs, n, hi - lo, dt, (mpu_op)calls[0].sig.op, n,
                  streams(bytes, (size_t)n + 1, 0, 0) && calls[root].recv != calls[root].send);
 }
 
-static void task_all_to_all(tcomm *tc, const mpu__call *calls, int t) {
+static void task_all_to_all(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   int n = tc->g->n;
-  size_t bytes = (size_t)calls[0].sig.count * mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
-  size_t total = bytes * (size_t)n;
+  size_t count = (size_t)calls[0].sig.count, es = mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
+  size_t bytes = count * es, total = bytes * (size_t)n, lo = 0, hi = count;
   int stream = streams(total, (size_t)n, total, (size_t)n); /* n inputs, n outputs */
+  narrow(&lo, &hi, part, parts);
   /* task t: fill rank t's output, block k from rank k's input */
   for (int k = 0; k < n; k++)
-    mpu__copy((char *)calls[t].recv + (size_t)k * bytes,
-              (const char *)calls[k].send + (size_t)t * bytes, bytes, stream);
+    mpu__copy((char *)calls[t].recv + (size_t)k * bytes + lo * es,
+              (const char *)calls[k].send + (size_t)t * bytes + lo * es, (hi - lo) * es, stream);
   if (stream) mpu__copy_fence();
 }
 
 /* Task t of an uneven collective: member t pulls its own output. Empty
  * blocks are skipped before any pointer arithmetic: their buffers may be
  * NULL. */
-static void task_all_gather_v(tcomm *tc, const mpu__call *calls, int t) {
+static void task_all_gather_v(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   int n = tc->g->n;
   const mpu__call *call = &calls[t];
   size_t es = mpu_dtype_size((mpu_dtype)call->sig.dtype);
@@ -203,7 +222,7 @@ static void task_all_gather_v(tcomm *tc, const mpu__call *calls, int t) {
       mpu__copy(recv + call->displs[k] * es, calls[k].send, call->counts[k] * es, 0);
 }
 
-static void task_reduce_scatter_v(tcomm *tc, const mpu__call *calls, int t) {
+static void task_reduce_scatter_v(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   int n = tc->g->n;
   const mpu__call *call = &calls[t];
   mpu_dtype dt = (mpu_dtype)call->sig.dtype;
@@ -214,7 +233,7 @@ static void task_reduce_scatter_v(tcomm *tc, const mpu__call *calls, int t) {
   mpu__reduce(call->recv, tc->ptrs, n, call->counts[t], dt, (mpu_op)call->sig.op, n);
 }
 
-static void task_all_to_all_v(tcomm *tc, const mpu__call *calls, int t) {
+static void task_all_to_all_v(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   int n = tc->g->n;
   const mpu__call *call = &calls[t];
   size_t es = mpu_dtype_size((mpu_dtype)call->sig.dtype);
@@ -281,7 +300,7 @@ static void small_all_to_all(tcomm *tc, const mpu__call *call, int p) {
  * barrier's meeting is the whole call). What a kind reads and writes is the
  * collective table's (collective.h). */
 typedef struct tkind {
-  void (*task)(tcomm *tc, const mpu__call *calls, int t);
+  void (*task)(tcomm *tc, const mpu__call *calls, int t, int part, int parts);
   void (*small)(tcomm *tc, const mpu__call *call, int p);
 } tkind;
 
@@ -299,8 +318,52 @@ static const tkind kinds[MPU_COLL_KINDS] = {
 };
 
 void mpu__ttask(tcomm *tc, const mpu__call *calls, int t) {
-  void (*task)(tcomm *, const mpu__call *, int) = kinds[calls[0].sig.kind].task;
-  if (task) task(tc, calls, t);
+  void (*task)(tcomm *, const mpu__call *, int, int, int) = kinds[calls[0].sig.kind].task;
+  if (task) task(tc, calls, t, 0, 1);
+}
+
+/* A large call's parts per task: one per PART_BYTES of a rank's count, at
+ * most PARTS_MAX (a claim is one compare-and-swap on a shared line). */
+#define PART_BYTES ((size_t)256 << 10)
+#define PARTS_MAX 64
+
+static int parts_of(size_t bytes) {
+  size_t parts = bytes / PART_BYTES;
+  return parts < 1 ? 1 : parts > PARTS_MAX ? PARTS_MAX : (int)parts;
+}
+
+/* Claim a part of a task whose unclaimed parts are [lo, hi) in *word (lo <<
+ * 32 | hi): the first (its owner) or the last (a rank done with its own).
+ * -1 when none is left. */
+static int claim(_Atomic uint64_t *word, int last) {
+  uint64_t s = atomic_load_explicit(word, memory_order_relaxed);
+  for (;;) {
+    uint32_t lo = (uint32_t)(s >> 32), hi = (uint32_t)s;
+    if (lo >= hi) return -1;
+    uint64_t next = last ? s - 1 : s + (UINT64_C(1) << 32);
+    if (atomic_compare_exchange_weak_explicit(word, &s, next, memory_order_relaxed,
+                                              memory_order_relaxed))
+      return (int)(last ? hi - 1 : lo);
+  }
+}
+
+/* This rank's share of a large call every member has entered: its own
+ * tasks, part after part, then (on a crowded machine) the parts of the
+ * other workers' tasks that nobody has claimed yet. The call's exit barrier
+ * orders every part's writes before any member returns. */
+static void run_tasks(tcomm *tc, const mpu__call *calls, int parts) {
+  tgroup *g = tc->g;
+  int n = g->n, w = workers(tc), part;
+  void (*task)(tcomm *, const mpu__call *, int, int, int) = kinds[calls[0].sig.kind].task;
+  if (tc->me >= w || !task) return;
+  for (int t = tc->me; t < n; t += w)
+    while ((part = claim(&g->claims[t], 0)) >= 0) task(tc, calls, t, part, parts);
+  if (parts < 2 || !atomic_load_explicit(&g->world->crowded, memory_order_relaxed)) return;
+  for (int i = 1; i < n; i++) {
+    int t = (tc->me + i) % n;
+    if (t % w == tc->me) continue;
+    while ((part = claim(&g->claims[t], 1)) >= 0) task(tc, calls, t, part, parts);
+  }
 }
 
 /* A collective of one count per rank (see the top of the file): a small one
@@ -313,14 +376,20 @@ static mpu_result_t run_even(tcomm *tc, const mpu__call *call) {
   int p;
   size_t bytes = (size_t)call->sig.count * mpu_dtype_size((mpu_dtype)call->sig.dtype);
   size_t in = bytes * mpu__coll_blocks(row->send_blocks, g->n);
-  int small = in <= MPU_THREADS_SCRATCH;
+  int small = in <= MPU_THREADS_SCRATCH, parts = parts_of(bytes);
   int stages = small && (row->in_place != MPU__IN_PLACE_ONE_BUFFER || tc->me == call->sig.root);
+  /* this rank's tasks' parts, all unclaimed: written before the entry
+   * barrier, which every claim of this call follows; the last call's claims
+   * all came before its exit barrier, which this rank has passed */
+  if (!small && tc->me < workers(tc))
+    for (int t = tc->me; t < g->n; t += workers(tc))
+      atomic_store_explicit(&g->claims[t], (uint64_t)parts, memory_order_relaxed);
   MPU_CHECK(enter(tc, call, call->send, stages ? in : 0, row->fn, &p));
   if (small) {
     if (kinds[call->sig.kind].small) kinds[call->sig.kind].small(tc, call, p);
     return MPU_SUCCESS;
   }
-  FOR_EACH_TASK(t, tc) mpu__ttask(tc, g->calls[p], t);
+  run_tasks(tc, g->calls[p], parts);
   return leave(tc, row->fn);
 }
 

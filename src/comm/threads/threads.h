@@ -91,6 +91,8 @@ typedef struct tgroup {
   _Atomic uint32_t departures;  /* how many handles were destroyed: a waiter rescans the
                                    members only when this (or the world's exits) moved */
   _Atomic int *cpu;             /* [member]: the CPU it last arrived from (a hint for waiting) */
+  _Atomic uint64_t *claims;     /* [task]: the parts of the large call now running that no rank
+                                   has claimed yet, first << 32 | end (collectives.c) */
   pthread_mutex_t ops_lock;     /* guards ops and every top on it */
   pthread_cond_t ops_cond;      /* a top of this group finished */
   top *ops;                     /* non-blocking calls not yet released by every member */

@@ -46,6 +46,7 @@ static void group_free(tgroup *g) {
   free((void *)g->entered);
   free((void *)g->departed);
   free((void *)g->cpu);
+  free((void *)g->claims);
   free(g);
 }
 
@@ -65,8 +66,9 @@ static tgroup *group_new(tworld *w, const int *members, int n) {
   g->entered = calloc((size_t)n, sizeof *g->entered);
   g->departed = calloc((size_t)n, sizeof *g->departed);
   g->cpu = malloc((size_t)n * sizeof *g->cpu);
+  g->claims = calloc((size_t)n, sizeof *g->claims);
   if (!g->members || !g->calls[0] || !g->calls[1] || !g->scratch[0] || !g->scratch[1] ||
-      !g->entered || !g->departed || !g->cpu) {
+      !g->entered || !g->departed || !g->cpu || !g->claims) {
     group_free(g);
     return NULL;
   }
