@@ -4,6 +4,8 @@
 # public header, an ifunc resolver of one (GCC exports a target_clones
 # function's resolver beside it), or libmpu's sibling table (comm/base/sibling.h,
 # the one door its sibling libraries and tool use, named after the version).
+# Under AddressSanitizer each exported variable also has its __odr_asan.NAME
+# indicator (ASan's one-definition check); it is read as NAME.
 # The internals marked MPU_SIBLING_API (core/error.h) are exactly those the
 # siblings reach through the table (comm/base/sibling_calls.c defines them).
 # usage: test_exports.sh SOURCE_DIR LIBRARY...
@@ -26,6 +28,7 @@ for lib in "$@"; do
   names=$(nm -D --defined-only "$lib" | awk '{print $3}')
   for name in $names; do
     base=${name%.resolver}
+    base=${base#__odr_asan.}
     if [[ ! $base =~ ^mpu_[a-z0-9] ]]; then
       echo "$lib: exports $name (not mpu's API)" >&2
       bad=1
