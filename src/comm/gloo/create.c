@@ -350,19 +350,26 @@ static mpu_result_t gloo_abort(mpu_comm *c) {
     m->broken = MPU_ERR_ABORTED;
     snprintf(m->why, sizeof m->why, "rank %d aborted it (mpu_comm_abort)", c->rank);
   }
-  /* the owner's thread may be waiting in a call: its waits return now */
+  pthread_mutex_unlock(&m->lock);
+  /* posted before the connections close: a peer that sees them close finds it */
+  if (first && m->rv) mpu__rendezvous_post_abort(m->rv, c->rank, "aborted (mpu_comm_abort)");
+  /* closed before the owner's waits are interrupted: once a wait returns,
+   * gloo's loop thread is done with the call's buffers, which it frees */
+  mpu__gl_close(m->g);
+  pthread_mutex_lock(&m->lock);
   for (int i = 0; i < m->nwaiting; i++)
     if (m->waiting[i]) mpu__gl_buf_interrupt(m->waiting[i]);
   pthread_mutex_unlock(&m->lock);
-  if (first && m->rv) mpu__rendezvous_post_abort(m->rv, c->rank, "aborted (mpu_comm_abort)");
-  mpu__gl_close(m->g);
   return MPU_SUCCESS;
 }
 
 static void gloo_destroy(mpu_comm *c) {
   gloo_impl *m = gloo_of(c);
   if (!m) return;
-  /* eager sends not yet received: their peers may still take them */
+  /* eager sends not yet received: their peers may still take them; on a
+   * broken communicator the connections close first, which ends gloo's use
+   * of their buffers */
+  if (m->broken) mpu__gl_close(m->g);
   mpu__gloo_reap(c, m->broken ? -1 : m->timeout_s);
   while (m->to_self) { /* never received */
     gloo_pending *p = m->to_self;
