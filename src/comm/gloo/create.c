@@ -34,7 +34,7 @@
 #define ABORT_LOOK_S 2.0
 /* a call that waited this long asks the store whether a peer aborted
  * meanwhile (one round trip: nothing against such a wait) */
-#define LONG_WAIT_S 0.1
+#define LONG_WAIT_S 1.0
 
 static const mpu__comm_ops gloo_ops;
 
