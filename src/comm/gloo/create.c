@@ -137,6 +137,17 @@ static mpu_result_t wrap(mpu__gl *g, mpu__rendezvous *rv, const char *master, in
   m->sends_tail = &m->sends;
   m->to_self_tail = &m->to_self;
   pthread_mutex_init(&m->lock, NULL);
+  /* gloo's full mesh returns on a rank once its own pairs are up, maybe
+   * before a peer's are: a member that destroyed the communicator at once
+   * would close a connection that peer is still making. One barrier: every
+   * member is connected before any has it. */
+  mpu_result_t r = g ? mpu_comm_barrier(c) : MPU_SUCCESS;
+  if (r) {
+    char why[640];
+    snprintf(why, sizeof why, "%s", mpu_last_error());
+    mpu_comm_destroy(c);
+    return mpu__error(r, "%s (its first barrier, which every member passes connected)", why);
+  }
   *out = c;
   return MPU_SUCCESS;
 }
