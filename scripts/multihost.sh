@@ -34,7 +34,16 @@
 # default 15 minutes before they notice the lost host. The library's promise,
 # errors within the timeout, does not depend on it; the job's end does.
 #
+# With --gloo, two hosts (h0, h1) and the gloo backend instead: 4 processes,
+# 2 on each host, started with torchrun's variables by hand (RANK,
+# WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=h0, MASTER_PORT);
+# rank 0 serves the store on h0 and every rank listens on its host's address:
+#   1. the conformance suite (test_conformance_gloo), 4 ranks
+#   2. `mpu demo gpt --backend gloo`: its checks pass, losses equal to thread
+#      ranks'
+#
 # Usage: multihost.sh MPU_TOOL TEST_CONFORMANCE_MPI TEST_STATE_MPI MULTIHOST_FAULTS
+#        multihost.sh --gloo MPU_TOOL TEST_CONFORMANCE_GLOO
 # Exit 0: passed; 77: skipped (one line says why: not root, no ip/tc/unshare/
 # mpirun, or namespaces cannot be made here); 1: failed. Namespaces, files
 # and processes are cleaned up on every exit.
@@ -51,11 +60,15 @@ if [ "${1:-}" = "--agent" ]; then
 fi
 
 set -uo pipefail
-if [ $# -ne 4 ]; then
+gloo=0
+[ "${1:-}" = "--gloo" ] && gloo=1 && shift
+if [ $# -ne $((gloo ? 2 : 4)) ]; then
   echo "usage: multihost.sh MPU_TOOL TEST_CONFORMANCE_MPI TEST_STATE_MPI MULTIHOST_FAULTS" >&2
+  echo "       multihost.sh --gloo MPU_TOOL TEST_CONFORMANCE_GLOO" >&2
   exit 2
 fi
-mpu=$(realpath "$1") conformance=$(realpath "$2") state=$(realpath "$3") faults=$(realpath "$4")
+mpu=$(realpath "$1") conformance=$(realpath "$2")
+[ $gloo -eq 0 ] && state=$(realpath "$3") faults=$(realpath "$4")
 self=$(realpath "$0")
 
 skip() {
@@ -63,7 +76,9 @@ skip() {
   exit 77
 }
 [ "$(id -u)" -eq 0 ] || skip "making network namespaces needs root"
-for tool in ip tc unshare mpirun timeout; do
+tools="ip tc unshare mpirun timeout"
+[ $gloo -eq 1 ] && tools="ip unshare timeout"
+for tool in $tools; do
   command -v "$tool" >/dev/null || skip "no '$tool' on this machine"
 done
 
@@ -94,6 +109,7 @@ NET=10.$((200 + $$ % 50)).$((($$ / 50) % 250))
 export MPU_MULTIHOST_PREFIX=$P
 tmp=$(mktemp -d /tmp/mpu-multihost.XXXXXX)
 HOSTS=(h0 h1 h2)
+[ $gloo -eq 1 ] && HOSTS=(h0 h1)
 fails=0 passes=0
 ok() {
   passes=$((passes + 1))
@@ -124,7 +140,7 @@ trap 'exit 1' INT TERM HUP
 ip netns add "${P}sw" 2>"$tmp/err" || skip "cannot make a network namespace ($(head -n1 "$tmp/err"))"
 ip -n "${P}sw" link add br0 type bridge && ip -n "${P}sw" link set br0 up &&
   ip -n "${P}sw" link set lo up || skip "cannot make a bridge in a namespace"
-for i in 0 1 2; do
+for i in "${!HOSTS[@]}"; do
   ns=$P${HOSTS[$i]}
   {
     ip netns add "$ns" &&
@@ -138,13 +154,13 @@ for i in 0 1 2; do
   mkdir -p "/etc/netns/$ns"
   {
     echo "127.0.0.1 localhost"
-    for j in 0 1 2; do echo "$NET.$((j + 1)) ${HOSTS[$j]}"; done
+    for j in "${!HOSTS[@]}"; do echo "$NET.$((j + 1)) ${HOSTS[$j]}"; done
   } >"/etc/netns/$ns/hosts"
 done
 printf 'h0 slots=3\nh1 slots=3\nh2 slots=2\n' >"$tmp/hostfile"
 # the bridge's ports need a moment before they forward
 for _ in $(seq 50); do
-  ip netns exec "${P}h0" bash -c "exec 3<>/dev/tcp/$NET.3/9" 2>&1 | grep -q refused && break
+  ip netns exec "${P}h0" bash -c "exec 3<>/dev/tcp/$NET.${#HOSTS[@]}/9" 2>&1 | grep -q refused && break
   sleep 0.1
 done
 
@@ -185,6 +201,58 @@ left_over() {
     [ -n "$pids" ] && echo "${ns#$P}: $(ps -o comm= -p $(echo $pids) | sort | uniq -c | tr -s ' \n' ' ')"
   done
 }
+
+# ---- gloo: 4 processes on 2 hosts ------------------------------------------------------------
+if [ $gloo -eq 1 ]; then
+  echo "multihost: gloo, hosts h0 h1 on $NET.0/24, 4 ranks (2+2) with torchrun's variables"
+  port=$((29500 + $$ % 2000))
+  # run_gloo LIMIT OUT PROGRAM ARGS...: ranks 0-1 on h0, 2-3 on h1, each one's
+  # output in OUT.<rank>; the status of the first rank that failed
+  run_gloo() {
+    local limit out r st s=0 pids=()
+    limit=$(budget "$1") out=$2
+    shift 2
+    for r in 0 1 2 3; do
+      RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=h0 \
+        MASTER_PORT=$port timeout -k 5 "$limit" ip netns exec "$P${HOSTS[$((r / 2))]}" \
+        unshare --uts sh -c 'hostname "$0" && exec "$@"' "${HOSTS[$((r / 2))]}" "$@" \
+        >"$out.$r" 2>&1 &
+      pids+=($!)
+    done
+    for r in 0 1 2 3; do
+      wait "${pids[$r]}"
+      st=$?
+      [ $st -ne 0 ] && [ $s -eq 0 ] && s=$st
+    done
+    port=$((port + 1))
+    return $s
+  }
+  t0=$SECONDS
+  if run_gloo 400 "$tmp/conf" "$conformance"; then
+    ok "conformance suite on gloo, 4 ranks on 2 hosts ($((SECONDS - t0)) s)"
+  else
+    bad "conformance suite on gloo across hosts:"
+    tail -n 5 "$tmp"/conf.*
+  fi
+  layout=(--tp 2 --pp 2 --dp 1 --steps 4)
+  t0=$SECONDS
+  run_gloo 300 "$tmp/gpt" "$mpu" demo gpt --backend gloo "${layout[@]}"
+  "$mpu" demo gpt "${layout[@]}" >"$tmp/gpt_threads.txt" 2>&1
+  cat "$tmp"/gpt.? >"$tmp/gpt_gloo.txt"
+  checks=$(grep -c 'check: .*PASS' "$tmp/gpt_threads.txt")
+  if [ "$checks" -ge 1 ] && [ "$(grep -c 'check: .*PASS' "$tmp/gpt_gloo.txt")" -eq "$checks" ] &&
+    ! grep -q FAIL "$tmp/gpt_gloo.txt" &&
+    cmp -s <(grep -E '^ +[0-9]+ ' "$tmp/gpt_gloo.txt") <(grep -E '^ +[0-9]+ ' "$tmp/gpt_threads.txt"); then
+    ok "demo gpt --backend gloo across hosts: its checks pass, losses equal thread ranks' ($((SECONDS - t0)) s)"
+  else
+    bad "demo gpt --backend gloo across hosts:"
+    tail -n 20 "$tmp/gpt_gloo.txt"
+  fi
+  wait_empty 10 || bad "processes left after the gloo runs: $(left_over)"
+  echo "multihost: $passes passed, $fails failed"
+  [ $fails -eq 0 ]
+  exit
+fi
 
 echo "multihost: hosts h0 h1 h2 on $NET.0/24, 8 ranks (3+3+2), $(mpirun --version | head -n1)"
 

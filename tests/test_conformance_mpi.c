@@ -3,7 +3,9 @@
  * process runs every case on the MPI world. MPI cannot recover a job whose
  * ranks disagree, so the first failed check prints its message and aborts
  * the job (the test fails instead of hanging). Run under mpirun by ctest
- * with 1, 2, 3, 4 and 8 processes, over shared memory and over TCP.
+ * with 1, 2, 3, 4 and 8 processes, over shared memory and over TCP. With
+ * the argument "gloo", the cases run on the MPI world's gloo twin
+ * (mpu_comm_gloo_create) instead.
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,11 @@ int main(int argc, char **argv) {
   if (mpu_comm_mpi_world(&argc, &argv, &world)) {
     fprintf(stderr, "test_conformance_mpi: %s\n", mpu_last_error());
     return 1;
+  }
+  mpu_comm *mpi = world;
+  if (argc > 1 && !strcmp(argv[1], "gloo") && mpu_comm_gloo_create(mpi, NULL, &world)) {
+    fprintf(stderr, "test_conformance_mpi: mpu_comm_gloo_create: %s\n", mpu_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
   int rank, size, passed = 0;
   mpu_comm_rank(world, &rank);
@@ -34,8 +41,9 @@ int main(int argc, char **argv) {
     passed++;
     if (rank == 0) printf("[       OK ] %s (%d processes)\n", c->name, size);
   }
-  mpu_comm_destroy(world);
-  if (rank == 0) printf("%d passed, 0 failed\n", passed);
+  if (world != mpi) mpu_comm_destroy(world);
+  mpu_comm_destroy(mpi);
+  if (rank == 0) printf("%d passed, 0 failed%s\n", passed, world != mpi ? " (the gloo twin)" : "");
   mpu_mpi_finalize();
   return 0;
 }

@@ -276,6 +276,15 @@ typedef struct mpu_gloo_options {
  * and later calls fail with MPU_ERR_ABORTED naming it. options may be NULL. */
 MPU_API mpu_result_t mpu_comm_gloo_from_env(const mpu_gloo_options *options, mpu_comm **out);
 
+/* A gloo communicator over the ranks of host (collective over host: a threads world,
+ * one rank per thread, or an MPI communicator, one rank per process), as
+ * mpu_comm_nccl_create makes an NCCL twin: host's rank 0 serves the store
+ * its peers meet through (its process's, if it serves one already), gloo
+ * listens on the loopback when every member is on one host, else as above.
+ * host need not outlive it. options may be NULL. */
+MPU_API mpu_result_t mpu_comm_gloo_create(mpu_comm *host, const mpu_gloo_options *options,
+                                          mpu_comm **out);
+
 /* ---- facts about a communicator ----------------------------------------- */
 
 MPU_API mpu_result_t mpu_comm_rank(const mpu_comm *comm, int *rank);

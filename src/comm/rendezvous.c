@@ -264,6 +264,48 @@ mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env, void *blob, si
   return MPU_SUCCESS;
 }
 
+/* ---- a twin's channel: the host communicator did the rendezvous ---- */
+
+mpu_result_t mpu__rendezvous_serve_any(const char *fn, int *port, char *folder, size_t cap) {
+  static int twins;
+  pthread_mutex_lock(&served_mu);
+  mpu_result_t r = served ? MPU_SUCCESS : mpu__store_serve(fn, 0, CONN_DEADLINE_S, &served);
+  if (!r && served_users == 0) served_port = mpu__store_server_port(served);
+  if (!r) {
+    served_users++;
+    *port = served_port;
+    snprintf(folder, cap, "twin%d", twins++);
+  }
+  pthread_mutex_unlock(&served_mu);
+  return r;
+}
+
+void mpu__rendezvous_unserve(void) { serve_release(); }
+
+mpu_result_t mpu__rendezvous_attach(const char *fn, int rank, const char *addr, int port,
+                                    const char *folder, int serving, double timeout_s,
+                                    mpu__rendezvous **out) {
+  *out = NULL;
+  mpu__rendezvous *rv = calloc(1, sizeof *rv);
+  if (!rv) {
+    if (serving) serve_release();
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a store channel", fn);
+  }
+  rv->rank = rank, rv->serving = serving;
+  rv->env.who = fn, rv->env.rank = rank, rv->env.port = port;
+  snprintf(rv->env.addr, sizeof rv->env.addr, "%s", addr);
+  snprintf(rv->prefix, sizeof rv->prefix, "mpu");
+  snprintf(rv->base, sizeof rv->base, "%s", folder);
+  snprintf(rv->abort_key, sizeof rv->abort_key, "%s/abort", rv->base);
+  mpu_result_t r = mpu__store_connect(fn, addr, port, rv->prefix, timeout_s, &rv->store);
+  if (r) {
+    mpu__rendezvous_leave(rv);
+    return r;
+  }
+  *out = rv;
+  return MPU_SUCCESS;
+}
+
 void mpu__rendezvous_leave(mpu__rendezvous *rv) {
   if (!rv) return;
   mpu__store_close(rv->store);

@@ -47,6 +47,20 @@ MPU_SIBLING_API mpu_result_t mpu__rendezvous_join(const mpu__rendezvous_env *env
                                   double timeout_s, mpu__rendezvous **out);
 MPU_SIBLING_API void mpu__rendezvous_leave(mpu__rendezvous *r);
 
+/* A communicator made over a host communicator (a gloo twin of a threads or
+ * MPI world) has its members from the host, not from a rendezvous: its
+ * rank 0 serves this process's store (the one from_env serves, if any,
+ * else one on a free port), *port, with a key folder of its own, *folder;
+ * then every member attaches to it at addr:port (rank 0 with serving set,
+ * which holds the store until mpu__rendezvous_leave). */
+MPU_SIBLING_API mpu_result_t mpu__rendezvous_serve_any(const char *fn, int *port, char *folder,
+                                                       size_t cap);
+/* gives back serve_any's hold when rank 0 attaches nothing */
+MPU_SIBLING_API void mpu__rendezvous_unserve(void);
+MPU_SIBLING_API mpu_result_t mpu__rendezvous_attach(const char *fn, int rank, const char *addr,
+                                                    int port, const char *folder, int serving,
+                                                    double timeout_s, mpu__rendezvous **out);
+
 /* The out-of-band abort channel of a communicator from the environment, in
  * the shape of nccl_impl's oob hooks (ctx is the mpu__rendezvous):
  * post: tell every peer this rank gave up (why: a short reason); any thread.

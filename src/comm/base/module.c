@@ -141,3 +141,9 @@ mpu_result_t mpu_comm_gloo_from_env(const mpu_gloo_options *options, mpu_comm **
   MPU_CHECK(mpu__module_get("mpu_comm_gloo_from_env", "gloo", &m));
   return m->gloo_from_env(options, out);
 }
+
+mpu_result_t mpu_comm_gloo_create(mpu_comm *host, const mpu_gloo_options *options, mpu_comm **out) {
+  const mpu__module *m;
+  MPU_CHECK(mpu__module_get("mpu_comm_gloo_create", "gloo", &m));
+  return m->gloo_create(host, options, out);
+}

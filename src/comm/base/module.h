@@ -26,6 +26,7 @@ typedef struct mpu__module {
   mpu_result_t (*nccl_from_env)(const mpu_nccl_options *options, mpu_comm **out);
   /* the gloo backend */
   mpu_result_t (*gloo_from_env)(const mpu_gloo_options *options, mpu_comm **out);
+  mpu_result_t (*gloo_create)(mpu_comm *host, const mpu_gloo_options *options, mpu_comm **out);
   /* Optional: whether the library the module runs on will do (NCCL's
    * version), asked before each use; MPU_ERR_UNSUPPORTED with one line if not */
   mpu_result_t (*usable)(const char *fn);

@@ -108,43 +108,43 @@ static mpu_result_t run_round(mpu_comm *c, const char *fn, const char *what, int
   }
   if (oom) rc = -1, failed_at = -1;
   double waits_from = mpu__now(), deadline = waits_from + m->timeout_s;
-  mpu__gl_buf **all = rb; /* rb and sb side by side: one list for an abort to interrupt */
-  if (!rc) {
-    mpu_result_t w = MPU_SUCCESS;
-    if ((all = malloc(2 * (size_t)n * sizeof *all))) {
-      memcpy(all, rb, (size_t)n * sizeof *all);
-      memcpy(all + n, sb, (size_t)n * sizeof *all);
-      w = mpu__gloo_watch(c, fn, all, 2 * n);
-    }
-    if (!all || w) {
+  /* rb and sb side by side: one list for an abort to interrupt (without
+   * memory for it, the waits go unwatched and end by the timeout) */
+  mpu__gl_buf **all = malloc(2 * (size_t)n * sizeof *all);
+  if (all) {
+    memcpy(all, rb, (size_t)n * sizeof *all);
+    memcpy(all + n, sb, (size_t)n * sizeof *all);
+    mpu_result_t w = mpu__gloo_watch(c, fn, all, 2 * n);
+    if (w) { /* aborted meanwhile: closing ends gloo's use of the buffers */
+      mpu__gl_close(m->g);
       for (int j = 0; j < n; j++) mpu__gl_buf_free(rb[j]), mpu__gl_buf_free(sb[j]);
       free(rb), free(sb), free(pending), free(all);
-      return all ? w : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
+      return w;
     }
   }
-  /* receives first, from the next rank on; then the sends (a send completes
-   * once its peer took it) */
-  for (int pass = 0; pass < 2 && !rc; pass++) {
+  /* Receives first, from the next rank on; then the sends (a send completes
+   * once its peer took it). Every posted buffer is waited for, even after
+   * one failed: gloo's loop thread may use a buffer until its operation
+   * completed or failed, or an abort closed the connections (before it
+   * interrupts the waits), so none is freed earlier. The first failure is
+   * the one named. */
+  for (int pass = 0; pass < 2; pass++) {
     mpu__gl_buf **b = pass ? sb : rb;
     for (int i = 1; i < n; i++) {
       int j = (me + i) % n, peer = -1;
       if (!b[j]) continue;
-      if (!rc) {
-        double left = deadline - mpu__now();
-        rc = pass ? mpu__gl_wait_send(b[j], left, &peer, err, sizeof err)
-                  : mpu__gl_wait_recv(b[j], left, &peer, err, sizeof err);
-        if (rc) pending[j] = 1, failed_at = j;
-      } else if (!pass && rc == 1) {
-        /* after a timeout (gloo closed the connections): who else had come (a
-         * completed wait returns at once) */
-        char ignored[64];
-        pending[j] = mpu__gl_wait_recv(b[j], 0.001, &peer, ignored, sizeof ignored) != 0;
-      } else {
-        pending[j] = 1;
-      }
+      /* after a timeout gloo closed the connections: a completed wait
+       * returns at once, the others fail at once */
+      double left = rc == 1 ? 0.001 : deadline - mpu__now();
+      char e[512] = "";
+      int w = pass ? mpu__gl_wait_send(b[j], left, &peer, e, sizeof e)
+                   : mpu__gl_wait_recv(b[j], left, &peer, e, sizeof e);
+      if (!w) continue;
+      if (!pass || !rc) pending[j] = 1; /* a timeout names the ranks that never came */
+      if (!rc) rc = w, failed_at = j, snprintf(err, sizeof err, "%s", e);
     }
   }
-  if (all != rb) mpu__gloo_unwatch(c), free(all);
+  if (all) mpu__gloo_unwatch(c), free(all);
   if (!rc && posted_bad) rc = -1; /* the others' messages moved; failed_at is the lost one */
   mpu_result_t r = MPU_SUCCESS;
   if (!rc) r = mpu__gloo_after_wait(c, fn, what, mpu__now() - waits_from);
@@ -407,9 +407,10 @@ void mpu__gloo_reap(mpu_comm *c, double wait_s) {
     while (done < p->sends && !free_all && wait_s > 0) {
       char err[256];
       int peer;
-      if (mpu__gl_wait_send(p->buf, deadline - mpu__now(), &peer, err, sizeof err))
-        free_all = 1; /* timed out or failed: gloo closed the connections */
-      else
+      if (mpu__gl_wait_send(p->buf, deadline - mpu__now(), &peer, err, sizeof err)) {
+        mpu__gl_close(m->g); /* the others' buffers may be in use until then */
+        free_all = 1;
+      } else
         done++;
     }
     if (done < p->sends && !free_all) {

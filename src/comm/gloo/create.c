@@ -34,7 +34,7 @@
 #define ABORT_LOOK_S 2.0
 /* a call that waited this long asks the store whether a peer aborted
  * meanwhile (one round trip: nothing against such a wait) */
-#define LONG_WAIT_S 0.1
+#define LONG_WAIT_S 1.0
 
 static const mpu__comm_ops gloo_ops;
 
@@ -137,14 +137,24 @@ static mpu_result_t wrap(mpu__gl *g, mpu__rendezvous *rv, const char *master, in
   m->sends_tail = &m->sends;
   m->to_self_tail = &m->to_self;
   pthread_mutex_init(&m->lock, NULL);
+  /* gloo's full mesh returns on a rank once its own pairs are up, maybe
+   * before a peer's are: a member that destroyed the communicator at once
+   * would close a connection that peer is still making. One barrier: every
+   * member is connected before any has it. */
+  mpu_result_t r = g ? mpu_comm_barrier(c) : MPU_SUCCESS;
+  if (r) {
+    char why[640];
+    snprintf(why, sizeof why, "%s", mpu_last_error());
+    mpu_comm_destroy(c);
+    return mpu__error(r, "%s (its first barrier, which every member passes connected)", why);
+  }
   *out = c;
   return MPU_SUCCESS;
 }
 
-static mpu_result_t gloo_from_env(const mpu_gloo_options *options, mpu_comm **out) {
-  static const char fn[] = "mpu_comm_gloo_from_env";
-  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
-  *out = NULL;
+/* options (NULL: the defaults) taken and checked: the timeout and call checking in force */
+static mpu_result_t take_options(const char *fn, const mpu_gloo_options *options, double *timeout_s,
+                                 int *check_calls) {
   mpu_gloo_options o = MPU_GLOO_OPTIONS_INIT;
   if (options)
     MPU_CHECK(mpu__take_options(fn, "options", "MPU_GLOO_OPTIONS_INIT", options, sizeof o,
@@ -153,7 +163,18 @@ static mpu_result_t gloo_from_env(const mpu_gloo_options *options, mpu_comm **ou
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: options.check_calls is %d (want MPU_CHECKS_DEFAULT, _ON or _OFF)", fn,
                       o.check_calls);
-  double timeout_s = mpu__env_timeout(o.timeout_s);
+  *timeout_s = mpu__env_timeout(o.timeout_s);
+  *check_calls = mpu__env_check_calls(o.check_calls);
+  return MPU_SUCCESS;
+}
+
+static mpu_result_t gloo_from_env(const mpu_gloo_options *options, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_gloo_from_env";
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  *out = NULL;
+  double timeout_s = 0;
+  int check_calls = 0;
+  MPU_CHECK(take_options(fn, options, &timeout_s, &check_calls));
   mpu__rendezvous_env env;
   MPU_CHECK(mpu__rendezvous_read_env(fn, &env));
   mpu__rendezvous *rv = NULL;
@@ -166,8 +187,73 @@ static mpu_result_t gloo_from_env(const mpu_gloo_options *options, mpu_comm **ou
       return r;
     }
   }
-  return wrap(g, rv, env.addr, env.rank, env.world_size, NULL, timeout_s,
-              mpu__env_check_calls(o.check_calls), out);
+  return wrap(g, rv, env.addr, env.rank, env.world_size, NULL, timeout_s, check_calls, out);
+}
+
+/* ---- a twin of a host communicator ---- */
+
+/* what rank 0 of the host tells the others: where its store is */
+typedef struct twin_where {
+  int32_t port, failed;
+  char host[256], folder[64];
+} twin_where;
+
+static mpu_result_t gloo_create(mpu_comm *host, const mpu_gloo_options *options, mpu_comm **out) {
+  static const char fn[] = "mpu_comm_gloo_create";
+  if (!out) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  *out = NULL;
+  double timeout_s = 0;
+  int check_calls = 0, rank = 0, size = 0;
+  MPU_CHECK(mpu_comm_rank(host, &rank));
+  MPU_CHECK(mpu_comm_size(host, &size));
+  MPU_CHECK(take_options(fn, options, &timeout_s, &check_calls));
+  if (size == 1) /* answered by base, as a world of one */
+    return wrap(NULL, NULL, "127.0.0.1", 0, 1, NULL, timeout_s, check_calls, out);
+  twin_where w;
+  memset(&w, 0, sizeof w);
+  char failure[512] = "";
+  if (rank == 0) {
+    if (mpu__rendezvous_serve_any(fn, &w.port, w.folder, sizeof w.folder))
+      w.failed = 1, snprintf(failure, sizeof failure, "%s", mpu_last_error());
+    if (gethostname(w.host, sizeof w.host)) snprintf(w.host, sizeof w.host, "127.0.0.1");
+    w.host[sizeof w.host - 1] = 0;
+  }
+  /* every member learns the store's place over the host; one host for all
+   * (its name the same everywhere) keeps gloo on the loopback */
+  mpu_result_t r = mpu_comm_broadcast(host, &w, sizeof w, MPU_UINT8, 0);
+  char mine[256] = "";
+  if (gethostname(mine, sizeof mine)) mine[0] = 0;
+  mine[sizeof mine - 1] = 0;
+  int32_t elsewhere = strcmp(mine, w.host) != 0, any = 0;
+  if (!r) r = mpu_comm_all_reduce(host, &elsewhere, &any, 1, MPU_INT32, MPU_MAX);
+  if (r || w.failed) {
+    if (rank == 0 && !w.failed) mpu__rendezvous_unserve(); /* the hold taken above */
+    if (r) return r;
+    return mpu__error(MPU_ERR_BACKEND, "%s: rank 0 of the host communicator could not serve the "
+                      "store its peers meet through%s%s", fn, failure[0] ? ": " : "", failure);
+  }
+  const char *at = any ? w.host : "127.0.0.1";
+  mpu__rendezvous *rv = NULL;
+  MPU_CHECK(mpu__rendezvous_attach(fn, rank, at, w.port, w.folder, rank == 0, timeout_s, &rv));
+  mpu__gl *g = NULL;
+  int *world = malloc((size_t)size * sizeof *world);
+  r = world ? connect_mesh(fn, rv, at, rank, size, timeout_s, &g)
+            : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d members", fn, size);
+  if (r) {
+    free(world);
+    mpu__rendezvous_leave(rv);
+    return r;
+  }
+  for (int i = 0; i < size && !r; i++) r = mpu_comm_world_rank(host, i, &world[i]);
+  if (r) {
+    free(world);
+    mpu__gl_free(g);
+    mpu__rendezvous_leave(rv);
+    return r;
+  }
+  r = wrap(g, rv, at, rank, size, world, timeout_s, check_calls, out);
+  free(world);
+  return r;
 }
 
 /* ---- groups ---- */
@@ -350,19 +436,26 @@ static mpu_result_t gloo_abort(mpu_comm *c) {
     m->broken = MPU_ERR_ABORTED;
     snprintf(m->why, sizeof m->why, "rank %d aborted it (mpu_comm_abort)", c->rank);
   }
-  /* the owner's thread may be waiting in a call: its waits return now */
+  pthread_mutex_unlock(&m->lock);
+  /* posted before the connections close: a peer that sees them close finds it */
+  if (first && m->rv) mpu__rendezvous_post_abort(m->rv, c->rank, "aborted (mpu_comm_abort)");
+  /* closed before the owner's waits are interrupted: once a wait returns,
+   * gloo's loop thread is done with the call's buffers, which it frees */
+  mpu__gl_close(m->g);
+  pthread_mutex_lock(&m->lock);
   for (int i = 0; i < m->nwaiting; i++)
     if (m->waiting[i]) mpu__gl_buf_interrupt(m->waiting[i]);
   pthread_mutex_unlock(&m->lock);
-  if (first && m->rv) mpu__rendezvous_post_abort(m->rv, c->rank, "aborted (mpu_comm_abort)");
-  mpu__gl_close(m->g);
   return MPU_SUCCESS;
 }
 
 static void gloo_destroy(mpu_comm *c) {
   gloo_impl *m = gloo_of(c);
   if (!m) return;
-  /* eager sends not yet received: their peers may still take them */
+  /* eager sends not yet received: their peers may still take them; on a
+   * broken communicator the connections close first, which ends gloo's use
+   * of their buffers */
+  if (m->broken) mpu__gl_close(m->g);
   mpu__gloo_reap(c, m->broken ? -1 : m->timeout_s);
   while (m->to_self) { /* never received */
     gloo_pending *p = m->to_self;
@@ -413,6 +506,7 @@ static const mpu__module gloo_module = {
     .name = "gloo",
     .version = MPU_VERSION_STRING,
     .gloo_from_env = gloo_from_env,
+    .gloo_create = gloo_create,
 };
 
 __attribute__((constructor)) static void gloo_module_load(void) {

@@ -74,7 +74,8 @@ mpu_result_t mpu__gloo_start(mpu_comm *c, const mpu__call *call, void **handle);
 mpu_result_t mpu__gloo_send(mpu_comm *c, const void *buf, size_t count, mpu_dtype dt, int peer);
 mpu_result_t mpu__gloo_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, int peer);
 /* free the eager sends that completed; with wait_s > 0, wait that long for
- * the others first (destroy) */
+ * the others first (destroy); with wait_s < 0, free them all (destroy of a
+ * broken communicator, whose connections it closed first) */
 void mpu__gloo_reap(mpu_comm *c, double wait_s);
 
 #endif

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
@@ -122,14 +121,6 @@ int mpu__gl_connect(const char *host, int is_iface, int rank, int size, const mp
     g->ctx->setTimeout(ms(timeout_s));
     Store s(store, timeout_s);
     g->ctx->connectFullMesh(s, g->dev);
-    /* connectFullMesh returns once this rank's pairs are up, while a peer may
-     * still be connecting to the others: a rank that went on and closed the
-     * context (a group made and destroyed at once) would fail that peer's
-     * connect. A barrier ends creation on every rank together, as torch's
-     * new_group does with its store-based barrier (distributed_c10d.py). */
-    gloo::BarrierOptions opts(g->ctx);
-    opts.setTimeout(ms(timeout_s));
-    gloo::barrier(opts);
     *out = g;
     return 0;
   } catch (const std::exception &e) {
