@@ -69,6 +69,11 @@ typedef struct mpu__sibling_table {
   mpu_result_t (*rendezvous_child)(const mpu__rendezvous *parent, const char *name,
                                    double timeout_s, mpu__rendezvous **out);
   mpu__store *(*rendezvous_store)(const mpu__rendezvous *r);
+  mpu_result_t (*rendezvous_serve_any)(const char *fn, int *port, char *folder, size_t cap);
+  void (*rendezvous_unserve)(void);
+  mpu_result_t (*rendezvous_attach)(const char *fn, int rank, const char *addr, int port,
+                                    const char *folder, int serving, double timeout_s,
+                                    mpu__rendezvous **out);
   const char *(*rendezvous_base)(const mpu__rendezvous *r);
   /* the TCPStore client (gloo keeps its addresses there) */
   mpu_result_t (*store_connect)(const char *who, const char *host, int port, const char *prefix,

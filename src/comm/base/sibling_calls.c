@@ -88,6 +88,15 @@ mpu_result_t mpu__rendezvous_child(const mpu__rendezvous *parent, const char *na
                                    double timeout_s, mpu__rendezvous **out) {
   return MPU_SIBLING_TABLE.rendezvous_child(parent, name, timeout_s, out);
 }
+mpu_result_t mpu__rendezvous_serve_any(const char *fn, int *port, char *folder, size_t cap) {
+  return MPU_SIBLING_TABLE.rendezvous_serve_any(fn, port, folder, cap);
+}
+void mpu__rendezvous_unserve(void) { MPU_SIBLING_TABLE.rendezvous_unserve(); }
+mpu_result_t mpu__rendezvous_attach(const char *fn, int rank, const char *addr, int port,
+                                    const char *folder, int serving, double timeout_s,
+                                    mpu__rendezvous **out) {
+  return MPU_SIBLING_TABLE.rendezvous_attach(fn, rank, addr, port, folder, serving, timeout_s, out);
+}
 mpu__store *mpu__rendezvous_store(const mpu__rendezvous *r) {
   return MPU_SIBLING_TABLE.rendezvous_store(r);
 }
