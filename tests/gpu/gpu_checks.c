@@ -44,20 +44,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu_report.h"
 #include "mpu.h"
 
-static int failed;
-
-static void say(int ok, const char *check, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(int ok, const char *check, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s %s: ", ok > 0 ? "PASS" : ok == 0 ? "FAIL" : "INFO", check);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  if (ok == 0) failed = 1;
-}
 
 static double now(void) {
   struct timespec t;
@@ -786,5 +775,5 @@ int main(int argc, char **argv) {
     if ((r = mpu_launch(1, graph_rank, NULL, NULL, NULL))) say(0, "graph", "%s", mpu_last_error());
   if (!*only || !strcmp(only, "avg")) check_avg_raw();
   if (!strcmp(only, "deadline")) check_deadline();
-  return failed;
+  return gpu_failed;
 }

@@ -27,20 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_report.h"
 #include "mpu.h"
 
-static int failed;
-
-static void say(int ok, const char *check, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(int ok, const char *check, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s %s: ", ok > 0 ? "PASS" : ok == 0 ? "FAIL" : "INFO", check);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  if (ok == 0) failed = 1;
-}
 
 /* ---- scale: NCCL's one-rank pre-multiplying sum ------------------------------------ */
 
@@ -273,5 +262,5 @@ int main(int argc, char **argv) {
     say(!r, "pipeline", "mpu_pipeline_run_tensors over %d GPU(s), bfloat16/int8/float64 boundaries: %s", pp,
         r ? mpu_result_name(r) : "every boundary's bytes arrived");
   }
-  return failed;
+  return gpu_failed;
 }
