@@ -17,7 +17,7 @@ if [ "${1:-}" = "--test" ]; then
 fi
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep >/dev/null "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "mpu: installing ${missing[*]}" >&2

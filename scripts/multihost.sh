@@ -160,7 +160,7 @@ done
 printf 'h0 slots=3\nh1 slots=3\nh2 slots=2\n' >"$tmp/hostfile"
 # the bridge's ports need a moment before they forward
 for _ in $(seq 50); do
-  ip netns exec "${P}h0" bash -c "exec 3<>/dev/tcp/$NET.${#HOSTS[@]}/9" 2>&1 | grep -q refused && break
+  ip netns exec "${P}h0" bash -c "exec 3<>/dev/tcp/$NET.${#HOSTS[@]}/9" 2>&1 | grep >/dev/null refused && break
   sleep 0.1
 done
 

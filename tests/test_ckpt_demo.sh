@@ -137,6 +137,6 @@ for args in "ckpt" "ckpt inspect" "ckpt merge $tmp/ck" "ckpt frob $tmp/ck" "ckpt
   rc=$?
   [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok || bad "mpu $args: exit $rc, $(cat "$tmp/err")"
 done
-"$mpu" ckpt --help | grep -q "merge DIR OUT" && ok || bad "mpu ckpt --help"
+"$mpu" ckpt --help | grep >/dev/null "merge DIR OUT" && ok || bad "mpu ckpt --help"
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

@@ -130,7 +130,7 @@ grep -q "</html>" "$tmp/mesh.html" && ok || bad "mesh html"
 expect_usage_error mesh --format png
 expect_usage_error plan --world-size 8 --format png
 expect_usage_error bench --block --backend mpi
-"$mpu" -V | grep -q "^mpu " && ok || bad "mpu -V"
+"$mpu" -V | grep >/dev/null "^mpu " && ok || bad "mpu -V"
 # a million ranks: a bounded summary picture, at once
 timeout 10 "$mpu" plan --world-size 1048576 --tp 8 --pp 8 --format svg >"$tmp/big.svg" &&
   grep -q "too many to draw" "$tmp/big.svg" && grep -q "</svg>" "$tmp/big.svg" && ok || bad "plan svg of a million ranks"
@@ -213,8 +213,8 @@ expect_usage_error demo hsdp --batch 63
 "$mpu" demo hsdp --steps 5 >"$tmp/hsdp" && ok || bad "demo hsdp exited non-zero"
 grep -q "PASS" "$tmp/hsdp" && ok || bad "demo hsdp did not pass its check"
 [ "$(grep -cE '^ +[0-9]+ ' "$tmp/hsdp")" -eq 5 ] && ok || bad "demo hsdp: want 5 step lines"
-"$mpu" demo hsdp --mesh 1x1 --steps 3 --batch 8 --format json | grep -q '"pass": true' && ok || bad "demo hsdp 1x1"
-"$mpu" demo hsdp --mesh 3x2 --steps 3 --batch 24 | grep -q PASS && ok || bad "demo hsdp 3x2"
+"$mpu" demo hsdp --mesh 1x1 --steps 3 --batch 8 --format json | grep >/dev/null '"pass": true' && ok || bad "demo hsdp 1x1"
+"$mpu" demo hsdp --mesh 3x2 --steps 3 --batch 24 | grep >/dev/null PASS && ok || bad "demo hsdp 3x2"
 
 # mpu plan: groups, getters, invalid layouts (exit 2, one line naming the check, empty stdout)
 "$mpu" plan --help | grep -- "--split-rank" >/dev/null && ok || bad "mpu plan --help"
@@ -231,7 +231,7 @@ grep -q "world_size (10) is not divisible by tensor_model_parallel_size (4)" "$t
 grep -q "\[0, 2\] \[1, 3\] \[4, 6\] \[5, 7\] \[8, 10\] \[9, 11\] \[12, 14\] \[13, 15\]" "$tmp/plan" \
   && ok || bad "plan: the docstring's data-parallel groups"
 grep -q "stage 3   \[12 13\] \[14 15\]" "$tmp/plan" && ok || bad "plan: rank grid"
-"$mpu" plan --flavor deepspeed --world-size 8 --tp 2 --pp 2 --rank 6 | grep -q "pipeline  rank 1 of 2, first 2, last 6" \
+"$mpu" plan --flavor deepspeed --world-size 8 --tp 2 --pp 2 --rank 6 | grep >/dev/null "pipeline  rank 1 of 2, first 2, last 6" \
   && ok || bad "plan --rank"
 "$mpu" plan --world-size 16 --tp 2 --pp 2 --format svg >"$tmp/plan.svg" && grep -q "<svg" "$tmp/plan.svg" && ok || bad "plan svg"
 if command -v python3 >/dev/null; then
@@ -292,7 +292,7 @@ assert "refused" in d["deepspeed"]
 assert d["core"]["expert parallel"][0] == [0, 4] and d["core-0.19"]["expert parallel"][0] == [0, 2]
 assert d["core"]["data parallel"] == d["core-0.19"]["data parallel"]
 ' && ok || bad "plan --compare json"
-"$mpu" plan --compare --world-size 8 --tp 2 --pp 2 | grep -q "^  deepspeed  \[0, 2\] \[1, 3\]" && ok || bad "plan --compare text"
+"$mpu" plan --compare --world-size 8 --tp 2 --pp 2 | grep >/dev/null "^  deepspeed  \[0, 2\] \[1, 3\]" && ok || bad "plan --compare text"
 expect_usage_error plan --compare --world-size 8 --tp 3
 "$mpu" plan --compare --world-size 32 --tp 2 --pp 2 --cp 2 --ep 2 >"$tmp/cmp"
 [ "$(grep -c refuses "$tmp/cmp")" -eq 1 ] && ok || bad "plan --compare says a flavour's refusal more than once"
@@ -326,8 +326,8 @@ expect_usage_error plan --schedule 1f1b --pp 2 --world-size 8
 expect_usage_error plan --schedule 1f1b --pp 2 --rank 1
 expect_usage_error plan --bench --world-size 8
 # the rank grid names its rows' groups: dp_cp where cp is not 1
-"$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 | grep -q "data- and context-parallel group (dp_cp" && ok || bad "plan's rank grid with cp 2"
-! "$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 | grep -q "form a data-parallel group" && ok || bad "plan's rank grid calls dp_cp rows data-parallel"
+"$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 | grep >/dev/null "data- and context-parallel group (dp_cp" && ok || bad "plan's rank grid with cp 2"
+! "$mpu" plan --world-size 16 --tp 2 --pp 2 --cp 2 | grep >/dev/null "form a data-parallel group" && ok || bad "plan's rank grid calls dp_cp rows data-parallel"
 # every format refuses a rank outside the mesh
 for f in text json svg html; do expect_usage_error mesh --shape 2,4 --rank 9 --format $f; done
 # the demos, gpt first among them
@@ -355,8 +355,8 @@ import json, sys
 d = json.load(sys.stdin)
 assert d["pass"] and d["params_pass"] and not d["sequence_parallel"] and d["schedule"] == "no-pipelining"
 ' && ok || bad "demo gpt tp 4 json"
-"$mpu" demo gpt --tp 1 --pp 4 --vp 2 --dp 1 --layers 8 --micro-batches 8 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt pp 4 vp 2"
-"$mpu" demo gpt --tp 2 --pp 2 --vp 1 --dp 2 --no-zero --dropout 0 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt 1f1b plain"
+"$mpu" demo gpt --tp 1 --pp 4 --vp 2 --dp 1 --layers 8 --micro-batches 8 --steps 3 | grep -c PASS | grep >/dev/null 2 && ok || bad "demo gpt pp 4 vp 2"
+"$mpu" demo gpt --tp 2 --pp 2 --vp 1 --dp 2 --no-zero --dropout 0 --steps 3 | grep -c PASS | grep >/dev/null 2 && ok || bad "demo gpt 1f1b plain"
 # sharded data parallelism with the tp layers: FULL_SHARD over dp, HYBRID_SHARD on (2, 4)
 expect_usage_error demo gpt --hsdp 2x
 expect_usage_error demo gpt --hsdp 2x4 --dp 4
@@ -380,19 +380,19 @@ a = d["activation_bytes_per_micro_batch"]
 assert d["pass"] and d["params_pass"] and d["recompute"] == "none"
 assert a["none"] > a["selective"] > a["full"] > 0
 ' && ok || bad "demo gpt --recompute none"
-"$mpu" demo gpt --recompute selective --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt --recompute selective"
-"$mpu" demo gpt --recompute full --recompute-layers 1 --layers 4 --vp 1 --steps 3 | grep -c PASS | grep -q 2 && ok || bad "demo gpt --recompute-layers"
+"$mpu" demo gpt --recompute selective --steps 3 | grep -c PASS | grep >/dev/null 2 && ok || bad "demo gpt --recompute selective"
+"$mpu" demo gpt --recompute full --recompute-layers 1 --layers 4 --vp 1 --steps 3 | grep -c PASS | grep >/dev/null 2 && ok || bad "demo gpt --recompute-layers"
 
 # mpu demo train: the simpler model on the training blocks, and its self-check
 expect_usage_error demo train --tp 3
 expect_usage_error demo train --layers 3 --pp 2
 "$mpu" demo train --steps 8 >"$tmp/train" && ok || bad "demo train exited non-zero"
 grep -q "PASS" "$tmp/train" && ok || bad "demo train did not pass its check"
-"$mpu" demo train --tp 4 --pp 1 --dp 2 --steps 5 --format json | grep -q '"pass": true' && ok || bad "demo train tp 4"
-"$mpu" demo train --tp 1 --pp 4 --dp 1 --layers 4 --steps 5 | grep -q PASS && ok || bad "demo train pp 4"
+"$mpu" demo train --tp 4 --pp 1 --dp 2 --steps 5 --format json | grep >/dev/null '"pass": true' && ok || bad "demo train tp 4"
+"$mpu" demo train --tp 1 --pp 4 --dp 1 --layers 4 --steps 5 | grep >/dev/null PASS && ok || bad "demo train pp 4"
 "$mpu" demo train --zero --steps 5 >"$tmp/zero" && grep -q "ZeRO-1" "$tmp/zero" && grep -q PASS "$tmp/zero" && ok || bad "demo train --zero"
 # mpu bench --block, tiny
-"$mpu" bench --block --hidden 64 --tokens 64 --iters 1 --format json | grep -q '"tp": 2' && ok || bad "bench --block"
+"$mpu" bench --block --hidden 64 --tokens 64 --iters 1 --format json | grep >/dev/null '"tp": 2' && ok || bad "bench --block"
 
 # a schedule's output is bounded: past the listing limit each stage's phases are
 # given, not every step (a million micro-batches would be hundreds of MB of SVG)
@@ -418,7 +418,7 @@ expect_usage_error plan --bench --format svg
 "$mpu" demo gpt --steps 1 >"$tmp/gpt.txt" 2>&1 || bad "demo gpt --steps 1 failed"
 for w in "tp, tensor parallel:" "pp, pipeline parallel:" "vp, virtual pipeline:" "dp, data parallel:" \
   "pipeline bubble:"; do
-  head -5 "$tmp/gpt.txt" | grep -q "^# $w" && ok || bad "demo gpt's first lines do not explain '$w'"
+  head -5 "$tmp/gpt.txt" | grep >/dev/null "^# $w" && ok || bad "demo gpt's first lines do not explain '$w'"
 done
 # README's first command builds the tool alone, without the tests
 src=$(dirname "$0")/..

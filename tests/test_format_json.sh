@@ -31,8 +31,8 @@ json_cases=(
 for c in $("$mpu" --help | awk '/^commands:/ {on = 1; next} on && NF == 0 {exit} on {print $1}') \
   $("$mpu" demo --help | awk '/^demos:/ {on = 1; next} on && NF == 0 {exit} on {print "demo/" $1}'); do
   help=$("$mpu" ${c/\// } --help)
-  echo "$help" | grep -q -- "--format" || continue
-  printf '%s\n' "${json_cases[@]}" | grep -q "^${c/\// }\( \|$\)" && ok || bad "mpu ${c/\// } --help offers --format; no json case tests it"
+  grep -q -- "--format" <<<"$help" || continue
+  printf '%s\n' "${json_cases[@]}" | grep >/dev/null "^${c/\// }\( \|$\)" && ok || bad "mpu ${c/\// } --help offers --format; no json case tests it"
 done
 for args in "${json_cases[@]}"; do
   timeout 300 "$mpu" $args --format json >"$tmp/j.json" 2>"$tmp/j.err" &&

@@ -39,7 +39,7 @@ hidden() {
   else
     local out
     out=$(LD_DEBUG=libs "$@" 2>&1)
-    if echo "$out" | grep -Eq 'libmpi|libcudart|libnccl'; then
+    if echo "$out" | grep >/dev/null -E 'libmpi|libcudart|libnccl'; then
       echo "the loader looked for MPI or CUDA:" >&2
       echo "$out" | grep -E 'libmpi|libcudart|libnccl' >&2
       return 1
@@ -61,12 +61,12 @@ check_prefix() {
   test "$(pkg-config --variable=prefix mpu)" = "$prefix"
   test "$(pkg-config --variable=libdir mpu)" = "$lib"
   test "$(pkg-config --cflags mpu | xargs)" = "-I$prefix/include"
-  if pkg-config --libs mpu mpu-layers mpu-mpi mpu-nccl 2>/dev/null | grep -q rpath; then
+  if pkg-config --libs mpu mpu-layers mpu-mpi mpu-nccl 2>/dev/null | grep >/dev/null rpath; then
     echo "a .pc file bakes a run path into Libs" >&2
     exit 1
   fi
   # libmpu needs libc, libm and pthreads only
-  if ldd "$lib/libmpu.so" | grep -Eiq 'mpi|cuda|nccl|blas'; then
+  if ldd "$lib/libmpu.so" | grep >/dev/null -Ei 'mpi|cuda|nccl|blas'; then
     echo "libmpu needs more than libc:" >&2
     ldd "$lib/libmpu.so" >&2
     exit 1
@@ -74,22 +74,22 @@ check_prefix() {
 
   # pkg-config: the README program (-lmpu alone), run with MPI and CUDA hidden
   cc -std=c11 "$work/readme.c" $(pkg-config --cflags --libs mpu) -o "$prefix/readme"
-  readelf -d "$prefix/readme" | grep NEEDED | grep -Evq 'libmpu\.so|libc\.so|libm\.so|libpthread' && {
+  readelf -d "$prefix/readme" | grep NEEDED | grep >/dev/null -Ev 'libmpu\.so|libc\.so|libm\.so|libpthread' && {
     echo "the README program needs more than libmpu:" >&2
     readelf -d "$prefix/readme" >&2
     exit 1
   }
-  LD_LIBRARY_PATH=$lib hidden "$prefix/readme" | grep -q "rank 3: sum 6"
+  LD_LIBRARY_PATH=$lib hidden "$prefix/readme" | grep >/dev/null "rank 3: sum 6"
   cc -std=c11 "$src/tests/install/backends.c" $(pkg-config --cflags --libs mpu) -o "$prefix/backends"
   if [ -f "$lib/libmpu_mpi.so.0" ]; then
-    LD_LIBRARY_PATH=$lib "$prefix/backends" | grep -q "^mpi: yes"
-    LD_LIBRARY_PATH=$lib hidden "$prefix/backends" | grep -q "^mpi: no: mpu_mpi_available: the mpi backend is not available: .*libmpi"
+    LD_LIBRARY_PATH=$lib "$prefix/backends" | grep >/dev/null "^mpi: yes"
+    LD_LIBRARY_PATH=$lib hidden "$prefix/backends" | grep >/dev/null "^mpi: no: mpu_mpi_available: the mpi backend is not available: .*libmpi"
   fi
   if [ -f "$lib/libmpu_nccl.so.0" ]; then
-    LD_LIBRARY_PATH=$lib hidden "$prefix/backends" | grep -q "^nccl: no: mpu_nccl_available: the nccl backend is not available: .*lib\(cudart\|nccl\)"
+    LD_LIBRARY_PATH=$lib hidden "$prefix/backends" | grep >/dev/null "^nccl: no: mpu_nccl_available: the nccl backend is not available: .*lib\(cudart\|nccl\)"
   fi
   cc -std=c11 "$src/tests/install/layers.c" $(pkg-config --cflags --libs mpu-layers) -o "$prefix/with_layers"
-  LD_LIBRARY_PATH=$lib "$prefix/with_layers" | grep -q "layers ok"
+  LD_LIBRARY_PATH=$lib "$prefix/with_layers" | grep >/dev/null "layers ok"
 
   # CMake: every target, the backends as components; the targets carry run paths
   local cm_args=(-DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLE_SOURCE="$work/readme.c"
@@ -115,7 +115,7 @@ int main(void) {
 }
 C
     cc -std=c11 "$work/m.c" $(pkg-config --cflags --libs mpu-mpi) -o "$prefix/with_mpu_mpi"
-    LD_LIBRARY_PATH=$lib "$prefix/with_mpu_mpi" | grep -q "mpi size 1"
+    LD_LIBRARY_PATH=$lib "$prefix/with_mpu_mpi" | grep >/dev/null "mpi size 1"
     cm_args+=(-DMPI_PROGRAM="$work/m.c")
   fi
   if [ -f "$lib/pkgconfig/mpu-nccl.pc" ]; then
@@ -124,18 +124,18 @@ C
     printf '#include <cuda_runtime.h>\n#include <nccl.h>\n#include "mpu.h"\nint main(void) { int n = 0; cudaGetDeviceCount(&n); return mpu_nccl_available() ? 0 : 1; }\n' >"$work/g.c"
     cc -std=c11 "$work/g.c" $(pkg-config --cflags --libs mpu-nccl) -o "$prefix/with_mpu_nccl"
     cc -std=c11 "$src/tests/install/nccl.c" $(pkg-config --cflags --libs mpu-nccl) -o "$prefix/nccl_pc"
-    LD_LIBRARY_PATH=$lib "$prefix/nccl_pc" | grep -q "nccl backend ok"
+    LD_LIBRARY_PATH=$lib "$prefix/nccl_pc" | grep >/dev/null "nccl backend ok"
     cm_args+=(-DNCCL_PROGRAM="$src/tests/install/nccl.c")
   fi
   cmake -S "$src/tests/install" -B "$prefix/consumer" "${cm_args[@]}" >/dev/null
   cmake --build "$prefix/consumer" >/dev/null
-  "$prefix/consumer/consumer" | grep -q "rank 0: sum 6"
-  "$prefix/consumer/consumer_layers" | grep -q "layers ok"
+  "$prefix/consumer/consumer" | grep >/dev/null "rank 0: sum 6"
+  "$prefix/consumer/consumer_layers" | grep >/dev/null "layers ok"
   if [ -f "$lib/pkgconfig/mpu-mpi.pc" ]; then
-    "$prefix/consumer/consumer_mpi" | grep -q "mpi size 1"
+    "$prefix/consumer/consumer_mpi" | grep >/dev/null "mpi size 1"
   fi
   if [ -f "$lib/pkgconfig/mpu-nccl.pc" ]; then
-    "$prefix/consumer/consumer_nccl" | grep -q "nccl backend ok"
+    "$prefix/consumer/consumer_nccl" | grep >/dev/null "nccl backend ok"
   fi
   unset PKG_CONFIG_PATH
 }
@@ -153,7 +153,7 @@ for b in mpi nccl; do
     echo "mpu bench --backend $b ran with its libraries hidden" >&2
     exit 1
   fi
-  if [ "$(echo "$out" | wc -l)" != 1 ] || ! echo "$out" | grep -q "the $b backend is not available: .*lib"; then
+  if [ "$(echo "$out" | wc -l)" != 1 ] || ! grep -q "the $b backend is not available: .*lib" <<<"$out"; then
     echo "mpu bench --backend $b with its libraries hidden said:" >&2
     echo "$out" >&2
     exit 1

@@ -42,7 +42,7 @@ cmp -s "$tmp/mpi.json" "$tmp/threads.json" && ok || bad "mappings JSON differs b
 
 # train: the thread runs' shapes (tests/test_cli.sh)
 same 8 train --steps 6
-head -1 "$tmp/mpi.txt" | grep -q "^# 8 MPI processes:" && head -1 "$tmp/threads.txt" | grep -q "^# 8 thread ranks:" && ok || bad "train's header does not say what the ranks are"
+head -1 "$tmp/mpi.txt" | grep >/dev/null "^# 8 MPI processes:" && head -1 "$tmp/threads.txt" | grep >/dev/null "^# 8 thread ranks:" && ok || bad "train's header does not say what the ranks are"
 same 8 train --tp 4 --pp 1 --dp 2 --steps 4
 same 4 train --tp 1 --pp 4 --dp 1 --layers 4 --steps 4
 

@@ -17,14 +17,14 @@ out=$(cmake -S "$src" -B "$work/off" "${args[@]}" -DMPU_WITH_BLAS=OFF 2>&1)
 echo "$out" | grep "mpu: layers"
 test "$(echo "$out" | grep -c 'libmpu_layers, the mpu tool and the tests that use them are not built')" -eq 1
 tests=$(cd "$work/off" && ctest -N)
-echo "$tests" | grep -q ' test_train$'
+grep -q ' test_train$' <<<"$tests"
 if echo "$tests" | grep -E ' (test_layers|test_gpt|test_cli|doc_snippets|docs_match_help|test_install|gloo_demos_hand)$'; then
   echo "tests that need the layers or the tool are registered" >&2
   exit 1
 fi
 targets=(mpu)
 gloo=0
-if echo "$out" | grep -q 'mpu: gloo backend on'; then gloo=1 targets+=(mpu_gloo); fi
+if grep -q 'mpu: gloo backend on' <<<"$out"; then gloo=1 targets+=(mpu_gloo); fi
 cmake --build "$work/off" --target "${targets[@]}" -j2 >/dev/null
 lib=$(ls "$work"/off/lib/libmpu.so.*.*.*)
 if readelf -d "$lib" | grep NEEDED | grep -Ei 'blas'; then exit 1; fi
@@ -39,5 +39,5 @@ fi
 out=$(PKG_CONFIG_LIBDIR="$work/empty" PKG_CONFIG_PATH= cmake -S "$src" -B "$work/absent" "${args[@]}" \
       -DMPU_BUILD_TESTS=OFF 2>&1)
 echo "$out" | grep "mpu: layers"
-echo "$out" | grep -q 'mpu: layers off (OpenBLAS not found by pkg-config)'
+grep -q 'mpu: layers off (OpenBLAS not found by pkg-config)' <<<"$out"
 echo "mpu: libmpu configures and builds without OpenBLAS"
