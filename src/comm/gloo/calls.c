@@ -1,8 +1,7 @@
 /*
  * calls.c - the gloo backend's collectives and send/recv, on gloo's unbound
- * buffers. A collective is at most three rounds; in each, every rank posts
- * its receives from and its sends to every peer at once and waits for them
- * (one buffer per peer, so a wait names the peer it waited for):
+ * buffers. A collective is at most three rounds (round.c: every rank's
+ * messages to and from every peer at once, the small ones eagerly):
  *
  *   check   (call checking on) the call's signature to every peer, compared
  *           by every rank alike (base/signature.c): a mismatch fails on all of
@@ -18,8 +17,7 @@
  * Reductions are base/reduce.c's, sources in rank order, so results equal
  * the threads and MPI backends' bit for bit. Sends are eager: send copies
  * the message, posts it and returns; the copy is freed once gloo says it
- * went out (mpu__gloo_reap). Gloo matches messages per connection and slot
- * in order, so each kind of round has its own slot.
+ * went out (mpu__gloo_reap).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,9 +26,6 @@
 #include "comm/base/reduce.h"
 #include "comm/gloo/gloo.h"
 #include "core/clock.h"
-
-enum { SLOT_SIG = 1, SLOT_ROWS, SLOT_SPREAD, SLOT_GATHER, SLOT_TOKEN, SLOT_HEAD, SLOT_BODY };
-#define SLOT(k) ((UINT64_C(0x6d7075) << 40) | (uint64_t)(k))
 
 #define INLINE_BYTES 64
 /* an all_reduce or reduce whose inputs together are at most this: one round,
@@ -43,123 +38,6 @@ typedef struct rec {
   unsigned char data[INLINE_BYTES]; /* a small all_reduce's input */
 } rec;
 
-/* One round: sn[j] bytes at sp[j] go to peer j, rn[j] bytes from peer j
- * land at rp[j] (the rank's own entries and empty ones move nothing). */
-typedef struct round {
-  const void **sp;
-  size_t *sn;
-  void **rp;
-  size_t *rn;
-} round;
-
-static mpu_result_t round_new(int n, round *rd) {
-  rd->sp = calloc((size_t)n, sizeof *rd->sp);
-  rd->sn = calloc((size_t)n, sizeof *rd->sn);
-  rd->rp = calloc((size_t)n, sizeof *rd->rp);
-  rd->rn = calloc((size_t)n, sizeof *rd->rn);
-  if (rd->sp && rd->sn && rd->rp && rd->rn) return MPU_SUCCESS;
-  return mpu__error(MPU_ERR_OUT_OF_MEMORY, "gloo: a round of %d ranks", n);
-}
-
-static void round_free(round *rd) {
-  free(rd->sp), free(rd->sn), free(rd->rp), free(rd->rn);
-}
-
-/* every peer gets the same bytes, and each one's land at its place */
-static void round_all(round *rd, int n, const void *sp, size_t sn, char *rbase, size_t stride,
-                      size_t rn) {
-  for (int j = 0; j < n; j++)
-    rd->sp[j] = sp, rd->sn[j] = sn, rd->rp[j] = rbase + (size_t)j * stride, rd->rn[j] = rn;
-}
-
-static mpu_result_t run_round(mpu_comm *c, const char *fn, const char *what, int slot_kind,
-                              const round *rd) {
-  gloo_impl *m = gloo_of(c);
-  int n = c->size, me = c->rank, rc = 0, failed_at = -1, oom = 0;
-  uint64_t slot = SLOT(slot_kind);
-  char err[512] = "";
-  mpu__gl_buf **rb = calloc((size_t)n, sizeof *rb), **sb = calloc((size_t)n, sizeof *sb);
-  unsigned char *pending = calloc((size_t)n, 1);
-  if (!rb || !sb || !pending) {
-    free(rb), free(sb), free(pending);
-    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
-  }
-  /* A peer whose connection failed does not stop the posts to the others:
-   * they would wait for this rank's message until it left, then name it
-   * instead of the lost peer. Its buffer is dropped (its wait would fail). */
-  int posted_bad = 0;
-  for (int pass = 0; pass < 2 && !oom; pass++) {
-    mpu__gl_buf **b = pass ? sb : rb;
-    for (int j = 0; j < n && !oom; j++) {
-      size_t len = pass ? rd->sn[j] : rd->rn[j];
-      if (j == me || !len) continue;
-      char e[512] = "";
-      b[j] = mpu__gl_buf_new(m->g, pass ? (void *)rd->sp[j] : rd->rp[j], len, e, sizeof e);
-      if (!b[j]) { /* not a peer's fault */
-        snprintf(err, sizeof err, "%s", e);
-        oom = 1;
-      } else if (pass ? mpu__gl_send(b[j], j, slot, 0, len, e, sizeof e)
-                      : mpu__gl_recv(b[j], j, slot, 0, len, e, sizeof e)) {
-        if (!posted_bad++) snprintf(err, sizeof err, "%s", e), failed_at = j;
-        mpu__gl_buf_free(b[j]);
-        b[j] = NULL;
-      }
-    }
-  }
-  if (oom) rc = -1, failed_at = -1;
-  double waits_from = mpu__now(), deadline = waits_from + m->timeout_s;
-  /* rb and sb side by side: one list for an abort to interrupt (without
-   * memory for it, the waits go unwatched and end by the timeout) */
-  mpu__gl_buf **all = malloc(2 * (size_t)n * sizeof *all);
-  if (all) {
-    memcpy(all, rb, (size_t)n * sizeof *all);
-    memcpy(all + n, sb, (size_t)n * sizeof *all);
-    mpu_result_t w = mpu__gloo_watch(c, fn, all, 2 * n);
-    if (w) { /* aborted meanwhile: closing ends gloo's use of the buffers */
-      mpu__gl_close(m->g);
-      for (int j = 0; j < n; j++) mpu__gl_buf_free(rb[j]), mpu__gl_buf_free(sb[j]);
-      free(rb), free(sb), free(pending), free(all);
-      return w;
-    }
-  }
-  /* Receives first, from the next rank on; then the sends (a send completes
-   * once its peer took it). Every posted buffer is waited for, even after
-   * one failed: gloo's loop thread may use a buffer until its operation
-   * completed or failed, or an abort closed the connections (before it
-   * interrupts the waits), so none is freed earlier. The first failure is
-   * the one named. */
-  for (int pass = 0; pass < 2; pass++) {
-    mpu__gl_buf **b = pass ? sb : rb;
-    for (int i = 1; i < n; i++) {
-      int j = (me + i) % n, peer = -1;
-      if (!b[j]) continue;
-      /* after a timeout gloo closed the connections: a completed wait
-       * returns at once, the others fail at once */
-      double left = rc == 1 ? 0.001 : deadline - mpu__now();
-      char e[512] = "";
-      int w = pass ? mpu__gl_wait_send(b[j], left, &peer, e, sizeof e)
-                   : mpu__gl_wait_recv(b[j], left, &peer, e, sizeof e);
-      if (!w) continue;
-      if (!pass || !rc) pending[j] = 1; /* a timeout names the ranks that never came */
-      if (!rc) rc = w, failed_at = j, snprintf(err, sizeof err, "%s", e);
-    }
-  }
-  if (all) mpu__gloo_unwatch(c), free(all);
-  if (!rc && posted_bad) rc = -1; /* the others' messages moved; failed_at is the lost one */
-  mpu_result_t r = MPU_SUCCESS;
-  if (!rc) r = mpu__gloo_after_wait(c, fn, what, mpu__now() - waits_from);
-  if (rc) {
-    if (rc < 0 && failed_at >= 0) { /* a connection failed: that peer is the one named */
-      memset(pending, 0, (size_t)n);
-      pending[failed_at] = 1;
-    }
-    r = mpu__gloo_fail(c, fn, rc, what, pending, err);
-  }
-  for (int j = 0; j < n; j++) mpu__gl_buf_free(rb[j]), mpu__gl_buf_free(sb[j]);
-  free(rb), free(sb), free(pending);
-  return r;
-}
-
 /* ---- call checking ---- */
 
 static mpu_result_t check_call(mpu_comm *c, const char *fn, const mpu__call *call, rec *recs,
@@ -171,13 +49,13 @@ static mpu_result_t check_call(mpu_comm *c, const char *fn, const mpu__call *cal
   size_t bytes = count * mpu_dtype_size(dt);
   int small = call->sig.kind == MPU_COLL_ALL_REDUCE && bytes <= INLINE_BYTES;
   if (small && bytes) memcpy(recs[me].data, send, bytes);
-  round rd;
-  mpu_result_t r = round_new(n, &rd);
+  mpu__round rd;
+  mpu_result_t r = mpu__round_new(n, &rd);
   if (!r) {
-    round_all(&rd, n, &recs[me], sizeof *recs, (char *)recs, sizeof *recs, sizeof *recs);
-    r = run_round(c, fn, "the call's signature", SLOT_SIG, &rd);
+    mpu__round_all(&rd, n, &recs[me], sizeof *recs, (char *)recs, sizeof *recs, sizeof *recs);
+    r = mpu__gloo_round(c, fn, "the call's signature", MPU__GLOO_SLOT_SIG, &rd);
   }
-  round_free(&rd);
+  mpu__round_free(&rd);
   MPU_CHECK(r);
   MPU_CHECK(mpu__sig_compare(fn, recs, sizeof *recs, n, c->world_ranks, MPU__CHECK_ALL));
   *inline_done = 0;
@@ -201,14 +79,14 @@ static mpu_result_t check_rows(mpu_comm *c, const char *fn, const mpu__call *cal
   if (!rows) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: count rows of %d ranks", fn, n);
   for (int j = 0; j < n; j++)
     rows[me * row + (size_t)j] = call->counts[j], rows[me * row + (size_t)n + j] = call->rcounts[j];
-  round rd;
-  mpu_result_t r = round_new(n, &rd);
+  mpu__round rd;
+  mpu_result_t r = mpu__round_new(n, &rd);
   if (!r) {
-    round_all(&rd, n, rows + me * row, row * sizeof *rows, (char *)rows, row * sizeof *rows,
+    mpu__round_all(&rd, n, rows + me * row, row * sizeof *rows, (char *)rows, row * sizeof *rows,
               row * sizeof *rows);
-    r = run_round(c, fn, "the count rows", SLOT_ROWS, &rd);
+    r = mpu__gloo_round(c, fn, "the count rows", MPU__GLOO_SLOT_ROWS, &rd);
   }
-  round_free(&rd);
+  mpu__round_free(&rd);
   for (int a = 0; a < n && !r; a++)
     for (int b = 0; b < n && !r; b++)
       if (rows[a * row + (size_t)b] != rows[b * row + (size_t)n + a])
@@ -225,7 +103,7 @@ static mpu_result_t check_rows(mpu_comm *c, const char *fn, const mpu__call *cal
 /* Chunk k of every rank's input (at in + off(k), len(k) bytes each) to rank k,
  * reduced there in rank order into out (len(me) bytes). tmp holds n pieces of
  * stride bytes. */
-static mpu_result_t spread_reduce(mpu_comm *c, const char *fn, const mpu__call *call, round *rd,
+static mpu_result_t spread_reduce(mpu_comm *c, const char *fn, const mpu__call *call, mpu__round *rd,
                                   const size_t *off, const size_t *len, char *tmp, size_t stride,
                                   void *out, size_t count_me) {
   int n = c->size, me = c->rank;
@@ -234,7 +112,7 @@ static mpu_result_t spread_reduce(mpu_comm *c, const char *fn, const mpu__call *
     rd->sp[j] = (const char *)send + off[j], rd->sn[j] = len[j];
     rd->rp[j] = tmp + (size_t)j * stride, rd->rn[j] = len[me];
   }
-  MPU_CHECK(run_round(c, fn, "the pieces to reduce", SLOT_SPREAD, rd));
+  MPU_CHECK(mpu__gloo_round(c, fn, "the pieces to reduce", MPU__GLOO_SLOT_SPREAD, rd));
   const void **srcs = malloc((size_t)n * sizeof *srcs);
   if (!srcs) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   for (int j = 0; j < n; j++) srcs[j] = j == me ? (const char *)send + off[me] : tmp + (size_t)j * stride;
@@ -271,7 +149,7 @@ static char *staging(mpu_comm *c, const char *fn, size_t stride, mpu_result_t *r
 
 /* The data rounds of one call (after its check): the one switch on the
  * collective. */
-static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, round *rd) {
+static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, mpu__round *rd) {
   int n = c->size, me = c->rank;
   MPU__CALL_ARGS(call);
   size_t es = mpu_dtype_size(dt), each = count * es; /* comm.c checked these products */
@@ -303,7 +181,7 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
       rd->rn[j] = to_all || me == root ? len[j] : 0; /* a reduce's other ranks take nothing */
       rd->rp[j] = rd->rn[j] ? (char *)recv + off[j] : NULL;
     }
-    r = run_round(c, fn, "the reduced chunks", SLOT_GATHER, rd);
+    r = mpu__gloo_round(c, fn, "the reduced chunks", MPU__GLOO_SLOT_GATHER, rd);
     break;
   case MPU_COLL_REDUCE_SCATTER: /* block k of every input reduced on rank k */
   case MPU_COLL_REDUCE_SCATTER_V: {
@@ -318,30 +196,30 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
     break;
   }
   case MPU_COLL_ALL_GATHER: /* every input to every rank */
-    round_all(rd, n, send, each, recv, each, each);
+    mpu__round_all(rd, n, send, each, recv, each, each);
     if ((const char *)send != (char *)recv + (size_t)me * each && each)
       memcpy((char *)recv + (size_t)me * each, send, each);
-    r = run_round(c, fn, "the inputs to gather", SLOT_SPREAD, rd);
+    r = mpu__gloo_round(c, fn, "the inputs to gather", MPU__GLOO_SLOT_SPREAD, rd);
     break;
   case MPU_COLL_ALL_GATHER_V:
     for (int j = 0; j < n; j++)
       rd->sp[j] = send, rd->sn[j] = call->counts[me] * es,
       rd->rp[j] = (char *)recv + call->displs[j] * es, rd->rn[j] = call->counts[j] * es;
     if ((const char *)send != rd->rp[me] && rd->sn[me]) memcpy(rd->rp[me], send, rd->sn[me]);
-    r = run_round(c, fn, "the inputs to gather", SLOT_SPREAD, rd);
+    r = mpu__gloo_round(c, fn, "the inputs to gather", MPU__GLOO_SLOT_SPREAD, rd);
     break;
   case MPU_COLL_BROADCAST: /* the root's buffer to every rank */
     for (int j = 0; j < n; j++)
       rd->sp[j] = recv, rd->sn[j] = me == root ? each : 0,
       rd->rp[j] = recv, rd->rn[j] = j == root ? each : 0;
-    r = run_round(c, fn, "the root's buffer", SLOT_SPREAD, rd);
+    r = mpu__gloo_round(c, fn, "the root's buffer", MPU__GLOO_SLOT_SPREAD, rd);
     break;
   case MPU_COLL_ALL_TO_ALL: /* block k of every input to rank k */
     for (int j = 0; j < n; j++)
       rd->sp[j] = (const char *)send + (size_t)j * each, rd->sn[j] = each,
       rd->rp[j] = (char *)recv + (size_t)j * each, rd->rn[j] = each;
     if (each) memcpy(rd->rp[me], rd->sp[me], each);
-    r = run_round(c, fn, "the blocks to exchange", SLOT_SPREAD, rd);
+    r = mpu__gloo_round(c, fn, "the blocks to exchange", MPU__GLOO_SLOT_SPREAD, rd);
     break;
   case MPU_COLL_ALL_TO_ALL_V:
     for (int j = 0; j < n; j++)
@@ -349,7 +227,7 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
       rd->rp[j] = (char *)recv + call->rdispls[j] * es, rd->rn[j] = call->rcounts[j] * es;
     if (rd->sn[me] && rd->rn[me])
       memmove(rd->rp[me], rd->sp[me], rd->sn[me] < rd->rn[me] ? rd->sn[me] : rd->rn[me]);
-    r = run_round(c, fn, "the blocks to exchange", SLOT_SPREAD, rd);
+    r = mpu__gloo_round(c, fn, "the blocks to exchange", MPU__GLOO_SLOT_SPREAD, rd);
     break;
   case MPU_COLL_BARRIER: { /* checked, the signatures were the barrier */
     static const char token = 1;
@@ -357,7 +235,7 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, rou
     if (gloo_of(c)->check_calls) break;
     for (int j = 0; j < n; j++)
       rd->sp[j] = &token, rd->sn[j] = 1, rd->rp[j] = got, rd->rn[j] = 1;
-    r = run_round(c, fn, "the barrier", SLOT_TOKEN, rd); /* got: the same byte n times */
+    r = mpu__gloo_round(c, fn, "the barrier", MPU__GLOO_SLOT_TOKEN, rd); /* got: the same byte n times */
     break;
   }
   default:
@@ -374,9 +252,9 @@ mpu_result_t mpu__gloo_start(mpu_comm *c, const mpu__call *call, void **handle) 
   MPU_CHECK(mpu__gloo_usable(c, fn));
   mpu__gloo_reap(c, 0);
   int n = c->size, done = 0;
-  round rd = {0};
+  mpu__round rd = {0};
   rec *recs = NULL;
-  mpu_result_t r = round_new(n, &rd);
+  mpu_result_t r = mpu__round_new(n, &rd);
   if (!r && gloo_of(c)->check_calls) {
     recs = calloc((size_t)n, sizeof *recs);
     r = recs ? check_call(c, fn, call, recs, &done) : mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
@@ -384,7 +262,7 @@ mpu_result_t mpu__gloo_start(mpu_comm *c, const mpu__call *call, void **handle) 
   }
   if (!r && !done) r = data(c, fn, call, &rd);
   free(recs);
-  round_free(&rd);
+  mpu__round_free(&rd);
   return r;
 }
 
@@ -450,9 +328,9 @@ mpu_result_t mpu__gloo_send(mpu_comm *c, const void *buf, size_t count, mpu_dtyp
   }
   p->sends = bytes ? 2 : 1;
   p->buf = mpu__gl_buf_new(m->g, h, sizeof(head) + bytes, err, sizeof err);
-  int rc = !p->buf || mpu__gl_send(p->buf, peer, SLOT(SLOT_HEAD), 0, sizeof(head), err, sizeof err);
+  int rc = !p->buf || mpu__gl_send(p->buf, peer, MPU__GLOO_SLOT(MPU__GLOO_SLOT_HEAD), 0, sizeof(head), err, sizeof err);
   if (!rc && bytes)
-    rc = mpu__gl_send(p->buf, peer, SLOT(SLOT_BODY), sizeof(head), bytes, err, sizeof err);
+    rc = mpu__gl_send(p->buf, peer, MPU__GLOO_SLOT(MPU__GLOO_SLOT_BODY), sizeof(head), bytes, err, sizeof err);
   /* queued even when it failed: gloo may hold the buffer until its connections close */
   *m->sends_tail = p;
   m->sends_tail = &p->next;
@@ -471,7 +349,7 @@ static mpu_result_t take(mpu_comm *c, const char *fn, int peer, int slot_kind, v
   char err[512] = "";
   int got = -1, rc = -1;
   mpu__gl_buf *b = mpu__gl_buf_new(m->g, p, n, err, sizeof err);
-  if (b && !mpu__gl_recv(b, peer, SLOT(slot_kind), 0, n, err, sizeof err)) {
+  if (b && !mpu__gl_recv(b, peer, MPU__GLOO_SLOT(slot_kind), 0, n, err, sizeof err)) {
     mpu_result_t w = mpu__gloo_watch(c, fn, &b, 1);
     if (w) {
       mpu__gl_close(m->g); /* aborted: nothing may land in p after this returns */
@@ -510,7 +388,7 @@ mpu_result_t mpu__gloo_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, 
     return r;
   }
   head h;
-  MPU_CHECK(take(c, fn, peer, SLOT_HEAD, &h, sizeof h, "a message"));
+  MPU_CHECK(take(c, fn, peer, MPU__GLOO_SLOT_HEAD, &h, sizeof h, "a message"));
   size_t got_bytes = 0;
   int known = h.dtype >= 0 && h.dtype < MPU_DTYPE_COUNT;
   if (!known || !mul_ok((size_t)h.count, mpu_dtype_size((mpu_dtype)h.dtype), &got_bytes))
@@ -520,7 +398,7 @@ mpu_result_t mpu__gloo_recv(mpu_comm *c, void *buf, size_t count, mpu_dtype dt, 
   if (!got_bytes) return mismatch;
   void *to = mismatch ? malloc(got_bytes) : buf; /* a refused message is taken and dropped */
   if (!to) return mpu__gloo_fail(c, fn, -1, "a message", NULL, "out of memory for a refused message");
-  mpu_result_t r = take(c, fn, peer, SLOT_BODY, to, got_bytes, "a message's payload");
+  mpu_result_t r = take(c, fn, peer, MPU__GLOO_SLOT_BODY, to, got_bytes, "a message's payload");
   if (to != buf) free(to);
   return r ? r : mismatch;
 }

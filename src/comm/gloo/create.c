@@ -141,12 +141,14 @@ static mpu_result_t wrap(mpu__gl *g, mpu__rendezvous *rv, const char *master, in
    * before a peer's are: a member that destroyed the communicator at once
    * would close a connection that peer is still making. One barrier: every
    * member is connected before any has it. */
-  mpu_result_t r = g ? mpu_comm_barrier(c) : MPU_SUCCESS;
+  mpu_result_t r = g ? mpu__gloo_eager_init(c) : MPU_SUCCESS;
+  if (!r && g) r = mpu_comm_barrier(c);
   if (r) {
     char why[640];
     snprintf(why, sizeof why, "%s", mpu_last_error());
     mpu_comm_destroy(c);
-    return mpu__error(r, "%s (its first barrier, which every member passes connected)", why);
+    return mpu__error(r, "%s (setting up: its eager buffers, then a first barrier, which every "
+                      "member passes connected)", why);
   }
   *out = c;
   return MPU_SUCCESS;
@@ -359,8 +361,7 @@ static void peer_posted(const char *fn, int who, const char *reason, const char 
   snprintf(why, cap, "%s: rank %d %s, while this rank waited for %s", fn, who, reason, what);
 }
 
-/* c is broken from now on, for why (unless it was already): the error */
-static mpu_result_t mark_broken(mpu_comm *c, mpu_result_t code, const char *why) {
+mpu_result_t mpu__gloo_break(mpu_comm *c, mpu_result_t code, const char *why) {
   gloo_impl *m = gloo_of(c);
   pthread_mutex_lock(&m->lock);
   if (!m->broken) {
@@ -413,7 +414,7 @@ mpu_result_t mpu__gloo_fail(mpu_comm *c, const char *fn, int rc, const char *wha
   }
   /* the connections stay open (a peer may still be taking what this rank
    * sent): closing them would make the peers name this rank, not the lost one */
-  return mark_broken(c, code, why);
+  return mpu__gloo_break(c, code, why);
 }
 
 mpu_result_t mpu__gloo_after_wait(mpu_comm *c, const char *fn, const char *what, double waited_s) {
@@ -423,7 +424,7 @@ mpu_result_t mpu__gloo_after_wait(mpu_comm *c, const char *fn, const char *what,
   if (waited_s < LONG_WAIT_S || !mpu__rendezvous_check_abort(m->rv, &who, reason, sizeof reason))
     return MPU_SUCCESS;
   peer_posted(fn, who, reason, what, why, sizeof why);
-  return mark_broken(c, MPU_ERR_ABORTED, why);
+  return mpu__gloo_break(c, MPU_ERR_ABORTED, why);
 }
 
 /* ---- abort, destroy, capabilities ---- */
@@ -463,6 +464,7 @@ static void gloo_destroy(mpu_comm *c) {
     free(p->bytes);
     free(p);
   }
+  mpu__gloo_eager_free(c); /* their posted receives end with the context's connections */
   mpu__gl_free(m->g);
   mpu__rendezvous_leave(m->rv);
   while (m->made) {

@@ -2,6 +2,8 @@
  * gloo.h - the gloo backend's state, shared by its files:
  *   create.c  the module, mpu_comm_gloo_from_env, groups, abort, destroy
  *   calls.c   the collectives and send/recv over gloo's unbound buffers
+ *   round.c   one round of a collective: every peer's message at once, the
+ *             small ones eagerly into buffers each pair keeps posted
  *   shim.cc   the C++ calls of gloo (shim.h)
  */
 #ifndef MPU_COMM_GLOO_H
@@ -45,7 +47,37 @@ typedef struct gloo_impl {
   gloo_made *made;
   void *staging; /* the reductions' pieces from the peers (calls.c), kept between calls */
   size_t staging_bytes;
+  /* round.c's eager messages: per peer, receives always posted (rb, into
+   * rx) and a slot to send from (sb, over tx); NULL for a group of one */
+  size_t eager_cap; /* payload bytes a message may carry eagerly */
+  char *eager_rx, *eager_tx;
+  mpu__gl_buf **eager_rb, **eager_sb;
+  int *eager_next; /* per peer, which of its posted buffers its next message fills */
+  unsigned char *eager_lost; /* per peer: posting again failed (it left after its last message) */
 } gloo_impl;
+
+/* Gloo matches messages per connection and slot in order, so each kind of
+ * round has its own slot; the eager messages share one. */
+enum {
+  MPU__GLOO_SLOT_SIG = 1,
+  MPU__GLOO_SLOT_ROWS,
+  MPU__GLOO_SLOT_SPREAD,
+  MPU__GLOO_SLOT_GATHER,
+  MPU__GLOO_SLOT_TOKEN,
+  MPU__GLOO_SLOT_HEAD,
+  MPU__GLOO_SLOT_BODY,
+  MPU__GLOO_SLOT_EAGER
+};
+#define MPU__GLOO_SLOT(k) ((UINT64_C(0x6d7075) << 40) | (uint64_t)(k))
+
+/* One round: sn[j] bytes at sp[j] go to peer j, rn[j] bytes from peer j
+ * land at rp[j] (the rank's own entries and empty ones move nothing). */
+typedef struct mpu__round {
+  const void **sp;
+  size_t *sn;
+  void **rp;
+  size_t *rn;
+} mpu__round;
 
 static inline gloo_impl *gloo_of(const mpu_comm *c) { return (gloo_impl *)c->impl; }
 
@@ -68,6 +100,24 @@ void mpu__gloo_unwatch(mpu_comm *c);
 mpu_result_t mpu__gloo_after_wait(mpu_comm *c, const char *fn, const char *what, double waited_s);
 /* MPU_SUCCESS, or the error that broke c (said again for fn). */
 mpu_result_t mpu__gloo_usable(mpu_comm *c, const char *fn);
+/* c is broken from now on, with code and why (unless it already was): the error */
+mpu_result_t mpu__gloo_break(mpu_comm *c, mpu_result_t code, const char *why);
+
+/* round.c */
+mpu_result_t mpu__round_new(int n, mpu__round *rd);
+void mpu__round_free(mpu__round *rd);
+/* every peer gets the same bytes, and each one's land at its place */
+void mpu__round_all(mpu__round *rd, int n, const void *sp, size_t sn, char *rbase, size_t stride,
+                    size_t rn);
+/* Move rd's messages (slot_kind: which kind of round; what: what is awaited,
+ * for the messages) and wait for all of them, within the timeout. */
+mpu_result_t mpu__gloo_round(mpu_comm *c, const char *fn, const char *what, int slot_kind,
+                             const mpu__round *rd);
+/* the payload a message to a peer of a communicator of n may carry eagerly */
+size_t mpu__gloo_eager_cap(int n);
+/* c's eager buffers made and their receives posted (c->size >= 2); freed */
+mpu_result_t mpu__gloo_eager_init(mpu_comm *c);
+void mpu__gloo_eager_free(mpu_comm *c);
 
 /* calls.c: the table's entries */
 mpu_result_t mpu__gloo_start(mpu_comm *c, const mpu__call *call, void **handle);

@@ -1,0 +1,269 @@
+/*
+ * round.c - one round of the gloo backend's collectives: every rank posts
+ * its receives from and its sends to every peer at once, then waits for them
+ * (one buffer per peer, so a wait names the peer it waited for).
+ *
+ * Small messages go eagerly. Gloo's TCP transport moves a message only once
+ * the receiver's "ready" notice reached the sender (gloo/transport/tcp/
+ * pair.cc: a send finds the peer's pending recv, else it waits for it), so a
+ * receive posted when the round starts costs a round trip through both
+ * ranks' event-loop threads before any byte moves; on a machine whose cores
+ * are all busy each of those hops may wait for a time slice. Each pair
+ * therefore keeps EAGER_DEPTH receives posted at all times on its own slot,
+ * in buffers of the communicator: a message of at most eager_cap bytes is
+ * copied behind a header into the sender's slot for that peer and written at
+ * once (the receive is already there), and the receiver copies it out and
+ * posts that buffer again. Gloo matches messages per pair and slot in the
+ * order they were posted, and the ranks' rounds come in the same order, so
+ * the k-th eager message from a peer lands in its k-th posted buffer. The
+ * header's length and kind catch ranks whose calls differ.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/gloo/gloo.h"
+#include "core/clock.h"
+
+#define EAGER_DEPTH 2
+/* the eager buffers of one communicator, one way: at most this much over
+ * all its peers, each peer's cap between the two bounds */
+#define EAGER_TOTAL ((size_t)256 << 10)
+#define EAGER_MIN ((size_t)256)
+#define EAGER_MAX ((size_t)64 << 10)
+
+typedef struct eager_head {
+  uint64_t len;  /* payload bytes */
+  uint32_t kind; /* the round's slot kind */
+  uint32_t pad;
+} eager_head;
+
+#define EAGER_SLOT_BYTES(cap) (sizeof(eager_head) + (cap))
+
+size_t mpu__gloo_eager_cap(int n) {
+  if (n < 2) return 0;
+  size_t cap = EAGER_TOTAL / (size_t)(n - 1);
+  cap = cap < EAGER_MIN ? EAGER_MIN : cap > EAGER_MAX ? EAGER_MAX : cap;
+  return cap & ~(size_t)63;
+}
+
+mpu_result_t mpu__round_new(int n, mpu__round *rd) {
+  rd->sp = calloc((size_t)n, sizeof *rd->sp);
+  rd->sn = calloc((size_t)n, sizeof *rd->sn);
+  rd->rp = calloc((size_t)n, sizeof *rd->rp);
+  rd->rn = calloc((size_t)n, sizeof *rd->rn);
+  if (rd->sp && rd->sn && rd->rp && rd->rn) return MPU_SUCCESS;
+  return mpu__error(MPU_ERR_OUT_OF_MEMORY, "gloo: a round of %d ranks", n);
+}
+
+void mpu__round_free(mpu__round *rd) {
+  free(rd->sp), free(rd->sn), free(rd->rp), free(rd->rn);
+}
+
+void mpu__round_all(mpu__round *rd, int n, const void *sp, size_t sn, char *rbase, size_t stride,
+                    size_t rn) {
+  for (int j = 0; j < n; j++)
+    rd->sp[j] = sp, rd->sn[j] = sn, rd->rp[j] = rbase + (size_t)j * stride, rd->rn[j] = rn;
+}
+
+/* ---- the eager buffers ---- */
+
+static char *eager_rx(gloo_impl *m, int j, int k) {
+  return m->eager_rx + ((size_t)j * EAGER_DEPTH + (size_t)k) * EAGER_SLOT_BYTES(m->eager_cap);
+}
+
+mpu_result_t mpu__gloo_eager_init(mpu_comm *c) {
+  gloo_impl *m = gloo_of(c);
+  int n = c->size;
+  size_t cap = mpu__gloo_eager_cap(n), slot = EAGER_SLOT_BYTES(cap);
+  char err[512] = "";
+  m->eager_cap = cap;
+  /* n * EAGER_DEPTH * slot is at most about 3 * EAGER_TOTAL + n * EAGER_DEPTH * (64 + 16) */
+  m->eager_rx = malloc((size_t)n * EAGER_DEPTH * slot);
+  m->eager_tx = malloc((size_t)n * slot);
+  m->eager_rb = calloc((size_t)n * EAGER_DEPTH, sizeof *m->eager_rb);
+  m->eager_sb = calloc((size_t)n, sizeof *m->eager_sb);
+  m->eager_next = calloc((size_t)n, sizeof *m->eager_next);
+  m->eager_lost = calloc((size_t)n, 1);
+  if (!m->eager_rx || !m->eager_tx || !m->eager_rb || !m->eager_sb || !m->eager_next ||
+      !m->eager_lost)
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_gloo: eager buffers for %d ranks", n);
+  for (int j = 0; j < n; j++) {
+    if (j == c->rank) continue;
+    if (!(m->eager_sb[j] = mpu__gl_buf_new(m->g, m->eager_tx + (size_t)j * slot, slot, err,
+                                           sizeof err)))
+      return mpu__error(MPU_ERR_BACKEND, "mpu_comm_gloo: an eager buffer: gloo: %s", err);
+    for (int k = 0; k < EAGER_DEPTH; k++) {
+      mpu__gl_buf **b = &m->eager_rb[j * EAGER_DEPTH + k];
+      if (!(*b = mpu__gl_buf_new(m->g, eager_rx(m, j, k), slot, err, sizeof err)) ||
+          mpu__gl_recv(*b, j, MPU__GLOO_SLOT(MPU__GLOO_SLOT_EAGER), 0, slot, err, sizeof err))
+        return mpu__error(MPU_ERR_BACKEND, "mpu_comm_gloo: posting a receive for rank %d: "
+                          "gloo: %s", mpu__comm_world_rank(c, j), err);
+    }
+  }
+  return MPU_SUCCESS;
+}
+
+void mpu__gloo_eager_free(mpu_comm *c) {
+  gloo_impl *m = gloo_of(c);
+  for (int j = 0; m->eager_sb && j < c->size; j++) mpu__gl_buf_free(m->eager_sb[j]);
+  for (int j = 0; m->eager_rb && j < c->size * EAGER_DEPTH; j++) mpu__gl_buf_free(m->eager_rb[j]);
+  free(m->eager_sb), free(m->eager_rb), free(m->eager_next), free(m->eager_lost);
+  free(m->eager_rx), free(m->eager_tx);
+  m->eager_sb = m->eager_rb = NULL;
+  m->eager_next = NULL;
+  m->eager_lost = NULL;
+  m->eager_rx = m->eager_tx = NULL;
+}
+
+static int eager(const gloo_impl *m, size_t len) { return m->eager_rb && len <= m->eager_cap; }
+
+/* An eager message from peer j taken: checked, copied out, its buffer posted
+ * again. MPU_SUCCESS, or the error (the communicator is then broken). A
+ * peer may leave once its last message is out: posting again then fails,
+ * which fails only a later round that needs that peer. */
+static mpu_result_t eager_take(mpu_comm *c, const char *fn, const char *what, int slot_kind,
+                               int j, void *to, size_t len) {
+  gloo_impl *m = gloo_of(c);
+  int k = m->eager_next[j];
+  const char *at = eager_rx(m, j, k);
+  eager_head h;
+  memcpy(&h, at, sizeof h);
+  if (h.len != len || h.kind != (uint32_t)slot_kind) {
+    char why[512];
+    snprintf(why, sizeof why, "%s: rank %d sent %llu bytes for another step of a call (kind %u) "
+             "where this rank waited for %zu bytes of %s: the ranks' calls differ (call "
+             "checking, MPU_CHECK_CALLS=1, names how)", fn, mpu__comm_world_rank(c, j),
+             (unsigned long long)h.len, h.kind, len, what);
+    return mpu__gloo_break(c, MPU_ERR_MISMATCH, why);
+  }
+  memcpy(to, at + sizeof h, len);
+  char err[512] = "";
+  if (mpu__gl_recv(m->eager_rb[j * EAGER_DEPTH + k], j, MPU__GLOO_SLOT(MPU__GLOO_SLOT_EAGER), 0,
+                   EAGER_SLOT_BYTES(m->eager_cap), err, sizeof err))
+    m->eager_lost[j] = 1;
+  m->eager_next[j] = (k + 1) % EAGER_DEPTH;
+  return MPU_SUCCESS;
+}
+
+/* ---- a round ---- */
+
+mpu_result_t mpu__gloo_round(mpu_comm *c, const char *fn, const char *what, int slot_kind,
+                             const mpu__round *rd) {
+  gloo_impl *m = gloo_of(c);
+  int n = c->size, me = c->rank, rc = 0, failed_at = -1, oom = 0;
+  uint64_t slot = MPU__GLOO_SLOT(slot_kind), eager_slot = MPU__GLOO_SLOT(MPU__GLOO_SLOT_EAGER);
+  char err[512] = "";
+  mpu__gl_buf **rb = calloc((size_t)n, sizeof *rb), **sb = calloc((size_t)n, sizeof *sb);
+  /* per peer: 1 its receive (2 its send) is eager, in the communicator's buffers */
+  unsigned char *pending = calloc((size_t)n, 1), *eg = calloc((size_t)n, 1);
+  if (!rb || !sb || !pending || !eg) {
+    free(rb), free(sb), free(pending), free(eg);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
+  }
+  /* A peer whose connection failed does not stop the posts to the others:
+   * they would wait for this rank's message until it left, then name it
+   * instead of the lost peer. Its buffer is dropped (its wait would fail). */
+  int posted_bad = 0;
+  for (int pass = 0; pass < 2 && !oom; pass++) {
+    mpu__gl_buf **b = pass ? sb : rb;
+    for (int j = 0; j < n && !oom; j++) {
+      size_t len = pass ? rd->sn[j] : rd->rn[j];
+      if (j == me || !len) continue;
+      char e[512] = "";
+      int rc1;
+      if (eager(m, len)) {
+        eg[j] |= pass ? 2 : 1;
+        if (!pass && m->eager_lost[j]) {
+          snprintf(e, sizeof e, "its connection closed after its last message");
+          rc1 = -1;
+        } else if (!pass) { /* posted long ago */
+          rb[j] = m->eager_rb[j * EAGER_DEPTH + m->eager_next[j]];
+          continue;
+        } else {
+          char *to = m->eager_tx + (size_t)j * EAGER_SLOT_BYTES(m->eager_cap);
+          eager_head h = {len, (uint32_t)slot_kind, 0};
+          memcpy(to, &h, sizeof h);
+          memcpy(to + sizeof h, rd->sp[j], len);
+          b[j] = m->eager_sb[j];
+          rc1 = mpu__gl_send(b[j], j, eager_slot, 0, sizeof h + len, e, sizeof e);
+        }
+      } else {
+        b[j] = mpu__gl_buf_new(m->g, pass ? (void *)rd->sp[j] : rd->rp[j], len, e, sizeof e);
+        if (!b[j]) { /* not a peer's fault */
+          snprintf(err, sizeof err, "%s", e);
+          oom = 1;
+          continue;
+        }
+        rc1 = pass ? mpu__gl_send(b[j], j, slot, 0, len, e, sizeof e)
+                   : mpu__gl_recv(b[j], j, slot, 0, len, e, sizeof e);
+      }
+      if (rc1) {
+        if (!posted_bad++) snprintf(err, sizeof err, "%s", e), failed_at = j;
+        if (!(eg[j] & (pass ? 2 : 1))) mpu__gl_buf_free(b[j]);
+        b[j] = NULL;
+      }
+    }
+  }
+  if (oom) rc = -1, failed_at = -1;
+  double waits_from = mpu__now(), deadline = waits_from + m->timeout_s;
+  /* rb and sb side by side: one list for an abort to interrupt (without
+   * memory for it, the waits go unwatched and end by the timeout) */
+  mpu__gl_buf **all = malloc(2 * (size_t)n * sizeof *all);
+  if (all) {
+    memcpy(all, rb, (size_t)n * sizeof *all);
+    memcpy(all + n, sb, (size_t)n * sizeof *all);
+    mpu_result_t w = mpu__gloo_watch(c, fn, all, 2 * n);
+    if (w) { /* aborted meanwhile: closing ends gloo's use of the buffers */
+      mpu__gl_close(m->g);
+      for (int j = 0; j < n; j++) {
+        if (!(eg[j] & 1)) mpu__gl_buf_free(rb[j]);
+        if (!(eg[j] & 2)) mpu__gl_buf_free(sb[j]);
+      }
+      free(rb), free(sb), free(pending), free(eg), free(all);
+      return w;
+    }
+  }
+  /* Receives first, from the next rank on; then the sends (a send completes
+   * once its peer took it). Every posted buffer is waited for, even after
+   * one failed: gloo's loop thread may use a buffer until its operation
+   * completed or failed, or an abort closed the connections (before it
+   * interrupts the waits), so none is freed earlier. The first failure is
+   * the one named. */
+  for (int pass = 0; pass < 2; pass++) {
+    mpu__gl_buf **b = pass ? sb : rb;
+    for (int i = 1; i < n; i++) {
+      int j = (me + i) % n, peer = -1;
+      if (!b[j]) continue;
+      /* after a timeout gloo closed the connections: a completed wait
+       * returns at once, the others fail at once */
+      double left = rc == 1 ? 0.001 : deadline - mpu__now();
+      char e[512] = "";
+      int w = pass ? mpu__gl_wait_send(b[j], left, &peer, e, sizeof e)
+                   : mpu__gl_wait_recv(b[j], left, &peer, e, sizeof e);
+      if (!w) continue;
+      if (!pass || !rc) pending[j] = 1; /* a timeout names the ranks that never came */
+      if (!rc) rc = w, failed_at = j, snprintf(err, sizeof err, "%s", e);
+    }
+  }
+  if (all) mpu__gloo_unwatch(c), free(all);
+  if (!rc && posted_bad) rc = -1; /* the others' messages moved; failed_at is the lost one */
+  mpu_result_t r = MPU_SUCCESS;
+  if (!rc) r = mpu__gloo_after_wait(c, fn, what, mpu__now() - waits_from);
+  if (rc) {
+    if (rc < 0 && failed_at >= 0) { /* a connection failed: that peer is the one named */
+      memset(pending, 0, (size_t)n);
+      pending[failed_at] = 1;
+    }
+    r = mpu__gloo_fail(c, fn, rc, what, pending, err);
+  }
+  /* the eager messages taken (after a failure the communicator is broken:
+   * its buffers are left as they are) */
+  for (int j = 0; j < n; j++) {
+    if (!(eg[j] & 1)) mpu__gl_buf_free(rb[j]);
+    else if (!r) r = eager_take(c, fn, what, slot_kind, j, rd->rp[j], rd->rn[j]);
+    if (!(eg[j] & 2)) mpu__gl_buf_free(sb[j]);
+  }
+  free(rb), free(sb), free(pending), free(eg);
+  return r;
+}
