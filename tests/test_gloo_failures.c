@@ -19,7 +19,12 @@
  *   unchecked with call checking off, rank 3 never calls: the others fail
  *             (timed out, or their peer that timed out closed its connections)
  *   churn     groups made and destroyed at once, 40 times over: no rank may
- *             close a group while a peer is still connecting to it
+ *             close a group while a peer is still connecting to it (nor,
+ *             once its last message is out, fail a peer still taking it)
+ *   unchecked_mismatch  with call checking off, rank 2 all_reduces 2 elements
+ *             where the others take 1 (small: the messages go eagerly): every
+ *             rank fails with MPU_ERR_MISMATCH naming a rank, at once, and no
+ *             rank's output changes
  * Timeouts are MPU_TIMEOUT's (ctest sets a few seconds). Exits 0 when every
  * rank saw what it should.
  */
@@ -53,7 +58,7 @@ static void *abort_later(void *w) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   mpu_gloo_options o = MPU_GLOO_OPTIONS_INIT;
-  o.check_calls = strcmp(mode, "unchecked") ? MPU_CHECKS_ON : MPU_CHECKS_OFF;
+  o.check_calls = strncmp(mode, "unchecked", 9) ? MPU_CHECKS_ON : MPU_CHECKS_OFF;
   mpu_comm *w = NULL;
   if (mpu_comm_gloo_from_env(&o, &w)) return fail(-1, mode, "from_env", 1);
   int rank = 0, size = 0;
@@ -126,6 +131,15 @@ int main(int argc, char **argv) {
     r = mpu_comm_all_reduce(w, x, y, 2, MPU_FLOAT64, MPU_SUM);
     if (r || y[0] != size || y[1] != size)
       return fail(rank, mode, "want the next all_reduce to work", r);
+  } else if (!strcmp(mode, "unchecked_mismatch")) {
+    double out[2] = {-7, -7}, t0 = now();
+    r = mpu_comm_all_reduce(w, x, out, rank == 2 ? 2 : 1, MPU_FLOAT64, MPU_SUM);
+    if (r != MPU_ERR_MISMATCH || !strstr(mpu_last_error(), "rank "))
+      return fail(rank, mode, "want MPU_ERR_MISMATCH naming a rank", r);
+    if (now() - t0 > 3.0) /* MPU_TIMEOUT is 5 s: a mismatch is seen when its message comes */
+      return fail(rank, mode, "the mismatch was seen only after waiting", r);
+    if (out[0] != -7 || out[1] != -7) return fail(rank, mode, "want the output untouched", r);
+    if (rank == 0) printf("%s: %s\n", mode, mpu_last_error());
   } else if (!strcmp(mode, "churn")) {
     int all[4] = {0, 1, 2, 3}, pair[2] = {rank & ~1, rank | 1};
     for (int i = 0; i < 40; i++) {
@@ -138,7 +152,7 @@ int main(int argc, char **argv) {
     r = mpu_comm_all_reduce(w, x, y, 2, MPU_FLOAT64, MPU_SUM);
     if (r || y[0] != size) return fail(rank, mode, "want the world to work after", r);
   } else {
-    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|exit_late|mismatch|unchecked|churn\n", argv[0]);
+    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|exit_late|mismatch|unchecked|unchecked_mismatch|churn\n", argv[0]);
     return 2;
   }
   mpu_comm_destroy(w);

@@ -174,14 +174,28 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, mpu
     if (!(tmp = staging(c, fn, stride, &r))) break;
     int to_all = call->sig.kind == MPU_COLL_ALL_REDUCE;
     char *mine = to_all || me == root ? (char *)recv + off[me] : tmp + (size_t)me * stride;
-    r = spread_reduce(c, fn, call, rd, off, len, tmp, stride, mine, len[me] / es);
-    if (r) break;
-    for (int j = 0; j < n; j++) {
-      rd->sp[j] = mine, rd->sn[j] = to_all || j == root ? len[me] : 0;
-      rd->rn[j] = to_all || me == root ? len[j] : 0; /* a reduce's other ranks take nothing */
-      rd->rp[j] = rd->rn[j] ? (char *)recv + off[j] : NULL;
+    /* The reduced chunks' receives are posted before the pieces move, so a
+     * peer that has reduced its chunk finds them there and writes at once.
+     * In place, chunk j of recv still goes to rank j when they are posted:
+     * rank j's reduced chunk comes only after it took that (so after it
+     * left this rank's buffer). */
+    mpu__round gr = {0};
+    mpu__gloo_posted gp;
+    r = mpu__round_new(n, &gr);
+    for (int j = 0; j < n && !r; j++) {
+      gr.sp[j] = mine, gr.sn[j] = to_all || j == root ? len[me] : 0;
+      gr.rn[j] = to_all || me == root ? len[j] : 0; /* a reduce's other ranks take nothing */
+      gr.rp[j] = gr.rn[j] ? (char *)recv + off[j] : NULL;
     }
-    r = mpu__gloo_round(c, fn, "the reduced chunks", MPU__GLOO_SLOT_GATHER, rd);
+    if (!r) r = mpu__gloo_post_recvs(c, fn, MPU__GLOO_SLOT_GATHER, &gr, &gp);
+    if (!r) {
+      r = spread_reduce(c, fn, call, rd, off, len, tmp, stride, mine, len[me] / es);
+      if (r)
+        mpu__gloo_posted_drop(c, &gp);
+      else
+        r = mpu__gloo_run_posted(c, fn, "the reduced chunks", MPU__GLOO_SLOT_GATHER, &gr, &gp);
+    }
+    mpu__round_free(&gr);
     break;
   case MPU_COLL_REDUCE_SCATTER: /* block k of every input reduced on rank k */
   case MPU_COLL_REDUCE_SCATTER_V: {

@@ -113,6 +113,22 @@ void mpu__round_all(mpu__round *rd, int n, const void *sp, size_t sn, char *rbas
  * for the messages) and wait for all of them, within the timeout. */
 mpu_result_t mpu__gloo_round(mpu_comm *c, const char *fn, const char *what, int slot_kind,
                              const mpu__round *rd);
+/* The same in two steps, so a round's receives can be posted before an
+ * earlier round runs (its senders then find them there and write at once):
+ * post_recvs, then run_posted with the same rd (its sends, the waits), or
+ * posted_drop for a round that will not run (after a failure: a buffer
+ * freed takes nothing more). */
+typedef struct mpu__gloo_posted {
+  mpu__gl_buf **rb, **sb;
+  unsigned char *eg; /* per peer: 1 its receive (2 its send) is eager */
+  int posted_bad, failed_at, oom;
+  char err[512];
+} mpu__gloo_posted;
+mpu_result_t mpu__gloo_post_recvs(mpu_comm *c, const char *fn, int slot_kind, const mpu__round *rd,
+                                  mpu__gloo_posted *p);
+mpu_result_t mpu__gloo_run_posted(mpu_comm *c, const char *fn, const char *what, int slot_kind,
+                                  const mpu__round *rd, mpu__gloo_posted *p);
+void mpu__gloo_posted_drop(mpu_comm *c, mpu__gloo_posted *p);
 /* the payload a message to a peer of a communicator of n may carry eagerly */
 size_t mpu__gloo_eager_cap(int n);
 /* c's eager buffers made and their receives posted (c->size >= 2); freed */

@@ -148,79 +148,108 @@ static mpu_result_t eager_take(mpu_comm *c, const char *fn, const char *what, in
 
 /* ---- a round ---- */
 
-mpu_result_t mpu__gloo_round(mpu_comm *c, const char *fn, const char *what, int slot_kind,
-                             const mpu__round *rd) {
-  gloo_impl *m = gloo_of(c);
-  int n = c->size, me = c->rank, rc = 0, failed_at = -1, oom = 0;
-  uint64_t slot = MPU__GLOO_SLOT(slot_kind), eager_slot = MPU__GLOO_SLOT(MPU__GLOO_SLOT_EAGER);
-  char err[512] = "";
-  mpu__gl_buf **rb = calloc((size_t)n, sizeof *rb), **sb = calloc((size_t)n, sizeof *sb);
-  /* per peer: 1 its receive (2 its send) is eager, in the communicator's buffers */
-  unsigned char *pending = calloc((size_t)n, 1), *eg = calloc((size_t)n, 1);
-  if (!rb || !sb || !pending || !eg) {
-    free(rb), free(sb), free(pending), free(eg);
-    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
+void mpu__gloo_posted_drop(mpu_comm *c, mpu__gloo_posted *p) {
+  for (int j = 0; p->rb && j < c->size; j++) {
+    if (!(p->eg[j] & 1)) mpu__gl_buf_free(p->rb[j]);
+    if (!(p->eg[j] & 2)) mpu__gl_buf_free(p->sb[j]);
   }
-  /* A peer whose connection failed does not stop the posts to the others:
-   * they would wait for this rank's message until it left, then name it
-   * instead of the lost peer. Its buffer is dropped (its wait would fail). */
-  int posted_bad = 0;
-  for (int pass = 0; pass < 2 && !oom; pass++) {
-    mpu__gl_buf **b = pass ? sb : rb;
-    for (int j = 0; j < n && !oom; j++) {
-      size_t len = pass ? rd->sn[j] : rd->rn[j];
-      if (j == me || !len) continue;
-      char e[512] = "";
-      int rc1;
-      if (eager(m, len)) {
-        eg[j] |= pass ? 2 : 1;
-        if (!pass && m->eager_lost[j]) {
-          snprintf(e, sizeof e, "its connection closed after its last message");
-          rc1 = -1;
-        } else if (!pass) { /* posted long ago */
-          rb[j] = m->eager_rb[j * EAGER_DEPTH + m->eager_next[j]];
-          continue;
-        } else {
-          char *to = m->eager_tx + (size_t)j * EAGER_SLOT_BYTES(m->eager_cap);
-          eager_head h = {len, (uint32_t)slot_kind, 0};
-          memcpy(to, &h, sizeof h);
-          memcpy(to + sizeof h, rd->sp[j], len);
-          b[j] = m->eager_sb[j];
-          rc1 = mpu__gl_send(b[j], j, eager_slot, 0, sizeof h + len, e, sizeof e);
-        }
-      } else {
-        b[j] = mpu__gl_buf_new(m->g, pass ? (void *)rd->sp[j] : rd->rp[j], len, e, sizeof e);
-        if (!b[j]) { /* not a peer's fault */
-          snprintf(err, sizeof err, "%s", e);
-          oom = 1;
-          continue;
-        }
-        rc1 = pass ? mpu__gl_send(b[j], j, slot, 0, len, e, sizeof e)
-                   : mpu__gl_recv(b[j], j, slot, 0, len, e, sizeof e);
+  free(p->rb), free(p->sb), free(p->eg);
+  memset(p, 0, sizeof *p);
+}
+
+/* Post one side of rd (pass 0 the receives, 1 the sends) into p. A peer
+ * whose connection failed does not stop the posts to the others: they would
+ * wait for this rank's message until it left, then name it instead of the
+ * lost peer. Its buffer is dropped (its wait would fail). An eager receive
+ * is only marked: its buffer is the peer's next one when the round runs. */
+static void post(mpu_comm *c, mpu__gloo_posted *p, int pass, int slot_kind, const mpu__round *rd) {
+  gloo_impl *m = gloo_of(c);
+  int n = c->size, me = c->rank;
+  mpu__gl_buf **b = pass ? p->sb : p->rb;
+  for (int j = 0; j < n && !p->oom; j++) {
+    size_t len = pass ? rd->sn[j] : rd->rn[j];
+    if (j == me || !len) continue;
+    char e[512] = "";
+    int rc = 0;
+    if (eager(m, len)) {
+      p->eg[j] |= pass ? 2 : 1;
+      if (!pass) continue;
+      char *to = m->eager_tx + (size_t)j * EAGER_SLOT_BYTES(m->eager_cap);
+      eager_head h = {len, (uint32_t)slot_kind, 0};
+      memcpy(to, &h, sizeof h);
+      memcpy(to + sizeof h, rd->sp[j], len);
+      b[j] = m->eager_sb[j];
+      rc = mpu__gl_send(b[j], j, MPU__GLOO_SLOT(MPU__GLOO_SLOT_EAGER), 0, sizeof h + len, e,
+                        sizeof e);
+    } else {
+      b[j] = mpu__gl_buf_new(m->g, pass ? (void *)rd->sp[j] : rd->rp[j], len, e, sizeof e);
+      if (!b[j]) { /* not a peer's fault */
+        snprintf(p->err, sizeof p->err, "%s", e);
+        p->oom = 1;
+        continue;
       }
-      if (rc1) {
-        if (!posted_bad++) snprintf(err, sizeof err, "%s", e), failed_at = j;
-        if (!(eg[j] & (pass ? 2 : 1))) mpu__gl_buf_free(b[j]);
-        b[j] = NULL;
-      }
+      uint64_t slot = MPU__GLOO_SLOT(slot_kind);
+      rc = pass ? mpu__gl_send(b[j], j, slot, 0, len, e, sizeof e)
+                : mpu__gl_recv(b[j], j, slot, 0, len, e, sizeof e);
+    }
+    if (rc) {
+      if (!p->posted_bad++) snprintf(p->err, sizeof p->err, "%s", e), p->failed_at = j;
+      if (!(p->eg[j] & (pass ? 2 : 1))) mpu__gl_buf_free(b[j]);
+      b[j] = NULL;
     }
   }
-  if (oom) rc = -1, failed_at = -1;
+}
+
+mpu_result_t mpu__gloo_post_recvs(mpu_comm *c, const char *fn, int slot_kind, const mpu__round *rd,
+                                  mpu__gloo_posted *p) {
+  int n = c->size;
+  memset(p, 0, sizeof *p);
+  p->failed_at = -1;
+  p->rb = calloc((size_t)n, sizeof *p->rb);
+  p->sb = calloc((size_t)n, sizeof *p->sb);
+  p->eg = calloc((size_t)n, 1);
+  if (!p->rb || !p->sb || !p->eg) {
+    mpu__gloo_posted_drop(c, p);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
+  }
+  post(c, p, 0, slot_kind, rd);
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu__gloo_run_posted(mpu_comm *c, const char *fn, const char *what, int slot_kind,
+                                  const mpu__round *rd, mpu__gloo_posted *p) {
+  gloo_impl *m = gloo_of(c);
+  int n = c->size, me = c->rank, rc = 0;
+  if (!p->oom) post(c, p, 1, slot_kind, rd);
+  /* the eager receives: each peer's next buffer, unless it left */
+  for (int j = 0; j < n; j++) {
+    if (!(p->eg[j] & 1)) continue;
+    if (m->eager_lost[j]) {
+      if (!p->posted_bad++)
+        snprintf(p->err, sizeof p->err, "its connection closed after its last message"),
+            p->failed_at = j;
+    } else {
+      p->rb[j] = m->eager_rb[j * EAGER_DEPTH + m->eager_next[j]];
+    }
+  }
+  mpu__gl_buf **rb = p->rb, **sb = p->sb;
+  int failed_at = p->failed_at;
+  char err[512];
+  snprintf(err, sizeof err, "%s", p->err);
+  if (p->oom) rc = -1, failed_at = -1;
+  unsigned char *pending = calloc((size_t)n, 1);
   double waits_from = mpu__now(), deadline = waits_from + m->timeout_s;
   /* rb and sb side by side: one list for an abort to interrupt (without
    * memory for it, the waits go unwatched and end by the timeout) */
-  mpu__gl_buf **all = malloc(2 * (size_t)n * sizeof *all);
+  mpu__gl_buf **all = pending ? malloc(2 * (size_t)n * sizeof *all) : NULL;
   if (all) {
     memcpy(all, rb, (size_t)n * sizeof *all);
     memcpy(all + n, sb, (size_t)n * sizeof *all);
     mpu_result_t w = mpu__gloo_watch(c, fn, all, 2 * n);
     if (w) { /* aborted meanwhile: closing ends gloo's use of the buffers */
       mpu__gl_close(m->g);
-      for (int j = 0; j < n; j++) {
-        if (!(eg[j] & 1)) mpu__gl_buf_free(rb[j]);
-        if (!(eg[j] & 2)) mpu__gl_buf_free(sb[j]);
-      }
-      free(rb), free(sb), free(pending), free(eg), free(all);
+      mpu__gloo_posted_drop(c, p);
+      free(pending), free(all);
       return w;
     }
   }
@@ -242,16 +271,17 @@ mpu_result_t mpu__gloo_round(mpu_comm *c, const char *fn, const char *what, int 
       int w = pass ? mpu__gl_wait_send(b[j], left, &peer, e, sizeof e)
                    : mpu__gl_wait_recv(b[j], left, &peer, e, sizeof e);
       if (!w) continue;
-      if (!pass || !rc) pending[j] = 1; /* a timeout names the ranks that never came */
+      if (pending && (!pass || !rc)) pending[j] = 1; /* a timeout names the ranks that never came */
       if (!rc) rc = w, failed_at = j, snprintf(err, sizeof err, "%s", e);
     }
   }
   if (all) mpu__gloo_unwatch(c), free(all);
-  if (!rc && posted_bad) rc = -1; /* the others' messages moved; failed_at is the lost one */
+  if (!rc && p->posted_bad) rc = -1; /* the others' messages moved; failed_at is the lost one */
   mpu_result_t r = MPU_SUCCESS;
-  if (!rc) r = mpu__gloo_after_wait(c, fn, what, mpu__now() - waits_from);
+  if (!rc && !pending) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
+  if (!rc && !r) r = mpu__gloo_after_wait(c, fn, what, mpu__now() - waits_from);
   if (rc) {
-    if (rc < 0 && failed_at >= 0) { /* a connection failed: that peer is the one named */
+    if (rc < 0 && failed_at >= 0 && pending) { /* a connection failed: that peer is named */
       memset(pending, 0, (size_t)n);
       pending[failed_at] = 1;
     }
@@ -259,11 +289,16 @@ mpu_result_t mpu__gloo_round(mpu_comm *c, const char *fn, const char *what, int 
   }
   /* the eager messages taken (after a failure the communicator is broken:
    * its buffers are left as they are) */
-  for (int j = 0; j < n; j++) {
-    if (!(eg[j] & 1)) mpu__gl_buf_free(rb[j]);
-    else if (!r) r = eager_take(c, fn, what, slot_kind, j, rd->rp[j], rd->rn[j]);
-    if (!(eg[j] & 2)) mpu__gl_buf_free(sb[j]);
-  }
-  free(rb), free(sb), free(pending), free(eg);
+  for (int j = 0; j < n && !r; j++)
+    if (p->eg[j] & 1) r = eager_take(c, fn, what, slot_kind, j, rd->rp[j], rd->rn[j]);
+  mpu__gloo_posted_drop(c, p);
+  free(pending);
   return r;
+}
+
+mpu_result_t mpu__gloo_round(mpu_comm *c, const char *fn, const char *what, int slot_kind,
+                             const mpu__round *rd) {
+  mpu__gloo_posted p;
+  MPU_CHECK(mpu__gloo_post_recvs(c, fn, slot_kind, rd, &p));
+  return mpu__gloo_run_posted(c, fn, what, slot_kind, rd, &p);
 }
