@@ -5,7 +5,8 @@
 # `mpu bench --backend gloo`, then torch's dist.all_reduce on a gloo group
 # (scripts/gloo_torch_bench.py), so that drift in the machine's load touches
 # both alike. Prints, for each size, the median over rounds of each side's
-# mean time per call (the slowest rank's), their ratio, mpu's time with call
+# mean time per call (the slowest rank's: each rank's mean, then their
+# largest, on both sides; mpu bench -a 3), their ratio, mpu's time with call
 # checking on, and the load average seen. Exits 77 with one line when the
 # Python (PYTHON, else MPU_PYENV/bin/python, MPU_PYENV defaulting to
 # build/pyenv) has no torch.
@@ -35,7 +36,7 @@ for ((i = 0; i < rounds; i++)); do
   for s in "${size_list[@]}"; do
     b=$(bytes "$s") n=$iters
     [ "$b" -ge $((16 << 20)) ] && n=$(((iters + 19) / 20)) # the large ones: fewer, still seconds
-    "$run" $ranks "$mpu" bench --backend gloo -b "$b" -e "$b" -n "$n" --collective all_reduce \
+    "$run" $ranks "$mpu" bench --backend gloo -b "$b" -e "$b" -n "$n" -a 3 --collective all_reduce \
       -c 0 --format json >"$tmp/mpu.$s.$i.json"
     "$run" $ranks "$py" scripts/gloo_torch_bench.py "$b" "$n" >"$tmp/torch.$s.$i.json"
     seen+=("$(la)")

@@ -78,7 +78,8 @@ mpu_result_t mpu__gloo_eager_init(mpu_comm *c) {
   size_t cap = mpu__gloo_eager_cap(n), slot = EAGER_SLOT_BYTES(cap);
   char err[512] = "";
   m->eager_cap = cap;
-  /* n * EAGER_DEPTH * slot is at most about 3 * EAGER_TOTAL + n * EAGER_DEPTH * (64 + 16) */
+  /* EAGER_DEPTH * n/(n-1) * EAGER_TOTAL at most, up to 1025 ranks; past that
+   * EAGER_MIN each (n * EAGER_DEPTH * slot stays far from SIZE_MAX: n is an int) */
   m->eager_rx = malloc((size_t)n * EAGER_DEPTH * slot);
   m->eager_tx = malloc((size_t)n * slot);
   m->eager_rb = calloc((size_t)n * EAGER_DEPTH, sizeof *m->eager_rb);
@@ -166,9 +167,12 @@ static void post(mpu_comm *c, mpu__gloo_posted *p, int pass, int slot_kind, cons
   gloo_impl *m = gloo_of(c);
   int n = c->size, me = c->rank;
   mpu__gl_buf **b = pass ? p->sb : p->rb;
-  for (int j = 0; j < n && !p->oom; j++) {
+  /* from the next rank on, as the waits: each rank's first large message
+   * goes to a different peer, not every rank's to rank 0 */
+  for (int i = 1; i < n && !p->oom; i++) {
+    int j = (me + i) % n;
     size_t len = pass ? rd->sn[j] : rd->rn[j];
-    if (j == me || !len) continue;
+    if (!len) continue;
     char e[512] = "";
     int rc = 0;
     if (eager(m, len)) {
