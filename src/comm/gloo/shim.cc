@@ -89,6 +89,11 @@ struct Peek : gloo::transport::tcp::UnboundBuffer {
     std::lock_guard<std::mutex> lock(t->*mu);
     return t->*n;
   }
+  static void settle(gloo::transport::UnboundBuffer *b) {
+    auto *t = static_cast<gloo::transport::tcp::UnboundBuffer *>(b);
+    std::mutex gloo::transport::tcp::UnboundBuffer::*mu = &Peek::m_;
+    std::lock_guard<std::mutex> lock(t->*mu);
+  }
 };
 
 int wait_result(const std::exception &e, char *err, size_t errn) {
@@ -215,6 +220,13 @@ void mpu__gl_buf_interrupt(mpu__gl_buf *b) {
   try {
     b->ub->abortWaitRecv();
     b->ub->abortWaitSend();
+  } catch (...) {
+  }
+}
+
+void mpu__gl_buf_settle(mpu__gl_buf *b) {
+  try {
+    if (b) Peek::settle(b->ub.get());
   } catch (...) {
   }
 }

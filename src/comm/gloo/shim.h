@@ -57,6 +57,12 @@ int mpu__gl_wait_recv(mpu__gl_buf *b, double timeout_s, int *peer, char *err, si
 int mpu__gl_wait_send(mpu__gl_buf *b, double timeout_s, int *peer, char *err, size_t errn);
 /* Make b's waits, now and later, return -1 at once (any thread). */
 void mpu__gl_buf_interrupt(mpu__gl_buf *b);
+/* Take b's lock once: every touch of gloo's loop thread so far (a
+ * completion, an error it signalled, under that lock) happens before what
+ * follows. Gloo's own guard against freeing a buffer its loop uses (a
+ * shared_ptr's count, gloo/common/memory.h) is invisible to
+ * ThreadSanitizer in an uninstrumented libgloo. */
+void mpu__gl_buf_settle(mpu__gl_buf *b);
 /* Sends of b that completed and were not waited for yet (never blocks). */
 int mpu__gl_sends_done(mpu__gl_buf *b);
 
