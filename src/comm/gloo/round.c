@@ -107,13 +107,11 @@ mpu_result_t mpu__gloo_eager_init(mpu_comm *c) {
 
 void mpu__gloo_eager_free(mpu_comm *c) {
   gloo_impl *m = gloo_of(c);
-  /* the receives stay posted to the end: the connections close first (so
-   * gloo's loop thread touches none of them again), then each is settled */
+  /* the receives stay posted to the end: the connections close first, so
+   * gloo's loop thread touches none of them again */
   if (m->eager_rb) mpu__gl_close(m->g);
-  for (int j = 0; m->eager_sb && j < c->size; j++)
-    mpu__gl_buf_settle(m->eager_sb[j]), mpu__gl_buf_free(m->eager_sb[j]);
-  for (int j = 0; m->eager_rb && j < c->size * EAGER_DEPTH; j++)
-    mpu__gl_buf_settle(m->eager_rb[j]), mpu__gl_buf_free(m->eager_rb[j]);
+  for (int j = 0; m->eager_sb && j < c->size; j++) mpu__gl_buf_free(m->eager_sb[j]);
+  for (int j = 0; m->eager_rb && j < c->size * EAGER_DEPTH; j++) mpu__gl_buf_free(m->eager_rb[j]);
   free(m->eager_sb), free(m->eager_rb), free(m->eager_next), free(m->eager_lost);
   free(m->eager_rx), free(m->eager_tx);
   m->eager_sb = m->eager_rb = NULL;

@@ -89,6 +89,11 @@ struct Peek : gloo::transport::tcp::UnboundBuffer {
     std::lock_guard<std::mutex> lock(t->*mu);
     return t->*n;
   }
+  /* Take b's lock once: every touch of gloo's loop thread so far (a
+   * completion, an error it signalled, both under that lock) happens before
+   * what follows. Gloo's own guard against freeing a buffer its loop uses (a
+   * shared_ptr's count, gloo/common/memory.h) is invisible to
+   * ThreadSanitizer in an uninstrumented libgloo. */
   static void settle(gloo::transport::UnboundBuffer *b) {
     auto *t = static_cast<gloo::transport::tcp::UnboundBuffer *>(b);
     std::mutex gloo::transport::tcp::UnboundBuffer::*mu = &Peek::m_;
@@ -173,6 +178,7 @@ mpu__gl_buf *mpu__gl_buf_new(mpu__gl *g, void *p, size_t n, char *err, size_t er
 
 void mpu__gl_buf_free(mpu__gl_buf *b) {
   try {
+    if (b) Peek::settle(b->ub.get());
     delete b;
   } catch (...) {
   }
@@ -220,13 +226,6 @@ void mpu__gl_buf_interrupt(mpu__gl_buf *b) {
   try {
     b->ub->abortWaitRecv();
     b->ub->abortWaitSend();
-  } catch (...) {
-  }
-}
-
-void mpu__gl_buf_settle(mpu__gl_buf *b) {
-  try {
-    if (b) Peek::settle(b->ub.get());
   } catch (...) {
   }
 }

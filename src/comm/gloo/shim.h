@@ -45,6 +45,9 @@ void mpu__gl_close(mpu__gl *g);
 void mpu__gl_free(mpu__gl *g);
 
 mpu__gl_buf *mpu__gl_buf_new(mpu__gl *g, void *p, size_t n, char *err, size_t errn);
+/* Free b (once its operations completed or failed, or its connections
+ * closed, gloo touches it no more), after taking its lock once so that
+ * ThreadSanitizer sees the loop thread's last touch come first. */
 void mpu__gl_buf_free(mpu__gl_buf *b);
 int mpu__gl_send(mpu__gl_buf *b, int peer, uint64_t slot, size_t off, size_t n, char *err,
                  size_t errn);
@@ -57,12 +60,6 @@ int mpu__gl_wait_recv(mpu__gl_buf *b, double timeout_s, int *peer, char *err, si
 int mpu__gl_wait_send(mpu__gl_buf *b, double timeout_s, int *peer, char *err, size_t errn);
 /* Make b's waits, now and later, return -1 at once (any thread). */
 void mpu__gl_buf_interrupt(mpu__gl_buf *b);
-/* Take b's lock once: every touch of gloo's loop thread so far (a
- * completion, an error it signalled, under that lock) happens before what
- * follows. Gloo's own guard against freeing a buffer its loop uses (a
- * shared_ptr's count, gloo/common/memory.h) is invisible to
- * ThreadSanitizer in an uninstrumented libgloo. */
-void mpu__gl_buf_settle(mpu__gl_buf *b);
 /* Sends of b that completed and were not waited for yet (never blocks). */
 int mpu__gl_sends_done(mpu__gl_buf *b);
 
