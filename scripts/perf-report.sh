@@ -16,7 +16,8 @@
 #                    needed to build or test mpu.
 #   --load N[,N...]  also the contention table: the 8-byte and 1 MiB all_reduce of 2 thread ranks
 #                    against raw Open MPI under N busy-loop processes each (0: none), which
-#                    scripts/bench-vs-mpi.sh starts and always stops; needs mpirun
+#                    scripts/bench-vs-mpi.sh starts and always stops; needs mpirun; ITERS8 and
+#                    ITERS1M (default 5000 and 500) set the iterations per run
 #   --only NAME      just that table (sweep, collectives, roof16, steady, small, mpi, contention,
 #                    checked, plan, gpt, torch, gloo)
 # The gloo table (--compare-torch too) times mpu's gloo backend beside torch's ProcessGroupGloo
@@ -185,7 +186,7 @@ if wanted mpi; then
 fi
 if [ -n "$loads" ] && wanted contention; then
   if command -v mpirun >/dev/null && [[ $("$mpu" bench --help) == *--backend* ]]; then
-    n8=5000 n1m=500
+    n8=${ITERS8:-5000} n1m=${ITERS1M:-500}
     [ $quick = 1 ] && n8=200 n1m=20
     header contention "ITERS=$n8 bash scripts/bench-vs-mpi.sh --load $loads --collective all_reduce 8 $rounds; ITERS=$n1m ... 1M $rounds"
     for s in 8 1M; do

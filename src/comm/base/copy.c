@@ -7,9 +7,11 @@
  */
 #include "comm/base/copy.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,18 +20,49 @@
 static size_t stream_min;
 static pthread_once_t stream_once = PTHREAD_ONCE_INIT;
 
+/* The CPUs a sysfs cpu list names ("0-1", "0-3,8-11", "5"); 0 where it
+ * cannot be parsed. */
+int mpu__cpulist_count(const char *list) {
+  int count = 0;
+  const char *p = list;
+  while (*p && *p != '\n') {
+    char *end;
+    long lo = strtol(p, &end, 10), hi = lo;
+    if (end == p || lo < 0) return 0;
+    p = end;
+    if (*p == '-') {
+      hi = strtol(p + 1, &end, 10);
+      if (end == p + 1 || hi < lo) return 0;
+      p = end;
+    }
+    if (hi - lo >= INT_MAX - count) return 0;
+    count += (int)(hi - lo + 1);
+    if (*p == ',') p++;
+    else if (*p && *p != '\n') return 0;
+  }
+  return count;
+}
+
 /* The last-level cache one CPU sees: sysfs gives the instance this CPU
  * shares (sysconf can report the whole package's on AMD: 384 MiB where one
- * CCX has 32), then sysconf, 0 if neither knows. */
-static long llc_bytes(void) {
+ * CCX has 32) and how many CPUs share it (*sharing; 0: unknown), then
+ * sysconf, 0 if neither knows. */
+static long llc_bytes(int *sharing) {
+  *sharing = 0;
   for (int index = 3; index >= 2; index--) {
-    char path[80], unit = 0;
+    char path[80], unit = 0, list[256];
     snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
     FILE *f = fopen(path, "r");
     long k = 0;
     int got = f ? fscanf(f, "%ld%c", &k, &unit) : 0;
     if (f) fclose(f);
-    if (got >= 1 && k > 0) return unit == 'M' ? k << 20 : unit == 'K' ? k << 10 : k;
+    if (got < 1 || k <= 0) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", index);
+    if ((f = fopen(path, "r"))) {
+      if (fgets(list, sizeof list, f)) *sharing = mpu__cpulist_count(list);
+      fclose(f);
+    }
+    return unit == 'M' ? k << 20 : unit == 'K' ? k << 10 : k;
   }
   long v = 0;
 #ifdef _SC_LEVEL3_CACHE_SIZE
@@ -39,14 +72,28 @@ static long llc_bytes(void) {
   return v > 0 ? v : 0;
 }
 
+/* More last-level cache per CPU than any processor has (AMD's 3D V-cache
+ * parts: 96 MiB per 8 cores, 12 each). A virtual machine may report its
+ * host's whole cache as shared by its own few CPUs: a 2-CPU VM of an Intel
+ * Xeon says 480 MiB, so nothing streamed, while there streaming paid from
+ * about 48 MiB of buffers (docs/bench.md). */
+#define LLC_PER_CPU_MAX ((size_t)24 << 20)
+
+size_t mpu__stream_threshold(size_t llc, int sharing) {
+  if (!llc) return (size_t)8 << 20; /* unknown cache: 8 MiB */
+  if (sharing > 0 && llc / (size_t)sharing > LLC_PER_CPU_MAX) llc = LLC_PER_CPU_MAX * (size_t)sharing;
+  return llc / 4 * 3;
+}
+
 static void stream_init(void) {
   long forced = mpu__env()->stream_min;
   if (forced >= 0) {
     stream_min = (size_t)forced;
     return;
   }
-  long llc = llc_bytes();
-  stream_min = llc > 0 ? (size_t)llc / 4 * 3 : (size_t)8 << 20; /* unknown cache: 8 MiB */
+  int sharing;
+  long llc = llc_bytes(&sharing);
+  stream_min = mpu__stream_threshold(llc > 0 ? (size_t)llc : 0, sharing);
 }
 
 size_t mpu__stream_min_bytes(void) {

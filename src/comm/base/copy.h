@@ -15,6 +15,14 @@
  * (MPU_STREAM_MIN_BYTES overrides it); read once. */
 size_t mpu__stream_min_bytes(void);
 
+/* The threshold for a last-level cache of llc bytes (0: unknown) shared by
+ * `sharing` CPUs (0: unknown): 3/4 of it, the cache counted at most 24 MiB
+ * per sharing CPU (a virtual machine may report its host's whole cache). */
+size_t mpu__stream_threshold(size_t llc, int sharing);
+
+/* The CPUs a sysfs cpu list names ("0-1", "0-3,8-11"); 0 if unparsable. */
+int mpu__cpulist_count(const char *list);
+
 /* Whether work touching `footprint` bytes (read + written) should stream. */
 static inline int mpu__streams(size_t footprint) { return footprint >= mpu__stream_min_bytes(); }
 
