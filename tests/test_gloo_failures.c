@@ -21,6 +21,18 @@
  *   churn     groups made and destroyed at once, 40 times over: no rank may
  *             close a group while a peer is still connecting to it (nor,
  *             once its last message is out, fail a peer still taking it)
+ *   unchecked_leave  with call checking off, ranks 1-3 make two small reduces
+ *             to rank 0 and leave at once (destroy, exit); rank 0 comes a
+ *             second later: both its reduces work (the second message from
+ *             each is already in, though the peer has gone)
+ *   unchecked_shift  with call checking off, rank 0 sends rank 1 an element in
+ *             an all_to_all_v where rank 1 takes none from it, then all make
+ *             a matching one: rank 1 fails with MPU_ERR_MISMATCH (the earlier
+ *             call's message is not taken as this one's), the others work
+ *   last_large  every rank all_gathers 8 MiB, the last a second late (its
+ *             peers' receives wait for it, so its sends go at once), and it
+ *             leaves at once: the others' all_gather still gets all of its
+ *             bytes (a reset connection would drop what the kernel held)
  *   unchecked_mismatch  with call checking off, rank 2 all_reduces 2 elements
  *             where the others take 1 (small: the messages go eagerly): every
  *             rank fails with MPU_ERR_MISMATCH naming a rank, at once, and no
@@ -140,6 +152,49 @@ int main(int argc, char **argv) {
       return fail(rank, mode, "the mismatch was seen only after waiting", r);
     if (out[0] != -7 || out[1] != -7) return fail(rank, mode, "want the output untouched", r);
     if (rank == 0) printf("%s: %s\n", mode, mpu_last_error());
+  } else if (!strcmp(mode, "unchecked_leave")) {
+    double v = rank + 1, sum = -1;
+    if (rank == 0) sleep(1);
+    for (int k = 0; k < 2; k++) {
+      r = mpu_comm_reduce(w, &v, &sum, 1, MPU_FLOAT64, MPU_SUM, 0);
+      if (r) return fail(rank, mode, "want both reduces to work", r);
+      if (rank == 0 && sum != size * (size + 1) / 2.0) return fail(rank, mode, "a wrong sum", r);
+    }
+    if (rank != 0) {
+      mpu_comm_destroy(w);
+      return 0;
+    }
+  } else if (!strcmp(mode, "unchecked_shift")) {
+    size_t counts[4] = {0}, displs[4] = {0, 1, 2, 3}, rcounts[4] = {0}, rdispls[4] = {0, 1, 2, 3};
+    double out[4] = {0}, in[4] = {111, 111, 111, 111};
+    if (rank == 0) counts[1] = 1; /* rank 1 takes nothing from rank 0 */
+    r = mpu_comm_all_to_all_v(w, in, counts, displs, out, rcounts, rdispls, MPU_FLOAT64);
+    if (r) return fail(rank, mode, "want the first call to run (nothing checks it)", r);
+    for (int j = 0; j < size; j++) counts[j] = rcounts[j] = 1, in[j] = 200 + rank;
+    r = mpu_comm_all_to_all_v(w, in, counts, displs, out, rcounts, rdispls, MPU_FLOAT64);
+    if (rank == 1 && r != MPU_ERR_MISMATCH)
+      return fail(rank, mode, r ? "want MPU_ERR_MISMATCH" : "took the earlier call's message", r);
+    if (rank == 1) printf("%s: %s\n", mode, mpu_last_error());
+    if (rank != 1 && (r || out[1] != 201 || out[2] != 202))
+      return fail(rank, mode, "want the second call to work", r);
+  } else if (!strcmp(mode, "last_large")) {
+    size_t each = (size_t)1 << 20; /* 8 MiB of float64 */
+    double *in = malloc(each * sizeof *in), *out = malloc((size_t)size * each * sizeof *out);
+    if (!in || !out) return fail(rank, mode, "out of memory", 0);
+    for (size_t i = 0; i < each; i++) in[i] = rank * 1e7 + (double)i;
+    if (rank == size - 1) sleep(1);
+    r = mpu_comm_all_gather(w, in, out, each, MPU_FLOAT64);
+    if (r) return fail(rank, mode, "want the all_gather to work", r);
+    if (rank == size - 1) {
+      mpu_comm_destroy(w);
+      free(in), free(out);
+      return 0;
+    }
+    for (int j = 0; j < size; j++)
+      for (size_t i = 0; i < each; i += 4097)
+        if (out[(size_t)j * each + i] != j * 1e7 + (double)i)
+          return fail(rank, mode, "a wrong element", r);
+    free(in), free(out);
   } else if (!strcmp(mode, "churn")) {
     int all[4] = {0, 1, 2, 3}, pair[2] = {rank & ~1, rank | 1};
     for (int i = 0; i < 40; i++) {
@@ -152,7 +207,7 @@ int main(int argc, char **argv) {
     r = mpu_comm_all_reduce(w, x, y, 2, MPU_FLOAT64, MPU_SUM);
     if (r || y[0] != size) return fail(rank, mode, "want the world to work after", r);
   } else {
-    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|exit_late|mismatch|unchecked|unchecked_mismatch|churn\n", argv[0]);
+    fprintf(stderr, "usage: %s timeout|abort|abort_thread|exit|exit_late|mismatch|unchecked|unchecked_leave|unchecked_shift|last_large|unchecked_mismatch|churn\n", argv[0]);
     return 2;
   }
   mpu_comm_destroy(w);

@@ -191,7 +191,7 @@ static mpu_result_t data(mpu_comm *c, const char *fn, const mpu__call *call, mpu
     if (!r) {
       r = spread_reduce(c, fn, call, rd, off, len, tmp, stride, mine, len[me] / es);
       if (r)
-        mpu__gloo_posted_drop(c, &gp);
+        mpu__gloo_posted_abandon(c, &gp, r);
       else
         r = mpu__gloo_run_posted(c, fn, "the reduced chunks", MPU__GLOO_SLOT_GATHER, &gr, &gp);
     }
@@ -265,6 +265,7 @@ mpu_result_t mpu__gloo_start(mpu_comm *c, const mpu__call *call, void **handle) 
   *handle = NULL;
   MPU_CHECK(mpu__gloo_usable(c, fn));
   mpu__gloo_reap(c, 0);
+  gloo_of(c)->calls++;
   int n = c->size, done = 0;
   mpu__round rd = {0};
   rec *recs = NULL;

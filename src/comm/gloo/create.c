@@ -464,7 +464,7 @@ static void gloo_destroy(mpu_comm *c) {
     free(p->bytes);
     free(p);
   }
-  mpu__gloo_eager_free(c); /* closes the connections, as freeing the context would */
+  mpu__gloo_eager_free(c);
   mpu__gl_free(m->g);
   mpu__rendezvous_leave(m->rv);
   while (m->made) {

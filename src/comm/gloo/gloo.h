@@ -53,7 +53,8 @@ typedef struct gloo_impl {
   char *eager_rx, *eager_tx;
   mpu__gl_buf **eager_rb, **eager_sb;
   int *eager_next; /* per peer, which of its posted buffers its next message fills */
-  unsigned char *eager_lost; /* per peer: posting again failed (it left after its last message) */
+  unsigned char *eager_lost; /* per posted buffer: posting it again failed (the peer left) */
+  uint32_t calls;            /* collective calls started (their eager messages carry it) */
 } gloo_impl;
 
 /* Gloo matches messages per connection and slot in order, so each kind of
@@ -120,7 +121,9 @@ mpu_result_t mpu__gloo_round(mpu_comm *c, const char *fn, const char *what, int 
  * freed takes nothing more). */
 typedef struct mpu__gloo_posted {
   mpu__gl_buf **rb, **sb;
-  unsigned char *eg; /* per peer: 1 its receive (2 its send) is eager */
+  unsigned char *eg;      /* per peer: 1 its receive (2 its send) is eager */
+  unsigned char *pending; /* per peer: not heard from (the waits) */
+  mpu__gl_buf **all;      /* rb and sb, for an abort to interrupt */
   int posted_bad, failed_at, oom;
   char err[512];
 } mpu__gloo_posted;
@@ -129,6 +132,11 @@ mpu_result_t mpu__gloo_post_recvs(mpu_comm *c, const char *fn, int slot_kind, co
 mpu_result_t mpu__gloo_run_posted(mpu_comm *c, const char *fn, const char *what, int slot_kind,
                                   const mpu__round *rd, mpu__gloo_posted *p);
 void mpu__gloo_posted_drop(mpu_comm *c, mpu__gloo_posted *p);
+/* A posted round that will not run because the call failed with why:
+ * c broken for it (unless it already was), its connections closed (a peer's
+ * message for a freed buffer would otherwise wedge gloo's connection), p
+ * dropped. */
+void mpu__gloo_posted_abandon(mpu_comm *c, mpu__gloo_posted *p, mpu_result_t why);
 /* the payload a message to a peer of a communicator of n may carry eagerly */
 size_t mpu__gloo_eager_cap(int n);
 /* c's eager buffers made and their receives posted (c->size >= 2); freed */

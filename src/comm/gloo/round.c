@@ -16,7 +16,8 @@
  * posts that buffer again. Gloo matches messages per pair and slot in the
  * order they were posted, and the ranks' rounds come in the same order, so
  * the k-th eager message from a peer lands in its k-th posted buffer. The
- * header's length and kind catch ranks whose calls differ.
+ * header's length, kind and call number catch ranks whose calls differ
+ * (a message left over from an earlier call included).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@
 typedef struct eager_head {
   uint64_t len;  /* payload bytes */
   uint32_t kind; /* the round's slot kind */
-  uint32_t pad;
+  uint32_t call; /* the sender's collective call number on the communicator */
 } eager_head;
 
 #define EAGER_SLOT_BYTES(cap) (sizeof(eager_head) + (cap))
@@ -85,7 +86,7 @@ mpu_result_t mpu__gloo_eager_init(mpu_comm *c) {
   m->eager_rb = calloc((size_t)n * EAGER_DEPTH, sizeof *m->eager_rb);
   m->eager_sb = calloc((size_t)n, sizeof *m->eager_sb);
   m->eager_next = calloc((size_t)n, sizeof *m->eager_next);
-  m->eager_lost = calloc((size_t)n, 1);
+  m->eager_lost = calloc((size_t)n * EAGER_DEPTH, 1);
   if (!m->eager_rx || !m->eager_tx || !m->eager_rb || !m->eager_sb || !m->eager_next ||
       !m->eager_lost)
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_comm_gloo: eager buffers for %d ranks", n);
@@ -107,9 +108,11 @@ mpu_result_t mpu__gloo_eager_init(mpu_comm *c) {
 
 void mpu__gloo_eager_free(mpu_comm *c) {
   gloo_impl *m = gloo_of(c);
-  /* the receives stay posted to the end: the connections close first, so
-   * gloo's loop thread touches none of them again */
-  if (m->eager_rb) mpu__gl_close(m->g);
+  /* The receives stay posted to the end and go with the connections still
+   * open: closing them here would reset them (gloo's close sets SO_LINGER 0)
+   * and lose what this rank's last sends left in the kernel for its peers;
+   * freeing the context closes them gently. A message that still came for a
+   * freed buffer is dropped by gloo (its pointer to it is a weak one). */
   for (int j = 0; m->eager_sb && j < c->size; j++) mpu__gl_buf_free(m->eager_sb[j]);
   for (int j = 0; m->eager_rb && j < c->size * EAGER_DEPTH; j++) mpu__gl_buf_free(m->eager_rb[j]);
   free(m->eager_sb), free(m->eager_rb), free(m->eager_next), free(m->eager_lost);
@@ -124,8 +127,9 @@ static int eager(const gloo_impl *m, size_t len) { return m->eager_rb && len <= 
 
 /* An eager message from peer j taken: checked, copied out, its buffer posted
  * again. MPU_SUCCESS, or the error (the communicator is then broken). A
- * peer may leave once its last message is out: posting again then fails,
- * which fails only a later round that needs that peer. */
+ * peer may leave once its last messages are out: posting that buffer again
+ * then fails, which fails only a later round that needs a message from it
+ * in that buffer (the other may hold one already). */
 static mpu_result_t eager_take(mpu_comm *c, const char *fn, const char *what, int slot_kind,
                                int j, void *to, size_t len) {
   gloo_impl *m = gloo_of(c);
@@ -133,19 +137,20 @@ static mpu_result_t eager_take(mpu_comm *c, const char *fn, const char *what, in
   const char *at = eager_rx(m, j, k);
   eager_head h;
   memcpy(&h, at, sizeof h);
-  if (h.len != len || h.kind != (uint32_t)slot_kind) {
+  if (h.len != len || h.kind != (uint32_t)slot_kind || h.call != m->calls) {
     char why[512];
-    snprintf(why, sizeof why, "%s: rank %d sent %llu bytes for another step of a call (kind %u) "
-             "where this rank waited for %zu bytes of %s: the ranks' calls differ (call "
-             "checking, MPU_CHECK_CALLS=1, names how)", fn, mpu__comm_world_rank(c, j),
-             (unsigned long long)h.len, h.kind, len, what);
+    snprintf(why, sizeof why, "%s: rank %d sent %llu bytes for a step of its call %u (kind %u) "
+             "where this rank, in its call %u, waited for %zu bytes of %s: the ranks' calls "
+             "differ (call checking, MPU_CHECK_CALLS=1, names how)", fn,
+             mpu__comm_world_rank(c, j), (unsigned long long)h.len, h.call, h.kind, m->calls,
+             len, what);
     return mpu__gloo_break(c, MPU_ERR_MISMATCH, why);
   }
   memcpy(to, at + sizeof h, len);
   char err[512] = "";
   if (mpu__gl_recv(m->eager_rb[j * EAGER_DEPTH + k], j, MPU__GLOO_SLOT(MPU__GLOO_SLOT_EAGER), 0,
                    EAGER_SLOT_BYTES(m->eager_cap), err, sizeof err))
-    m->eager_lost[j] = 1;
+    m->eager_lost[j * EAGER_DEPTH + k] = 1;
   m->eager_next[j] = (k + 1) % EAGER_DEPTH;
   return MPU_SUCCESS;
 }
@@ -153,12 +158,23 @@ static mpu_result_t eager_take(mpu_comm *c, const char *fn, const char *what, in
 /* ---- a round ---- */
 
 void mpu__gloo_posted_drop(mpu_comm *c, mpu__gloo_posted *p) {
-  for (int j = 0; p->rb && j < c->size; j++) {
+  for (int j = 0; p->rb && p->sb && p->eg && j < c->size; j++) {
     if (!(p->eg[j] & 1)) mpu__gl_buf_free(p->rb[j]);
     if (!(p->eg[j] & 2)) mpu__gl_buf_free(p->sb[j]);
   }
-  free(p->rb), free(p->sb), free(p->eg);
+  free(p->rb), free(p->sb), free(p->eg), free(p->pending), free(p->all);
   memset(p, 0, sizeof *p);
+}
+
+void mpu__gloo_posted_abandon(mpu_comm *c, mpu__gloo_posted *p, mpu_result_t why) {
+  gloo_impl *m = gloo_of(c);
+  if (why && mpu__gloo_usable(c, "mpu_comm") == MPU_SUCCESS) {
+    char said[640];
+    snprintf(said, sizeof said, "%s", mpu_last_error());
+    mpu__gloo_break(c, why, said);
+  }
+  mpu__gl_close(m->g); /* a message for a freed buffer would wedge its connection */
+  mpu__gloo_posted_drop(c, p);
 }
 
 /* Post one side of rd (pass 0 the receives, 1 the sends) into p. A peer
@@ -182,7 +198,7 @@ static void post(mpu_comm *c, mpu__gloo_posted *p, int pass, int slot_kind, cons
       p->eg[j] |= pass ? 2 : 1;
       if (!pass) continue;
       char *to = m->eager_tx + (size_t)j * EAGER_SLOT_BYTES(m->eager_cap);
-      eager_head h = {len, (uint32_t)slot_kind, 0};
+      eager_head h = {len, (uint32_t)slot_kind, m->calls};
       memcpy(to, &h, sizeof h);
       memcpy(to + sizeof h, rd->sp[j], len);
       b[j] = m->eager_sb[j];
@@ -215,7 +231,9 @@ mpu_result_t mpu__gloo_post_recvs(mpu_comm *c, const char *fn, int slot_kind, co
   p->rb = calloc((size_t)n, sizeof *p->rb);
   p->sb = calloc((size_t)n, sizeof *p->sb);
   p->eg = calloc((size_t)n, 1);
-  if (!p->rb || !p->sb || !p->eg) {
+  p->pending = calloc((size_t)n, 1);
+  p->all = malloc(2 * (size_t)n * sizeof *p->all);
+  if (!p->rb || !p->sb || !p->eg || !p->pending || !p->all) {
     mpu__gloo_posted_drop(c, p);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
   }
@@ -228,10 +246,10 @@ mpu_result_t mpu__gloo_run_posted(mpu_comm *c, const char *fn, const char *what,
   gloo_impl *m = gloo_of(c);
   int n = c->size, me = c->rank, rc = 0;
   if (!p->oom) post(c, p, 1, slot_kind, rd);
-  /* the eager receives: each peer's next buffer, unless it left */
+  /* the eager receives: each peer's next buffer, unless posting it again failed */
   for (int j = 0; j < n; j++) {
     if (!(p->eg[j] & 1)) continue;
-    if (m->eager_lost[j]) {
+    if (m->eager_lost[j * EAGER_DEPTH + m->eager_next[j]]) {
       if (!p->posted_bad++)
         snprintf(p->err, sizeof p->err, "its connection closed after its last message"),
             p->failed_at = j;
@@ -244,21 +262,17 @@ mpu_result_t mpu__gloo_run_posted(mpu_comm *c, const char *fn, const char *what,
   char err[512];
   snprintf(err, sizeof err, "%s", p->err);
   if (p->oom) rc = -1, failed_at = -1;
-  unsigned char *pending = calloc((size_t)n, 1);
+  unsigned char *pending = p->pending;
   double waits_from = mpu__now(), deadline = waits_from + m->timeout_s;
-  /* rb and sb side by side: one list for an abort to interrupt (without
-   * memory for it, the waits go unwatched and end by the timeout) */
-  mpu__gl_buf **all = pending ? malloc(2 * (size_t)n * sizeof *all) : NULL;
-  if (all) {
-    memcpy(all, rb, (size_t)n * sizeof *all);
-    memcpy(all + n, sb, (size_t)n * sizeof *all);
-    mpu_result_t w = mpu__gloo_watch(c, fn, all, 2 * n);
-    if (w) { /* aborted meanwhile: closing ends gloo's use of the buffers */
-      mpu__gl_close(m->g);
-      mpu__gloo_posted_drop(c, p);
-      free(pending), free(all);
-      return w;
-    }
+  /* rb and sb side by side: one list for an abort to interrupt */
+  mpu__gl_buf **all = p->all;
+  memcpy(all, rb, (size_t)n * sizeof *all);
+  memcpy(all + n, sb, (size_t)n * sizeof *all);
+  mpu_result_t w = mpu__gloo_watch(c, fn, all, 2 * n);
+  if (w) { /* aborted meanwhile: closing ends gloo's use of the buffers */
+    mpu__gl_close(m->g);
+    mpu__gloo_posted_drop(c, p);
+    return w;
   }
   /* Receives first, from the next rank on; then the sends (a send completes
    * once its peer took it). Every posted buffer is waited for, even after
@@ -275,20 +289,19 @@ mpu_result_t mpu__gloo_run_posted(mpu_comm *c, const char *fn, const char *what,
        * returns at once, the others fail at once */
       double left = rc == 1 ? 0.001 : deadline - mpu__now();
       char e[512] = "";
-      int w = pass ? mpu__gl_wait_send(b[j], left, &peer, e, sizeof e)
-                   : mpu__gl_wait_recv(b[j], left, &peer, e, sizeof e);
-      if (!w) continue;
-      if (pending && (!pass || !rc)) pending[j] = 1; /* a timeout names the ranks that never came */
-      if (!rc) rc = w, failed_at = j, snprintf(err, sizeof err, "%s", e);
+      int got = pass ? mpu__gl_wait_send(b[j], left, &peer, e, sizeof e)
+                     : mpu__gl_wait_recv(b[j], left, &peer, e, sizeof e);
+      if (!got) continue;
+      if (!pass || !rc) pending[j] = 1; /* a timeout names the ranks that never came */
+      if (!rc) rc = got, failed_at = j, snprintf(err, sizeof err, "%s", e);
     }
   }
-  if (all) mpu__gloo_unwatch(c), free(all);
+  mpu__gloo_unwatch(c);
   if (!rc && p->posted_bad) rc = -1; /* the others' messages moved; failed_at is the lost one */
   mpu_result_t r = MPU_SUCCESS;
-  if (!rc && !pending) r = mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: a round of %d ranks", fn, n);
-  if (!rc && !r) r = mpu__gloo_after_wait(c, fn, what, mpu__now() - waits_from);
+  if (!rc) r = mpu__gloo_after_wait(c, fn, what, mpu__now() - waits_from);
   if (rc) {
-    if (rc < 0 && failed_at >= 0 && pending) { /* a connection failed: that peer is named */
+    if (rc < 0 && failed_at >= 0) { /* a connection failed: that peer is named */
       memset(pending, 0, (size_t)n);
       pending[failed_at] = 1;
     }
@@ -299,7 +312,6 @@ mpu_result_t mpu__gloo_run_posted(mpu_comm *c, const char *fn, const char *what,
   for (int j = 0; j < n && !r; j++)
     if (p->eg[j] & 1) r = eager_take(c, fn, what, slot_kind, j, rd->rp[j], rd->rn[j]);
   mpu__gloo_posted_drop(c, p);
-  free(pending);
   return r;
 }
 
