@@ -19,7 +19,7 @@
 #                    scripts/bench-vs-mpi.sh starts and always stops; needs mpirun; ITERS8 and
 #                    ITERS1M (default 5000 and 500) set the iterations per run
 #   --only NAME      just that table (sweep, collectives, roof16, steady, small, mpi, contention,
-#                    checked, plan, gpt, torch, gloo)
+#                    checked, plan, gpt, profile, torch, gloo); profile needs perf
 # The gloo table (--compare-torch too) times mpu's gloo backend beside torch's ProcessGroupGloo
 # on 4 processes (scripts/bench-vs-gloo.sh), with PYTHON's torch.
 set -euo pipefail
@@ -260,6 +260,66 @@ if wanted gpt; then
     for m in selective full; do "$mpu" demo gpt --bench --recompute "$m" 2>/dev/null | awk -v m="$m" '/^ +[12] / {print $0 "   (recompute " m ")"}'; done
     echo '```'; } >>"$out"
   footer gpt
+fi
+if wanted profile; then
+  # where a rank's time goes: perf's cpu-clock samples of each rank's thread, by kind of work
+  steps=20
+  [ $quick = 1 ] && steps=4
+  if ! command -v perf >/dev/null || ! perf record -q -e cpu-clock -o "$tmp/probe.data" true 2>/dev/null; then
+    echo "perf-report.sh: no perf here (or perf_event_paranoid forbids it): the profile table is skipped" >&2
+  else
+    header profile "perf record -e cpu-clock -F 999 $mpu demo gpt --bench --tp 1|2 --steps $steps"
+    for t in 1 2; do
+      perf record -q -e cpu-clock -F 999 -o "$tmp/prof$t.data" "$mpu" demo gpt --bench --tp $t --steps $steps \
+        --format json 2>/dev/null >"$tmp/prof$t.json"
+      perf script -i "$tmp/prof$t.data" -F tid,ip,sym 2>/dev/null >"$tmp/prof$t.txt"
+    done
+    python3 - "$tmp" >>"$out" <<'PY'
+import collections, json, re, sys
+tmp = sys.argv[1]
+kinds = [  # (row, symbol pattern), first match wins
+    ("OpenBLAS's sgemm kernel (the linears' forward and weight gradient)", r"^sgemm_kernel"),
+    ("mpu's input-gradient kernel (dx = dy W, `src/layers/gemm.c`)", r"^(one_tile|kernel)\b"),
+    ("OpenBLAS packing operands and scaling C (`sgemm_*copy`, `sgemm_beta`)", r"^sgemm_(i|o)[nt]copy|^sgemm_beta"),
+    ("the attention's products (OpenBLAS's small-matrix kernels)", r"^sgemm_small"),
+    ("memory copies and clears", r"^__mem(move|cpy|set)"),
+    ("AdamW and the clip's sum of squares", r"^(update_run|squares)"),
+    ("LayerNorm and softmax, forward and backward", r"^(norm_row|softmax_row)"),
+    ("GeLU forward and backward", r"^mpu_gelu"),
+    ("the collectives' own work (copies, sums)", r"^(reduce_f32|mpu__t|copy_chunk)"),
+    ("waiting for the other rank: the scheduler, futexes", r"^(finish_task_switch|_raw_spin|__schedule|schedule|futex|__futex|syscall|entry_SYSCALL|do_syscall|sched_|pthread_cond|__pthread|sem_)"),
+    ("page faults (first touch)", r"^(clear_page|exc_page_fault|do_huge_pmd|folio_|handle_mm_fault|__handle_mm)"),
+    ("the untimed set-up: drawing the initial weights", r"^(mpu_rng|__cos|__sin|__ieee754_log|__log|log@|mpu_init_normal|__logf)"),
+]
+cols = {}
+for t in (1, 2):
+    threads = collections.defaultdict(collections.Counter)
+    for line in open("%s/prof%d.txt" % (tmp, t)):
+        p = line.split(None, 2)  # tid, address, symbol
+        if len(p) == 3 and p[0].isdigit():
+            threads[p[0]][p[2].strip()] += 1
+    # the bench runs the tp three times: its 3 t rank threads are the busiest (the main thread
+    # only times a GEMM between them)
+    ranks = sorted(threads, key=lambda k: -sum(threads[k].values()))[:3 * t]
+    c = collections.Counter()
+    for r in ranks: c.update(threads[r])
+    n = sum(c.values()) or 1
+    got = collections.Counter()
+    for sym, k in c.items():
+        row = next((name for name, pat in kinds if re.search(pat, sym)), "everything else: the model's own loops (embedding, loss, bias gradients, residuals), the kernel")
+        got[row] += k
+    cols[t] = {row: 100.0 * k / n for row, k in got.items()}
+    cols[t]["_rate"] = json.load(open("%s/prof%d.json" % (tmp, t)))["runs"][0]["of_gemm_rate"]
+rows = [name for name, _ in kinds] + ["everything else: the model's own loops (embedding, loss, bias gradients, residuals), the kernel"]
+print("| where a rank's time goes | tp 1 | tp 2 (each rank) |")
+print("| --- | --- | --- |")
+for row in rows:
+    print("| %s | %.1f%% | %.1f%% |" % (row, cols[1].get(row, 0.0), cols[2].get(row, 0.0)))
+print("\nEach rank's model FLOP rate in the same runs: %.0f%% (tp 1) and %.0f%% (tp 2) of one core's `cblas_sgemm` 256^3." % (100 * cols[1]["_rate"], 100 * cols[2]["_rate"]))
+print("Samples of the rank threads of the three runs of each tp (the whole run: the set-up and the untimed first step too).")
+PY
+    footer profile
+  fi
 fi
 if [ $torch = 1 ] && wanted gloo; then
   if ! "$PYTHON" -c 'import torch' 2>/dev/null || [ ! -e build/lib/libmpu_gloo.so.0 ]; then

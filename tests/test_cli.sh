@@ -335,6 +335,13 @@ for f in text json svg html; do expect_usage_error mesh --shape 2,4 --rank 9 --f
 
 # mpu demo gpt: the main job, its two checks (losses and parameters) on several layouts
 expect_usage_error demo gpt --tp 3
+expect_usage_error demo gpt --bench --tp 4
+# --bench --tp N: that tp only (what scripts/perf-report.sh's profile table samples)
+"$mpu" demo gpt --bench --tp 2 --steps 1 --format json 2>/dev/null | python3 -c '
+import json, sys
+runs = json.load(sys.stdin)["runs"]
+sys.exit(0 if [r["tp"] for r in runs] == [2] and runs[0]["tokens_per_s"] > 0 else 1)
+' && ok || bad "demo gpt --bench --tp 2 ran another tp"
 expect_usage_error demo gpt --layers 3
 expect_usage_error demo gpt --micro-batches 1
 expect_usage_error demo gpt --layers 512

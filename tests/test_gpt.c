@@ -136,8 +136,64 @@ static void test_recompute_modes_agree(void **state) {
   assert_int_equal(gpt_recompute_parse("some"), -1);
 }
 
+/* Micro-batches run in turn (F0 B0 F1 B1 ..., the demo without pipelining)
+ * on `frames` sets of activations, micro-batch m on set m % frames: the
+ * losses and gradients. */
+static void run_in_turn(int recompute, int frames, double *losses, float *grads, size_t cap,
+                        size_t *numel) {
+  enum { MB = 3 };
+  mpu_comm *alone;
+  assert_int_equal(mpu_comm_fake_create(0, 1, &alone), MPU_SUCCESS);
+  gpt_config cfg = {16, 8, 2, 2, SEQ, 0.2f, 7, recompute, recompute == GPT_RECOMPUTE_FULL ? 1 : 0};
+  gpt_ctx ctx;
+  assert_int_equal(gpt_ctx_init(&ctx, &cfg, alone, 0), MPU_SUCCESS);
+  ctx.key = 0x9abc;
+  gpt_chunk c;
+  assert_int_equal(gpt_chunk_create(&ctx, &c, 0, 1), MPU_SUCCESS);
+  assert_int_equal(gpt_chunk_frames(&ctx, &c, frames), MPU_SUCCESS);
+  assert_int_equal(c.nframes, frames);
+  for (size_t i = 0; i < c.params.numel; i++) c.params.data[i] += 0.1f * sinf(0.41f * (float)i);
+  mpu_param_buffer_zero_grad(&c.params);
+  for (int m = 0; m < MB; m++) {
+    int64_t ids[SEQ], targets[SEQ];
+    for (int t = 0; t < SEQ; t++) ids[t] = (m * 3 + t * 5) % 16, targets[t] = (m + t * 11) % 16;
+    gpt_chunk_use_frame(&c, m % frames);
+    losses[m] = 0;
+    assert_int_equal(gpt_chunk_forward(&ctx, &c, m, ids, targets, NULL, NULL, &losses[m]), MPU_SUCCESS);
+    gpt_chunk_use_frame(&c, m % frames);
+    assert_int_equal(gpt_chunk_backward(&ctx, &c, NULL, NULL, 1.0f / SEQ), MPU_SUCCESS);
+  }
+  *numel = c.params.numel;
+  assert_true(c.params.numel <= cap);
+  memcpy(grads, c.params.grad, c.params.numel * sizeof(float));
+  gpt_chunk_free(&c);
+  mpu_comm_destroy(alone);
+}
+
+/* What the demo without pipelining relies on: one set of activations for
+ * every micro-batch gives what one set per micro-batch gives, bit for bit,
+ * under every recompute mode that keeps activations. */
+static void test_one_frame_in_turn(void **state) {
+  (void)state;
+  enum { MAXP = 1 << 14 };
+  static float ref[MAXP], got[MAXP];
+  double ref_loss[3], loss[3];
+  int modes[3] = {GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_FULL};
+  for (int k = 0; k < 3; k++) {
+    size_t n_ref, n;
+    run_in_turn(modes[k], 3, ref_loss, ref, MAXP, &n_ref);
+    run_in_turn(modes[k], 1, loss, got, MAXP, &n);
+    assert_int_equal(n, n_ref);
+    for (int m = 0; m < 3; m++)
+      if (loss[m] != ref_loss[m]) fail_msg("mode %d: micro-batch %d loss %.9g vs %.9g", modes[k], m, loss[m], ref_loss[m]);
+    for (size_t i = 0; i < n; i++)
+      if (got[i] != ref[i]) fail_msg("mode %d: gradient %zu %.9g vs %.9g", modes[k], i, got[i], ref[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_gradient_against_differences),
-                                     cmocka_unit_test(test_recompute_modes_agree)};
+                                     cmocka_unit_test(test_recompute_modes_agree),
+                                     cmocka_unit_test(test_one_frame_in_turn)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,8 @@ static const knob knobs[] = {
                                       "point to point (larger: MPI_Iallgather; at most 64)"},
     {"MPU_NCCL_ONE_RANK", "0", "1: an NCCL communicator of one rank calls NCCL (its kernels run on "
                                "one GPU) instead of answering as a group of one"},
+    {"MPU_BIND", "1", "1: mpu_launch binds each rank's thread to a CPU of its own when the ranks "
+                      "fit in the CPUs it may use (0: the scheduler places them)"},
 };
 
 static mpu__env_values values;
@@ -75,6 +77,7 @@ static void load(void) {
   values.stream_min = as_long(4);
   values.mpi_p2p_check_ranks = as_long(5);
   values.nccl_one_rank = as_long(6) != 0;
+  values.bind = as_long(7) != 0;
 }
 
 const mpu__env_values *mpu__env(void) {

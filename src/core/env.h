@@ -18,6 +18,7 @@ typedef struct mpu__env_values {
   long stream_min;  /* MPU_STREAM_MIN_BYTES: streaming-store threshold; -1 = from the cache */
   long mpi_p2p_check_ranks; /* MPU_MPI_P2P_CHECK_RANKS: point-to-point signature exchange up to */
   int nccl_one_rank; /* MPU_NCCL_ONE_RANK: an NCCL communicator of one rank calls NCCL */
+  int bind;          /* MPU_BIND: mpu_launch binds each rank's thread to a CPU of its own */
 } mpu__env_values;
 
 /* The knobs, parsed on first use (thread-safe). A malformed value falls back

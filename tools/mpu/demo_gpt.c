@@ -139,7 +139,7 @@ static void help(void) {
          "  --bench                 instead: tokens/s of the model (hidden 256, 8 heads, 2 blocks,\n"
          "                          128 tokens, recompute none unless given) at tp 1 and tp 2, the share of time\n"
          "                          spent communicating, and the rate against one core's GEMM rate\n"
-         "                          measured in the same run\n"
+         "                          measured in the same run (--tp 1 or --tp 2: that one only)\n"
          "  --recompute MODE        activation recompute, as Megatron's granularity: full (default:\n"
          "                          each model chunk keeps its input and runs its forward again),\n"
          "                          selective (the attention core only) or none\n"
@@ -349,9 +349,13 @@ static int run_bench(gpt_opts *o, const int *given) {
   if (!given['R']) o->recompute = GPT_RECOMPUTE_NONE; /* the cheapest; it fits */
   if (o->heads % 2 || o->hidden % o->heads || o->seq % 2)
     cli_usage_error("demo gpt", "--bench runs tp 2: the heads and the sequence must be even");
+  int only_tp = given['t'] ? (int)o->tp : 0; /* one of the two, for a profiler */
+  if (given['t'] && o->tp != 1 && o->tp != 2)
+    cli_usage_error("demo gpt", "--bench runs tp 1 and tp 2 (--tp 1 or --tp 2: that one only), not --tp %ld",
+                    o->tp);
   corpus text;
   if (load_text(o, &text)) return 2;
-  int status = demo_gpt_bench(o, &text);
+  int status = demo_gpt_bench(o, &text, only_tp);
   free(text.ids);
   return status;
 }

@@ -78,7 +78,8 @@ void openblas_set_num_threads(int num_threads);
 /* One rank of a run (mpu_with_state's function; arg: the gpt_run). */
 mpu_result_t demo_gpt_rank(mpu_state *s, void *arg);
 
-/* --bench: tokens per second at tp 1 and 2 beside a GEMM's GFLOP/s; the exit status */
-int demo_gpt_bench(const gpt_opts *base, const corpus *text);
+/* --bench: tokens per second at tp 1 and 2 (only_tp 1 or 2: that one only) beside a GEMM's
+ * GFLOP/s; the exit status */
+int demo_gpt_bench(const gpt_opts *base, const corpus *text, int only_tp);
 
 #endif

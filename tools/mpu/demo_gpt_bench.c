@@ -37,7 +37,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-int demo_gpt_bench(const gpt_opts *base, const corpus *text) {
+int demo_gpt_bench(const gpt_opts *base, const corpus *text, int only_tp) {
   enum { REPS = 3 };
   gpt_opts o = *base;
   o.pp = o.dp = o.vp = 1, o.dropout = 0, o.backend = TOOL_THREADS;
@@ -48,10 +48,11 @@ int demo_gpt_bench(const gpt_opts *base, const corpus *text) {
   char phrase[64];
   double tokens = (double)o.steps * o.micro * o.seq;
   o.steps += 1; /* one untimed step first, as scripts/gpt_torch.py has */
-  double gemm[REPS], tps[2][REPS], share[2][REPS];
+  double gemm[REPS], tps[2][REPS] = {{0}}, share[2][REPS] = {{0}}; /* (zeros: a tp not run) */
   for (int rep = 0; rep < REPS; rep++) { /* interleaved: GEMM, tp 1, tp 2, again */
     gemm[rep] = gemm_gflops(256);
     for (int k = 0; k < 2; k++) {
+      if (only_tp && only_tp != k + 1) continue;
       o.tp = k + 1;
       double *loss = calloc((size_t)o.steps, sizeof(double)), comm[2] = {0, 0};
       mpu_layout_config cfg = MPU_LAYOUT_CONFIG_INIT;
@@ -83,10 +84,11 @@ int demo_gpt_bench(const gpt_opts *base, const corpus *text) {
            "\"recompute\": \"%s\", \"gemm_gflops_one_core\": %.4g, \"flops_per_token\": %.6g, "
            "\"runs\": [", o.hidden, o.heads, o.layers, o.seq, o.micro,
            gpt_recompute_name(o.recompute), peak, flops_token);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0, n = 0; k < 2; k++) {
+      if (only_tp && only_tp != k + 1) continue;
       double per_rank = tps[k][REPS / 2] * flops_token / (k + 1) * 1e-9;
       printf("%s\n  {\"tp\": %d, \"tokens_per_s\": %.6g, \"comm_share\": %.4g, "
-             "\"gflops_per_rank\": %.4g, \"of_gemm_rate\": %.4g}", k ? "," : "", k + 1,
+             "\"gflops_per_rank\": %.4g, \"of_gemm_rate\": %.4g}", n++ ? "," : "", k + 1,
              tps[k][REPS / 2], share[k][REPS / 2], per_rank, per_rank / peak);
     }
     printf("\n ]}\n");
@@ -103,6 +105,7 @@ int demo_gpt_bench(const gpt_opts *base, const corpus *text) {
   printf("%4s %6s %11s %11s %16s %13s\n", "tp", "ranks", "tokens/s", "comm share",
          "GFLOP/s per rank", "of GEMM rate");
   for (int k = 0; k < 2; k++) {
+    if (only_tp && only_tp != k + 1) continue;
     double per_rank = tps[k][REPS / 2] * flops_token / (k + 1) * 1e-9;
     printf("%4d %6d %11.0f %10.1f%% %16.2f %12.1f%%\n", k + 1, k + 1, tps[k][REPS / 2],
            100 * share[k][REPS / 2], per_rank, 100 * per_rank / peak);

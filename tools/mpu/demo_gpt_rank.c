@@ -37,6 +37,7 @@ typedef struct rank_model {
   gpt_ctx ctx;
   gpt_chunk *chunks;
   int vp, micro, dp_rank, step;
+  int frames;                /* activation frames per chunk: micro-batch mb uses mb % frames */
   int64_t *ids, *targets;    /* [micro][seq] */
   float *inputs;             /* [vp][micro][T_local x hidden]: each chunk's saved input */
   mpu_recompute *ck;        /* [vp][micro] */
@@ -67,7 +68,7 @@ static mpu_result_t run_chunk(void *user) {
 
 static mpu_result_t on_forward(void *user, int mb, int chunk, const float *input, float *output) {
   rank_model *m = user;
-  gpt_chunk_use_frame(&m->chunks[chunk], mb); /* (no frames: the chunk is recomputed) */
+  gpt_chunk_use_frame(&m->chunks[chunk], mb % m->frames); /* (no frames: the chunk is recomputed) */
   /* the data (this replica's share of the global batch): the first stage reads the
    * tokens, the last the targets */
   if (m->chunks[chunk].first || m->chunks[chunk].last)
@@ -133,7 +134,7 @@ static mpu_result_t on_backward(void *user, int mb, int chunk, const float *grad
   /* the chunk's last backward of the step: its gradients then are final */
   m->reducing = m->unreduced && mb == m->micro - 1;
   m->cur_mb = mb, m->cur_chunk = chunk, m->cur_out = m->chunks[chunk].tmp, m->counting = 0;
-  gpt_chunk_use_frame(&m->chunks[chunk], mb);
+  gpt_chunk_use_frame(&m->chunks[chunk], mb % m->frames);
   mpu_result_t r = MPU_SUCCESS;
   if (gpt_chunk_whole_recompute(&m->ctx, &m->chunks[chunk]))
     r = mpu_recompute_replay(&m->ck[(size_t)chunk * m->micro + mb], m->s, run_chunk, m);
@@ -272,6 +273,10 @@ mpu_result_t demo_gpt_rank(mpu_state *s, void *arg) {
   mpu_state_dp_rank(s, &m.dp_rank), mpu_state_dp_size(s, &dp_size);
   m.vp = run->kind == MPU_SCHEDULE_INTERLEAVED ? (int)o->vp : 1;
   m.micro = (int)o->micro; /* the reference: every replica's (one.micro = micro x dp) */
+  /* no pipelining runs each micro-batch's forward and backward in turn: one in flight, so one
+   * set of activations serves them all (and stays in the caches); a pipeline keeps one per
+   * micro-batch, the most it can have in flight */
+  m.frames = run->kind == MPU_SCHEDULE_NO_PIPELINING ? 1 : m.micro;
   gpt_config cfg = {run->text->vocab_padded, (int)o->hidden, (int)o->heads, (int)o->layers,
                     (int)o->seq, (float)o->dropout, (uint64_t)o->seed, o->recompute,
                     (int)o->recompute_layers};
@@ -297,7 +302,7 @@ mpu_result_t demo_gpt_rank(mpu_state *s, void *arg) {
   ao.beta2 = 0.95f;
   for (int c = 0; c < m.vp; c++) {
     TRY(gpt_chunk_create(&m.ctx, &m.chunks[c], c * pp_size + pp_rank, pp_size * m.vp));
-    TRY(gpt_chunk_frames(&m.ctx, &m.chunks[c], m.micro));
+    TRY(gpt_chunk_frames(&m.ctx, &m.chunks[c], m.frames));
     if (!o->shard)
       TRY(mpu_optimizer_init(&opts[c], &m.chunks[c].params, dpc, o->zero && run->dp > 1, &ao));
     optp[c] = &opts[c];

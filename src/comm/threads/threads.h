@@ -22,6 +22,7 @@
 #define MPU_COMM_THREADS_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -160,6 +161,10 @@ struct tworld {
  * barrier for everyone and returns the error; without it (inside a call every
  * member has entered) the wait only ends when all arrive. */
 mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what);
+
+/* The CPU mpu_launch binds rank `rank` of `nranks` to, from the CPUs
+ * `allowed` and the launch's rotating `start`; -1: unbound (world.c). */
+int mpu__tbind_cpu(const cpu_set_t *allowed, int nranks, unsigned start, int rank);
 
 /* The error for a broken group, from its reason word. */
 mpu_result_t mpu__tgroup_broken(const tgroup *g, const char *what);
