@@ -168,7 +168,10 @@ void mpu__gloo_posted_drop(mpu_comm *c, mpu__gloo_posted *p) {
 
 void mpu__gloo_posted_abandon(mpu_comm *c, mpu__gloo_posted *p, mpu_result_t why) {
   gloo_impl *m = gloo_of(c);
-  if (why && mpu__gloo_usable(c, "mpu_comm") == MPU_SUCCESS) {
+  pthread_mutex_lock(&m->lock);
+  int broken = m->broken != MPU_SUCCESS;
+  pthread_mutex_unlock(&m->lock);
+  if (why && !broken) { /* the call's own error (out of memory) is kept as the reason */
     char said[640];
     snprintf(said, sizeof said, "%s", mpu_last_error());
     mpu__gloo_break(c, why, said);
