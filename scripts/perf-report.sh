@@ -369,7 +369,8 @@ for doc in sys.argv[2:]:
     text = open(doc).read()
     def put(m):
         return "<!-- perf-report %s -->\n%s\n<!-- /perf-report %s -->" % (m.group(1), blocks[m.group(1)], m.group(1)) if m.group(1) in blocks else m.group(0)
-    new = re.sub(r"<!-- perf-report (\S+) -->\n.*?\n<!-- /perf-report \1 -->", put, text, flags=re.S)
+    # an empty block too (its markers on two lines): it is filled like any other
+    new = re.sub(r"<!-- perf-report (\S+) -->\n(?:.*?\n)?<!-- /perf-report \1 -->", put, text, flags=re.S)
     if new != text:
         open(doc, "w").write(new)
         print("perf-report.sh: %s updated" % doc, file=sys.stderr)

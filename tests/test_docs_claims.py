@@ -9,7 +9,9 @@
   writes;
 - a measured time is given in one place, scripts/perf-report.sh's tables: no
   prose outside them gives an 8-byte all_reduce's time in us;
-- "`mpu plan ...` writes N MB" in state.md is what it writes.
+- "`mpu plan ...` writes N MB" in state.md is what it writes;
+- every perf-report block in docs/ holds its command and what it measured (a
+  block left empty says nothing while the prose around it cites it).
 Usage: test_docs_claims.py MPU SOURCE_DIR
 """
 import glob
@@ -84,9 +86,17 @@ def main():
         prose = outside_reports(open(path).read())
         for sentence in re.split(r"(?<=\.)\s", prose):
             checked += 1
-            if re.search(r"8-byte all_reduce", sentence) and re.search(r"\d\s*(us|µs)\b", sentence):
+            if re.search(r"8-byte (all_reduce|call)", sentence) and re.search(r"\d\s*(us|µs)\b", sentence):
                 failures.append("%s gives an 8-byte all_reduce's time outside perf-report's tables: %s"
                                 % (os.path.basename(path), " ".join(sentence.split())[:160]))
+
+    for path in sorted(glob.glob(os.path.join(src, "docs", "*.md"))):
+        for name, body in re.findall(r"<!-- perf-report (\S+) -->(.*?)<!-- /perf-report \1 -->",
+                                     open(path).read(), re.S):
+            checked += 1
+            if "```sh" not in body or not re.search(r"^(\||```text)", body, re.M):
+                failures.append("%s's perf-report block %s holds no command and table: run "
+                                "scripts/perf-report.sh --only %s --write" % (os.path.basename(path), name, name))
 
     for f in failures:
         print("FAIL " + f)
