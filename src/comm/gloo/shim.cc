@@ -93,7 +93,8 @@ struct Peek : gloo::transport::tcp::UnboundBuffer {
    * completion, an error it signalled, both under that lock) happens before
    * what follows. Gloo's own guard against freeing a buffer its loop uses (a
    * shared_ptr's count, gloo/common/memory.h) is invisible to
-   * ThreadSanitizer in an uninstrumented libgloo. */
+   * ThreadSanitizer in an uninstrumented libgloo. What the loop does after
+   * (an error a peer's close signals) only that guard orders: tests/tsan.supp. */
   static void settle(gloo::transport::UnboundBuffer *b) {
     auto *t = static_cast<gloo::transport::tcp::UnboundBuffer *>(b);
     std::mutex gloo::transport::tcp::UnboundBuffer::*mu = &Peek::m_;
