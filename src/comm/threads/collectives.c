@@ -58,7 +58,7 @@ static mpu_result_t enter(tcomm *tc, const mpu__call *call, const void *stage, s
   int p = (int)(seq & 1);
   g->calls[p][tc->me] = *call;
   if (stage_bytes) memcpy(scratch_of(g, p, tc->me), stage, stage_bytes);
-  atomic_store(&g->entered[tc->me], seq);
+  atomic_store(&g->mem[tc->me].entered, seq);
   MPU_CHECK(mpu__tbarrier(tc, 1, fn));
   MPU_CHECK(mpu__tcheck(tc, g->calls[p], fn));
   *parity = p;
@@ -357,12 +357,12 @@ static void run_tasks(tcomm *tc, const mpu__call *calls, int parts) {
   void (*task)(tcomm *, const mpu__call *, int, int, int) = kinds[calls[0].sig.kind].task;
   if (tc->me >= w || !task) return;
   for (int t = tc->me; t < n; t += w)
-    while ((part = claim(&g->claims[t], 0)) >= 0) task(tc, calls, t, part, parts);
+    while ((part = claim(&g->mem[t].claims, 0)) >= 0) task(tc, calls, t, part, parts);
   if (parts < 2 || !atomic_load_explicit(&g->world->crowded, memory_order_relaxed)) return;
   for (int i = 1; i < n; i++) {
     int t = (tc->me + i) % n;
     if (t % w == tc->me) continue;
-    while ((part = claim(&g->claims[t], 1)) >= 0) task(tc, calls, t, part, parts);
+    while ((part = claim(&g->mem[t].claims, 1)) >= 0) task(tc, calls, t, part, parts);
   }
 }
 
@@ -383,7 +383,7 @@ static mpu_result_t run_even(tcomm *tc, const mpu__call *call) {
    * all came before its exit barrier, which this rank has passed */
   if (!small && tc->me < workers(tc))
     for (int t = tc->me; t < g->n; t += workers(tc))
-      atomic_store_explicit(&g->claims[t], (uint64_t)parts, memory_order_relaxed);
+      atomic_store_explicit(&g->mem[t].claims, (uint64_t)parts, memory_order_relaxed);
   MPU_CHECK(enter(tc, call, call->send, stages ? in : 0, row->fn, &p));
   if (small) {
     if (kinds[call->sig.kind].small) kinds[call->sig.kind].small(tc, call, p);

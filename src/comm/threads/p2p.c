@@ -32,7 +32,7 @@ mpu_result_t mpu__tsend(mpu_comm *c, const mpu__call *k) {
     mpu__treason_text(poison, reason, sizeof reason);
     return mpu__error(MPU_ERR_ABORTED, "mpu_comm_send: %s", reason);
   }
-  if (atomic_load(&w->gone[dst]) || atomic_load(&g->departed[peer]))
+  if (atomic_load(&w->gone[dst]) || atomic_load(&g->mem[peer].departed))
     return mpu__error(MPU_ERR_ABORTED,
                       "mpu_comm_send: peer rank %d (world %d) has already left this communicator",
                       peer, dst);
@@ -94,7 +94,7 @@ mpu_result_t mpu__trecv(mpu_comm *c, const mpu__call *k) {
     }
     /* a peer that has left can send nothing more; look once more first, as
      * its last message may have arrived just before it left */
-    if (atomic_load(&w->gone[src]) || atomic_load(&g->departed[peer])) {
+    if (atomic_load(&w->gone[src]) || atomic_load(&g->mem[peer].departed)) {
       if ((m = take(box, g->id, src))) break;
       r = mpu__error(MPU_ERR_ABORTED,
                      "mpu_comm_recv: peer rank %d (world %d) left without sending the message",

@@ -209,7 +209,7 @@ static uint64_t op_failure(const tgroup *g, const top *op) {
   if (poison) return poison;
   for (int m = 0; m < g->n; m++) {
     if (op->has[m]) continue;
-    if (atomic_load(&g->departed[m])) return tc_pack(TC_DESTROYED, MPU_ERR_ABORTED, g->members[m]);
+    if (atomic_load(&g->mem[m].departed)) return tc_pack(TC_DESTROYED, MPU_ERR_ABORTED, g->members[m]);
     if (atomic_load(&w->gone[g->members[m]]))
       return tc_pack(TC_EXITED, MPU_ERR_ABORTED, g->members[m]);
   }

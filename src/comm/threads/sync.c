@@ -208,8 +208,8 @@ static uint64_t failure(tcomm *tc, double deadline, watch *seen, char *detail, s
   if (!seen->scanned || exits != seen->exits || departures != seen->departures) {
     *seen = (watch){exits, departures, 1};
     for (int m = 0; m < g->n; m++) {
-      if (atomic_load(&g->entered[m]) >= tc->seq) continue; /* already here */
-      if (atomic_load(&g->departed[m])) return tc_pack(TC_DESTROYED, MPU_ERR_ABORTED, g->members[m]);
+      if (atomic_load(&g->mem[m].entered) >= tc->seq) continue; /* already here */
+      if (atomic_load(&g->mem[m].departed)) return tc_pack(TC_DESTROYED, MPU_ERR_ABORTED, g->members[m]);
       if (atomic_load(&w->gone[g->members[m]]))
         return tc_pack(TC_EXITED, MPU_ERR_ABORTED, g->members[m]);
     }
@@ -218,7 +218,7 @@ static uint64_t failure(tcomm *tc, double deadline, watch *seen, char *detail, s
   size_t used = (size_t)snprintf(detail, len, "; missing ranks of this communicator:");
   int first = -1;
   for (int m = 0; m < g->n && used < len; m++)
-    if (atomic_load(&g->entered[m]) < tc->seq) {
+    if (atomic_load(&g->mem[m].entered) < tc->seq) {
       used += (size_t)snprintf(detail + used, len - used, " %d (world %d)", m, g->members[m]);
       if (first < 0) first = g->members[m];
     }
@@ -243,7 +243,7 @@ static int peer_on_my_cpu(const tgroup *g, int me, int cpu) {
    * the CPUs to the ranks that work */
   if (cpu < 0 || g->n > SHARED_SCAN_MAX || g->world->n > g->world->online) return 0;
   for (int m = 0; m < g->n; m++)
-    if (m != me && atomic_load_explicit(&g->cpu[m], memory_order_relaxed) == cpu) return 1;
+    if (m != me && atomic_load_explicit(&g->mem[m].cpu, memory_order_relaxed) == cpu) return 1;
   return 0;
 }
 
@@ -270,13 +270,13 @@ static void move_off(tcomm *tc) {
     if (!CPU_ISSET(c, &allowed)) continue;
     int used = 0;
     for (int m = 0; m < g->n && !used; m++)
-      used = atomic_load_explicit(&g->cpu[m], memory_order_relaxed) == c;
+      used = atomic_load_explicit(&g->mem[m].cpu, memory_order_relaxed) == c;
     if (used) continue;
     CPU_ZERO(&one);
     CPU_SET(c, &one);
     if (!sched_setaffinity(0, sizeof one, &one)) {
       sched_setaffinity(0, sizeof allowed, &allowed);
-      atomic_store_explicit(&g->cpu[tc->me], sched_getcpu(), memory_order_relaxed);
+      atomic_store_explicit(&g->mem[tc->me].cpu, sched_getcpu(), memory_order_relaxed);
     }
     return;
   }
@@ -286,7 +286,9 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
   tgroup *g = tc->g;
   tbarrier *b = &g->bar;
   int cpu = sched_getcpu(); /* vDSO: tens of nanoseconds */
-  atomic_store_explicit(&g->cpu[tc->me], cpu, memory_order_relaxed);
+  /* stored only when it moved: the others read it on every wait */
+  if (atomic_load_explicit(&g->mem[tc->me].cpu, memory_order_relaxed) != cpu)
+    atomic_store_explicit(&g->mem[tc->me].cpu, cpu, memory_order_relaxed);
   uint64_t s = atomic_fetch_add(&b->state, 1);
   if (s & BROKEN) return mpu__tgroup_broken(g, what);
   uint64_t gen = gen_of(s);

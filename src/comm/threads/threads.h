@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -51,8 +52,14 @@ static inline uint64_t tc_pack(tcause cause, mpu_result_t code, int world_rank) 
   return (uint64_t)cause << 48 | (uint64_t)code << 32 | (uint32_t)(world_rank + 1);
 }
 
+/* Lines every member writes on each call sit alone in 128 bytes (a line and
+ * the neighbour that x86's adjacent-line prefetcher fetches with it): a read
+ * of a field that merely shares such a line, or a member's write to its own
+ * word beside another's, would move the line between cores once more per call. */
+#define MPU_THREADS_LINE 128
+
 typedef struct tbarrier {
-  _Atomic uint64_t state;    /* BROKEN | generation << 32 | arrivals */
+  _Alignas(MPU_THREADS_LINE) _Atomic uint64_t state; /* BROKEN | generation << 32 | arrivals */
   _Atomic uint32_t futex;    /* generation's low bits: what sleepers wait on */
   _Atomic uint32_t sleepers; /* wake only when someone sleeps */
 } tbarrier;
@@ -77,6 +84,22 @@ typedef struct top {
   char *has;             /* [member]: started it */
 } top;
 
+/* What member m writes about itself, on lines of its own: what it writes on
+ * each call (read by the others only when a wait goes long), and apart from
+ * that what the others read on each wait (written when it changes). */
+typedef struct tmember {
+  _Alignas(MPU_THREADS_LINE) _Atomic uint64_t entered; /* number of the last call it entered */
+  _Atomic uint64_t claims; /* the parts of its task in the large call now running that no rank
+                              has claimed yet, first << 32 | end (collectives.c) */
+  _Alignas(MPU_THREADS_LINE) _Atomic int cpu; /* the CPU it last arrived from (a hint) */
+  _Atomic int departed;                       /* its handle was destroyed */
+} tmember;
+
+_Static_assert(sizeof(tbarrier) == MPU_THREADS_LINE, "the barrier's words share no line");
+_Static_assert(offsetof(tmember, cpu) - offsetof(tmember, entered) >= MPU_THREADS_LINE &&
+                   sizeof(tmember) % MPU_THREADS_LINE == 0,
+               "a member's per-call words, its hints and the next member's share no line");
+
 typedef struct tgroup {
   uint64_t id;
   tworld *world;
@@ -87,13 +110,9 @@ typedef struct tgroup {
   _Atomic uint64_t reason;      /* why the barrier broke (0: it did not) */
   mpu__call *calls[2];          /* [parity][member]: each member's call, compared at entry */
   char *scratch[2];             /* [parity][member * MPU_THREADS_SCRATCH] */
-  _Atomic uint64_t *entered;    /* [member]: number of the last call it entered */
-  _Atomic int *departed;        /* [member]: its handle was destroyed */
+  tmember *mem;                 /* [member]: what each member writes about itself */
   _Atomic uint32_t departures;  /* how many handles were destroyed: a waiter rescans the
                                    members only when this (or the world's exits) moved */
-  _Atomic int *cpu;             /* [member]: the CPU it last arrived from (a hint for waiting) */
-  _Atomic uint64_t *claims;     /* [task]: the parts of the large call now running that no rank
-                                   has claimed yet, first << 32 | end (collectives.c) */
   pthread_mutex_t ops_lock;     /* guards ops and every top on it */
   pthread_cond_t ops_cond;      /* a top of this group finished */
   top *ops;                     /* non-blocking calls not yet released by every member */
@@ -101,7 +120,8 @@ typedef struct tgroup {
 
 /* One rank's handle: the impl of an mpu_comm of the threads backend. */
 typedef struct tcomm {
-  tgroup *g;
+  _Alignas(MPU_THREADS_LINE) tgroup *g; /* seq and spin change on each call: no other rank's
+                                           handle may share their line */
   int me;
   uint64_t seq;        /* calls made on this group */
   uint64_t nb_seq;     /* non-blocking calls started on this group */

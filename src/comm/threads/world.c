@@ -37,6 +37,16 @@ static const mpu__comm_ops threads_ops;
 
 /* ---- groups ---------------------------------------------------------------- */
 
+/* n zeroed elements of size bytes (a multiple of MPU_THREADS_LINE), starting
+ * on a line of their own, for free(); NULL on overflow or without memory. */
+static void *line_calloc(size_t n, size_t size) {
+  void *p = NULL;
+  if (!n || (size && n > SIZE_MAX / size) || posix_memalign(&p, MPU_THREADS_LINE, n * size))
+    return NULL;
+  memset(p, 0, n * size);
+  return p;
+}
+
 static void group_free(tgroup *g) {
   if (!g) return;
   mpu__tops_free(g);
@@ -45,16 +55,13 @@ static void group_free(tgroup *g) {
   free(g->calls[1]);
   free(g->scratch[0]);
   free(g->scratch[1]);
-  free((void *)g->entered);
-  free((void *)g->departed);
-  free((void *)g->cpu);
-  free((void *)g->claims);
+  free(g->mem);
   free(g);
 }
 
 /* A group over world ranks members[0..n-1]. Caller holds w->lock (for the id). */
 static tgroup *group_new(tworld *w, const int *members, int n) {
-  tgroup *g = calloc(1, sizeof *g);
+  tgroup *g = line_calloc(1, sizeof *g);
   if (!g) return NULL;
   mpu__tops_init(g);
   g->world = w;
@@ -65,17 +72,14 @@ static tgroup *group_new(tworld *w, const int *members, int n) {
   g->calls[1] = calloc((size_t)n, sizeof(mpu__call));
   g->scratch[0] = aligned_alloc(64, (size_t)n * MPU_THREADS_SCRATCH);
   g->scratch[1] = aligned_alloc(64, (size_t)n * MPU_THREADS_SCRATCH);
-  g->entered = calloc((size_t)n, sizeof *g->entered);
-  g->departed = calloc((size_t)n, sizeof *g->departed);
-  g->cpu = malloc((size_t)n * sizeof *g->cpu);
-  g->claims = calloc((size_t)n, sizeof *g->claims);
+  g->mem = line_calloc((size_t)n, sizeof *g->mem);
   if (!g->members || !g->calls[0] || !g->calls[1] || !g->scratch[0] || !g->scratch[1] ||
-      !g->entered || !g->departed || !g->cpu || !g->claims) {
+      !g->mem) {
     group_free(g);
     return NULL;
   }
   memcpy(g->members, members, (size_t)n * sizeof(int));
-  for (int m = 0; m < n; m++) atomic_init(&g->cpu[m], -1);
+  for (int m = 0; m < n; m++) atomic_init(&g->mem[m].cpu, -1);
   return g;
 }
 
@@ -87,7 +91,7 @@ static void group_release(tgroup *g) {
 
 /* A handle for member `me` of g (takes one reference). Caller holds w->lock. */
 static mpu_result_t handle_new(tworld *w, tgroup *g, int me, mpu_comm **out) {
-  tcomm *tc = calloc(1, sizeof *tc);
+  tcomm *tc = line_calloc(1, sizeof *tc);
   const void **ptrs = calloc((size_t)g->n, sizeof *ptrs);
   void **dsts = calloc((size_t)g->n, sizeof *dsts);
   mpu_comm *c = tc && ptrs && dsts ? mpu__comm_new(&threads_ops, me, g->n, g->members, tc) : NULL;
@@ -116,7 +120,7 @@ static mpu_result_t handle_new(tworld *w, tgroup *g, int me, mpu_comm **out) {
 static void handle_release(tcomm *tc) {
   tgroup *g = tc->g;
   tworld *w = g->world;
-  atomic_store(&g->departed[tc->me], 1);
+  atomic_store(&g->mem[tc->me].departed, 1);
   atomic_fetch_add(&g->departures, 1); /* after the flag: a waiter that sees the count sees it */
   pthread_mutex_lock(&w->lock);
   if (tc->prev) tc->prev->next = tc->next;
