@@ -52,6 +52,26 @@ static __attribute__((unused)) char messages[TEST_MAX_RANKS][512];
     }                                                                        \
   } while (0)
 
+/* The MPI process tests' fresh world communicator: MPI_COMM_WORLD's with this
+ * timeout (0: none) and call checking (MPU_CHECKS_ON/OFF); NULL, printed and
+ * counted as MCHECK does, when it cannot be made. MFRESH passes the `rank` and
+ * `failures` in scope. */
+static inline __attribute__((unused)) mpu_comm *test_mpi_world(double timeout_s, int checks,
+                                                              int rank, int *failures) {
+  mpu_mpi_options o = MPU_MPI_OPTIONS_INIT;
+  o.timeout_s = timeout_s;
+  o.check_calls = checks;
+  mpu_comm *c = NULL;
+  mpu_result_t r = mpu_comm_mpi_world_ex(NULL, NULL, &o, &c);
+  if (r != MPU_SUCCESS) {
+    fprintf(stderr, "rank %d: mpu_comm_mpi_world_ex -> %s: %s\n", rank, mpu_result_name(r),
+            mpu_last_error());
+    ++*failures;
+  }
+  return c;
+}
+#define MFRESH(timeout_s, checks) test_mpi_world((timeout_s), (checks), rank, &failures)
+
 /* float32 views of n elements and of rows x cols */
 static inline __attribute__((unused)) mpu_tensor test_vec(float *d, int n) {
   mpu_tensor t;

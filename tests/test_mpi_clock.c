@@ -29,16 +29,6 @@ double MPI_Wtime(void) {
   return PMPI_Wtime();
 }
 
-static mpu_comm *fresh(int checks, double timeout_s) {
-  mpu_mpi_options o = MPU_MPI_OPTIONS_INIT;
-  o.check_calls = checks;
-  o.timeout_s = timeout_s;
-  mpu_comm *c = NULL;
-  mpu_result_t r = mpu_comm_mpi_world_ex(NULL, NULL, &o, &c);
-  CHECK(r == MPU_SUCCESS, "mpu_comm_mpi_world_ex -> %s", mpu_result_name(r));
-  return c;
-}
-
 /* MPI_Wtime calls over `calls` all_reduces of n floats on c; each result checked. */
 static long reads_over(mpu_comm *c, size_t n, int calls) {
   float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out);
@@ -74,7 +64,7 @@ int main(int argc, char **argv) {
   enum { CALLS = 200 };
   static const size_t sizes[] = {2, 100000}; /* riding with the signature; staged */
   for (int checks = 0; checks < 2; checks++) {
-    mpu_comm *c = fresh(checks ? MPU_CHECKS_ON : MPU_CHECKS_OFF, 0);
+    mpu_comm *c = MFRESH(0, checks ? MPU_CHECKS_ON : MPU_CHECKS_OFF);
     if (!c) break;
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
       long reads = reads_over(c, sizes[s], CALLS);
@@ -84,7 +74,7 @@ int main(int argc, char **argv) {
     mpu_comm_destroy(c);
   }
   /* with a timeout the waits are measured: the counter sees those reads */
-  mpu_comm *timed = fresh(MPU_CHECKS_ON, 60);
+  mpu_comm *timed = MFRESH(60, MPU_CHECKS_ON);
   if (timed) {
     long reads = reads_over(timed, 2, CALLS);
     CHECK(reads >= CALLS, "checked, 60 s timeout: %ld MPI_Wtime reads over %d all_reduces (want "

@@ -26,16 +26,6 @@ static mpu_comm *ctl;
 #define CHECK MCHECK
 
 
-static mpu_comm *fresh(double timeout_s, int checks) {
-  mpu_mpi_options o = MPU_MPI_OPTIONS_INIT;
-  o.timeout_s = timeout_s;
-  o.check_calls = checks;
-  mpu_comm *c = NULL;
-  mpu_result_t r = mpu_comm_mpi_world_ex(NULL, NULL, &o, &c);
-  CHECK(r == MPU_SUCCESS, "mpu_comm_mpi_world_ex -> %s", mpu_result_name(r));
-  return c;
-}
-
 static void sync_all(void) { mpu_comm_barrier(ctl); }
 
 /* ---- mismatched collectives ------------------------------------------------ */
@@ -72,7 +62,7 @@ static mpu_result_t mismatched_call(mpu_comm *c, mismatch m) {
 /* timeout_s: 30 (polled, signature first) or 0 / INFINITY (no timeout:
  * blocking calls, small inputs travelling with the signature). */
 static void test_mismatches(double timeout_s) {
-  mpu_comm *c = fresh(timeout_s, MPU_CHECKS_ON);
+  mpu_comm *c = MFRESH(timeout_s, MPU_CHECKS_ON);
   for (int m = COUNT; m <= LARGE_KIND; m++) {
     sync_all();
     double t0 = test_now();
@@ -96,7 +86,7 @@ static void test_mismatches(double timeout_s) {
 
 static void test_timeout(void) {
   const double timeout = 0.5;
-  mpu_comm *c = fresh(timeout, MPU_CHECKS_ON);
+  mpu_comm *c = MFRESH(timeout, MPU_CHECKS_ON);
   int32_t x = 1, y = 0;
   sync_all();
   if (rank != size - 1) {
@@ -136,7 +126,7 @@ static void test_timeout(void) {
 /* In a communicator whose ranks are not the world's (reversed by the split's
  * key), the absent rank is named by both: its rank here and in the world. */
 static void test_timeout_in_group(void) {
-  mpu_comm *w = fresh(0.5, MPU_CHECKS_ON), *c = NULL;
+  mpu_comm *w = MFRESH(0.5, MPU_CHECKS_ON), *c = NULL;
   mpu_result_t r = mpu_comm_split(w, 0, size - 1 - rank, &c);
   CHECK(r == MPU_SUCCESS && c, "split: %s", mpu_result_name(r));
   int32_t x = 1, y = 0;
@@ -159,7 +149,7 @@ static void test_timeout_in_group(void) {
  * communicator and many fast calls, whose sums must be right. */
 static void test_slow_calls_then_new_communicators(void) {
   for (int round = 0; round < 3; round++) {
-    mpu_comm *c = fresh(10, MPU_CHECKS_ON);
+    mpu_comm *c = MFRESH(10, MPU_CHECKS_ON);
     for (int i = 0; i < 3; i++) {
       int32_t one = 1, sum = 0;
       if (rank == round % size) /* the others wait, and send notes */
@@ -169,7 +159,7 @@ static void test_slow_calls_then_new_communicators(void) {
             mpu_result_name(r), sum);
     }
     mpu_comm_destroy(c);
-    c = fresh(10, MPU_CHECKS_ON);
+    c = MFRESH(10, MPU_CHECKS_ON);
     int bad = 0;
     for (int i = 0; i < 200 && c; i++) {
       int32_t v = rank + i, sum = 0;
@@ -186,7 +176,7 @@ static void test_slow_calls_then_new_communicators(void) {
 /* ---- point to point ------------------------------------------------------------- */
 
 static void test_p2p(void) {
-  mpu_comm *c = fresh(0.5, MPU_CHECKS_ON);
+  mpu_comm *c = MFRESH(0.5, MPU_CHECKS_ON);
   int32_t ints[4] = {1, 2, 3, 4};
   float floats[8];
   sync_all();
