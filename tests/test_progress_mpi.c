@@ -22,15 +22,6 @@ static int rank, size, failures;
 
 #define CHECK MCHECK
 
-static mpu_comm *fresh(int checks) {
-  mpu_mpi_options o = MPU_MPI_OPTIONS_INIT;
-  o.check_calls = checks;
-  mpu_comm *c = NULL;
-  mpu_result_t r = mpu_comm_mpi_world_ex(NULL, NULL, &o, &c);
-  CHECK(r == MPU_SUCCESS, "mpu_comm_mpi_world_ex -> %s", mpu_result_name(r));
-  return c;
-}
-
 enum { N_KINDS = 7 };
 static const char *const kinds[N_KINDS] = {"all_reduce", "all_gather", "reduce_scatter",
                                            "broadcast",  "reduce",     "all_to_all", "barrier"};
@@ -239,8 +230,8 @@ int main(int argc, char **argv) {
   static const size_t sizes[] = {2, 1000, 40000};
   for (int checks = 0; checks < 2; checks++) {
     const char *mode = checks ? "checked" : "unchecked";
-    mpu_comm *a = fresh(checks ? MPU_CHECKS_ON : MPU_CHECKS_OFF);
-    mpu_comm *b = fresh(checks ? MPU_CHECKS_ON : MPU_CHECKS_OFF);
+    mpu_comm *a = MFRESH(0, checks ? MPU_CHECKS_ON : MPU_CHECKS_OFF);
+    mpu_comm *b = MFRESH(0, checks ? MPU_CHECKS_ON : MPU_CHECKS_OFF);
     if (!a || !b) break;
     for (int k = 0; k < N_KINDS; k++)
       for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
