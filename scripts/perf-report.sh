@@ -18,7 +18,7 @@
 #                    against raw Open MPI under N busy-loop processes each (0: none), which
 #                    scripts/bench-vs-mpi.sh starts and always stops; needs mpirun; ITERS8 and
 #                    ITERS1M (default 5000 and 500) set the iterations per run
-#   --only NAME      just that table (sweep, collectives, roof16, steady, small, mpi, contention,
+#   --only NAME      just that table (sweep, collectives, roof16, gather, steady, small, mpi, contention,
 #                    checked, plan, gpt, profile, torch, gloo); profile needs perf
 # The gloo table (--compare-torch too) times mpu's gloo backend beside torch's ProcessGroupGloo
 # on 4 processes (scripts/bench-vs-gloo.sh), with PYTHON's torch.
@@ -139,6 +139,29 @@ for j, r in enumerate(data[2][0]):
 print("\nHighest roof of any row: %.0f%%." % max(100 * x["roofline_fraction"] for t in data for run in data[t] for x in run))
 PY
   footer roof16
+fi
+if wanted gather; then
+  # all_gather and all_to_all from 1 MiB on 2 ranks: each row against its roof, run after run
+  header gather "$mpu bench -t 2 -b 1M -e 16M -f 2 --collective all_gather,all_to_all $iters   # $rounds runs"
+  for ((i = 0; i < rounds; i++)); do
+    # shellcheck disable=SC2086
+    bench -t 2 -b 1M -e 16M -f 2 --collective all_gather,all_to_all $iters >"$tmp/gather.$i.json"
+  done
+  python3 - "$tmp" "$rounds" >>"$out" <<'PY'
+import json, sys
+tmp, runs = sys.argv[1], int(sys.argv[2])
+data = [json.load(open("%s/gather.%d.json" % (tmp, i)))["rows"] for i in range(runs)]
+print("| collective | placement | size | time (us), each run | roof, each run |")
+print("| --- | --- | --- | --- | --- |")
+for j, r in enumerate(data[0]):
+    rs = [run[j] for run in data]
+    print("| %s | %s | %d MiB | %s | %s |" % (r["collective"], "in place" if r["in_place"] else "out of place",
+          r["bytes"] >> 20, " / ".join("%.0f" % x["mean_us"] for x in rs),
+          " / ".join("%.0f%%" % (100 * x["roofline_fraction"]) for x in rs)))
+fr = [100 * x["roofline_fraction"] for run in data for x in run]
+print("\nRoof of the rows: %.0f%% to %.0f%%." % (min(fr), max(fr)))
+PY
+  footer gather
 fi
 if wanted steady; then
   # run to run: the 8 MiB all_reduce against itself and against 2 MiB's bus bandwidth

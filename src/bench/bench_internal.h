@@ -49,4 +49,8 @@ void mpu__bench_start_wait(start_line *l);
 /* Only `needed` threads will come (one failed to start): let them run. */
 void mpu__bench_start_shrink(start_line *l, int needed);
 
+/* The CPU the roof's thread k is placed on: the k-th (modulo their count)
+ * of the CPUs the process may run on, whichever thread asks; -1 if unknown. */
+int mpu__bench_roof_cpu(int k);
+
 #endif
