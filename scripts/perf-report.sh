@@ -302,9 +302,9 @@ import collections, json, re, sys
 tmp = sys.argv[1]
 kinds = [  # (row, symbol pattern), first match wins
     ("OpenBLAS's sgemm kernel (the linears' forward and weight gradient)", r"^sgemm_kernel"),
-    ("mpu's input-gradient kernel (dx = dy W, `src/layers/gemm.c`)", r"^(one_tile|kernel)\b"),
+    ("mpu's kernel (`src/layers/gemm.c`): the input gradient dx = dy W, and the attention's q k^T, P v, dout v^T, dS k", r"^(one_tile|kernel)\b"),
     ("OpenBLAS packing operands and scaling C (`sgemm_*copy`, `sgemm_beta`)", r"^sgemm_(i|o)[nt]copy|^sgemm_beta"),
-    ("the attention's products (OpenBLAS's small-matrix kernels)", r"^sgemm_small"),
+    ("the attention's dv and dk (OpenBLAS's small-matrix kernels)", r"^sgemm_small"),
     ("memory copies and clears", r"^__mem(move|cpy|set)"),
     ("AdamW and the clip's sum of squares", r"^(update_run|squares)"),
     ("LayerNorm and softmax, forward and backward", r"^(norm_row|softmax_row)"),

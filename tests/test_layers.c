@@ -635,6 +635,40 @@ static void test_attention_blocks(void **state) {
   attention_check(33, 1, 2, 0);
 }
 
+/* LayerNorm rows of whole vectors and a tail (37 = 2 x 16 + 5) and of the
+ * model's 256, on an offset of 10 (the two passes: the mean, then the
+ * deviations about it): against the definition in double */
+static void test_layer_norm_rows(void **state) {
+  (void)state;
+  const int hs[] = {37, 256};
+  for (int k = 0; k < 2; k++) {
+    const int rows = 3;
+    int h = hs[k];
+    mpu_layer_norm ln;
+    assert_int_equal(mpu_layer_norm_init(&ln, h, 1e-5f, NULL, NULL, NULL, NULL), MPU_SUCCESS);
+    for (int j = 0; j < h; j++) ln.weight[j] = 1.0f + 0.01f * (float)j, ln.bias[j] = 0.1f;
+    float *x = malloc((size_t)rows * h * sizeof(float)), *y = malloc((size_t)rows * h * sizeof(float));
+    assert_non_null(x), assert_non_null(y);
+    fill(x, rows * h, 7);
+    for (int i = 0; i < rows * h; i++) x[i] += 10.0f;
+    assert_int_equal(mpu_layer_norm_forward(&ln, x, rows, y), MPU_SUCCESS);
+    for (int r = 0; r < rows; r++) {
+      double mean = 0, var = 0;
+      for (int j = 0; j < h; j++) mean += x[r * h + j];
+      mean /= h;
+      for (int j = 0; j < h; j++) var += (x[r * h + j] - mean) * (x[r * h + j] - mean);
+      double rs = 1 / sqrt(var / h + 1e-5);
+      for (int j = 0; j < h; j++) {
+        double want = (x[r * h + j] - mean) * rs * ln.weight[j] + ln.bias[j];
+        if (fabs(y[r * h + j] - want) > 1e-4 * (1 + fabs(want)))
+          fail_msg("layernorm h %d y[%d][%d] %g vs %g", h, r, j, y[r * h + j], want);
+      }
+    }
+    free(x), free(y);
+    mpu_layer_norm_free(&ln);
+  }
+}
+
 static double ulps(float got, double want) {
   float w = (float)want, a = fabsf(w);
   return fabs((double)got - want) / ((double)nextafterf(a, INFINITY) - a);
@@ -717,6 +751,7 @@ int main(void) {
       cmocka_unit_test(test_strided_layers),
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_norm_and_attention_finite_differences),
+      cmocka_unit_test(test_layer_norm_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,8 @@
  * row-major layout, which is what an AVX-512 kernel wants: it reads W's
  * rows where they are. The forward (x W^T) and the weight gradient (dy^T x)
  * stay with cblas_sgemm: on the same kernel (W x^T transposed, dW a tile
- * at a time) the step was no faster (docs/train.md).
+ * at a time) the step was no faster (docs/train.md). Four of the
+ * attention's six small per-head products run on it too (transformer.c).
  */
 #ifndef MPU_LAYERS_GEMM_H
 #define MPU_LAYERS_GEMM_H

@@ -10,8 +10,27 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "layers/gemm.h"
 #include "layers/kernels.h"
 #include "layers/layers_internal.h"
+
+/* A row's sums in one vector of 16 lanes folded as a tree (GCC's
+ * vector extensions, lowered to each clone's widest registers): an omp simd
+ * reduction adds its lanes one by one through memory at the end, which for
+ * a softmax row of tens of scores cost a tenth of the attention's forward
+ * and for a LayerNorm row of 256 a fifth of its forward. */
+typedef float lanes_f __attribute__((vector_size(64)));
+enum { LANES = 16 };
+
+#define LANES_HALF(v, w)                                                                        \
+  __builtin_shufflevector(v, v, (0 ^ (w)), (1 ^ (w)), (2 ^ (w)), (3 ^ (w)), (4 ^ (w)),           \
+                          (5 ^ (w)), (6 ^ (w)), (7 ^ (w)), (8 ^ (w)), (9 ^ (w)), (10 ^ (w)),     \
+                          (11 ^ (w)), (12 ^ (w)), (13 ^ (w)), (14 ^ (w)), (15 ^ (w)))
+
+/* the sum of acc's lanes (acc is changed) */
+#define LANES_FOLD(acc)                                                                   \
+  ((acc) += LANES_HALF(acc, 8), (acc) += LANES_HALF(acc, 4), (acc) += LANES_HALF(acc, 2), \
+   (acc) += LANES_HALF(acc, 1), (acc)[0])
 
 /* ---- LayerNorm ---------------------------------------------------------------------------- */
 
@@ -51,14 +70,25 @@ void mpu_layer_norm_free(mpu_layer_norm *ln) {
 MPU_SIMD_CLONES static float norm_row(const float *restrict x, const float *restrict w,
                                       const float *restrict b, size_t h, float eps,
                                       float *restrict xhat, float *restrict y) {
-  float mean = 0, var = 0;
-#pragma omp simd reduction(+ : mean)
-  for (size_t j = 0; j < h; j++) mean += x[j];
+  lanes_f acc = {0}, v;
+  size_t j = 0;
+  for (; j + LANES <= h; j += LANES) {
+    memcpy(&v, x + j, sizeof v);
+    acc += v;
+  }
+  float mean = LANES_FOLD(acc);
+  for (; j < h; j++) mean += x[j];
   mean /= (float)h;
-#pragma omp simd reduction(+ : var)
-  for (size_t j = 0; j < h; j++) var += (x[j] - mean) * (x[j] - mean);
+  lanes_f dev = {0};
+  for (j = 0; j + LANES <= h; j += LANES) {
+    memcpy(&v, x + j, sizeof v);
+    v -= mean;
+    dev += v * v;
+  }
+  float var = LANES_FOLD(dev);
+  for (; j < h; j++) var += (x[j] - mean) * (x[j] - mean);
   float rs = 1.0f / sqrtf(var / (float)h + eps);
-  for (size_t j = 0; j < h; j++) {
+  for (j = 0; j < h; j++) {
     float xh = (x[j] - mean) * rs;
     xhat[j] = xh;
     y[j] = xh * w[j] + b[j];
@@ -115,12 +145,18 @@ mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float 
 /* ---- attention ----------------------------------------------------------------------------- */
 
 /*
- * Per head, the products go through BLAS on the heads' columns of qkv in
- * place (leading dimension 3 heads d, so no copy): S = q k^T, out = P v, and
- * in the backward dD = dout v^T, dv = D^T dout, dq = dS k, dk = dS^T q. The
- * causal mask is used in blocks of rows: rows i0..i1-1 see keys 0..i1-1
- * only, so the products skip most of the masked triangle (10/16 of the full
- * square at 4 blocks), and the softmax runs on each row's visible part.
+ * Per head, the products work on the heads' columns of qkv in place (leading
+ * dimension 3 heads d, so no copy): S = q k^T, out = P v, and in the
+ * backward dD = dout v^T, dv = D^T dout, dq = dS k, dk = dS^T q. The causal
+ * mask is used in blocks of rows: rows i0..i1-1 see keys 0..i1-1 only, so
+ * the products skip most of the masked triangle (10/16 of the full square at
+ * 4 blocks), and the softmax runs on each row's visible part. The products
+ * whose right operand is a head's k^T, v^T or its own v, k (S, out, dD, dq)
+ * run on the kernel of gemm.h, k^T and v^T transposed once per head (d x T,
+ * in L1 for the head's blocks): at these shapes (32 rows, d 32) BLAS spends
+ * more of each call on its set-up and packing than on the product. dv and dk,
+ * whose left operand is transposed, stay with cblas_sgemm (transposing a
+ * block's D or dS for the kernel cost more than it gained).
  */
 enum { ROWS = 32 }; /* rows per block: a block's keys stay in cache */
 
@@ -136,23 +172,61 @@ MPU_SIMD_CLONES static void drop_row(const float *restrict p, const float *restr
   for (int j = 0; j < n; j++) d[j] = p[j] * mask[j];
 }
 
-/* softmax of the n scores of a row (scaled by scale first), in place; the
- * max is subtracted so exp never overflows, and clamped below at -87. Static:
- * GCC exports a target_clones function's resolver whatever its visibility. */
-MPU_SIMD_CLONES static void softmax_row(float *p, int n, float scale) {
+/* The columns a row's passes run over: n rounded up to 16 (whole vectors,
+ * no scalar tail), within the m columns the block's product computed. */
+static int row_span(int n, int m) {
+  int r = (n + 15) & ~15;
+  return r < m ? r : m;
+}
+
+static inline __attribute__((always_inline)) float row_sum(const float *p, int span) {
+  lanes_f acc = {0}, x;
+  int j = 0;
+  for (; j + LANES <= span; j += LANES) {
+    memcpy(&x, p + j, sizeof x);
+    acc += x;
+  }
+  float s = LANES_FOLD(acc);
+  for (; j < span; j++) s += p[j];
+  return s;
+}
+
+static inline __attribute__((always_inline)) float row_dot(const float *p, const float *g,
+                                                           int span) {
+  lanes_f acc = {0}, x, y;
+  int j = 0;
+  for (; j + LANES <= span; j += LANES) {
+    memcpy(&x, p + j, sizeof x), memcpy(&y, g + j, sizeof y);
+    acc += x * y;
+  }
+  float s = LANES_FOLD(acc);
+  for (; j < span; j++) s += p[j] * g[j];
+  return s;
+}
+
+/* softmax of the first n of a row's m computed scores (scaled by scale
+ * first), in place; columns n..span-1 become 0. The max is subtracted so exp
+ * never overflows, and clamped below at -87. Static: GCC exports a
+ * target_clones function's resolver whatever its visibility. */
+MPU_SIMD_CLONES static void softmax_row(float *p, int n, int m, float scale) {
+  int span = row_span(n, m);
   float mx = p[0] * scale;
 #pragma omp simd reduction(max : mx)
   for (int j = 1; j < n; j++) mx = p[j] * scale > mx ? p[j] * scale : mx;
-  float sum = 0;
-  for (int j = 0; j < n; j++) {
-    float s = p[j] * scale - mx;
+  for (int j = 0; j < span; j++) {
+    float s = j < n ? p[j] * scale - mx : -87.0f;
     s = s > -87.0f ? s : -87.0f;
-    p[j] = mpu__expf(s);
+    float e = mpu__expf(s);
+    p[j] = j < n ? e : 0.0f;
   }
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; j++) sum += p[j];
-  float inv = 1.0f / sum;
-  for (int j = 0; j < n; j++) p[j] *= inv;
+  float inv = 1.0f / row_sum(p, span);
+  for (int j = 0; j < span; j++) p[j] *= inv;
+}
+
+/* x (rows, cols; leading dimension ld) transposed into t (cols, rows) */
+static void transpose(const float *x, size_t ld, int rows, int cols, float *t) {
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++) t[(size_t)j * rows + i] = x[(size_t)i * ld + j];
 }
 
 mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, int heads,
@@ -181,40 +255,46 @@ mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, in
   if (a->qkv != qkv) memcpy(a->qkv, qkv, (size_t)T * W * sizeof(float));
   float scale = 1.0f / sqrtf((float)head_dim);
   int d = head_dim;
+  float *kt = malloc((size_t)d * T * sizeof(float)); /* a head's k^T */
+  if (!kt) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, head_dim %d", fn, T, d);
   for (int h = 0; h < heads; h++) {
     const float *q = qkv + (size_t)h * d, *k = q + Hl, *v = q + 2 * Hl;
     float *P = a->probs + (size_t)h * tt;
     float *D = dropout_mask ? a->dropped + (size_t)h * tt : P;
+    transpose(k, W, T, d, kt);
     for (int i0 = 0; i0 < T; i0 += ROWS) {
       int nb = T - i0 < ROWS ? T - i0 : ROWS, i1 = i0 + nb;
       float *S = P + (size_t)i0 * T;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, i1, d, 1.0f, q + (size_t)i0 * W,
-                  (int)W, k, (int)W, 0.0f, S, T);
+      mpu__gemm_nn(nb, i1, d, q + (size_t)i0 * W, (int)W, kt, T, S, T);
       for (int i = i0; i < i1; i++) { /* causal: token i sees 0..i */
         float *row = P + (size_t)i * T;
-        softmax_row(row, i + 1, scale);
-        memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+        softmax_row(row, i + 1, i1, scale);
+        int span = row_span(i + 1, i1);
+        memset(row + span, 0, (size_t)(T - span) * sizeof(float));
         if (dropout_mask)
           drop_row(row, dropout_mask + (size_t)h * tt + (size_t)i * T, D + (size_t)i * T, T);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, i1, 1.0f, D + (size_t)i0 * T,
-                  T, v, (int)W, 0.0f, out + (size_t)i0 * Hl + (size_t)h * d, (int)Hl);
+      mpu__gemm_nn(nb, d, i1, D + (size_t)i0 * T, T, v, (int)W, out + (size_t)i0 * Hl + (size_t)h * d,
+                   (int)Hl);
     }
   }
+  free(kt);
   return MPU_SUCCESS;
 }
 
-/* row i of dS from dD (in place): dP = dD * keep, keep = D / P (the mask's
+/* row i of dS from dD (in place), over the first n of the row's m computed
+ * columns (n..span-1 become 0): dP = dD * keep, keep = D / P (the mask's
  * 1/(1-p) or 0); dS = P (dP - sum_j P dP) scale */
 MPU_SIMD_CLONES static void softmax_row_backward(float *restrict g, const float *restrict p,
-                                                 const float *restrict dropped, int n,
+                                                 const float *restrict dropped, int n, int m,
                                                  float scale) {
+  int span = row_span(n, m);
   if (dropped)
-    for (int j = 0; j < n; j++) g[j] = p[j] > 0 ? g[j] * (dropped[j] / p[j]) : 0.0f;
-  float dot = 0;
-#pragma omp simd reduction(+ : dot)
-  for (int j = 0; j < n; j++) dot += p[j] * g[j];
-  for (int j = 0; j < n; j++) g[j] = p[j] * (g[j] - dot) * scale;
+    for (int j = 0; j < span; j++) g[j] = j < n && p[j] > 0 ? g[j] * (dropped[j] / p[j]) : 0.0f;
+  else
+    for (int j = 0; j < span; j++) g[j] = j < n ? g[j] : 0.0f;
+  float dot = row_dot(p, g, span);
+  for (int j = 0; j < span; j++) g[j] = p[j] * (g[j] - dot) * scale;
 }
 
 mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *dqkv) {
@@ -224,29 +304,31 @@ mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *
   size_t Hl = (size_t)a->heads * d, W = 3 * Hl, tt = (size_t)T * T;
   float scale = 1.0f / sqrtf((float)d);
   memset(dqkv, 0, (size_t)T * W * sizeof(float));
-  float *G = malloc((size_t)ROWS * T * sizeof(float)); /* a block's dD, then dS */
+  /* a block's dD, then dS (ROWS x T), and a head's v^T (d x T) */
+  float *G = malloc(((size_t)ROWS + (size_t)d) * T * sizeof(float)), *vt = G + (size_t)ROWS * T;
   if (!G) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "mpu_attention_backward");
   for (int h = 0; h < a->heads; h++) {
     const float *q = a->qkv + (size_t)h * d, *k = q + Hl, *v = q + 2 * Hl;
     float *dq = dqkv + (size_t)h * d, *dk = dq + Hl, *dv = dq + 2 * Hl;
     const float *P = a->probs + (size_t)h * tt;
     const float *D = a->has_mask ? a->dropped + (size_t)h * tt : P;
+    transpose(v, W, T, d, vt);
     for (int i0 = 0; i0 < T; i0 += ROWS) {
       int nb = T - i0 < ROWS ? T - i0 : ROWS, i1 = i0 + nb;
       const float *go = dout + (size_t)i0 * Hl + (size_t)h * d;
       /* out = D v: dv += D^T dout, dD = dout v^T */
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, d, nb, 1.0f, D + (size_t)i0 * T, T,
                   go, (int)Hl, 1.0f, dv, (int)W);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, i1, d, 1.0f, go, (int)Hl, v,
-                  (int)W, 0.0f, G, T);
-      for (int i = i0; i < i1; i++)
-        softmax_row_backward(G + (size_t)(i - i0) * T, P + (size_t)i * T,
-                             a->has_mask ? D + (size_t)i * T : NULL, i + 1, scale);
-      for (int i = i0; i < i1; i++) /* row i's dS past i is 0: the mask */
-        memset(G + (size_t)(i - i0) * T + i + 1, 0, (size_t)(i1 - i - 1) * sizeof(float));
+      mpu__gemm_nn(nb, i1, d, go, (int)Hl, vt, T, G, T);
+      for (int i = i0; i < i1; i++) { /* row i's dS past i is 0: the mask */
+        float *g = G + (size_t)(i - i0) * T;
+        softmax_row_backward(g, P + (size_t)i * T, a->has_mask ? D + (size_t)i * T : NULL, i + 1,
+                             i1, scale);
+        int span = row_span(i + 1, i1);
+        memset(g + span, 0, (size_t)(i1 - span) * sizeof(float));
+      }
       /* s = q k^T: dq = dS k, dk += dS^T q */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, i1, 1.0f, G, T, k, (int)W,
-                  0.0f, dq + (size_t)i0 * W, (int)W);
+      mpu__gemm_nn(nb, d, i1, G, T, k, (int)W, dq + (size_t)i0 * W, (int)W);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, d, nb, 1.0f, G, T,
                   q + (size_t)i0 * W, (int)W, 1.0f, dk, (int)W);
     }
