@@ -53,7 +53,7 @@ static __attribute__((unused)) char messages[TEST_MAX_RANKS][512];
   } while (0)
 
 /* The MPI process tests' fresh world communicator: MPI_COMM_WORLD's with this
- * timeout (0: none) and call checking (MPU_CHECKS_ON/OFF); NULL, printed and
+ * timeout (0: MPU_TIMEOUT if set, else none) and call checking (MPU_CHECKS_ON/OFF); NULL, printed and
  * counted as MCHECK does, when it cannot be made. MFRESH passes the `rank` and
  * `failures` in scope. */
 static inline __attribute__((unused)) mpu_comm *test_mpi_world(double timeout_s, int checks,

@@ -85,20 +85,23 @@ typedef struct top {
 } top;
 
 /* What member m writes about itself, on lines of its own: what it writes on
- * each call (read by the others only when a wait goes long), and apart from
- * that what the others read on each wait (written when it changes). */
+ * each call (read by the others only when a wait goes long); what the others
+ * read on each wait (written when it changes); and the claims on task m, which
+ * another member writes when fewer members than tasks work (collectives.c). */
 typedef struct tmember {
   _Alignas(MPU_THREADS_LINE) _Atomic uint64_t entered; /* number of the last call it entered */
-  _Atomic uint64_t claims; /* the parts of its task in the large call now running that no rank
-                              has claimed yet, first << 32 | end (collectives.c) */
   _Alignas(MPU_THREADS_LINE) _Atomic int cpu; /* the CPU it last arrived from (a hint) */
   _Atomic int departed;                       /* its handle was destroyed */
+  _Alignas(MPU_THREADS_LINE) _Atomic uint64_t claims; /* the parts of task m in the large call
+                              now running that no member has claimed yet, first << 32 | end */
 } tmember;
 
 _Static_assert(sizeof(tbarrier) == MPU_THREADS_LINE, "the barrier's words share no line");
 _Static_assert(offsetof(tmember, cpu) - offsetof(tmember, entered) >= MPU_THREADS_LINE &&
+                   offsetof(tmember, claims) - offsetof(tmember, cpu) >= MPU_THREADS_LINE &&
                    sizeof(tmember) % MPU_THREADS_LINE == 0,
-               "a member's per-call words, its hints and the next member's share no line");
+               "a member's per-call words, its hints, its task's claims and the next member's "
+               "share no line");
 
 typedef struct tgroup {
   uint64_t id;
