@@ -27,6 +27,7 @@
 #include "comm/base/copy.h"
 #include "comm/base/reduce.h"
 #include "core/clock.h"
+#include "core/cpus.h"
 #include "core/error.h"
 
 enum { PULL, PUSH };
@@ -132,10 +133,7 @@ static int allowed_cpus(cpu_set_t *allowed) {
 int mpu__bench_roof_cpu(int k) {
   cpu_set_t allowed;
   if (k < 0 || allowed_cpus(&allowed) < 1) return -1;
-  int want = k % CPU_COUNT(&allowed), seen = 0;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &allowed) && seen++ == want) return c;
-  return -1;
+  return mpu__cpu_nth(&allowed, (unsigned)k);
 }
 
 /* Thread k starts on its CPU (mpu__bench_roof_cpu): a round's iterations

@@ -32,6 +32,33 @@ enum { LANES = 16 };
   ((acc) += LANES_HALF(acc, 8), (acc) += LANES_HALF(acc, 4), (acc) += LANES_HALF(acc, 2), \
    (acc) += LANES_HALF(acc, 1), (acc)[0])
 
+/* the sum of p's first span floats, and their dot product with g's: 16 lanes
+ * at a time, then the tail in order */
+static inline __attribute__((always_inline)) float row_sum(const float *p, int span) {
+  lanes_f acc = {0}, x;
+  int j = 0;
+  for (; j + LANES <= span; j += LANES) {
+    memcpy(&x, p + j, sizeof x);
+    acc += x;
+  }
+  float s = LANES_FOLD(acc);
+  for (; j < span; j++) s += p[j];
+  return s;
+}
+
+static inline __attribute__((always_inline)) float row_dot(const float *p, const float *g,
+                                                           int span) {
+  lanes_f acc = {0}, x, y;
+  int j = 0;
+  for (; j + LANES <= span; j += LANES) {
+    memcpy(&x, p + j, sizeof x), memcpy(&y, g + j, sizeof y);
+    acc += x * y;
+  }
+  float s = LANES_FOLD(acc);
+  for (; j < span; j++) s += p[j] * g[j];
+  return s;
+}
+
 /* ---- LayerNorm ---------------------------------------------------------------------------- */
 
 mpu_result_t mpu_layer_norm_init(mpu_layer_norm *ln, int hidden, float eps, float *weight,
@@ -70,16 +97,9 @@ void mpu_layer_norm_free(mpu_layer_norm *ln) {
 MPU_SIMD_CLONES static float norm_row(const float *restrict x, const float *restrict w,
                                       const float *restrict b, size_t h, float eps,
                                       float *restrict xhat, float *restrict y) {
-  lanes_f acc = {0}, v;
-  size_t j = 0;
-  for (; j + LANES <= h; j += LANES) {
-    memcpy(&v, x + j, sizeof v);
-    acc += v;
-  }
-  float mean = LANES_FOLD(acc);
-  for (; j < h; j++) mean += x[j];
-  mean /= (float)h;
-  lanes_f dev = {0};
+  float mean = row_sum(x, (int)h) / (float)h; /* h: a layer's hidden, an int */
+  lanes_f dev = {0}, v;
+  size_t j;
   for (j = 0; j + LANES <= h; j += LANES) {
     memcpy(&v, x + j, sizeof v);
     v -= mean;
@@ -177,31 +197,6 @@ MPU_SIMD_CLONES static void drop_row(const float *restrict p, const float *restr
 static int row_span(int n, int m) {
   int r = (n + 15) & ~15;
   return r < m ? r : m;
-}
-
-static inline __attribute__((always_inline)) float row_sum(const float *p, int span) {
-  lanes_f acc = {0}, x;
-  int j = 0;
-  for (; j + LANES <= span; j += LANES) {
-    memcpy(&x, p + j, sizeof x);
-    acc += x;
-  }
-  float s = LANES_FOLD(acc);
-  for (; j < span; j++) s += p[j];
-  return s;
-}
-
-static inline __attribute__((always_inline)) float row_dot(const float *p, const float *g,
-                                                           int span) {
-  lanes_f acc = {0}, x, y;
-  int j = 0;
-  for (; j + LANES <= span; j += LANES) {
-    memcpy(&x, p + j, sizeof x), memcpy(&y, g + j, sizeof y);
-    acc += x * y;
-  }
-  float s = LANES_FOLD(acc);
-  for (; j < span; j++) s += p[j] * g[j];
-  return s;
 }
 
 /* softmax of the first n of a row's m computed scores (scaled by scale

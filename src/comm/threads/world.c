@@ -21,6 +21,7 @@
 
 #include "comm/base/group.h"
 #include "comm/threads/threads.h"
+#include "core/cpus.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/options.h"
@@ -299,12 +300,8 @@ typedef struct rank_ctx {
  * that worlds launched side by side in one process take different ones while
  * they fit. More ranks than CPUs, or one rank, are not bound. */
 int mpu__tbind_cpu(const cpu_set_t *allowed, int nranks, unsigned start, int rank) {
-  int count = CPU_COUNT(allowed);
-  if (nranks < 2 || count < nranks || rank < 0 || rank >= nranks) return -1;
-  int want = (int)((start + (unsigned)rank) % (unsigned)count), seen = 0;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, allowed) && seen++ == want) return c;
-  return -1;
+  if (nranks < 2 || CPU_COUNT(allowed) < nranks || rank < 0 || rank >= nranks) return -1;
+  return mpu__cpu_nth(allowed, start + (unsigned)rank);
 }
 
 static void *rank_main(void *p);
