@@ -56,8 +56,10 @@ typedef struct mpu_bench_config {
                            (nccl-tests -z 1; always when several variants are timed) */
   /* Pauses in the timed loop: `pauses` times (0..iters), spread evenly over
    * the timed iterations, every rank calls pause(pause_arg) outside the
-   * timing, then makes one untimed call of every variant, so that the next
-   * timed call finds the caches as a call leaves them. A pause's error ends
+   * timing, then makes MPU_BENCH_SETTLE untimed calls of every variant, so
+   * that the next timed call finds the caches as calls leave them (one was
+   * not enough: an 8 MiB all_gather's second call after a pause is as slow
+   * as its first). A pause's error ends
    * the measurement with it; a pause that fails on some ranks only leaves
    * the others in the next call, as any rank that stops calling does. `mpu
    * bench` times its roof in them, so that the
@@ -67,6 +69,11 @@ typedef struct mpu_bench_config {
   void *pause_arg;
   int pauses;
 } mpu_bench_config;
+
+/* Untimed calls after each pause of mpu_bench_collectives, and untimed
+ * iterations before each way's timed ones in a round of mpu_bench_roof:
+ * both timed figures then start from the state their own work leaves. */
+#define MPU_BENCH_SETTLE 2
 
 enum {
   MPU_BENCH_SLOWEST = -1, /* mpu's: per iteration, the slowest rank's time */
@@ -148,18 +155,23 @@ MPU_API mpu_result_t mpu_bench_copy_ceiling(size_t bytes, int iters, int threads
  * mpu_bench_collectives lays them out, with nothing between the threads but a
  * start line per iteration (spun on, where they have a CPU each). Several
  * ways are timed (cached and streaming stores; all_gather and broadcast
- * pulled by each output's owner or pushed from each input), three iterations
- * of each in every round, over mpu_bench_roof_rounds(cfg) rounds, and *us is
- * the best iteration (its slowest thread): a time the collective can only
- * reach by noise, since it does the same movement and waits for its peers
- * besides. */
+ * pulled by each output's owner, pushed from each input, or the two
+ * alternating iteration by iteration). In every round each way runs
+ * MPU_BENCH_SETTLE untimed iterations and then MPU_BENCH_ROOF_TIMED back to
+ * back, and the round's figure is their mean (each iteration its slowest
+ * thread's time), as the row is its mean over calls made back to back; *us
+ * is the best such figure over mpu_bench_roof_rounds(cfg) rounds: the best
+ * sustained rate of that movement on these cores, which the collective can
+ * only reach by noise, since it does the same movement and waits for its
+ * peers besides. */
+#define MPU_BENCH_ROOF_TIMED 4
 MPU_API mpu_result_t mpu_bench_roof(const mpu_bench_config *cfg, int nranks, int workers,
                                     double *us);
 
 /* The same roof a round at a time, to interleave with the row's own
  * iterations (mpu_bench_config's pauses): begin lays out and fills the
- * buffers, each round times one iteration of every way, and end gives the
- * best iteration of all rounds and frees everything (NULL us: just free).
+ * buffers, each round times every way once (as above), and end gives the
+ * best figure of all rounds and frees everything (NULL us: just free).
  * A round runs its threads while the caller's other threads wait, so that
  * they have the CPUs to themselves; it is not to be called from two threads
  * at once. */

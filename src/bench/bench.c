@@ -422,17 +422,20 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   int paused = 0; /* pauses made */
   for (int i = -cfg->warmup; i < cfg->iters; i++) {
     /* pause k of P before timed iteration k * iters / P: outside the timing
-     * (a batch's loop is timed in the stretches between pauses), then one
-     * untimed round, so the next timed call finds the caches as a call
-     * leaves them, not as the pause did */
+     * (a batch's loop is timed in the stretches between pauses), then
+     * MPU_BENCH_SETTLE untimed rounds, so the next timed call finds the
+     * caches as calls leave them, not as the pause did (after a round of
+     * the roof, an 8 MiB all_gather's first two calls took 850-930 us and
+     * the third 430-450, on 2 ranks of a 2-CPU Xeon) */
     int pause = i >= 0 && paused < cfg->pauses &&
                 i == (int)((long long)paused * cfg->iters / cfg->pauses);
     if (pause) {
       if (batch && i > 0) loop_s += now_us() - loop_t0;
       paused++;
       MPU_CHECK_GOTO(cfg->pause(cfg->pause_arg), r, out);
-      MPU_CHECK_GOTO(bench_round(comms, ncomms, variants, cfg, send, recv, count, rank, es, 0,
-                                 NULL), r, out);
+      for (int u = 0; u < MPU_BENCH_SETTLE; u++)
+        MPU_CHECK_GOTO(bench_round(comms, ncomms, variants, cfg, send, recv, count, rank, es, 0,
+                                   NULL), r, out);
     }
     if (batch && (i == 0 || pause)) {
       MPU_CHECK_GOTO(mpu_comm_barrier(comms[0]), r, out);

@@ -49,6 +49,12 @@ void mpu__bench_start_wait(start_line *l);
 /* Only `needed` threads will come (one failed to start): let them run. */
 void mpu__bench_start_shrink(start_line *l, int needed);
 
+/* Tests: what a roof thread runs in place of its tasks (thread, iteration of
+ * the round's way, 0 the untimed one; way 0 pulled, 1 pushed), to check how
+ * the roof times what it runs. */
+typedef void (*mpu__bench_roof_stub)(void *arg, int thread, int iteration, int way);
+void mpu__bench_roof_set_stub(mpu_bench_roof_run *run, mpu__bench_roof_stub stub, void *arg);
+
 /* The CPU the roof's thread k is placed on: the k-th (modulo their count)
  * of the CPUs the process may run on, whichever thread asks; -1 if unknown. */
 int mpu__bench_roof_cpu(int k);

@@ -10,12 +10,14 @@
  * run by as many threads as the threads backend runs them on (one per rank,
  * at most one per CPU, each taking every workers-th task), in several ways
  * (cached or streaming stores; an all_gather or a broadcast pulled by each
- * output's owner or pushed from each input). The roof is the best iteration
- * of the best way, each iteration timed as its slowest thread's own time
+ * output's owner, pushed from each input, or the two alternating). Each way
+ * is timed as the row is, by its mean over iterations made back to back
+ * after untimed ones; each iteration is its slowest thread's own time
  * (threads that start together to the nanosecond, which no collective's
- * members do): the time the same cores need to move those bytes when no
- * rank ever waits for another. A collective pays that and its
- * synchronisation, so its time is at or above the roof but for noise.
+ * members do). The roof is the best such mean of any way and round: the
+ * rate the same cores sustain moving those bytes when no rank ever waits
+ * for another. A collective pays that and its synchronisation, so its time
+ * is at or above the roof but for noise.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -37,8 +39,11 @@ typedef struct roof_plan {
   mpu_dtype dt;
   mpu_op op;
   int n, stream, way;
+  int alternate;       /* iteration i moves the bytes the way way ^ (i & 1) */
   size_t count, es;  /* per-rank count as the bench passes it, and the element size */
   char **send, **recv; /* [n]: each rank's buffers (in place: views into the other) */
+  mpu__bench_roof_stub stub; /* tests: run this instead of the tasks */
+  void *stub_arg;
 } roof_plan;
 
 typedef struct roof_thread {
@@ -50,8 +55,8 @@ typedef struct roof_thread {
   void **dsts;         /* [n] */
 } roof_thread;
 
-/* Task t of one call of the collective. */
-static void roof_task(roof_thread *th, int t) {
+/* Task t of one call of the collective, moved the way `way`. */
+static void roof_task(roof_thread *th, int t, int way) {
   const roof_plan *p = th->p;
   int n = p->n;
   size_t es = p->es, cb = p->count * es;
@@ -75,7 +80,7 @@ static void roof_task(roof_thread *th, int t) {
     mpu__reduce_to(dsts, 1, srcs, n, p->count, p->dt, p->op, n, p->stream);
     return;
   case MPU_COLL_ALL_GATHER:
-    if (p->way == PULL) { /* output t, from every input */
+    if (way == PULL) { /* output t, from every input */
       for (int k = 0; k < n; k++) {
         char *dst = p->recv[t] + (size_t)k * cb;
         if (dst != p->send[k]) mpu__copy(dst, p->send[k], cb, p->stream);
@@ -90,7 +95,7 @@ static void roof_task(roof_thread *th, int t) {
     }
     return;
   case MPU_COLL_BROADCAST: /* from rank 0's buffer */
-    if (p->way == PULL) { /* every other rank copies the whole buffer */
+    if (way == PULL) { /* every other rank copies the whole buffer */
       if (t) mpu__copy(p->send[t], p->send[0], cb, p->stream);
       if (t && p->stream) mpu__copy_fence();
     } else { /* chunk t of the root's buffer, into every other rank's */
@@ -109,11 +114,15 @@ static void roof_task(roof_thread *th, int t) {
 
 static void *roof_loop(void *arg) {
   roof_thread *th = arg;
+  const roof_plan *p = th->p;
   for (int i = 0; i < th->iters; i++) {
+    int way = p->alternate ? p->way ^ (i & 1) : p->way;
     mpu__bench_start_wait(th->line);
     th->begin[i] = mpu__now() * 1e6;
     for (int k = 0; k < th->reps; k++)
-      for (int t = th->t; t < th->p->n; t += th->workers) roof_task(th, t);
+      for (int t = th->t; t < p->n; t += th->workers)
+        if (p->stub) p->stub(p->stub_arg, th->t, i, way);
+        else roof_task(th, t, way);
     th->end[i] = mpu__now() * 1e6;
   }
   return NULL;
@@ -150,9 +159,11 @@ static void on_cpu(pthread_attr_t *attr, int k) {
   pthread_attr_setaffinity_np(attr, sizeof one, &one);
 }
 
-/* The best iteration of one way (its slowest thread's time), per call. */
-static mpu_result_t roof_way(const roof_plan *p, int workers, int iters, int reps,
-                             double *best_us) {
+/* One round of one way: MPU_BENCH_SETTLE untimed iterations, then `timed`
+ * back to back, and their mean (each its slowest thread's time), per call. */
+static mpu_result_t roof_way(const roof_plan *p, int workers, int timed, int reps,
+                             double *mean_us) {
+  int iters = MPU_BENCH_SETTLE + timed;
   int n = workers;
   roof_thread *th = calloc((size_t)n, sizeof *th);
   pthread_t *tid = calloc((size_t)n, sizeof *tid);
@@ -187,15 +198,20 @@ static mpu_result_t roof_way(const roof_plan *p, int workers, int iters, int rep
   }
   for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
   if (!r) {
-    double best = 0;
-    for (int i = 0; i < iters; i++) {
+    /* the first iterations find the caches as what ran before left them
+     * (the row's calls, another way), as the row's first calls after a pause
+     * find them as the roof left them: neither is timed. The mean, not the
+     * best: a way's best single iteration can come from a transient no loop
+     * sustains (an 8 MiB all_gather pushed right after it was pulled on the
+     * same buffers: 339-350 us; pushed after itself, 410-430) */
+    double sum = 0;
+    for (int i = MPU_BENCH_SETTLE; i < iters; i++) {
       double slowest = 0;
       for (int t = 0; t < n; t++)
         if (th[t].end[i] - th[t].begin[i] > slowest) slowest = th[t].end[i] - th[t].begin[i];
-      double us = slowest / reps;
-      if (i == 0 || us < best) best = us;
+      sum += slowest / reps;
     }
-    *best_us = best;
+    *mean_us = sum / timed;
   }
 out:
   pthread_mutex_destroy(&line.lock);
@@ -209,9 +225,13 @@ struct mpu_bench_roof_run {
   char **own;            /* [2n]: what was allocated, to free */
   int workers, reps, ways, per_round;
   int rounds;            /* the rounds mpu_bench_roof times */
-  int timed;             /* ways timed so far */
-  double best;           /* us: the best of them */
+  int timed;             /* ways timed so far, each once a round */
+  double best;           /* us: the best of their figures */
 };
+
+void mpu__bench_roof_set_stub(mpu_bench_roof_run *run, mpu__bench_roof_stub stub, void *arg) {
+  if (run) run->p.stub = stub, run->p.stub_arg = arg;
+}
 
 int mpu_bench_roof_rounds(const mpu_bench_config *cfg) {
   mpu_bench_config full;
@@ -252,8 +272,8 @@ mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int w
   mpu_bench_roof_run *run = calloc(1, sizeof *run);
   if (!run) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s", fn);
   roof_plan *p = &run->p;
-  *p = (roof_plan){cfg->collective, cfg->dtype, cfg->op, nranks, 0, PULL, count,
-                   mpu_dtype_size(cfg->dtype), NULL, NULL};
+  *p = (roof_plan){cfg->collective, cfg->dtype, cfg->op, nranks, 0, PULL, 0, count,
+                   mpu_dtype_size(cfg->dtype), NULL, NULL, NULL, NULL};
   int ip = cfg->in_place, n = nranks;
   size_t cb = count * p->es;
   p->send = calloc((size_t)n, sizeof *p->send);
@@ -284,15 +304,11 @@ mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int w
    * 256 KiB per thread and iteration, timed together */
   size_t moved = send_bytes + recv_bytes;
   run->reps = moved >= ((size_t)256 << 10) ? 1 : (int)(((size_t)256 << 10) / (moved ? moved : 1));
-  /* a round's first iteration of a way finds its buffers evicted by what ran
-   * between rounds (the row's own calls); the row's calls follow one another
-   * and find a part of theirs cached even past the cache's size (a broadcast
-   * of 8 MiB on 2 ranks touches 16 of its 32 MiB): the later iterations find
-   * the roof's as they do (with one per round that row's roof was 1.46x its
-   * time; with two the in-place 16 MiB all_reduce's still up to 1.25x) */
-  run->per_round = 3;
+  run->per_round = MPU_BENCH_ROOF_TIMED;
   run->rounds = mpu_bench_roof_rounds(cfg);
-  run->ways = p->coll == MPU_COLL_ALL_GATHER || p->coll == MPU_COLL_BROADCAST ? 2 : 1;
+  /* pulled, pushed, and the two alternating iteration by iteration (which a
+   * collective could do call by call too) */
+  run->ways = p->coll == MPU_COLL_ALL_GATHER || p->coll == MPU_COLL_BROADCAST ? 3 : 1;
   long cpus = workers > 0 ? workers : sysconf(_SC_NPROCESSORS_ONLN);
   run->workers = cpus > 0 && cpus < n ? (int)cpus : n; /* as the threads backend (FOR_EACH_TASK) */
   *out = run;
@@ -304,7 +320,7 @@ mpu_result_t mpu_bench_roof_round(mpu_bench_roof_run *run) {
   roof_plan p = run->p;
   for (int way = 0; way < run->ways; way++)
     for (int stream = 0; stream < 2; stream++) {
-      p.way = way, p.stream = stream;
+      p.way = way == PUSH ? PUSH : PULL, p.alternate = way == 2, p.stream = stream;
       double t = 0;
       MPU_CHECK(roof_way(&p, run->workers, run->per_round, run->reps, &t));
       if (!run->timed++ || t < run->best) run->best = t;

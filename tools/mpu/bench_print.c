@@ -148,7 +148,8 @@ int bench_print_text(const bench_run *run) {
          "# roof: the time of the collective's least data movement (every input it combines read\n"
          "#   once, every output written once) done by the threads backend's threads (one per rank,\n"
          "#   at most one per CPU) with no waiting between them (cached or streaming stores, pulled\n"
-         "#   or pushed; the best iteration, timed in pauses of the row's loop), over the time\n",
+         "#   or pushed; each way's mean over iterations back to back, the best way's, timed in\n"
+         "#   pauses of the row's loop), over the time\n",
          time_what(o), o->check ? "" : " (-c 0: not checked)");
   if (mpi)
     printf("# mpi: the raw MPI call (MPI_Allreduce, ...) timed interleaved with mpu on the same\n"
