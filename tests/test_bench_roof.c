@@ -7,7 +7,8 @@
  * at a time (mpu_bench_roof_begin, _round, _end) refuses misuse and frees
  * what it laid out; mpu_bench_collectives' pauses come as many times as
  * asked on every rank, outside the timing, and a pause's error ends the
- * measurement with it. What the bench reports of each collective (its
+ * measurement with it; it lends each rank's buffers once, filled (the
+ * roof's rounds work on them). What the bench reports of each collective (its
  * name, nccl-tests' bus factor, its least traffic) is the collective
  * table's, pinned here to nccl-tests' definitions (doc/PERFORMANCE.md).
  */
@@ -200,6 +201,37 @@ static void test_pauses(void **state) {
   }
 }
 
+/* ---- mpu_bench_collectives lends each rank's buffers once, filled ---- */
+
+typedef struct lend_case {
+  int calls[2];
+  int filled[2]; /* the first input element was the rank's fill value */
+} lend_case;
+
+static void count_lend(void *arg, int rank, void *send, void *recv) {
+  lend_case *c = arg;
+  if (rank < 0 || rank > 1 || !send || !recv) return;
+  c->calls[rank]++;
+  c->filled[rank] = *(const float *)send == (float)(rank % 3 + 1);
+}
+
+static mpu_result_t lend_rank(mpu_comm *world, void *arg) {
+  mpu_bench_config cfg = config(MPU_COLL_ALL_GATHER, 64 << 10, 0);
+  cfg.lend = count_lend, cfg.pause_arg = arg;
+  mpu_bench_result res = MPU_BENCH_RESULT_INIT;
+  return mpu_bench_collective(world, &cfg, &res);
+}
+
+static void test_lend(void **state) {
+  (void)state;
+  lend_case c = {{0, 0}, {0, 0}};
+  assert_int_equal(mpu_launch(2, lend_rank, &c, NULL, NULL), MPU_SUCCESS);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(c.calls[k], 1);
+    assert_true(c.filled[k]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_collective_facts),
@@ -208,6 +240,7 @@ int main(void) {
       cmocka_unit_test(test_more_bytes_take_longer),
       cmocka_unit_test(test_rounds),
       cmocka_unit_test(test_pauses),
+      cmocka_unit_test(test_lend),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,12 +5,16 @@
  * back to back, and the roof is the mean of the timed ones, not the best
  * single iteration (a row is its mean over calls made back to back); an
  * all_gather is also timed with its pulled and pushed iterations
- * alternating. The only timing here is a lower bound set by sleeps.
+ * alternating. Rounds work on the row's own buffers once every rank has
+ * lent them (mpu_bench_roof_lend), and on the roof's own until then. The
+ * only timing here is a lower bound set by sleeps.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -93,10 +97,54 @@ static void test_gather_alternates(void **state) {
   assert_int_equal(alternating, 2);
 }
 
+static int all_bytes(const char *p, size_t n, int v) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != (char)v) return 0;
+  return 1;
+}
+
+static void test_lent_buffers(void **state) {
+  (void)state;
+  mpu_bench_config cfg = gather_1m(), full;
+  bench_layout lay;
+  assert_int_equal(mpu__bench_layout("test", &cfg, 2, &full, &lay), MPU_SUCCESS);
+  char *send[2], *recv[2];
+  for (int k = 0; k < 2; k++) {
+    send[k] = malloc(lay.send_bytes), recv[k] = malloc(lay.recv_bytes);
+    assert_non_null(send[k]);
+    assert_non_null(recv[k]);
+    memset(send[k], k + 1, lay.send_bytes);
+    memset(recv[k], 0, lay.recv_bytes);
+  }
+  mpu_bench_roof_run *run = NULL;
+  assert_int_equal(mpu_bench_roof_begin(&cfg, 2, 2, &run), MPU_SUCCESS);
+  assert_int_equal(mpu_bench_roof_lend(NULL, 0, send[0], recv[0]), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_bench_roof_lend(run, 0, NULL, recv[0]), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_bench_roof_lend(run, -1, send[0], recv[0]), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_bench_roof_lend(run, 2, send[0], recv[0]), MPU_ERR_INVALID_ARGUMENT);
+  /* one rank's alone: the round keeps the roof's own buffers */
+  assert_int_equal(mpu_bench_roof_lend(run, 0, send[0], recv[0]), MPU_SUCCESS);
+  assert_int_equal(mpu_bench_roof_round(run), MPU_SUCCESS);
+  assert_true(all_bytes(recv[0], lay.recv_bytes, 0));
+  /* every rank's: the round gathers the lent inputs into the lent outputs */
+  assert_int_equal(mpu_bench_roof_lend(run, 1, send[1], recv[1]), MPU_SUCCESS);
+  assert_int_equal(mpu_bench_roof_round(run), MPU_SUCCESS);
+  size_t block = lay.count * sizeof(float);
+  for (int k = 0; k < 2; k++) {
+    assert_true(all_bytes(recv[k], block, 1));
+    assert_true(all_bytes(recv[k] + block, block, 2));
+    assert_true(all_bytes(send[k], lay.send_bytes, k + 1)); /* inputs only read */
+  }
+  double us = 0;
+  assert_int_equal(mpu_bench_roof_end(run, &us), MPU_SUCCESS); /* frees its own, not the lent */
+  for (int k = 0; k < 2; k++) free(send[k]), free(recv[k]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sustained_not_best),
       cmocka_unit_test(test_gather_alternates),
+      cmocka_unit_test(test_lent_buffers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

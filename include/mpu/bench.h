@@ -68,6 +68,11 @@ typedef struct mpu_bench_config {
   mpu_result_t (*pause)(void *pause_arg);
   void *pause_arg;
   int pauses;
+  /* NULL, or called by every rank with its own buffers (host memory only)
+   * once they are laid out and filled, before the warm-up: `mpu bench`
+   * times its roof on them (mpu_bench_roof_lend). What a pause writes there
+   * changes no result: the check refills its inputs. */
+  void (*lend)(void *pause_arg, int rank, void *send, void *recv);
 } mpu_bench_config;
 
 /* Untimed calls after each pause of mpu_bench_collectives, and untimed
@@ -85,7 +90,7 @@ enum {
 
 #define MPU_BENCH_CONFIG_INIT                                                                    \
   {sizeof(mpu_bench_config), MPU_COLL_ALL_REDUCE, MPU_FLOAT32, MPU_SUM, 1 << 20, 5, 20, 0, 0, 0, \
-   MPU_BENCH_SLOWEST, 0, NULL, NULL, 0}
+   MPU_BENCH_SLOWEST, 0, NULL, NULL, 0, NULL}
 
 typedef struct mpu_bench_result {
   size_t size;       /* sizeof(mpu_bench_result): set it (MPU_BENCH_RESULT_INIT) */
@@ -179,6 +184,15 @@ typedef struct mpu_bench_roof_run mpu_bench_roof_run;
 MPU_API mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int workers,
                                           mpu_bench_roof_run **out);
 MPU_API mpu_result_t mpu_bench_roof_round(mpu_bench_roof_run *run);
+/* Time the later rounds on the row's own buffers: rank's send and recv as
+ * mpu_bench_collectives allocated them (the sizes of its layout for cfg,
+ * before any in-place view), once every rank has lent its own; until then,
+ * and where ranks are not threads of this process, on buffers of the roof's
+ * own. Timed on buffers apart from the row's, the roof's rounds evicted the
+ * row's lines, and the row's next calls paid for it (docs/bench.md). Each
+ * rank lends its own slot, so ranks may call it at once; rounds must follow
+ * every rank's call (the pauses do). */
+MPU_API mpu_result_t mpu_bench_roof_lend(mpu_bench_roof_run *run, int rank, void *send, void *recv);
 /* How many rounds mpu_bench_roof times for cfg: its iterations, at most 50
  * up to 4 MiB and 40 above (0 for a NULL or bad config). */
 MPU_API int mpu_bench_roof_rounds(const mpu_bench_config *cfg);

@@ -114,10 +114,8 @@ mpu_result_t mpu__bench_layout(const char *fn, const mpu_bench_config *in, int n
   return MPU_SUCCESS;
 }
 
-/* Where a call's send and recv are among the bench's buffers: send and recv,
- * or the row's in-place form (collective.h) where the config asks for it. */
-static void place(const mpu_bench_config *cfg, char *send, char *recv, size_t count, int rank,
-                  size_t es, char **s, char **r) {
+void mpu__bench_place(const mpu_bench_config *cfg, char *send, char *recv, size_t count, int rank,
+                      size_t es, char **s, char **r) {
   const mpu__coll *row = mpu__coll_of(cfg->collective);
   size_t mine = (size_t)rank * count * es;
   int ip = cfg->in_place;
@@ -133,7 +131,7 @@ static void place(const mpu_bench_config *cfg, char *send, char *recv, size_t co
 static mpu_result_t call_as(mpu_comm *c, const mpu_bench_config *cfg, void *send, void *recv,
                             size_t count, int rank, size_t es, int native) {
   char *s, *r;
-  place(cfg, send, recv, count, rank, es, &s, &r);
+  mpu__bench_place(cfg, send, recv, count, rank, es, &s, &r);
   return (native ? mpu__comm_native : mpu__comm_call)(c, cfg->collective, s, r, count, cfg->dtype,
                                                        cfg->op, 0);
 }
@@ -269,7 +267,7 @@ static mpu_result_t check_once(mpu_comm *c, const mpu_bench_config *cfg, int nat
   memset(b->host_recv, 0xff, b->recv_bytes); /* NaN or -1: nothing to mistake for a result */
   /* where this rank's input and output are (on the host), as the call has them */
   char *in, *out, want[16];
-  place(cfg, b->host_send, b->host_recv, count, rank, es, &in, &out);
+  mpu__bench_place(cfg, b->host_send, b->host_recv, count, rank, es, &in, &out);
   for (size_t j = 0; j < ninput; j++) store_input(dt, in, j, input_value(op, rank, j));
   if (b->device) {
     MPU_CHECK(mpu_comm_copy2d(c, b->send, b->send_bytes, b->host_send, b->send_bytes,
@@ -404,6 +402,7 @@ mpu_result_t mpu_bench_collectives(mpu_comm *const *comms, int ncomms, const mpu
   if (!device) {
     mpu__bench_fill(send, send_bytes, cfg->dtype, rank);
     mpu__bench_fill(recv, recv_bytes, cfg->dtype, rank);
+    if (cfg->lend) cfg->lend(cfg->pause_arg, rank, send, recv);
   }
   /* native only if every rank's backend can (all ranks agree, or none runs it) */
   int32_t native = 0;

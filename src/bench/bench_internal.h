@@ -20,6 +20,11 @@ void *mpu__bench_alloc(size_t bytes);
  * what every timed buffer holds (the reason is at the definition). */
 void mpu__bench_fill(void *buf, size_t bytes, mpu_dtype dt, int rank);
 
+/* Where rank's call has its send and recv among its buffers send and recv:
+ * those, or the collective's in-place form (collective.h) where cfg asks. */
+void mpu__bench_place(const mpu_bench_config *cfg, char *send, char *recv, size_t count, int rank,
+                      size_t es, char **s, char **r);
+
 /* One rank's buffers for a config on n ranks, as nccl-tests lays them out. */
 typedef struct bench_layout {
   size_t count;                  /* elements per rank, as passed to the call */

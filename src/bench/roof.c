@@ -222,7 +222,10 @@ out:
 
 struct mpu_bench_roof_run {
   roof_plan p;
+  mpu_bench_config cfg;  /* the row's, in full */
   char **own;            /* [2n]: what was allocated, to free */
+  char **lent;           /* [2n]: each rank's own send and recv, where lent */
+  char **lent_send, **lent_recv; /* [n]: the views of them the row's calls use */
   int workers, reps, ways, per_round;
   int rounds;            /* the rounds mpu_bench_roof times */
   int timed;             /* ways timed so far, each once a round */
@@ -253,6 +256,7 @@ mpu_result_t mpu_bench_roof_end(mpu_bench_roof_run *run, double *us) {
     *us = run->best;
   for (int k = 0; run->own && k < 2 * run->p.n; k++) free(run->own[k]);
   free(run->own), free(run->p.send), free(run->p.recv);
+  free(run->lent), free(run->lent_send), free(run->lent_recv);
   free(run);
   return r;
 }
@@ -274,12 +278,15 @@ mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int w
   roof_plan *p = &run->p;
   *p = (roof_plan){cfg->collective, cfg->dtype, cfg->op, nranks, 0, PULL, 0, count,
                    mpu_dtype_size(cfg->dtype), NULL, NULL, NULL, NULL};
-  int ip = cfg->in_place, n = nranks;
-  size_t cb = count * p->es;
+  int n = nranks;
+  run->cfg = full;
   p->send = calloc((size_t)n, sizeof *p->send);
   p->recv = calloc((size_t)n, sizeof *p->recv);
   run->own = calloc((size_t)n * 2, sizeof *run->own);
-  if (!p->send || !p->recv || !run->own) {
+  run->lent = calloc((size_t)n * 2, sizeof *run->lent);
+  run->lent_send = calloc((size_t)n, sizeof *run->lent_send);
+  run->lent_recv = calloc((size_t)n, sizeof *run->lent_recv);
+  if (!p->send || !p->recv || !run->own || !run->lent || !run->lent_send || !run->lent_recv) {
     mpu_bench_roof_end(run, NULL);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d ranks", fn, n);
   }
@@ -295,10 +302,7 @@ mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int w
     /* touched, so no page faults in the timing, with the row's values */
     mpu__bench_fill(own[2 * k], send_bytes, cfg->dtype, k);
     mpu__bench_fill(own[2 * k + 1], recv_bytes, cfg->dtype, k);
-    p->send[k] = own[2 * k], p->recv[k] = own[2 * k + 1];
-    if (ip && (p->coll == MPU_COLL_ALL_REDUCE || p->coll == MPU_COLL_REDUCE)) p->recv[k] = p->send[k];
-    if (ip && p->coll == MPU_COLL_ALL_GATHER) p->send[k] = p->recv[k] + (size_t)k * cb;
-    if (ip && p->coll == MPU_COLL_REDUCE_SCATTER) p->recv[k] = p->send[k] + (size_t)k * cb;
+    mpu__bench_place(cfg, own[2 * k], own[2 * k + 1], count, k, p->es, &p->send[k], &p->recv[k]);
   }
   /* small calls take less than the clock resolves: enough of them to move
    * 256 KiB per thread and iteration, timed together */
@@ -315,9 +319,23 @@ mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int w
   return MPU_SUCCESS;
 }
 
+mpu_result_t mpu_bench_roof_lend(mpu_bench_roof_run *run, int rank, void *send, void *recv) {
+  static const char fn[] = "mpu_bench_roof_lend";
+  if (!run || !send || !recv) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (rank < 0 || rank >= run->p.n)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: rank %d of %d", fn, rank, run->p.n);
+  run->lent[2 * rank] = send, run->lent[2 * rank + 1] = recv;
+  mpu__bench_place(&run->cfg, send, recv, run->p.count, rank, run->p.es, &run->lent_send[rank],
+                   &run->lent_recv[rank]);
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_bench_roof_round(mpu_bench_roof_run *run) {
   if (!run) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_bench_roof_round: run is NULL");
   roof_plan p = run->p;
+  int lent = 1; /* every rank's, or none */
+  for (int k = 0; k < p.n; k++) lent &= run->lent[2 * k] != NULL;
+  if (lent) p.send = run->lent_send, p.recv = run->lent_recv;
   for (int way = 0; way < run->ways; way++)
     for (int stream = 0; stream < 2; stream++) {
       p.way = way == PUSH ? PUSH : PULL, p.alternate = way == 2, p.stream = stream;

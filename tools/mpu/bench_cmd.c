@@ -387,6 +387,18 @@ static mpu_result_t gate_pause(void *arg) {
   return r;
 }
 
+/* The ranks are threads of this process: each lends the roof its buffers,
+ * so that the roof's rounds work on the row's own lines and leave the
+ * caches as the row's calls find them. */
+static void gate_lend(void *arg, int rank, void *send, void *recv) {
+  rank_pause *rp = arg;
+  roof_gate *g = &rp->run->gate;
+  pthread_mutex_lock(&g->lock);
+  mpu_bench_roof_run *roof = g->roof;
+  pthread_mutex_unlock(&g->lock);
+  if (roof) mpu_bench_roof_lend(roof, rank, send, recv); /* refused: the roof keeps its own */
+}
+
 /* A rank leaves with an error: wake whoever waits for it at the gate. */
 static void gate_fail(roof_gate *g) {
   pthread_mutex_lock(&g->lock);
@@ -431,10 +443,11 @@ static mpu_result_t row_with_roof(mpu_comm *const *comms, int ncomms, mpu_comm *
   }
   rank_pause rp = {run, host, rank};
   cfg->pause = tool_is_process(run->o->backend) ? mpi_pause : gate_pause;
+  cfg->lend = tool_is_process(run->o->backend) ? NULL : gate_lend;
   cfg->pause_arg = &rp;
   cfg->pauses = mpu_bench_roof_rounds(cfg);
   mpu_result_t r = mpu_bench_collectives(comms, ncomms, cfg, res);
-  cfg->pause = NULL, cfg->pause_arg = NULL, cfg->pauses = 0;
+  cfg->pause = NULL, cfg->lend = NULL, cfg->pause_arg = NULL, cfg->pauses = 0;
   if (rank == 0) {
     pthread_mutex_lock(&g->lock);
     mpu_bench_roof_run *roof = g->roof;
