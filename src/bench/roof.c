@@ -32,7 +32,7 @@
 #include "core/cpus.h"
 #include "core/error.h"
 
-enum { PULL, PUSH };
+enum { PULL, PUSH, ALTERNATING }; /* the ways of an all_gather or a broadcast */
 
 typedef struct roof_plan {
   mpu_collective coll;
@@ -224,8 +224,8 @@ struct mpu_bench_roof_run {
   roof_plan p;
   mpu_bench_config cfg;  /* the row's, in full */
   char **own;            /* [2n]: what was allocated, to free */
-  char **lent;           /* [2n]: each rank's own send and recv, where lent */
-  char **lent_send, **lent_recv; /* [n]: the views of them the row's calls use */
+  char **lent_send, **lent_recv; /* [n]: where lent, the send and recv of each rank's own
+                                    call in the row's buffers (mpu_bench_roof_lend) */
   int workers, reps, ways, per_round;
   int rounds;            /* the rounds mpu_bench_roof times */
   int timed;             /* ways timed so far, each once a round */
@@ -256,7 +256,7 @@ mpu_result_t mpu_bench_roof_end(mpu_bench_roof_run *run, double *us) {
     *us = run->best;
   for (int k = 0; run->own && k < 2 * run->p.n; k++) free(run->own[k]);
   free(run->own), free(run->p.send), free(run->p.recv);
-  free(run->lent), free(run->lent_send), free(run->lent_recv);
+  free(run->lent_send), free(run->lent_recv);
   free(run);
   return r;
 }
@@ -283,10 +283,9 @@ mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int w
   p->send = calloc((size_t)n, sizeof *p->send);
   p->recv = calloc((size_t)n, sizeof *p->recv);
   run->own = calloc((size_t)n * 2, sizeof *run->own);
-  run->lent = calloc((size_t)n * 2, sizeof *run->lent);
   run->lent_send = calloc((size_t)n, sizeof *run->lent_send);
   run->lent_recv = calloc((size_t)n, sizeof *run->lent_recv);
-  if (!p->send || !p->recv || !run->own || !run->lent || !run->lent_send || !run->lent_recv) {
+  if (!p->send || !p->recv || !run->own || !run->lent_send || !run->lent_recv) {
     mpu_bench_roof_end(run, NULL);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %d ranks", fn, n);
   }
@@ -312,7 +311,7 @@ mpu_result_t mpu_bench_roof_begin(const mpu_bench_config *cfg, int nranks, int w
   run->rounds = mpu_bench_roof_rounds(cfg);
   /* pulled, pushed, and the two alternating iteration by iteration (which a
    * collective could do call by call too) */
-  run->ways = p->coll == MPU_COLL_ALL_GATHER || p->coll == MPU_COLL_BROADCAST ? 3 : 1;
+  run->ways = p->coll == MPU_COLL_ALL_GATHER || p->coll == MPU_COLL_BROADCAST ? ALTERNATING + 1 : 1;
   long cpus = workers > 0 ? workers : sysconf(_SC_NPROCESSORS_ONLN);
   run->workers = cpus > 0 && cpus < n ? (int)cpus : n; /* as the threads backend (FOR_EACH_TASK) */
   *out = run;
@@ -324,7 +323,6 @@ mpu_result_t mpu_bench_roof_lend(mpu_bench_roof_run *run, int rank, void *send, 
   if (!run || !send || !recv) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
   if (rank < 0 || rank >= run->p.n)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: rank %d of %d", fn, rank, run->p.n);
-  run->lent[2 * rank] = send, run->lent[2 * rank + 1] = recv;
   mpu__bench_place(&run->cfg, send, recv, run->p.count, rank, run->p.es, &run->lent_send[rank],
                    &run->lent_recv[rank]);
   return MPU_SUCCESS;
@@ -334,11 +332,11 @@ mpu_result_t mpu_bench_roof_round(mpu_bench_roof_run *run) {
   if (!run) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_bench_roof_round: run is NULL");
   roof_plan p = run->p;
   int lent = 1; /* every rank's, or none */
-  for (int k = 0; k < p.n; k++) lent &= run->lent[2 * k] != NULL;
+  for (int k = 0; k < p.n; k++) lent &= run->lent_send[k] != NULL;
   if (lent) p.send = run->lent_send, p.recv = run->lent_recv;
   for (int way = 0; way < run->ways; way++)
     for (int stream = 0; stream < 2; stream++) {
-      p.way = way == PUSH ? PUSH : PULL, p.alternate = way == 2, p.stream = stream;
+      p.way = way == PUSH ? PUSH : PULL, p.alternate = way == ALTERNATING, p.stream = stream;
       double t = 0;
       MPU_CHECK(roof_way(&p, run->workers, run->per_round, run->reps, &t));
       if (!run->timed++ || t < run->best) run->best = t;
