@@ -83,6 +83,14 @@ static mpu_result_t enter(tcomm *tc, const mpu__call *call, int describe, const 
   if (stage_bytes) memcpy(staged(staged_at(g, p, boxed), tc->me), stage, stage_bytes);
   atomic_store(&g->mem[tc->me].entered, seq);
   MPU_CHECK(mpu__tbarrier(tc, 1, fn));
+  /* Every member has now passed the previous call, the last that read this
+   * member's other box, and reads it next after the next call's barrier: a
+   * store to it now brings its lines here while this call goes on, so the
+   * next call's writes do not wait for them (the stored values are
+   * overwritten before anyone reads them) */
+  tbox *next = &g->mem[tc->me].box[p ^ 1];
+  next->sig = call->sig;
+  if (boxed && stage_bytes) next->data[stage_bytes - 1] = 0;
   MPU_CHECK(check(tc, &g->mem[0].box[p].sig, sizeof(tmember), g->calls[p], fn));
   *parity = p;
   return MPU_SUCCESS;
