@@ -2,17 +2,21 @@
  * threads.h - the threads backend's shared structures.
  *
  * A world is n ranks, each a thread of this process. A group is the state the
- * members of one communicator share: a barrier, each member's description of
- * its current call, and small staging buffers. Each member holds a handle
- * (tcomm) on the group with its own call counter.
+ * members of one communicator share: a barrier, each member's box (the
+ * signature of its current call, and a tiny call's data), its full
+ * description of a large call, and small staging buffers. Each member holds a
+ * handle (tcomm) on the group with its own call counter.
  *
- * One call on a group goes: describe the call in calls[parity][me] (and, for
- * small messages, stage the data in scratch[parity][me]); arrive at the
- * barrier; compare the descriptions; move the data; for large messages, wait
- * at a second barrier so no rank returns while a peer still reads its
- * buffers. Alternating parity between consecutive calls lets a small call need
- * one barrier: a member cannot write parity p again before every member has
- * passed the next call's barrier, i.e. finished reading parity p.
+ * One call on a group goes: sign the call in mem[me].box[parity]; stage a
+ * tiny call's input (at most MPU_THREADS_BOX bytes) beside the signature, a
+ * small one's in scratch[parity][me], or describe a large call in full in
+ * calls[parity][me]; arrive at the barrier; compare the signatures; move the
+ * data; for large messages, wait at a second barrier so no rank returns while
+ * a peer still reads its buffers. A tiny call so moves one line per peer
+ * besides the barrier's. Alternating parity between consecutive calls lets a
+ * small call need one barrier: a member cannot write parity p again before
+ * every member has passed the next call's barrier, i.e. finished reading
+ * parity p.
  *
  * Only the entry barrier of a call can fail (time out, see a peer abort, exit
  * or destroy its handle). Once every member has entered, the call completes:
@@ -116,8 +120,8 @@ _Static_assert(offsetof(tmember, cpu) - offsetof(tmember, entered) >= MPU_THREAD
                    offsetof(tmember, claims) - offsetof(tmember, cpu) >= MPU_THREADS_LINE &&
                    offsetof(tmember, box) - offsetof(tmember, claims) >= MPU_THREADS_LINE &&
                    sizeof(tmember) % MPU_THREADS_LINE == 0,
-               "a member's per-call words, its hints, its task's claims and the next member's "
-               "share no line");
+               "a member's per-call words, its hints, its task's claims, its boxes and the next "
+               "member's share no line");
 
 typedef struct tgroup {
   uint64_t id;
