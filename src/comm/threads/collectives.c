@@ -85,7 +85,9 @@ static mpu_result_t enter(tcomm *tc, const mpu__call *call, int describe, const 
   g->mem[tc->me].box[p].sig = call->sig;
   if (describe) g->calls[p][tc->me] = *call;
   if (stage_bytes) memcpy(staged(staged_at(g, p, boxed), tc->me), stage, stage_bytes);
-  atomic_store(&g->mem[tc->me].entered, seq);
+  /* read by a waiter only to name who is missing: the arrival's
+   * read-modify-write right after it orders it, no fence of its own needed */
+  atomic_store_explicit(&g->mem[tc->me].entered, seq, memory_order_release);
   MPU_CHECK(mpu__tbarrier(tc, 1, fn));
   /* Every member has now passed the previous call, the last that read this
    * member's other box, and reads it next after the next call's barrier: a
