@@ -111,6 +111,45 @@ static void test_kind_mismatch_small(void **state) {
   }
 }
 
+/* A tiny call (staged beside its signature) against one staged in scratch, a
+ * large one and an uneven one: every member compares the same signatures and
+ * reports the same mismatch, and the group is intact after it. */
+static mpu_result_t mixed_mismatch(mpu_comm *world, void *arg) {
+  static float big[100000], big_out[100000];
+  int how = *(int *)arg, me = rank_of(world), n = 0;
+  mpu_comm_size(world, &n);
+  float in[32] = {1, 2}, res[32 * 4];
+  size_t counts[4] = {1, 1, 1, 1};
+  mpu_result_t r;
+  if (me != 1) r = mpu_comm_all_reduce(world, in, res, 24, MPU_FLOAT32, MPU_SUM); /* 96 bytes */
+  else if (how == 0) r = mpu_comm_all_reduce(world, in, res, 25, MPU_FLOAT32, MPU_SUM);
+  else if (how == 1) r = mpu_comm_all_reduce(world, big, big_out, 100000, MPU_FLOAT32, MPU_SUM);
+  else r = mpu_comm_all_gather_v(world, in, res, counts, NULL, MPU_FLOAT32);
+  note(world, r);
+  r = mpu_comm_all_reduce(world, in, res, 2, MPU_FLOAT32, MPU_SUM);
+  if (!r && (res[0] != (float)n || res[1] != 2.0f * (float)n)) return MPU_ERR_INTERNAL;
+  return r;
+}
+
+static void test_mismatch_across_paths(void **state) {
+  (void)state;
+  static const char *called[] = {"called all_reduce(count=25, float32, op=sum)",
+                                 "called all_reduce(count=100000, float32, op=sum)",
+                                 "called all_gather_v(total=4, float32"};
+  for (int how = 0; how < 3; how++) {
+    reset();
+    mpu_launch_options o = opts(30, how == 2);
+    assert_int_equal(mpu_launch(4, mixed_mismatch, &how, NULL, &o), MPU_SUCCESS);
+    for (int r = 0; r < 4; r++) {
+      assert_int_equal(out.result[r], MPU_ERR_MISMATCH);
+      assert_contains(out.message[r], "called all_reduce(count=24, float32, op=sum)");
+      assert_contains(out.message[r], called[how]);
+      assert_contains(out.message[r], "ranks differing from rank 0: 1");
+      assert_string_equal(strchr(out.message[r], ':'), strchr(out.message[0], ':')); /* past fn */
+    }
+  }
+}
+
 static mpu_result_t op_root_mismatch(mpu_comm *world, void *arg) {
   int check = *(int *)arg, me = rank_of(world);
   float in[4] = {1, 2, 3, 4}, res[4];
@@ -464,6 +503,7 @@ int main(void) {
       cmocka_unit_test(test_first_failure_reported),
       cmocka_unit_test(test_max_ranks),
       cmocka_unit_test(test_kind_mismatch_small),
+      cmocka_unit_test(test_mismatch_across_paths),
       cmocka_unit_test(test_op_root_mismatch),
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_early_exit),

@@ -27,34 +27,9 @@ mpu_result_t conf_failf(void *suite, mpu_comm *world, const char *file, int line
   return MPU_ERR_INTERNAL;
 }
 
-/* Cases keep their buffers in locals freed at `out:`, so a failed check
- * leaks nothing. */
-#define FAIL(...)                                                    \
-  do {                                                               \
-    res = conf_failf(suite, world, __FILE__, __LINE__, __VA_ARGS__);  \
-    goto out;                                                        \
-  } while (0)
-#define CHECK(cond, ...) \
-  do {                   \
-    if (!(cond)) FAIL(__VA_ARGS__); \
-  } while (0)
-#define CHECK_OK(call)                                                                   \
-  do {                                                                                   \
-    mpu_result_t r_ = (call);                                                            \
-    if (r_ != MPU_SUCCESS) FAIL("%s -> %s: %s", #call, mpu_result_name(r_), mpu_last_error()); \
-  } while (0)
-#define CHECK_ERR(code, call)                                                            \
-  do {                                                                                   \
-    mpu_result_t r_ = (call);                                                            \
-    if (r_ != (code))                                                                    \
-      FAIL("%s -> %s, want %s (%s)", #call, mpu_result_name(r_), mpu_result_name(code),  \
-           mpu_last_error());                                                            \
-    if (!mpu_last_error()[0]) FAIL("%s failed without a message", #call);               \
-  } while (0)
-
 /* ---- values ---------------------------------------------------------------- */
 
-static void set(mpu_dtype dt, void *p, size_t i, double v) {
+void conf_set(mpu_dtype dt, void *p, size_t i, double v) {
   switch (dt) {
   case MPU_FLOAT32: ((float *)p)[i] = (float)v; break;
   case MPU_FLOAT64: ((double *)p)[i] = v; break;
@@ -68,7 +43,7 @@ static void set(mpu_dtype dt, void *p, size_t i, double v) {
   }
 }
 
-static double get(mpu_dtype dt, const void *p, size_t i) {
+double conf_get(mpu_dtype dt, const void *p, size_t i) {
   switch (dt) {
   case MPU_FLOAT32: return ((const float *)p)[i];
   case MPU_FLOAT64: return ((const double *)p)[i];
@@ -83,23 +58,23 @@ static double get(mpu_dtype dt, const void *p, size_t i) {
   }
 }
 
-static double rounded(mpu_dtype dt, double v) {
+double conf_rounded(mpu_dtype dt, double v) {
   char b[8];
-  set(dt, b, 0, v);
-  return get(dt, b, 0);
+  conf_set(dt, b, 0, v);
+  return conf_get(dt, b, 0);
 }
 
 /* Element i of rank r's input: small integers, so sums are exact in every dtype. */
-static double value(mpu_op op, int r, size_t i) {
+double conf_value(mpu_op op, int r, size_t i) {
   if (op == MPU_PROD) return (double)(1 + (r + i) % 2); /* products stay <= 2^8 */
   return (double)(1 + ((size_t)r * 3 + i * 7) % 5);
 }
 
-/* What op over ranks 0..n-1 of value(op, k, i) must give in dtype dt. */
-static double expected(mpu_dtype dt, mpu_op op, int n, size_t i) {
-  int64_t acc = (int64_t)value(op, 0, i);
+/* What op over ranks 0..n-1 of conf_value(op, k, i) must give in dtype dt. */
+double conf_expected(mpu_dtype dt, mpu_op op, int n, size_t i) {
+  int64_t acc = (int64_t)conf_value(op, 0, i);
   for (int k = 1; k < n; k++) {
-    int64_t v = (int64_t)value(op, k, i);
+    int64_t v = (int64_t)conf_value(op, k, i);
     switch (op) {
     case MPU_PROD: acc *= v; break;
     case MPU_MIN: acc = v < acc ? v : acc; break;
@@ -107,14 +82,14 @@ static double expected(mpu_dtype dt, mpu_op op, int n, size_t i) {
     default: acc += v; break;
     }
   }
-  if (op != MPU_AVG) return rounded(dt, (double)acc);
+  if (op != MPU_AVG) return conf_rounded(dt, (double)acc);
   if (dt == MPU_FLOAT64) return (double)acc / n;
-  if (mpu_dtype_is_float(dt)) return rounded(dt, (double)((float)acc / (float)n));
-  return rounded(dt, (double)(acc / n));
+  if (mpu_dtype_is_float(dt)) return conf_rounded(dt, (double)((float)acc / (float)n));
+  return conf_rounded(dt, (double)(acc / n));
 }
 
-static void fill(mpu_dtype dt, void *p, size_t count, mpu_op op, int r, size_t offset) {
-  for (size_t i = 0; i < count; i++) set(dt, p, i, value(op, r, offset + i));
+void conf_fill(mpu_dtype dt, void *p, size_t count, mpu_op op, int r, size_t offset) {
+  for (size_t i = 0; i < count; i++) conf_set(dt, p, i, conf_value(op, r, offset + i));
 }
 
 static void *host_alloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
@@ -124,9 +99,9 @@ static void *host_alloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
 void *(*conf_alloc)(size_t bytes) = host_alloc;
 void (*conf_free)(void *p) = free;
 
-static void *alloc(size_t bytes) { return conf_alloc(bytes); }
+void *conf_buf(size_t bytes) { return conf_alloc(bytes); }
 
-static void poison_fill(void *p, size_t bytes) { memset(p, 0x5a, bytes); }
+void conf_poison_fill(void *p, size_t bytes) { memset(p, 0x5a, bytes); }
 
 /* ---- collectives ------------------------------------------------------------ */
 
@@ -137,19 +112,19 @@ static mpu_result_t case_all_reduce(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  void *send = alloc(20001 * 8), *recv = alloc(20001 * 8);
+  void *send = conf_buf(20001 * 8), *recv = conf_buf(20001 * 8);
   CHECK(send && recv, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int op = 0; op < MPU_OP_COUNT; op++)
       for (int inplace = 0; inplace < 2; inplace++)
         for (size_t c = 0; c < sizeof reduce_counts / sizeof *reduce_counts; c++) {
           size_t count = reduce_counts[c], es = mpu_dtype_size((mpu_dtype)dt);
-          fill((mpu_dtype)dt, send, count, (mpu_op)op, rank, 0);
+          conf_fill((mpu_dtype)dt, send, count, (mpu_op)op, rank, 0);
           void *out = inplace ? send : recv;
-          if (!inplace) poison_fill(recv, count * es);
+          if (!inplace) conf_poison_fill(recv, count * es);
           CHECK_OK(mpu_comm_all_reduce(world, send, out, count, (mpu_dtype)dt, (mpu_op)op));
           for (size_t i = 0; i < count; i++) {
-            double got = get((mpu_dtype)dt, out, i), want = expected((mpu_dtype)dt, (mpu_op)op, n, i);
+            double got = conf_get((mpu_dtype)dt, out, i), want = conf_expected((mpu_dtype)dt, (mpu_op)op, n, i);
             CHECK(got == want, "all_reduce %s %s count %zu%s: [%zu] = %g, want %g",
                   mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op), count,
                   inplace ? " in place" : "", i, got, want);
@@ -170,17 +145,17 @@ static mpu_result_t case_all_reduce_large(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  void *send = alloc(700003 * 4), *recv = alloc(700003 * 4);
+  void *send = conf_buf(700003 * 4), *recv = conf_buf(700003 * 4);
   CHECK(send && recv, "out of memory");
   for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
     for (int op = MPU_SUM; op <= MPU_MAX; op += MPU_MAX - MPU_SUM) {
       mpu_dtype dt = sizes[k].dt;
       size_t count = sizes[k].count;
-      fill(dt, send, count, (mpu_op)op, rank, 0);
-      poison_fill(recv, count * mpu_dtype_size(dt));
+      conf_fill(dt, send, count, (mpu_op)op, rank, 0);
+      conf_poison_fill(recv, count * mpu_dtype_size(dt));
       CHECK_OK(mpu_comm_all_reduce(world, send, recv, count, dt, (mpu_op)op));
       for (size_t i = 0; i < count; i++) {
-        double got = get(dt, recv, i), want = expected(dt, (mpu_op)op, n, i);
+        double got = conf_get(dt, recv, i), want = conf_expected(dt, (mpu_op)op, n, i);
         CHECK(got == want, "all_reduce %s %s count %zu: [%zu] = %g, want %g", mpu_dtype_name(dt),
               mpu_op_name((mpu_op)op), count, i, got, want);
       }
@@ -197,20 +172,20 @@ static mpu_result_t case_all_gather(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  void *send = alloc(9001 * 8), *recv = alloc(9001 * 8 * (size_t)n);
+  void *send = conf_buf(9001 * 8), *recv = conf_buf(9001 * 8 * (size_t)n);
   CHECK(send && recv, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int inplace = 0; inplace < 2; inplace++)
       for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
         size_t count = counts[c], es = mpu_dtype_size((mpu_dtype)dt);
-        poison_fill(recv, count * es * (size_t)n);
+        conf_poison_fill(recv, count * es * (size_t)n);
         void *in = inplace ? (char *)recv + (size_t)rank * count * es : send;
-        fill((mpu_dtype)dt, in, count, MPU_SUM, rank, 0);
+        conf_fill((mpu_dtype)dt, in, count, MPU_SUM, rank, 0);
         CHECK_OK(mpu_comm_all_gather(world, in, recv, count, (mpu_dtype)dt));
         for (int k = 0; k < n; k++)
           for (size_t i = 0; i < count; i++) {
-            double got = get((mpu_dtype)dt, recv, (size_t)k * count + i);
-            double want = rounded((mpu_dtype)dt, value(MPU_SUM, k, i));
+            double got = conf_get((mpu_dtype)dt, recv, (size_t)k * count + i);
+            double want = conf_rounded((mpu_dtype)dt, conf_value(MPU_SUM, k, i));
             CHECK(got == want, "all_gather %s count %zu%s: block %d [%zu] = %g, want %g",
                   mpu_dtype_name((mpu_dtype)dt), count, inplace ? " in place" : "", k, i, got,
                   want);
@@ -228,20 +203,20 @@ static mpu_result_t case_reduce_scatter(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  void *send = alloc(3001 * 8 * (size_t)n), *recv = alloc(3001 * 8);
+  void *send = conf_buf(3001 * 8 * (size_t)n), *recv = conf_buf(3001 * 8);
   CHECK(send && recv, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int op = 0; op < MPU_OP_COUNT; op++)
       for (int inplace = 0; inplace < 2; inplace++)
         for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
           size_t count = counts[c], es = mpu_dtype_size((mpu_dtype)dt);
-          fill((mpu_dtype)dt, send, count * (size_t)n, (mpu_op)op, rank, 0);
+          conf_fill((mpu_dtype)dt, send, count * (size_t)n, (mpu_op)op, rank, 0);
           void *out = inplace ? (char *)send + (size_t)rank * count * es : recv;
-          if (!inplace) poison_fill(recv, count * es);
+          if (!inplace) conf_poison_fill(recv, count * es);
           CHECK_OK(mpu_comm_reduce_scatter(world, send, out, count, (mpu_dtype)dt, (mpu_op)op));
           for (size_t i = 0; i < count; i++) {
-            double got = get((mpu_dtype)dt, out, i);
-            double want = expected((mpu_dtype)dt, (mpu_op)op, n, (size_t)rank * count + i);
+            double got = conf_get((mpu_dtype)dt, out, i);
+            double want = conf_expected((mpu_dtype)dt, (mpu_op)op, n, (size_t)rank * count + i);
             CHECK(got == want, "reduce_scatter %s %s count %zu%s: [%zu] = %g, want %g",
                   mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op), count,
                   inplace ? " in place" : "", i, got, want);
@@ -259,18 +234,18 @@ static mpu_result_t case_broadcast(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  void *buf = alloc(9001 * 8);
+  void *buf = conf_buf(9001 * 8);
   CHECK(buf, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int root = 0; root < n; root++)
       for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
         size_t count = counts[c], es = mpu_dtype_size((mpu_dtype)dt);
-        if (rank == root) fill((mpu_dtype)dt, buf, count, MPU_SUM, root, 0);
-        else poison_fill(buf, count * es);
+        if (rank == root) conf_fill((mpu_dtype)dt, buf, count, MPU_SUM, root, 0);
+        else conf_poison_fill(buf, count * es);
         CHECK_OK(mpu_comm_broadcast(world, buf, count, (mpu_dtype)dt, root));
         for (size_t i = 0; i < count; i++) {
-          double got = get((mpu_dtype)dt, buf, i);
-          double want = rounded((mpu_dtype)dt, value(MPU_SUM, root, i));
+          double got = conf_get((mpu_dtype)dt, buf, i);
+          double want = conf_rounded((mpu_dtype)dt, conf_value(MPU_SUM, root, i));
           CHECK(got == want, "broadcast %s root %d count %zu: [%zu] = %g, want %g",
                 mpu_dtype_name((mpu_dtype)dt), root, count, i, got, want);
         }
@@ -285,7 +260,7 @@ static mpu_result_t case_reduce(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  void *send = alloc(20001 * 8), *recv = alloc(20001 * 8);
+  void *send = conf_buf(20001 * 8), *recv = conf_buf(20001 * 8);
   CHECK(send && recv, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int op = 0; op < MPU_OP_COUNT; op++)
@@ -293,18 +268,18 @@ static mpu_result_t case_reduce(mpu_comm *world, void *suite) {
         for (size_t c = 0; c < sizeof reduce_counts / sizeof *reduce_counts; c++) {
           size_t count = reduce_counts[c], es = mpu_dtype_size((mpu_dtype)dt);
           int inplace = (root + (int)c) % 2; /* both forms, at every root */
-          fill((mpu_dtype)dt, send, count, (mpu_op)op, rank, 0);
-          poison_fill(recv, count * es);
+          conf_fill((mpu_dtype)dt, send, count, (mpu_op)op, rank, 0);
+          conf_poison_fill(recv, count * es);
           void *out = rank != root ? NULL : inplace ? send : recv;
           CHECK_OK(mpu_comm_reduce(world, send, out, count, (mpu_dtype)dt, (mpu_op)op, root));
           if (rank != root) {
             for (size_t i = 0; i < count; i++) /* non-roots' inputs are untouched */
-              CHECK(get((mpu_dtype)dt, send, i) == rounded((mpu_dtype)dt, value((mpu_op)op, rank, i)),
+              CHECK(conf_get((mpu_dtype)dt, send, i) == conf_rounded((mpu_dtype)dt, conf_value((mpu_op)op, rank, i)),
                     "reduce changed a non-root's input at [%zu]", i);
             continue;
           }
           for (size_t i = 0; i < count; i++) {
-            double got = get((mpu_dtype)dt, out, i), want = expected((mpu_dtype)dt, (mpu_op)op, n, i);
+            double got = conf_get((mpu_dtype)dt, out, i), want = conf_expected((mpu_dtype)dt, (mpu_op)op, n, i);
             CHECK(got == want, "reduce %s %s root %d count %zu: [%zu] = %g, want %g",
                   mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op), root, count, i, got,
                   want);
@@ -327,20 +302,20 @@ static mpu_result_t case_all_to_all(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  void *send = alloc(3001 * 8 * (size_t)n), *recv = alloc(3001 * 8 * (size_t)n);
+  void *send = conf_buf(3001 * 8 * (size_t)n), *recv = conf_buf(3001 * 8 * (size_t)n);
   CHECK(send && recv, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
       size_t count = counts[c], es = mpu_dtype_size((mpu_dtype)dt);
       for (int to = 0; to < n; to++)
         for (size_t i = 0; i < count; i++)
-          set((mpu_dtype)dt, send, (size_t)to * count + i, a2a_value(rank, to, i));
-      poison_fill(recv, count * es * (size_t)n);
+          conf_set((mpu_dtype)dt, send, (size_t)to * count + i, a2a_value(rank, to, i));
+      conf_poison_fill(recv, count * es * (size_t)n);
       CHECK_OK(mpu_comm_all_to_all(world, send, recv, count, (mpu_dtype)dt));
       for (int from = 0; from < n; from++)
         for (size_t i = 0; i < count; i++) {
-          double got = get((mpu_dtype)dt, recv, (size_t)from * count + i);
-          double want = rounded((mpu_dtype)dt, a2a_value(from, rank, i));
+          double got = conf_get((mpu_dtype)dt, recv, (size_t)from * count + i);
+          double want = conf_rounded((mpu_dtype)dt, a2a_value(from, rank, i));
           CHECK(got == want, "all_to_all %s count %zu: block from %d [%zu] = %g, want %g",
                 mpu_dtype_name((mpu_dtype)dt), count, from, i, got, want);
         }
@@ -367,26 +342,26 @@ static mpu_result_t case_send_recv(mpu_comm *world, void *suite) {
   mpu_comm_size(world, &n);
   int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   enum { COUNT = 3000, MSGS = 3 };
-  void *buf = alloc(COUNT * 8);
+  void *buf = conf_buf(COUNT * 8);
   CHECK(buf, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++) {
     for (int m = 0; m < MSGS; m++) {
-      fill((mpu_dtype)dt, buf, COUNT, MPU_SUM, rank * 10 + m, 0);
+      conf_fill((mpu_dtype)dt, buf, COUNT, MPU_SUM, rank * 10 + m, 0);
       CHECK_OK(mpu_comm_send(world, buf, COUNT, (mpu_dtype)dt, next));
-      fill((mpu_dtype)dt, buf, COUNT, MPU_SUM, rank * 10 + m + 5, 0);
+      conf_fill((mpu_dtype)dt, buf, COUNT, MPU_SUM, rank * 10 + m + 5, 0);
       CHECK_OK(mpu_comm_send(world, buf, COUNT, (mpu_dtype)dt, prev));
     }
     CHECK_OK(mpu_comm_send(world, NULL, 0, (mpu_dtype)dt, next));
     for (int m = 0; m < MSGS; m++) {
-      poison_fill(buf, COUNT * 8);
+      conf_poison_fill(buf, COUNT * 8);
       CHECK_OK(mpu_comm_recv(world, buf, COUNT, (mpu_dtype)dt, prev));
       for (size_t i = 0; i < COUNT; i++)
-        CHECK(get((mpu_dtype)dt, buf, i) == rounded((mpu_dtype)dt, value(MPU_SUM, prev * 10 + m, i)),
+        CHECK(conf_get((mpu_dtype)dt, buf, i) == conf_rounded((mpu_dtype)dt, conf_value(MPU_SUM, prev * 10 + m, i)),
               "recv %s message %d from %d: wrong [%zu]", mpu_dtype_name((mpu_dtype)dt), m, prev, i);
       CHECK_OK(mpu_comm_recv(world, buf, COUNT, (mpu_dtype)dt, next));
       for (size_t i = 0; i < COUNT; i++)
-        CHECK(get((mpu_dtype)dt, buf, i) ==
-                  rounded((mpu_dtype)dt, value(MPU_SUM, next * 10 + m + 5, i)),
+        CHECK(conf_get((mpu_dtype)dt, buf, i) ==
+                  conf_rounded((mpu_dtype)dt, conf_value(MPU_SUM, next * 10 + m + 5, i)),
               "recv %s message %d from %d: wrong [%zu]", mpu_dtype_name((mpu_dtype)dt), m, next, i);
     }
     CHECK_OK(mpu_comm_recv(world, NULL, 0, (mpu_dtype)dt, prev));
@@ -411,7 +386,7 @@ static mpu_result_t sum_over(mpu_comm *c, int64_t *got, int64_t *want) {
   }
   int me;
   if ((r = mpu_comm_rank(c, &me)) || (r = mpu_comm_world_rank(c, me, &wr))) return r;
-  int64_t *buf = alloc(2 * sizeof *buf); /* the suite's memory: managed on NCCL */
+  int64_t *buf = conf_buf(2 * sizeof *buf); /* the suite's memory: managed on NCCL */
   if (!buf) return MPU_ERR_OUT_OF_MEMORY;
   buf[0] = wr;
   r = mpu_comm_all_reduce(c, buf, buf + 1, 1, MPU_INT64, MPU_SUM);
@@ -537,8 +512,8 @@ static mpu_result_t case_bad_input(mpu_comm *world, void *suite) {
   int rank, n;
   /* the suite's memory (managed on NCCL): the calls below are refused for
    * their arguments, never for where the buffers live */
-  float *buf = alloc(64 * sizeof *buf), *out = alloc(64 * sizeof *out);
-  double *aligned = alloc(80 * sizeof *aligned);
+  float *buf = conf_buf(64 * sizeof *buf), *out = conf_buf(64 * sizeof *out);
+  double *aligned = conf_buf(80 * sizeof *aligned);
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
   const mpu_result_t BAD = MPU_ERR_INVALID_ARGUMENT;
@@ -633,16 +608,16 @@ static mpu_result_t case_sendrecv(mpu_comm *world, void *suite) {
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
   int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-  void *out = alloc(COUNT * 8), *in = alloc(COUNT * 8);
+  void *out = conf_buf(COUNT * 8), *in = conf_buf(COUNT * 8);
   CHECK(out && in, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int dir = 0; dir < 2; dir++) {
       int to = dir ? prev : next, from = dir ? next : prev;
-      fill((mpu_dtype)dt, out, COUNT, MPU_SUM, rank * 7 + dir, 0);
-      poison_fill(in, COUNT * 8);
+      conf_fill((mpu_dtype)dt, out, COUNT, MPU_SUM, rank * 7 + dir, 0);
+      conf_poison_fill(in, COUNT * 8);
       CHECK_OK(mpu_comm_sendrecv(world, out, COUNT, to, in, COUNT, from, (mpu_dtype)dt));
       for (size_t i = 0; i < COUNT; i++)
-        CHECK(get((mpu_dtype)dt, in, i) == rounded((mpu_dtype)dt, value(MPU_SUM, from * 7 + dir, i)),
+        CHECK(conf_get((mpu_dtype)dt, in, i) == conf_rounded((mpu_dtype)dt, conf_value(MPU_SUM, from * 7 + dir, i)),
               "sendrecv %s from %d: wrong [%zu]", mpu_dtype_name((mpu_dtype)dt), from, i);
     }
   /* a pipeline: stage r receives from r - 1, adds its rank, sends to r + 1 */
@@ -671,8 +646,8 @@ static mpu_result_t case_nonblocking(mpu_comm *world, void *suite) {
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
   size_t cap = 5003 * 8 * (size_t)n;
-  char *in = alloc(cap), *ar = alloc(cap), *ag = alloc(cap), *rsi = alloc(cap), *rs = alloc(cap),
-       *bc = alloc(cap), *rd = alloc(cap), *a2i = alloc(cap), *a2 = alloc(cap);
+  char *in = conf_buf(cap), *ar = conf_buf(cap), *ag = conf_buf(cap), *rsi = conf_buf(cap), *rs = conf_buf(cap),
+       *bc = conf_buf(cap), *rd = conf_buf(cap), *a2i = conf_buf(cap), *a2 = conf_buf(cap);
   mpu_request *req[7] = {0};
   CHECK(in && ar && ag && rsi && rs && bc && rd && a2i && a2, "out of memory");
   for (int d = 0; d < 2; d++)
@@ -680,11 +655,11 @@ static mpu_result_t case_nonblocking(mpu_comm *world, void *suite) {
       mpu_dtype dt = d ? MPU_INT64 : MPU_FLOAT32;
       size_t count = counts[c];
       int root = n - 1;
-      fill(dt, in, count, MPU_SUM, rank, 0);
-      fill(dt, rsi, count * (size_t)n, MPU_SUM, rank, 0);
-      if (rank == root) fill(dt, bc, count, MPU_SUM, root, 0);
+      conf_fill(dt, in, count, MPU_SUM, rank, 0);
+      conf_fill(dt, rsi, count * (size_t)n, MPU_SUM, rank, 0);
+      if (rank == root) conf_fill(dt, bc, count, MPU_SUM, root, 0);
       for (int to = 0; to < n; to++)
-        for (size_t i = 0; i < count; i++) set(dt, a2i, (size_t)to * count + i, a2a_value(rank, to, i));
+        for (size_t i = 0; i < count; i++) conf_set(dt, a2i, (size_t)to * count + i, a2a_value(rank, to, i));
       CHECK_OK(mpu_comm_iall_reduce(world, in, ar, count, dt, MPU_SUM, &req[0]));
       CHECK_OK(mpu_comm_iall_gather(world, in, ag, count, dt, &req[1]));
       CHECK_OK(mpu_comm_ireduce_scatter(world, rsi, rs, count, dt, MPU_SUM, &req[2]));
@@ -698,16 +673,16 @@ static mpu_result_t case_nonblocking(mpu_comm *world, void *suite) {
         CHECK_OK(mpu_request_wait(r));
       }
       for (size_t i = 0; i < count; i++) {
-        CHECK(get(dt, ar, i) == expected(dt, MPU_SUM, n, i), "iall_reduce [%zu]", i);
-        CHECK(get(dt, bc, i) == rounded(dt, value(MPU_SUM, root, i)), "ibroadcast [%zu]", i);
-        if (rank == 0) CHECK(get(dt, rd, i) == expected(dt, MPU_MAX, n, i), "ireduce [%zu]", i);
+        CHECK(conf_get(dt, ar, i) == conf_expected(dt, MPU_SUM, n, i), "iall_reduce [%zu]", i);
+        CHECK(conf_get(dt, bc, i) == conf_rounded(dt, conf_value(MPU_SUM, root, i)), "ibroadcast [%zu]", i);
+        if (rank == 0) CHECK(conf_get(dt, rd, i) == conf_expected(dt, MPU_MAX, n, i), "ireduce [%zu]", i);
         for (int k = 0; k < n; k++) {
-          CHECK(get(dt, ag, (size_t)k * count + i) == rounded(dt, value(MPU_SUM, k, i)),
+          CHECK(conf_get(dt, ag, (size_t)k * count + i) == conf_rounded(dt, conf_value(MPU_SUM, k, i)),
                 "iall_gather block %d [%zu]", k, i);
-          CHECK(get(dt, a2, (size_t)k * count + i) == rounded(dt, a2a_value(k, rank, i)),
+          CHECK(conf_get(dt, a2, (size_t)k * count + i) == conf_rounded(dt, a2a_value(k, rank, i)),
                 "iall_to_all block %d [%zu]", k, i);
         }
-        CHECK(get(dt, rs, i) == expected(dt, MPU_SUM, n, (size_t)rank * count + i),
+        CHECK(conf_get(dt, rs, i) == conf_expected(dt, MPU_SUM, n, (size_t)rank * count + i),
               "ireduce_scatter [%zu]", i);
       }
     }
@@ -728,7 +703,7 @@ static mpu_result_t case_nonblocking_order(mpu_comm *world, void *suite) {
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
   /* the suite's memory (managed on NCCL): a, x, y, z and two int32 messages */
-  int64_t *v = alloc(5 * sizeof *v), *a = v, *x = v + 1, *y = v + 2, *z = v + 3;
+  int64_t *v = conf_buf(5 * sizeof *v), *a = v, *x = v + 1, *y = v + 2, *z = v + 3;
   int32_t *msg = (int32_t *)(v + 4);
   mpu_request *r1 = NULL, *r2 = NULL;
   mpu_comm *dup = NULL;
@@ -803,7 +778,7 @@ static mpu_result_t case_request_free(mpu_comm *world, void *suite) {
   int rank, n;
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
-  int64_t *v = alloc(4 * sizeof *v), *a = v, *x = v + 1; /* the suite's memory */
+  int64_t *v = conf_buf(4 * sizeof *v), *a = v, *x = v + 1; /* the suite's memory */
   mpu_request *q = NULL;
   CHECK(v, "out of memory");
   *a = rank + 1;
@@ -878,7 +853,7 @@ static mpu_result_t case_all_gather_v(mpu_comm *world, void *suite) {
   mpu_comm_size(world, &n);
   size_t room = uneven_room(n), *counts = calloc((size_t)n, sizeof *counts),
          *at = calloc((size_t)n, sizeof *at);
-  void *send = alloc(UNEVEN_BIG * 8 + 8 * (size_t)n * 8), *recv = alloc(room * 8);
+  void *send = conf_buf(UNEVEN_BIG * 8 + 8 * (size_t)n * 8), *recv = conf_buf(room * 8);
   CHECK(send && recv && counts && at, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int p = 0; p < UNEVEN_PATTERNS; p++)
@@ -887,14 +862,14 @@ static mpu_result_t case_all_gather_v(mpu_comm *world, void *suite) {
           size_t es = mpu_dtype_size((mpu_dtype)dt);
           for (int k = 0; k < n; k++) counts[k] = uneven_count(p, k, n);
           const size_t *displs = uneven_displs(spaced, counts, n, at);
-          poison_fill(recv, room * es);
+          conf_poison_fill(recv, room * es);
           void *in = inplace ? (char *)recv + at[rank] * es : send;
-          fill((mpu_dtype)dt, in, counts[rank], MPU_SUM, rank, 0);
+          conf_fill((mpu_dtype)dt, in, counts[rank], MPU_SUM, rank, 0);
           CHECK_OK(mpu_comm_all_gather_v(world, in, recv, counts, displs, (mpu_dtype)dt));
           for (int k = 0; k < n; k++) {
             for (size_t i = 0; i < counts[k]; i++) {
-              double got = get((mpu_dtype)dt, recv, at[k] + i);
-              double want = rounded((mpu_dtype)dt, value(MPU_SUM, k, i));
+              double got = conf_get((mpu_dtype)dt, recv, at[k] + i);
+              double want = conf_rounded((mpu_dtype)dt, conf_value(MPU_SUM, k, i));
               CHECK(got == want, "all_gather_v %s pattern %d%s%s: block %d [%zu] = %g, want %g",
                     mpu_dtype_name((mpu_dtype)dt), p, spaced ? " spaced" : "",
                     inplace ? " in place" : "", k, i, got, want);
@@ -918,7 +893,7 @@ static mpu_result_t case_reduce_scatter_v(mpu_comm *world, void *suite) {
   mpu_comm_rank(world, &rank);
   mpu_comm_size(world, &n);
   size_t room = uneven_room(n), *counts = calloc((size_t)n, sizeof *counts);
-  void *send = alloc(room * 8), *recv = alloc(UNEVEN_BIG * 8 + 8 * (size_t)n * 8);
+  void *send = conf_buf(room * 8), *recv = conf_buf(UNEVEN_BIG * 8 + 8 * (size_t)n * 8);
   CHECK(send && recv && counts, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int op = 0; op < MPU_OP_COUNT; op++)
@@ -929,12 +904,12 @@ static mpu_result_t case_reduce_scatter_v(mpu_comm *world, void *suite) {
           if (k < rank) mine += counts[k];
           total += counts[k];
         }
-        fill((mpu_dtype)dt, send, total, (mpu_op)op, rank, 0);
-        poison_fill(recv, (counts[rank] + 1) * es);
+        conf_fill((mpu_dtype)dt, send, total, (mpu_op)op, rank, 0);
+        conf_poison_fill(recv, (counts[rank] + 1) * es);
         CHECK_OK(mpu_comm_reduce_scatter_v(world, send, recv, counts, (mpu_dtype)dt, (mpu_op)op));
         for (size_t i = 0; i < counts[rank]; i++) {
-          double got = get((mpu_dtype)dt, recv, i);
-          double want = expected((mpu_dtype)dt, (mpu_op)op, n, mine + i);
+          double got = conf_get((mpu_dtype)dt, recv, i);
+          double want = conf_expected((mpu_dtype)dt, (mpu_op)op, n, mine + i);
           CHECK(got == want, "reduce_scatter_v %s %s pattern %d: [%zu] = %g, want %g",
                 mpu_dtype_name((mpu_dtype)dt), mpu_op_name((mpu_op)op), p, i, got, want);
         }
@@ -962,7 +937,7 @@ static mpu_result_t case_all_to_all_v(mpu_comm *world, void *suite) {
   size_t room = uneven_room(n) + (size_t)UNEVEN_BIG * (size_t)n;
   size_t *sc = calloc((size_t)n * 4, sizeof *sc), *sd = sc ? sc + n : NULL,
          *rc = sc ? sc + 2 * n : NULL, *rd = sc ? sc + 3 * n : NULL;
-  void *send = alloc(room * 8), *recv = alloc(room * 8);
+  void *send = conf_buf(room * 8), *recv = conf_buf(room * 8);
   CHECK(send && recv && sc, "out of memory");
   for (int dt = 0; dt < MPU_DTYPE_COUNT; dt++)
     for (int p = 0; p < UNEVEN_PATTERNS; p++)
@@ -976,14 +951,14 @@ static mpu_result_t case_all_to_all_v(mpu_comm *world, void *suite) {
         const size_t *rdispls = uneven_displs(!spaced, rc, n, rd); /* the other layout */
         for (int to = 0; to < n; to++)
           for (size_t i = 0; i < sc[to]; i++)
-            set((mpu_dtype)dt, send, sd[to] + i, a2a_value(rank, to, i));
-        poison_fill(recv, room * es);
+            conf_set((mpu_dtype)dt, send, sd[to] + i, a2a_value(rank, to, i));
+        conf_poison_fill(recv, room * es);
         CHECK_OK(mpu_comm_all_to_all_v(world, send, sc, sdispls, recv, rc, rdispls,
                                        (mpu_dtype)dt));
         for (int from = 0; from < n; from++) {
           for (size_t i = 0; i < rc[from]; i++) {
-            double got = get((mpu_dtype)dt, recv, rd[from] + i);
-            double want = rounded((mpu_dtype)dt, a2a_value(from, rank, i));
+            double got = conf_get((mpu_dtype)dt, recv, rd[from] + i);
+            double want = conf_rounded((mpu_dtype)dt, a2a_value(from, rank, i));
             CHECK(got == want, "all_to_all_v %s pattern %d%s: block from %d [%zu] = %g, want %g",
                   mpu_dtype_name((mpu_dtype)dt), p, spaced ? " spaced" : "", from, i, got, want);
           }
@@ -1008,7 +983,7 @@ static mpu_result_t case_uneven_bad_input(mpu_comm *world, void *suite) {
   mpu_comm_size(world, &n);
   size_t *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
   /* the suite's memory (managed on NCCL): refused for the counts only */
-  float *buf = alloc(64 * sizeof *buf), *out = alloc(64 * 8 * sizeof *out);
+  float *buf = conf_buf(64 * sizeof *buf), *out = conf_buf(64 * 8 * sizeof *out);
   CHECK(counts && displs && buf && out, "out of memory");
   for (int k = 0; k < n; k++) counts[k] = 1, displs[k] = (size_t)k;
   CHECK_ERR(MPU_ERR_INVALID_ARGUMENT,
@@ -1131,6 +1106,7 @@ const conf_case conf_cases[] = {
     {"bad_input", case_bad_input, 0},
     {"memory_bad_input", case_memory_bad_input, 0},
     {"edge_values", conf_case_edge_values, CONF_NEEDS_EXACT},
+    {"path_edges", conf_case_path_edges, 0},
     {"nonblocking", case_nonblocking, 0},
     {"nonblocking_order", case_nonblocking_order, 0},
     {"request_free", case_request_free, 0},

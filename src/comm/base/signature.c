@@ -48,8 +48,9 @@ mpu_result_t mpu__sig_compare(const char *fn, const void *sigs, size_t stride, i
                               const int *world, mpu__check_level level) {
   const mpu__sig *first_sig = at(sigs, stride, 0);
   int first = -1, count = 0;
-  char ranks[256] = "";
+  char ranks[256]; /* written only on a mismatch: not cleared on every call */
   size_t used = 0;
+  ranks[0] = 0;
   for (int m = 1; m < n; m++) {
     if (!differs(first_sig, at(sigs, stride, m), level)) continue;
     if (first < 0) first = m;

@@ -293,8 +293,13 @@ mpu_result_t mpu__tbarrier(tcomm *tc, int breakable, const char *what) {
   if (s & BROKEN) return mpu__tgroup_broken(g, what);
   uint64_t gen = gen_of(s);
   if ((s & COUNT_MASK) + 1 == (uint64_t)g->n) { /* last to arrive: open the next generation */
+    /* the futex word first: the state is what the spinning peers read, and a
+     * store to the line after theirs would take it back from them. A waiter
+     * that saw the old state then finds the futex moved and does not sleep;
+     * one that counted itself a sleeper before our state store is woken (the
+     * state store and the sleepers load are sequentially consistent) */
+    atomic_store_explicit(&b->futex, (uint32_t)(gen + 1), memory_order_relaxed);
     atomic_store(&b->state, ((gen + 1) & GEN_MASK) << 32);
-    atomic_store(&b->futex, (uint32_t)(gen + 1));
     if (atomic_load(&b->sleepers)) futex_wake_all(&b->futex);
     return MPU_SUCCESS;
   }

@@ -2,17 +2,21 @@
  * threads.h - the threads backend's shared structures.
  *
  * A world is n ranks, each a thread of this process. A group is the state the
- * members of one communicator share: a barrier, each member's description of
- * its current call, and small staging buffers. Each member holds a handle
- * (tcomm) on the group with its own call counter.
+ * members of one communicator share: a barrier, each member's box (the
+ * signature of its current call, and a tiny call's data), its full
+ * description of a large call, and small staging buffers. Each member holds a
+ * handle (tcomm) on the group with its own call counter.
  *
- * One call on a group goes: describe the call in calls[parity][me] (and, for
- * small messages, stage the data in scratch[parity][me]); arrive at the
- * barrier; compare the descriptions; move the data; for large messages, wait
- * at a second barrier so no rank returns while a peer still reads its
- * buffers. Alternating parity between consecutive calls lets a small call need
- * one barrier: a member cannot write parity p again before every member has
- * passed the next call's barrier, i.e. finished reading parity p.
+ * One call on a group goes: sign the call in mem[me].box[parity]; stage a
+ * tiny call's input (at most MPU_THREADS_BOX bytes) beside the signature, a
+ * small one's in scratch[parity][me], or describe a large call in full in
+ * calls[parity][me]; arrive at the barrier; compare the signatures; move the
+ * data; for large messages, wait at a second barrier so no rank returns while
+ * a peer still reads its buffers. A tiny call so moves one line per peer
+ * besides the barrier's. Alternating parity between consecutive calls lets a
+ * small call need one barrier: a member cannot write parity p again before
+ * every member has passed the next call's barrier, i.e. finished reading
+ * parity p.
  *
  * Only the entry barrier of a call can fail (time out, see a peer abort, exit
  * or destroy its handle). Once every member has entered, the call completes:
@@ -84,24 +88,40 @@ typedef struct top {
   char *has;             /* [member]: started it */
 } top;
 
+/* What a tiny call stages in place of a scratch slot: at most this many
+ * bytes, beside the signature on the same 128 bytes. */
+#define MPU_THREADS_BOX (MPU_THREADS_LINE - sizeof(mpu__sig))
+
+/* A member's box for one parity: the signature of every blocking call it
+ * makes (what the members compare at entry) and, when what it stages fits,
+ * the staged data itself, so a peer reads one line of it per call. */
+typedef struct tbox {
+  _Alignas(MPU_THREADS_LINE) mpu__sig sig;
+  unsigned char data[MPU_THREADS_BOX];
+} tbox;
+
 /* What member m writes about itself, on lines of its own: what it writes on
  * each call (read by the others only when a wait goes long); what the others
- * read on each wait (written when it changes); and the claims on task m, which
- * another member writes when fewer members than tasks work (collectives.c). */
+ * read on each wait (written when it changes); the claims on task m, which
+ * another member writes when fewer members than tasks work (collectives.c);
+ * and its two boxes, written on each call and read by every peer. */
 typedef struct tmember {
   _Alignas(MPU_THREADS_LINE) _Atomic uint64_t entered; /* number of the last call it entered */
   _Alignas(MPU_THREADS_LINE) _Atomic int cpu; /* the CPU it last arrived from (a hint) */
   _Atomic int departed;                       /* its handle was destroyed */
   _Alignas(MPU_THREADS_LINE) _Atomic uint64_t claims; /* the parts of task m in the large call
                               now running that no member has claimed yet, first << 32 | end */
+  tbox box[2]; /* [parity] */
 } tmember;
 
 _Static_assert(sizeof(tbarrier) == MPU_THREADS_LINE, "the barrier's words share no line");
+_Static_assert(sizeof(tbox) == MPU_THREADS_LINE, "a box is one line and its neighbour");
 _Static_assert(offsetof(tmember, cpu) - offsetof(tmember, entered) >= MPU_THREADS_LINE &&
                    offsetof(tmember, claims) - offsetof(tmember, cpu) >= MPU_THREADS_LINE &&
+                   offsetof(tmember, box) - offsetof(tmember, claims) >= MPU_THREADS_LINE &&
                    sizeof(tmember) % MPU_THREADS_LINE == 0,
-               "a member's per-call words, its hints, its task's claims and the next member's "
-               "share no line");
+               "a member's per-call words, its hints, its task's claims, its boxes and the next "
+               "member's share no line");
 
 typedef struct tgroup {
   uint64_t id;
@@ -111,7 +131,7 @@ typedef struct tgroup {
   _Atomic int refs;             /* handles not yet destroyed */
   tbarrier bar;
   _Atomic uint64_t reason;      /* why the barrier broke (0: it did not) */
-  mpu__call *calls[2];          /* [parity][member]: each member's call, compared at entry */
+  mpu__call *calls[2];          /* [parity][member]: each member's large or uneven call */
   char *scratch[2];             /* [parity][member * MPU_THREADS_SCRATCH] */
   tmember *mem;                 /* [member]: what each member writes about itself */
   _Atomic uint32_t departures;  /* how many handles were destroyed: a waiter rescans the
