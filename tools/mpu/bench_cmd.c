@@ -39,7 +39,8 @@ static void help(void) {
       "collective reaches 100%% only by noise. Each launch first runs 0.2 s of untimed 1 MiB\n"
       "all_reduces (memory copies run slower for the first milliseconds after a process\n"
       "starts or the machine idles). --columns nccl-tests prints nccl-tests' table and\n"
-      "nothing else in its rows, for scripts that read its fields by position.\n"
+      "nothing else in its rows, for scripts that read its fields by position; its rows\n"
+      "are timed without a roof (nor the pauses for its rounds), as nccl-tests times them.\n"
       "\n"
       "options (nccl-tests' letters and meanings):\n"
       "  -b, --minbytes SIZE     smallest size (default 8; K, M, G suffixes are powers of 1024)\n"
@@ -510,8 +511,13 @@ static mpu_result_t bench_rows(mpu_comm *world, mpu_comm *host, bench_run *run) 
         cfg.check = o->check;
         mpu_bench_result res[2] = {MPU_BENCH_RESULT_INIT, MPU_BENCH_RESULT_INIT};
         mpu_comm *comms[2] = {world, run->checked};
-        mpu_result_t r = row_with_roof(comms, run->checked ? 2 : 1, host, run, rank, &cfg, res,
-                                       &row.roof_us[ip]);
+        /* nccl-tests' table has no roof column: its rows are timed without one, and
+         * without the pauses its rounds would take, as nccl-tests times them */
+        mpu_result_t r =
+            o->columns == COLUMNS_NCCL_TESTS
+                ? mpu_bench_collectives(comms, run->checked ? 2 : 1, &cfg, res)
+                : row_with_roof(comms, run->checked ? 2 : 1, host, run, rank, &cfg, res,
+                                &row.roof_us[ip]);
         if (r) return r;
         row.res[ip] = res[0];
         row.checked[ip] = res[1];
