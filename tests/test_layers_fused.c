@@ -3,7 +3,9 @@
  * replaces: Megatron's bias_gelu after a column layer made with skip_bias_add
  * against the layer's own bias and the plain GeLU (outputs, tanh, input and
  * parameter gradients, the bias's sums), and a linear's forward from its own
- * saved-input buffer against the copying forward; the buffer's refusals.
+ * saved-input buffer against the copying forward; the buffer's refusals;
+ * the input gradient's kernel, whose panels of the weight are packed from
+ * 64 rows of dy on, against the chain of fused multiply-adds it promises.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -171,11 +173,51 @@ static void test_saved_input_refusals(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* dx = dy W: on a CPU with AVX-512 each element is fmaf over the weight's
+ * rows in order, from 0 (src/layers/gemm.c), whatever the shapes: here with
+ * the weight's panels packed (64 rows and more), in blocks of 256 of its rows
+ * (300 and 520: a second, shorter block), and panels of 18 and 8 columns at
+ * the edge. Elsewhere (valgrind hides AVX-512) BLAS's sums, to 1e-5 of the terms' magnitudes. */
+static void test_input_gradient_bits(void **state) {
+  (void)state;
+  static const int shapes[][3] = {{72, 50, 300}, {64, 1024, 256}, {128, 40, 520}, {63, 33, 17}};
+  __builtin_cpu_init();
+  int exact = __builtin_cpu_supports("avx512f") != 0;
+  mpu_comm *c = alone();
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+    float *x = floats((size_t)n * in), *dx = floats((size_t)n * in);
+    float *y = floats((size_t)n * out), *dy = floats((size_t)n * out);
+    fill(x, (size_t)n * in, 7);
+    fill(dy, (size_t)n * out, 8);
+    mpu_column_linear col;
+    assert_int_equal(mpu_column_linear_init(&col, c, in, out, 0, 0, 0, 11, 0.5f), 0);
+    assert_int_equal(mpu_column_linear_forward(&col, x, n, y), 0);
+    assert_int_equal(mpu_column_linear_backward(&col, dy, dx), 0);
+    for (int i = 0; i < n; i++)
+      for (int l = 0; l < in; l++) {
+        float want = 0.0f, size = 0.0f; /* size: the sum of the terms' magnitudes */
+        for (int j = 0; j < out; j++) {
+          float d = dy[(size_t)i * out + j], w = col.weight[(size_t)j * in + l];
+          want = fmaf(d, w, want);
+          size += fabsf(d * w);
+        }
+        float got = dx[(size_t)i * in + l];
+        if (exact ? memcmp(&got, &want, sizeof got) != 0 : fabsf(got - want) > 1e-5f * (1.0f + size))
+          fail_msg("%d x %d x %d: dx[%d][%d] = %.9g, want %.9g", n, in, out, i, l, got, want);
+      }
+    mpu_column_linear_free(&col);
+    free(x), free(dx), free(y), free(dy);
+  }
+  mpu_comm_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bias_gelu_is_the_layers_bias),
       cmocka_unit_test(test_forward_from_the_saved_input),
       cmocka_unit_test(test_saved_input_refusals),
+      cmocka_unit_test(test_input_gradient_bits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
