@@ -5,7 +5,8 @@
  * parameter gradients, the bias's sums), and a linear's forward from its own
  * saved-input buffer against the copying forward; the buffer's refusals;
  * the input gradient's kernel, whose panels of the weight are packed from
- * 64 rows of dy on, against the chain of fused multiply-adds it promises.
+ * 64 rows of dy on, and the forward's, on the weight's panels transposed, against
+ * the chain of fused multiply-adds they promise.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -212,12 +213,65 @@ static void test_input_gradient_bits(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* y = x W^T (+ b): on a CPU with AVX-512, from 64 rows of x on and for up
+ * to 256 inputs, each element is fmaf over the inputs in order from 0, then
+ * the bias added (OpenBLAS's sums there, the same bits): panels of the
+ * weight transposed 16 x 16 at a time, with edges of 8 and 4 columns and 8
+ * and 13 inputs. Elsewhere, and for longer rows (BLAS's own blocks), 1e-5. */
+static void test_forward_bits(void **state) {
+  (void)state;
+  static const int shapes[][3] = {{72, 40, 100}, {128, 256, 256}, {64, 29, 36}, {63, 33, 17}, {64, 300, 8}};
+  __builtin_cpu_init();
+  int avx512 = __builtin_cpu_supports("avx512f") != 0;
+  mpu_comm *c = alone();
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+    int exact = avx512 && n >= 64 && in <= 256;
+    float *x = floats((size_t)n * in), *y = floats((size_t)n * out);
+    fill(x, (size_t)n * in, 9);
+    for (int kind = 0; kind < 2; kind++) {
+      mpu_column_linear col;
+      mpu_row_linear row;
+      const float *w, *b;
+      if (kind == 0) {
+        assert_int_equal(mpu_column_linear_init(&col, c, in, out, 1, 0, 0, 13, 0.5f), 0);
+        fill(col.bias, (size_t)out, 4);
+        assert_int_equal(mpu_column_linear_forward(&col, x, n, y), 0);
+        w = col.weight, b = col.bias;
+      } else {
+        assert_int_equal(mpu_row_linear_init(&row, c, in, out, 0, 1, 0, 14, 0.5f), 0);
+        assert_int_equal(mpu_row_linear_forward(&row, x, n, y), 0);
+        w = row.weight, b = NULL;
+      }
+      for (int i = 0; i < n; i++)
+        for (int j = 0; j < out; j++) {
+          float want = 0.0f, size = b ? fabsf(b[j]) : 0.0f;
+          for (int l = 0; l < in; l++) {
+            float p = x[(size_t)i * in + l], q = w[(size_t)j * in + l];
+            want = fmaf(p, q, want);
+            size += fabsf(p * q);
+          }
+          if (b) want = b[j] + want;
+          float got = y[(size_t)i * out + j];
+          if (exact ? memcmp(&got, &want, sizeof got) != 0 : fabsf(got - want) > 1e-5f * (1.0f + size))
+            fail_msg("%s %d x %d x %d: y[%d][%d] = %.9g, want %.9g", kind ? "row" : "column", n, in,
+                     out, i, j, got, want);
+        }
+      if (kind == 0) mpu_column_linear_free(&col);
+      else mpu_row_linear_free(&row);
+    }
+    free(x), free(y);
+  }
+  mpu_comm_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bias_gelu_is_the_layers_bias),
       cmocka_unit_test(test_forward_from_the_saved_input),
       cmocka_unit_test(test_saved_input_refusals),
       cmocka_unit_test(test_input_gradient_bits),
+      cmocka_unit_test(test_forward_bits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -204,8 +204,8 @@ mpu_result_t mpu_column_linear_forward(mpu_column_linear *l, const float *x, int
   if (add_bias)
     for (int i = 0; i < N; i++) /* y = b, then += x A^T */
       memcpy(yl + (size_t)i * l->out_local, l->bias, (size_t)l->out_local * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, l->out_local, l->in, 1.0f, l->x_total,
-              l->in, l->weight, l->in, add_bias ? 1.0f : 0.0f, yl, l->out_local);
+  mpu__gemm_nt(N, l->out_local, l->in, l->x_total, l->in, l->weight, l->in, add_bias, yl,
+               l->out_local);
   mpu_result_t r = MPU_SUCCESS;
   if (yl != y) {
     r = mpu__run(MPU_PRIM_GATHER_LAST, l->tp, yl, N, l->out_local, y, N, l->out);
@@ -353,8 +353,8 @@ mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, fl
    * where y holds N / tp */
   float *yp = l->sequence_parallel ? malloc((size_t)n * l->out * sizeof(float)) : y;
   MPU_CHECK(need(yp, fn));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, l->out, l->in_local, 1.0f, l->x_local,
-              l->in_local, l->weight, l->in_local, 0.0f, yp, l->out);
+  mpu__gemm_nt(n, l->out, l->in_local, l->x_local, l->in_local, l->weight, l->in_local, 0, yp,
+               l->out);
   int rows = l->sequence_parallel ? n / l->tp_size : n;
   mpu_result_t r = mpu__run(l->sequence_parallel ? MPU_PRIM_REDUCE_SCATTER_FIRST : MPU_PRIM_ALL_REDUCE,
                             l->tp, yp, n, l->out, y, rows, l->out);
