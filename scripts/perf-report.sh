@@ -301,14 +301,14 @@ if wanted profile; then
 import collections, json, re, sys
 tmp = sys.argv[1]
 kinds = [  # (row, symbol pattern), first match wins
-    ("OpenBLAS's sgemm kernel (the linears' forward and weight gradient)", r"^sgemm_kernel"),
-    ("mpu's kernel (`src/layers/gemm.c`): the input gradient dx = dy W, and the attention's q k^T, P v, dout v^T, dS k", r"^(one_tile|kernel)\b"),
+    ("OpenBLAS's sgemm kernel (the linears' weight gradient, and fc2's forward)", r"^sgemm_kernel"),
+    ("mpu's kernel (`src/layers/gemm.c`): the linears' input gradient dx = dy W and forward x W^T (but fc2's), and the attention's q k^T, P v, dout v^T, dS k", r"^(one_tile|kernel|kernel_packed)\b"),
     ("OpenBLAS packing operands and scaling C (`sgemm_*copy`, `sgemm_beta`)", r"^sgemm_(i|o)[nt]copy|^sgemm_beta"),
     ("the attention's dv and dk (OpenBLAS's small-matrix kernels)", r"^sgemm_small"),
     ("memory copies and clears", r"^__mem(move|cpy|set)"),
     ("AdamW and the clip's sum of squares", r"^(update_run|squares)"),
     ("LayerNorm and softmax, forward and backward", r"^(norm_row|softmax_row)"),
-    ("GeLU forward and backward", r"^mpu_gelu"),
+    ("GeLU forward and backward (fc1's bias added, and its gradient summed, in them)", r"^mpu_(bias_)?gelu"),
     ("the collectives' own work (copies, sums)", r"^(reduce_f32|mpu__t|copy_chunk)"),
     ("waiting for the other rank: the scheduler, futexes", r"^(finish_task_switch|_raw_spin|__schedule|schedule|futex|__futex|syscall|entry_SYSCALL|do_syscall|sched_|pthread_cond|__pthread|sem_)"),
     ("page faults (first touch)", r"^(clear_page|exc_page_fault|do_huge_pmd|folio_|handle_mm_fault|__handle_mm)"),

@@ -108,6 +108,12 @@ MPU_API mpu_result_t mpu_column_linear_forward(mpu_column_linear *l, const float
                                                float *y);
 /* dy shaped as y; dx shaped as x. */
 MPU_API mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, float *dx);
+/* The buffer the layer saves its forward's input in (x_total), sized for n
+ * rows, in *x: a caller that writes the next forward's input there and
+ * passes it as x saves the forward's copy of it (PyTorch's autograd keeps a
+ * reference where mpu keeps a copy). Not with sequence parallelism, where
+ * the saved input is gathered from every rank's rows. */
+MPU_API mpu_result_t mpu_column_linear_input(mpu_column_linear *l, int n, float **x);
 
 /* ---- RowParallelLinear: Y = X A^T + b, A (out, in) split along in --------------------- */
 
@@ -141,6 +147,10 @@ MPU_API void mpu_row_linear_zero_grad(mpu_row_linear *l);
  * sequence parallelism (reduce-scatter), else (N, out) (all-reduce). */
 MPU_API mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, float *y);
 MPU_API mpu_result_t mpu_row_linear_backward(mpu_row_linear *l, const float *dy, float *dx);
+/* The buffer the layer saves its forward's input in (x_local), sized for n
+ * rows, in *x, as mpu_column_linear_input: with input_is_parallel only, where
+ * the input is saved as it comes. */
+MPU_API mpu_result_t mpu_row_linear_input(mpu_row_linear *l, int n, float **x);
 
 /* ---- VocabParallelEmbedding: rows of a (vocab, hidden) table split along vocab ------- */
 
@@ -218,6 +228,15 @@ MPU_API void mpu_gelu_backward(const float *x, const float *dy, float *dx, size_
 MPU_API void mpu_gelu_forward_keep(const float *x, float *y, float *t, size_t n);
 MPU_API void mpu_gelu_backward_kept(const float *x, const float *t, const float *dy, float *dx,
                                     size_t n);
+/* Megatron's bias_gelu with the tanh kept, for a column layer made with
+ * skip_bias_add: x (rows, cols) += bias row by row (bias NULL: none), kept in
+ * x for the backward, y = gelu(x), t its tanh. The backward gives dx =
+ * gelu'(x) dy and adds dx's column sums, row by row, to dbias: the sums the
+ * layer's backward would have made, in the same order, in the same pass. */
+MPU_API void mpu_bias_gelu_forward_keep(float *x, const float *bias, size_t rows, size_t cols,
+                                        float *y, float *t);
+MPU_API void mpu_bias_gelu_backward_kept(const float *x, const float *t, const float *dy,
+                                         float *dx, size_t rows, size_t cols, float *dbias);
 /* y = tanh(x) element-wise, branch-free and vectorised (the GeLU's tanh):
  * within 1.5 ulp of the exact value for every float (glibc's tanhf: 2.2). */
 MPU_API void mpu_tanh(const float *x, float *y, size_t n);

@@ -6,7 +6,10 @@
  * eight broadcasts of A's column k, sixteen fused multiply-adds. A panel of
  * B's 32 columns stays in cache while the tiles of A's rows pass it, so
  * each element of the weight is read once per product; while the first
- * tile of a panel runs, the next panel's rows are prefetched.
+ * tile of a panel runs, the next panel's rows are prefetched. From 64 rows
+ * of A on (the linears' 128 tokens) the panel is first copied, 256 of B's
+ * rows at a time, into 32 KiB of its own (kernel_packed): in place its rows
+ * are the weight's row length apart and evict one another from the caches.
  */
 #include "layers/gemm.h"
 
@@ -22,6 +25,10 @@
 
 enum { MR = 8, NR = 32 };
 
+/* from this many rows of A on, B's panels are packed (kernel_packed): the
+ * linears' 128 tokens, not the attention's blocks of 32 rows */
+enum { PACK_ROWS = 64 };
+
 #define AVX512 __attribute__((target("avx512f")))
 
 /* acc (mr x 32) = sum over l < k of a[r * lda + l] b[l * ldb + 0..31]: B's
@@ -30,14 +37,12 @@ enum { MR = 8, NR = 32 };
  * full constants, so acc stays in registers. */
 static inline __attribute__((always_inline)) AVX512 void
 tile(int mr, int full, int k, const float *a, size_t lda, const float *b, size_t ldb,
-     const char *pf, __mmask16 m0, __mmask16 m1, __m512 acc[MR][2]) {
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+     const char *pf, size_t pfs, __mmask16 m0, __mmask16 m1, __m512 acc[MR][2]) {
   for (int l = 0; l < k; l++) {
     const float *bl = b + (size_t)l * ldb;
     if (pf) {
-      _mm_prefetch(pf + (size_t)l * ldb * sizeof(float), _MM_HINT_T0);
-      _mm_prefetch(pf + (size_t)l * ldb * sizeof(float) + 64, _MM_HINT_T0);
+      _mm_prefetch(pf + (size_t)l * pfs, _MM_HINT_T0);
+      _mm_prefetch(pf + (size_t)l * pfs + 64, _MM_HINT_T0);
     }
     __m512 b0 = full ? _mm512_loadu_ps(bl) : _mm512_maskz_loadu_ps(m0, bl);
     __m512 b1 = full ? _mm512_loadu_ps(bl + 16) : _mm512_maskz_loadu_ps(m1, bl + 16);
@@ -50,21 +55,40 @@ tile(int mr, int full, int k, const float *a, size_t lda, const float *b, size_t
   }
 }
 
-/* one tile of C: mr rows (1..8) by nr columns (1..32) */
+/* what one_tile does with C: C = the sums; C's sums go on (the sums of the
+ * k before these: the same chain of fused multiply-adds, cut where C stores
+ * it exactly); C += the sums (BLAS's beta 1) */
+enum { SET, MORE, ADD };
+
+/* one tile of C: mr rows (1..8) by nr columns (1..32), mode as above. B's
+ * rows are whole (full) where B is a packed panel, its columns past nr zero. */
 static AVX512 void one_tile(int mr, int nr, int k, const float *a, size_t lda, const float *b,
-                            size_t ldb, const char *pf, float *c, size_t ldc) {
+                            size_t ldb, const char *pf, size_t pfs, int mode, int full, float *c,
+                            size_t ldc) {
   __m512 acc[MR][2];
   __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
   __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-  if (mr == MR && nr == NR) {
-    tile(MR, 1, k, a, lda, b, ldb, pf, m0, m1, acc); /* the hot one */
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++)
+    if (mode == MORE && r < mr) {
+      acc[r][0] = _mm512_maskz_loadu_ps(m0, c + (size_t)r * ldc);
+      acc[r][1] = _mm512_maskz_loadu_ps(m1, c + (size_t)r * ldc + 16);
+    } else {
+      acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    }
+  if (mr == MR && (nr == NR || full)) {
+    tile(MR, 1, k, a, lda, b, ldb, pf, pfs, m0, m1, acc); /* the hot one */
   } else {
     switch (mr) { /* the edges of C */
 #define ROWS(R) \
-  case R: tile(R, 0, k, a, lda, b, ldb, pf, m0, m1, acc); break;
+  case R: tile(R, full, k, a, lda, b, ldb, pf, pfs, m0, m1, acc); break;
       ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
 #undef ROWS
     }
+  }
+  for (int r = 0; r < mr && mode == ADD; r++) {
+    acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c + (size_t)r * ldc), acc[r][0]);
+    acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + (size_t)r * ldc + 16), acc[r][1]);
   }
   for (int r = 0; r < mr; r++) {
     _mm512_mask_storeu_ps(c + (size_t)r * ldc, m0, acc[r][0]);
@@ -78,7 +102,96 @@ static AVX512 void kernel(int m, int n, int k, const float *a, size_t lda, const
     const char *next = j0 + NR < n ? (const char *)(b + j0 + NR) : NULL;
     for (int i0 = 0; i0 < m; i0 += MR)
       one_tile(m - i0 < MR ? m - i0 : MR, n - j0 < NR ? n - j0 : NR, k, a + (size_t)i0 * lda,
-               lda, b + j0, ldb, i0 == 0 ? next : NULL, c + (size_t)i0 * ldc + j0, ldc);
+               lda, b + j0, ldb, i0 == 0 ? next : NULL, ldb * sizeof(float), SET, 0,
+               c + (size_t)i0 * ldc + j0, ldc);
+  }
+}
+
+/* KC rows of a panel of B, packed: 32 KiB, in L1 beside A's rows */
+enum { KC = 256 };
+
+/* r[t] = column t of the 16 x 16 block whose rows were r[0..15] */
+static inline __attribute__((always_inline)) AVX512 void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 4) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    t[i + 2] = _mm512_unpacklo_ps(r[i + 2], r[i + 3]);
+    t[i + 3] = _mm512_unpackhi_ps(r[i + 2], r[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+/* pb (kc x 32) = rows k0.. of columns j0.. of B, where B is given
+ * transposed (b[j * ldb + l]: the weight W of x W^T), 16 x 16 at a time;
+ * past nr columns zero */
+static AVX512 void pack_transposed(float *pb, const float *b, size_t ldb, int j0, int nr, int k0,
+                                   int kc) {
+  for (int l0 = 0; l0 < kc; l0 += 16) {
+    int nl = kc - l0 < 16 ? kc - l0 : 16;
+    __mmask16 ml = nl == 16 ? 0xFFFF : (__mmask16)((1u << nl) - 1);
+    for (int h = 0; h < NR; h += 16) {
+      __m512 r[16];
+      for (int t = 0; t < 16; t++)
+        r[t] = h + t < nr ? _mm512_maskz_loadu_ps(ml, b + (size_t)(j0 + h + t) * ldb + k0 + l0)
+                          : _mm512_setzero_ps();
+      transpose16(r);
+      for (int t = 0; t < nl; t++) _mm512_store_ps(pb + (size_t)(l0 + t) * NR + h, r[t]);
+    }
+  }
+}
+
+/* The same products with B's panels copied, KC rows at a time, into a
+ * buffer of their own first. B's rows in place are ldb apart, 1 or 4 KiB at
+ * the linears' shapes: a panel's rows then fall in a few sets of the caches
+ * and evict one another, so each tile of A's rows read the panel from
+ * further out. Worth its copy where many tiles of A pass each panel. bt: B
+ * is given transposed (pack_transposed); add: C += the products, for k <=
+ * KC (one block: the sums are added to C whole). */
+static AVX512 void kernel_packed(int m, int n, int k, const float *a, size_t lda,
+                                 const float *b, size_t ldb, int bt, int add, float *c,
+                                 size_t ldc) {
+  float pb[KC * NR] __attribute__((aligned(64)));
+  for (int j0 = 0; j0 < n; j0 += NR) {
+    int nr = n - j0 < NR ? n - j0 : NR;
+    __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+    for (int k0 = 0; k0 < k; k0 += KC) {
+      int kc = k - k0 < KC ? k - k0 : KC;
+      if (bt) pack_transposed(pb, b, ldb, j0, nr, k0, kc);
+      else
+        for (int l = 0; l < kc; l++) {
+          const float *bl = b + (size_t)(k0 + l) * ldb + j0;
+          _mm512_store_ps(pb + l * NR, _mm512_maskz_loadu_ps(m0, bl));
+          _mm512_store_ps(pb + l * NR + 16, _mm512_maskz_loadu_ps(m1, bl + 16));
+        }
+      /* the first tile fetches the rows that are packed next (at most kc of them), from
+       * pages the caches' own prefetchers do not cross; B^T's rows are whole lines */
+      const char *next = bt ? NULL
+                         : k0 + KC < k ? (const char *)(b + (size_t)(k0 + KC) * ldb + j0)
+                         : j0 + NR < n ? (const char *)(b + j0 + NR)
+                                       : NULL;
+      for (int i0 = 0; i0 < m; i0 += MR)
+        one_tile(m - i0 < MR ? m - i0 : MR, nr, kc, a + (size_t)i0 * lda + k0, lda, pb, NR,
+                 i0 == 0 ? next : NULL, ldb * sizeof(float),
+                 add ? ADD : k0 > 0 ? MORE : SET, 1,
+                 c + (size_t)i0 * ldc + j0, ldc);
+    }
   }
 }
 
@@ -102,10 +215,24 @@ void mpu__gemm_nn(int m, int n, int k, const float *a, int lda, const float *b, 
                   int ldc) {
 #ifdef GEMM_AVX512
   if (m > 0 && n > 0 && k > 0 && use_kernel()) {
-    kernel(m, n, k, a, (size_t)lda, b, (size_t)ldb, c, (size_t)ldc);
+    if (m >= PACK_ROWS)
+      kernel_packed(m, n, k, a, (size_t)lda, b, (size_t)ldb, 0, 0, c, (size_t)ldc);
+    else kernel(m, n, k, a, (size_t)lda, b, (size_t)ldb, c, (size_t)ldc);
     return;
   }
 #endif
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c,
               ldc);
+}
+
+void mpu__gemm_nt(int m, int n, int k, const float *a, int lda, const float *b, int ldb, int add,
+                  float *c, int ldc) {
+#ifdef GEMM_AVX512
+  if (m >= PACK_ROWS && n > 0 && k > 0 && k <= KC && use_kernel()) {
+    kernel_packed(m, n, k, a, (size_t)lda, b, (size_t)ldb, 1, add, c, (size_t)ldc);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, lda, b, ldb,
+              add ? 1.0f : 0.0f, c, ldc);
 }

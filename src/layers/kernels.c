@@ -10,14 +10,39 @@
 #define GELU_K 0.79788456f
 #define GELU_C 0.044715f
 
+/* the tanh of the GeLU of v */
+static inline float gelu_tanh(float v) { return mpu__tanhf(GELU_K * v * (1.0f + GELU_C * v * v)); }
+
 MPU_SIMD_CLONES void mpu_tanh(const float *x, float *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = mpu__tanhf(x[i]);
+}
+
+/* one row of Megatron's bias_gelu with the tanh kept: x += bias (when given), y = gelu(x) */
+static inline void bias_gelu_row(float *restrict x, const float *restrict bias, float *restrict y,
+                                 float *restrict t, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = bias ? x[i] + bias[i] : x[i];
+    float th = gelu_tanh(v);
+    x[i] = v;
+    t[i] = th;
+    y[i] = 0.5f * v * (1.0f + th);
+  }
+}
+
+MPU_SIMD_CLONES void mpu_bias_gelu_forward_keep(float *restrict x, const float *restrict bias,
+                                                size_t rows, size_t cols, float *restrict y,
+                                                float *restrict t) {
+  for (size_t r = 0; r < rows; r++) {
+    size_t o = r * cols;
+    if (bias) bias_gelu_row(x + o, bias, y + o, t + o, cols);
+    else bias_gelu_row(x + o, NULL, y + o, t + o, cols);
+  }
 }
 
 MPU_SIMD_CLONES void mpu_gelu_forward_keep(const float *restrict x, float *restrict y,
                                            float *restrict t, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    float v = x[i], th = mpu__tanhf(GELU_K * v * (1.0f + GELU_C * v * v));
+    float v = x[i], th = gelu_tanh(v);
     t[i] = th;
     y[i] = 0.5f * v * (1.0f + th);
   }
@@ -26,7 +51,7 @@ MPU_SIMD_CLONES void mpu_gelu_forward_keep(const float *restrict x, float *restr
 MPU_SIMD_CLONES void mpu_gelu_forward(const float *restrict x, float *restrict y, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
-    y[i] = 0.5f * v * (1.0f + mpu__tanhf(GELU_K * v * (1.0f + GELU_C * v * v)));
+    y[i] = 0.5f * v * (1.0f + gelu_tanh(v));
   }
 }
 
@@ -42,10 +67,26 @@ MPU_SIMD_CLONES void mpu_gelu_backward_kept(const float *restrict x, const float
   for (size_t i = 0; i < n; i++) dx[i] = gelu_slope(x[i], t[i]) * dy[i];
 }
 
+MPU_SIMD_CLONES void mpu_bias_gelu_backward_kept(const float *restrict x, const float *restrict t,
+                                                 const float *restrict dy, float *restrict dx,
+                                                 size_t rows, size_t cols,
+                                                 float *restrict dbias) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols, *tr = t + r * cols, *dyr = dy + r * cols;
+    float *dxr = dx + r * cols;
+    /* the bias's gradient row by row, as the linear layer sums it: the same order, the same bits */
+    for (size_t j = 0; j < cols; j++) {
+      float d = gelu_slope(xr[j], tr[j]) * dyr[j];
+      dxr[j] = d;
+      dbias[j] += d;
+    }
+  }
+}
+
 MPU_SIMD_CLONES void mpu_gelu_backward(const float *restrict x, const float *restrict dy,
                                        float *restrict dx, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
-    dx[i] = gelu_slope(v, mpu__tanhf(GELU_K * v * (1.0f + GELU_C * v * v))) * dy[i];
+    dx[i] = gelu_slope(v, gelu_tanh(v)) * dy[i];
   }
 }

@@ -185,27 +185,56 @@ mpu_result_t mpu_column_linear_forward(mpu_column_linear *l, const float *x, int
   if (!l || !l->weight || !x || !y || n_local < 1)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or %d rows", fn, n_local);
   int N = l->sequence_parallel ? n_local * l->tp_size : n_local;
-  float *saved = realloc(l->x_total, (size_t)N * l->in * sizeof(float));
-  MPU_CHECK(need(saved, fn));
-  l->x_total = saved;
-  l->n = N;
-  /* the input every rank multiplies: gathered along the sequence, or copied */
-  MPU_CHECK(mpu__run(l->sequence_parallel ? MPU_PRIM_GATHER_FIRST : MPU_PRIM_IDENTITY, l->tp,
-                     (float *)x, n_local, l->in, l->x_total, N, l->in));
+  if (x != l->x_total) {
+    float *saved = realloc(l->x_total, (size_t)N * l->in * sizeof(float));
+    MPU_CHECK(need(saved, fn));
+    l->x_total = saved;
+    l->n = N;
+    /* the input every rank multiplies: gathered along the sequence, or copied */
+    MPU_CHECK(mpu__run(l->sequence_parallel ? MPU_PRIM_GATHER_FIRST : MPU_PRIM_IDENTITY, l->tp,
+                       (float *)x, n_local, l->in, l->x_total, N, l->in));
+  } else if (l->sequence_parallel || n_local != l->n) { /* written by the caller in place */
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: x is the layer's input buffer, for %d rows%s; %d given", fn, l->n,
+                      l->sequence_parallel ? " and not with sequence parallelism" : "", n_local);
+  }
   float *yl = l->gather_output && l->tp_size > 1 ? malloc((size_t)N * l->out_local * sizeof(float)) : y;
   MPU_CHECK(need(yl, fn));
   int add_bias = l->has_bias && !l->skip_bias_add; /* skip_bias_add: the caller adds it */
   if (add_bias)
     for (int i = 0; i < N; i++) /* y = b, then += x A^T */
       memcpy(yl + (size_t)i * l->out_local, l->bias, (size_t)l->out_local * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, l->out_local, l->in, 1.0f, l->x_total,
-              l->in, l->weight, l->in, add_bias ? 1.0f : 0.0f, yl, l->out_local);
+  mpu__gemm_nt(N, l->out_local, l->in, l->x_total, l->in, l->weight, l->in, add_bias, yl,
+               l->out_local);
   mpu_result_t r = MPU_SUCCESS;
   if (yl != y) {
     r = mpu__run(MPU_PRIM_GATHER_LAST, l->tp, yl, N, l->out_local, y, N, l->out);
     free(yl);
   }
   return r;
+}
+
+/* The saved input's buffer, sized for n rows (mpu_column_linear_input, mpu_row_linear_input). */
+static mpu_result_t input_buffer(const char *fn, float **saved, int *rows, int n, int cols,
+                                 float **x) {
+  if (!x) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: x is NULL", fn);
+  *x = NULL;
+  if (n < 1) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: %d rows", fn, n);
+  float *p = realloc(*saved, (size_t)n * (size_t)cols * sizeof(float));
+  MPU_CHECK(need(p, fn));
+  *saved = *x = p;
+  *rows = n;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_column_linear_input(mpu_column_linear *l, int n, float **x) {
+  static const char fn[] = "mpu_column_linear_input";
+  if (!l || !l->weight) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
+  if (l->sequence_parallel)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: with sequence parallelism the saved input is gathered from every "
+                      "rank's rows, not written by the caller", fn);
+  return input_buffer(fn, &l->x_total, &l->n, n, l->in, x);
 }
 
 mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const float *dy, float *dx) {
@@ -306,20 +335,26 @@ mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, fl
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: %d rows do not divide by the %d ranks of the sequence split", fn, n,
                       l->tp_size);
-  float *saved = realloc(l->x_local, (size_t)n * l->in_local * sizeof(float));
-  MPU_CHECK(need(saved, fn));
-  l->x_local = saved;
-  l->n = n;
-  MPU_CHECK(mpu__run(l->input_is_parallel ? MPU_PRIM_IDENTITY : MPU_PRIM_SPLIT_LAST, l->tp,
-                     (float *)x, n, l->input_is_parallel ? l->in_local : l->in, l->x_local, n,
-                     l->in_local));
+  if (x != l->x_local) {
+    float *saved = realloc(l->x_local, (size_t)n * l->in_local * sizeof(float));
+    MPU_CHECK(need(saved, fn));
+    l->x_local = saved;
+    l->n = n;
+    MPU_CHECK(mpu__run(l->input_is_parallel ? MPU_PRIM_IDENTITY : MPU_PRIM_SPLIT_LAST, l->tp,
+                       (float *)x, n, l->input_is_parallel ? l->in_local : l->in, l->x_local, n,
+                       l->in_local));
+  } else if (!l->input_is_parallel || n != l->n) { /* written by the caller in place */
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: x is the layer's input buffer, for %d rows%s; %d given", fn, l->n,
+                      l->input_is_parallel ? "" : " and with input_is_parallel only", n);
+  }
   /* the all-reduce sums the partial products in place in y (the same sums,
    * one pass over the output less); the reduce-scatter's input is N rows
    * where y holds N / tp */
   float *yp = l->sequence_parallel ? malloc((size_t)n * l->out * sizeof(float)) : y;
   MPU_CHECK(need(yp, fn));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, l->out, l->in_local, 1.0f, l->x_local,
-              l->in_local, l->weight, l->in_local, 0.0f, yp, l->out);
+  mpu__gemm_nt(n, l->out, l->in_local, l->x_local, l->in_local, l->weight, l->in_local, 0, yp,
+               l->out);
   int rows = l->sequence_parallel ? n / l->tp_size : n;
   mpu_result_t r = mpu__run(l->sequence_parallel ? MPU_PRIM_REDUCE_SCATTER_FIRST : MPU_PRIM_ALL_REDUCE,
                             l->tp, yp, n, l->out, y, rows, l->out);
@@ -328,6 +363,16 @@ mpu_result_t mpu_row_linear_forward(mpu_row_linear *l, const float *x, int n, fl
     for (int i = 0; i < rows; i++)
       for (int j = 0; j < l->out; j++) y[(size_t)i * l->out + j] += l->bias[j];
   return r;
+}
+
+mpu_result_t mpu_row_linear_input(mpu_row_linear *l, int n, float **x) {
+  static const char fn[] = "mpu_row_linear_input";
+  if (!l || !l->weight) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
+  if (!l->input_is_parallel)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: without input_is_parallel the saved input is this rank's columns of "
+                      "the input, not written by the caller", fn);
+  return input_buffer(fn, &l->x_local, &l->n, n, l->in_local, x);
 }
 
 mpu_result_t mpu_row_linear_backward(mpu_row_linear *l, const float *dy, float *dx) {

@@ -16,7 +16,7 @@ struct gpt_block {
   mpu_column_linear qkv, fc1;
   mpu_row_linear proj, fc2;
   mpu_attention attn;
-  float *x, *y1, *qkv_out, *att, *att_mask, *proj_out, *m1, *mid, *y2, *h, *g, *fc2_out, *m2;
+  float *x, *y1, *qkv_out, *att_mask, *proj_out, *m1, *mid, *y2, *h, *fc2_out, *m2;
   float *d_mid, *d1, *d2, *dqkv, *datt, *dh, *dg;
   float *gt;     /* the GeLU's tanh, kept for its backward */
   int mb;        /* the micro-batch of the last forward (its dropout keys) */
@@ -112,10 +112,13 @@ static mpu_result_t add(gpt_chunk *c, const char *name, int rows, int cols, int 
 static float *data(gpt_chunk *c, int i) { return mpu_param_data(&c->params, i); }
 static float *grad(gpt_chunk *c, int i) { return mpu_param_grad(&c->params, i); }
 
+/* skip_bias_add: the caller adds the bias (the GeLU's fused bias_gelu) */
 static mpu_result_t column(gpt_chunk *c, const gpt_ctx *ctx, mpu_column_linear *l, int in,
-                           int out, int w, int b, int stride, uint64_t seed, float std) {
+                           int out, int w, int b, int stride, int skip_bias_add, uint64_t seed,
+                           float std) {
   mpu_linear_options o = MPU_LINEAR_OPTIONS_INIT;
   o.gather_output = 0, o.sequence_parallel = ctx->sp, o.stride = stride, o.seed = seed;
+  o.skip_bias_add = skip_bias_add;
   o.init_method = mpu_init_normal, o.init_arg = &std, o.bias = b >= 0;
   o.weight = data(c, w), o.weight_grad = grad(c, w);
   if (b >= 0) o.bias_data = data(c, b), o.bias_grad = grad(c, b);
@@ -208,9 +211,9 @@ mpu_result_t gpt_chunk_create(const gpt_ctx *ctx, gpt_chunk *c, int vs, int nvs)
                             grad(c, b->ln1_w), grad(c, b->ln1_b));
     if (!r) r = mpu_layer_norm_init(&b->ln2, H, 1e-5f, data(c, b->ln2_w), data(c, b->ln2_b),
                                     grad(c, b->ln2_w), grad(c, b->ln2_b));
-    if (!r) r = column(c, ctx, &b->qkv, H, 3 * H, b->qkv_w, b->qkv_b, 3, ls + 1, std);
+    if (!r) r = column(c, ctx, &b->qkv, H, 3 * H, b->qkv_w, b->qkv_b, 3, 0, ls + 1, std);
     if (!r) r = row(c, ctx, &b->proj, H, H, b->proj_w, b->proj_b, ls + 2, out_std);
-    if (!r) r = column(c, ctx, &b->fc1, H, F, b->fc1_w, b->fc1_b, 1, ls + 3, std);
+    if (!r) r = column(c, ctx, &b->fc1, H, F, b->fc1_w, b->fc1_b, 1, 1, ls + 3, std);
     if (!r) r = row(c, ctx, &b->fc2, F, H, b->fc2_w, b->fc2_b, ls + 4, out_std);
     size_t th = (size_t)T_l * H;
     b->x = alloc(th, &failed), b->y1 = alloc(th, &failed), b->proj_out = alloc(th, &failed);
@@ -218,9 +221,9 @@ mpu_result_t gpt_chunk_create(const gpt_ctx *ctx, gpt_chunk *c, int vs, int nvs)
     b->fc2_out = alloc(th, &failed), b->m2 = alloc(th, &failed);
     b->d_mid = alloc(th, &failed), b->d1 = alloc(th, &failed), b->d2 = alloc(th, &failed);
     b->qkv_out = alloc((size_t)T * 3 * Hl, &failed), b->dqkv = alloc((size_t)T * 3 * Hl, &failed);
-    b->att = alloc((size_t)T * Hl, &failed), b->datt = alloc((size_t)T * Hl, &failed);
+    b->datt = alloc((size_t)T * Hl, &failed);
     b->att_mask = alloc((size_t)hl * T * T, &failed);
-    b->h = alloc((size_t)T * Fl, &failed), b->g = alloc((size_t)T * Fl, &failed);
+    b->h = alloc((size_t)T * Fl, &failed);
     b->dh = alloc((size_t)T * Fl, &failed), b->dg = alloc((size_t)T * Fl, &failed);
     b->gt = alloc((size_t)T * Fl, &failed);
     b->recompute = gpt_block_recompute(g, i, c->nlayers);
@@ -228,7 +231,7 @@ mpu_result_t gpt_chunk_create(const gpt_ctx *ctx, gpt_chunk *c, int vs, int nvs)
   if (c->last && !r) {
     r = mpu_layer_norm_init(&c->lnf, H, 1e-5f, data(c, lnf_w), data(c, lnf_b), grad(c, lnf_w),
                             grad(c, lnf_b));
-    if (!r) r = column(c, ctx, &c->head, H, V, head, -1, 1, s + 3, std);
+    if (!r) r = column(c, ctx, &c->head, H, V, head, -1, 1, 0, s + 3, std);
     c->logits = alloc((size_t)T * (V / tp), &failed), c->dlogits = alloc((size_t)T * (V / tp), &failed);
     c->loss = alloc((size_t)T, &failed), c->dloss = alloc((size_t)T, &failed);
   }
@@ -247,8 +250,8 @@ void gpt_chunk_free(gpt_chunk *c) {
     mpu_column_linear_free(&b->qkv), mpu_column_linear_free(&b->fc1);
     mpu_row_linear_free(&b->proj), mpu_row_linear_free(&b->fc2);
     mpu_attention_free(&b->attn);
-    float *bufs[] = {b->x, b->y1, b->qkv_out, b->att, b->att_mask, b->proj_out, b->m1, b->mid,
-                     b->y2, b->h, b->g, b->fc2_out, b->m2, b->d_mid, b->d1, b->d2, b->dqkv,
+    float *bufs[] = {b->x, b->y1, b->qkv_out, b->att_mask, b->proj_out, b->m1, b->mid,
+                     b->y2, b->h, b->fc2_out, b->m2, b->d_mid, b->d1, b->d2, b->dqkv,
                      b->datt, b->dh, b->dg, b->gt};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) free(bufs[k]);
   }
@@ -469,15 +472,24 @@ static mpu_result_t block_forward(const gpt_ctx *ctx, gpt_block *b, int mb, cons
   size_t th = (size_t)T_l * H;
   if (in != b->x) memcpy(b->x, in, th * sizeof(float)); /* (a block recomputed runs from b->x) */
   b->mb = mb;
-  TRY(mpu_layer_norm_forward(&b->ln1, b->x, T_l, b->y1));
-  TRY(mpu_column_linear_forward(&b->qkv, b->y1, T_l, b->qkv_out));
-  TRY(attention_core(ctx, b, b->qkv_out, b->att));
-  TRY(mpu_row_linear_forward(&b->proj, b->att, T, b->proj_out));
+  /* what feeds a linear is written where the linear saves its input, not copied there; with
+   * sequence parallelism the column layers' saved inputs are gathered from every rank */
+  float *y1 = b->y1, *y2 = b->y2, *att, *gl;
+  if (!ctx->sp) {
+    TRY(mpu_column_linear_input(&b->qkv, T_l, &y1));
+    TRY(mpu_column_linear_input(&b->fc1, T_l, &y2));
+  }
+  TRY(mpu_row_linear_input(&b->proj, T, &att));
+  TRY(mpu_row_linear_input(&b->fc2, T, &gl));
+  TRY(mpu_layer_norm_forward(&b->ln1, b->x, T_l, y1));
+  TRY(mpu_column_linear_forward(&b->qkv, y1, T_l, b->qkv_out));
+  TRY(attention_core(ctx, b, b->qkv_out, att));
+  TRY(mpu_row_linear_forward(&b->proj, att, T, b->proj_out));
   add_dropped(b->mid, b->x, b->proj_out, hidden_mask(ctx, b->layer, 2, mb, b->m1), th);
-  TRY(mpu_layer_norm_forward(&b->ln2, b->mid, T_l, b->y2));
-  TRY(mpu_column_linear_forward(&b->fc1, b->y2, T_l, b->h));
-  mpu_gelu_forward_keep(b->h, b->g, b->gt, (size_t)T * Fl);
-  TRY(mpu_row_linear_forward(&b->fc2, b->g, T, b->fc2_out));
+  TRY(mpu_layer_norm_forward(&b->ln2, b->mid, T_l, y2));
+  TRY(mpu_column_linear_forward(&b->fc1, y2, T_l, b->h));
+  mpu_bias_gelu_forward_keep(b->h, b->fc1.bias, (size_t)T, (size_t)Fl, gl, b->gt);
+  TRY(mpu_row_linear_forward(&b->fc2, gl, T, b->fc2_out));
   add_dropped(out, b->mid, b->fc2_out, hidden_mask(ctx, b->layer, 3, mb, b->m2), th);
   return MPU_SUCCESS;
 }
@@ -491,7 +503,7 @@ static mpu_result_t block_backward(const gpt_ctx *ctx, gpt_block *b, const float
     TRY(block_forward(ctx, b, b->mb, b->x, b->d2));
   TRY(mpu_row_linear_backward(&b->fc2, through_dropout(dout, kept_mask(ctx, b->m2), b->d1, th),
                               b->dg));
-  mpu_gelu_backward_kept(b->h, b->gt, b->dg, b->dh, (size_t)T * Fl);
+  mpu_bias_gelu_backward_kept(b->h, b->gt, b->dg, b->dh, (size_t)T, (size_t)Fl, b->fc1.dbias);
   TRY(mpu_column_linear_backward(&b->fc1, b->dh, b->d2));
   TRY(mpu_layer_norm_backward(&b->ln2, b->d2, b->d1));
   for (size_t i = 0; i < th; i++) b->d_mid[i] = dout[i] + b->d1[i]; /* the residual's and ln2's */
@@ -531,8 +543,10 @@ mpu_result_t gpt_chunk_forward(const gpt_ctx *ctx, gpt_chunk *c, int mb, const i
     return MPU_SUCCESS;
   }
   int Vl = g->vocab / ctx->tp_size;
-  TRY(mpu_layer_norm_forward(&c->lnf, c->act, T_l, c->tmp));
-  TRY(mpu_column_linear_forward(&c->head, c->tmp, T_l, c->logits));
+  float *hx = c->tmp; /* the head's input, where it saves it (as the blocks') */
+  if (!ctx->sp) TRY(mpu_column_linear_input(&c->head, T_l, &hx));
+  TRY(mpu_layer_norm_forward(&c->lnf, c->act, T_l, hx));
+  TRY(mpu_column_linear_forward(&c->head, hx, T_l, c->logits));
   TRY(mpu_vocab_cross_entropy_forward(&c->ce, ctx->tp, c->logits, targets, T, Vl, 0.0f, c->loss));
   if (loss_sum)
     for (int t = 0; t < T; t++) *loss_sum += c->loss[t];
