@@ -4,11 +4,15 @@ lines (src/util.cu's printf formats), 13 whitespace-separated fields per row in
 its order (size, count, type, redop, root, then time, algbw, busbw, #wrong out
 of place and in place), its type names, and the summary lines scripts read
 with awk '{print $NF}'; -d all and -o all run nccl-tests' types and ops in its
-order; the default table keeps mpu's extra columns.
+order; the default table keeps mpu's extra columns; nccl-tests' times no roof,
+so its CSV leaves roofline_us empty.
 Usage: test_bench_columns.py MPU
 """
+import csv
+import os
 import subprocess
 import sys
+import tempfile
 
 NCCL_TYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"]
 SIZE = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
@@ -83,6 +87,16 @@ def main():
     default = run(mpu, "-t", "2", "-e", "64", "-n", "2")
     check(any("median" in line and "roof" in line for line in default), "the default table lost mpu's columns")
     check(all(line.split()[2] == "float" for line in rows(default)), "the default table's type is not 'float'")
+    # nccl-tests' table times no roof: the CSV leaves roofline_us empty (a 0
+    # would read as a roof of 0 us), where mpu's table gives one
+    with tempfile.TemporaryDirectory() as tmp:
+        for columns, want_roof in (("nccl-tests", False), ("mpu", True)):
+            path = os.path.join(tmp, columns + ".csv")
+            run(mpu, "-t", "2", "-e", "64", "-n", "2", "--columns", columns, "--csv", path)
+            with open(path) as f:
+                table = list(csv.DictReader(f))
+            check(len(table) > 0 and all((r["roofline_us"] != "") == want_roof for r in table),
+                  "--columns %s --csv: roofline_us %r" % (columns, [r["roofline_us"] for r in table]))
     for f in failures[:20]:
         print("FAIL " + f)
     print("%d failed" % len(failures))

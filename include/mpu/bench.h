@@ -169,9 +169,11 @@ MPU_API mpu_result_t mpu_bench_copy_ceiling(size_t bytes, int iters, int threads
  * sustained rate of that movement on these cores, which the collective can
  * only reach by noise, since it does the same movement and waits for its
  * peers besides. */
-#define MPU_BENCH_ROOF_TIMED 4
 MPU_API mpu_result_t mpu_bench_roof(const mpu_bench_config *cfg, int nranks, int workers,
                                     double *us);
+
+/* The timed iterations of each way in a round of the roof (above). */
+#define MPU_BENCH_ROOF_TIMED 4
 
 /* The same roof a round at a time, to interleave with the row's own
  * iterations (mpu_bench_config's pauses): begin lays out and fills the
@@ -188,10 +190,13 @@ MPU_API mpu_result_t mpu_bench_roof_round(mpu_bench_roof_run *run);
  * mpu_bench_collectives allocated them (the sizes of its layout for cfg,
  * before any in-place view), once every rank has lent its own; until then,
  * and where ranks are not threads of this process, on buffers of the roof's
- * own. Timed on buffers apart from the row's, the roof's rounds evicted the
- * row's lines, and the row's next calls paid for it (docs/bench.md). Each
- * rank lends its own slot, so ranks may call it at once; rounds must follow
- * every rank's call (the pauses do). */
+ * own. So the roof's rounds leave the caches as the row's calls find them:
+ * on buffers of their own they would evict the row's lines, and the row's
+ * next calls would pay for it (docs/bench.md). Each rank lends its own slot,
+ * so ranks may call it at once; rounds must follow every rank's call (the
+ * pauses do). The run keeps the pointers, not the memory: lent buffers must
+ * stay valid for every later round, so a round after a lender has freed its
+ * buffers (after mpu_bench_collectives returned) is the caller's error. */
 MPU_API mpu_result_t mpu_bench_roof_lend(mpu_bench_roof_run *run, int rank, void *send, void *recv);
 /* How many rounds mpu_bench_roof times for cfg: its iterations, at most 50
  * up to 4 MiB and 40 above (0 for a NULL or bad config). */

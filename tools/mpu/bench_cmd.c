@@ -394,10 +394,11 @@ static mpu_result_t gate_pause(void *arg) {
 static void gate_lend(void *arg, int rank, void *send, void *recv) {
   rank_pause *rp = arg;
   roof_gate *g = &rp->run->gate;
+  /* under the lock: rank 0 may end the run (and free it) when its row fails
+   * before this rank has lent */
   pthread_mutex_lock(&g->lock);
-  mpu_bench_roof_run *roof = g->roof;
+  if (g->roof) mpu_bench_roof_lend(g->roof, rank, send, recv); /* refused: the roof keeps its own */
   pthread_mutex_unlock(&g->lock);
-  if (roof) mpu_bench_roof_lend(roof, rank, send, recv); /* refused: the roof keeps its own */
 }
 
 /* A rank leaves with an error: wake whoever waits for it at the gate. */
@@ -495,7 +496,7 @@ static mpu_result_t bench_rows(mpu_comm *world, mpu_comm *host, bench_run *run) 
     for (int si = 0; si < run->nsizes; si++) {
       size_t bytes = run->sizes[si];
       bench_row row = {.ranks = run->ranks, .coll = (mpu_collective)o->colls[k],
-                       .dtype = o->dtypes[d], .op = o->ops[op]};
+                       .dtype = o->dtypes[d], .op = o->ops[op], .roof_us = {-1, -1}};
       for (int ip = 0; ip < 2; ip++) {
         mpu_bench_config cfg = MPU_BENCH_CONFIG_INIT;
         cfg.collective = row.coll;

@@ -46,7 +46,7 @@ typedef struct bench_row {
   mpu_bench_result res[2];     /* [in_place]; MPI: call checking off, raw MPI interleaved */
   mpu_bench_result checked[2]; /* MPI: the same call with call checking on */
   double roof_us[2];           /* [in_place]: the row's roof, timed in the row's pauses (see the
-                                  top of bench_cmd.c) */
+                                  top of bench_cmd.c); -1 where none was timed */
 } bench_row;
 
 /* The roof's pauses (mpu_bench_config's pause): where the ranks are threads

@@ -245,13 +245,14 @@ int bench_write_csv(const bench_run *run) {
     for (int ip = 0; ip < 2; ip++) {
       const bench_row *row = &run->rows[i];
       const mpu_bench_result *r = &row->res[ip];
-      char wrong[24] = "", raw[32] = ""; /* empty where absent */
+      char wrong[24] = "", raw[32] = "", roof[32] = ""; /* empty where absent */
       if (r->wrong >= 0) snprintf(wrong, sizeof wrong, "%lld", r->wrong);
+      if (row->roof_us[ip] >= 0) snprintf(roof, sizeof roof, "%.6g", row->roof_us[ip]);
       if (r->native_mean_us >= 0) snprintf(raw, sizeof raw, "%.6g", r->native_mean_us);
-      fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%s,%.6g,%s\n",
+      fprintf(f, "%s,%s,%d,%s,%s,%d,%zu,%zu,%.6g,%.6g,%.6g,%.6g,%s,%s,%s\n",
               mpu_collective_name(row->coll), backend_name(o->backend), row->ranks,
               mpu_dtype_name(row->dtype), op_column(row), ip, r->bytes, r->count, r->mean_us,
-              r->time_us, mean_algbw(r), busbw(row, ip), wrong, row->roof_us[ip], raw);
+              r->time_us, mean_algbw(r), busbw(row, ip), wrong, roof, raw);
     }
   int bad = fclose(f) || !text ? -1 : cli_write_output("bench", "--csv", o->csv, text, len);
   if (!text) fprintf(stderr, "mpu bench: --csv %s: out of memory\n", o->csv);
