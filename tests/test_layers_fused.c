@@ -84,6 +84,10 @@ static void test_bias_gelu_is_the_layers_bias(void **state) {
   mpu_gelu_forward_keep(h[0], g[0], t[0], N * OUT);
   assert_memory_equal(h[0], h[1], sizeof(float) * N * OUT);
   assert_memory_equal(g[0], g[1], sizeof(float) * N * OUT);
+  /* and no bias gradient to sum into (NULL): the plain GeLU's dx */
+  mpu_bias_gelu_backward_kept(h[1], t[1], dg, dh[1], N, OUT, NULL);
+  mpu_gelu_backward_kept(h[0], t[0], dg, dh[0], N * OUT);
+  assert_memory_equal(dh[0], dh[1], sizeof(float) * N * OUT);
   for (int k = 0; k < 2; k++) free(h[k]), free(g[k]), free(t[k]), free(dh[k]), free(dx[k]);
   free(x), free(dg);
   mpu_column_linear_free(&plain), mpu_column_linear_free(&skip);

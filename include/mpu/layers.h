@@ -111,8 +111,10 @@ MPU_API mpu_result_t mpu_column_linear_backward(mpu_column_linear *l, const floa
 /* The buffer the layer saves its forward's input in (x_total), sized for n
  * rows, in *x: a caller that writes the next forward's input there and
  * passes it as x saves the forward's copy of it (PyTorch's autograd keeps a
- * reference where mpu keeps a copy). Not with sequence parallelism, where
- * the saved input is gathered from every rank's rows. */
+ * reference where mpu keeps a copy). It is the input the next backward
+ * reads: writing it, or calling this again, between a forward and its
+ * backward changes what that backward computes. Not with sequence
+ * parallelism, where the saved input is gathered from every rank's rows. */
 MPU_API mpu_result_t mpu_column_linear_input(mpu_column_linear *l, int n, float **x);
 
 /* ---- RowParallelLinear: Y = X A^T + b, A (out, in) split along in --------------------- */
@@ -231,8 +233,9 @@ MPU_API void mpu_gelu_backward_kept(const float *x, const float *t, const float 
 /* Megatron's bias_gelu with the tanh kept, for a column layer made with
  * skip_bias_add: x (rows, cols) += bias row by row (bias NULL: none), kept in
  * x for the backward, y = gelu(x), t its tanh. The backward gives dx =
- * gelu'(x) dy and adds dx's column sums, row by row, to dbias: the sums the
- * layer's backward would have made, in the same order, in the same pass. */
+ * gelu'(x) dy and adds dx's column sums, row by row, to dbias (NULL: none):
+ * the sums the layer's backward would have made, in the same order, in the
+ * same pass. The arrays do not overlap (dx may not be dy). */
 MPU_API void mpu_bias_gelu_forward_keep(float *x, const float *bias, size_t rows, size_t cols,
                                         float *y, float *t);
 MPU_API void mpu_bias_gelu_backward_kept(const float *x, const float *t, const float *dy,

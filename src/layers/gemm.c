@@ -15,6 +15,7 @@
 
 #include <cblas.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define GEMM_AVX512 1
@@ -40,9 +41,11 @@ tile(int mr, int full, int k, const float *a, size_t lda, const float *b, size_t
      const char *pf, size_t pfs, __mmask16 m0, __mmask16 m1, __m512 acc[MR][2]) {
   for (int l = 0; l < k; l++) {
     const float *bl = b + (size_t)l * ldb;
-    if (pf) {
-      _mm_prefetch(pf + (size_t)l * pfs, _MM_HINT_T0);
-      _mm_prefetch(pf + (size_t)l * pfs + 64, _MM_HINT_T0);
+    if (pf) { /* as an address, not a pointer: the next block may have fewer than k rows,
+                 and a prefetch past B's end is harmless where pointer arithmetic is not */
+      uintptr_t at = (uintptr_t)pf + (uintptr_t)l * pfs;
+      _mm_prefetch((const char *)at, _MM_HINT_T0);
+      _mm_prefetch((const char *)(at + 64), _MM_HINT_T0);
     }
     __m512 b0 = full ? _mm512_loadu_ps(bl) : _mm512_maskz_loadu_ps(m0, bl);
     __m512 b1 = full ? _mm512_loadu_ps(bl + 16) : _mm512_maskz_loadu_ps(m1, bl + 16);

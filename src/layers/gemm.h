@@ -27,9 +27,11 @@ void mpu__gemm_nn(int m, int n, int k, const float *a, int lda, const float *b, 
  * (cblas_sgemm's NoTrans, Trans, alpha 1, beta 0 or 1): the linears'
  * forward, x W^T. On a CPU with AVX-512, from 64 rows on and for k up to 256,
  * each element is one chain of fused multiply-adds over k, k ascending, from
- * 0 (added to c with add): what OpenBLAS 0.3's kernels sum at these shapes,
- * the same bits. Longer k (fc2's 1024) stays with cblas_sgemm, which cuts
- * its sums in blocks of its own. */
+ * 0 (added to c with add). That is how OpenBLAS 0.3's SkylakeX kernel
+ * sums at these shapes (the demo's losses are the same to the last digit
+ * with either); another BLAS, or another OpenBLAS kernel, may round
+ * differently. Longer k (fc2's 1024) stays with cblas_sgemm, which cuts its
+ * sums in blocks of its own. */
 void mpu__gemm_nt(int m, int n, int k, const float *a, int lda, const float *b, int ldb, int add,
                   float *c, int ldc);
 

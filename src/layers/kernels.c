@@ -74,6 +74,10 @@ MPU_SIMD_CLONES void mpu_bias_gelu_backward_kept(const float *restrict x, const 
   for (size_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols, *tr = t + r * cols, *dyr = dy + r * cols;
     float *dxr = dx + r * cols;
+    if (!dbias) { /* no bias (the forward's NULL): dx alone */
+      mpu_gelu_backward_kept(xr, tr, dyr, dxr, cols);
+      continue;
+    }
     /* the bias's gradient row by row, as the linear layer sums it: the same order, the same bits */
     for (size_t j = 0; j < cols; j++) {
       float d = gelu_slope(xr[j], tr[j]) * dyr[j];

@@ -6,8 +6,8 @@
  * that one barrier: afterwards each rank computes its output from the staged
  * inputs. Tiny ones (at most MPU_THREADS_BOX bytes) stage in the member's box
  * beside the call's signature, so a peer reads the signature and the data on
- * one line (on 2 ranks of a 2-CPU Xeon an 8-byte all_reduce went from
- * 0.57-0.59 to 0.43-0.48 us a call: docs/bench.md). Large calls
+ * one line (on 2 ranks of a 2-CPU Xeon an 8-byte all_reduce takes 0.43-0.48
+ * us a call so, 0.57-0.59 through a scratch slot: docs/bench.md). Large calls
  * publish their buffer pointers instead and work on the peers' buffers
  * directly (zero-copy), then meet at an exit barrier so no rank returns, and
  * reuses its buffers, while a peer still reads them.
