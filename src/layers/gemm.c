@@ -58,6 +58,13 @@ tile(int mr, int full, int k, const float *a, size_t lda, const float *b, size_t
   }
 }
 
+/* the masks of a row of nr (1..32) of a tile's 32 columns: its two halves */
+static inline __attribute__((always_inline)) void col_masks(int nr, __mmask16 *m0,
+                                                            __mmask16 *m1) {
+  *m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+  *m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+}
+
 /* what one_tile does with C: C = the sums; C's sums go on (the sums of the
  * k before these: the same chain of fused multiply-adds, cut where C stores
  * it exactly); C += the sums (BLAS's beta 1) */
@@ -69,8 +76,8 @@ static AVX512 void one_tile(int mr, int nr, int k, const float *a, size_t lda, c
                             size_t ldb, const char *pf, size_t pfs, int mode, int full, float *c,
                             size_t ldc) {
   __m512 acc[MR][2];
-  __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-  __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+  __mmask16 m0, m1;
+  col_masks(nr, &m0, &m1);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++)
     if (mode == MORE && r < mr) {
@@ -172,8 +179,8 @@ static AVX512 void kernel_packed(int m, int n, int k, const float *a, size_t lda
   float pb[KC * NR] __attribute__((aligned(64)));
   for (int j0 = 0; j0 < n; j0 += NR) {
     int nr = n - j0 < NR ? n - j0 : NR;
-    __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-    __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+    __mmask16 m0, m1;
+    col_masks(nr, &m0, &m1);
     for (int k0 = 0; k0 < k; k0 += KC) {
       int kc = k - k0 < KC ? k - k0 : KC;
       if (bt) pack_transposed(pb, b, ldb, j0, nr, k0, kc);
