@@ -17,7 +17,7 @@
 
 #include "core/env.h"
 
-static size_t stream_min;
+static size_t stream_min, stream_l2; /* stream_l2: 0 where unknown or MPU_STREAM_MIN_BYTES is set */
 static pthread_once_t stream_once = PTHREAD_ONCE_INIT;
 
 /* The CPUs a sysfs cpu list names ("0-1", "0-3,8-11", "5"); 0 where it
@@ -43,33 +43,63 @@ int mpu__cpulist_count(const char *list) {
   return count;
 }
 
+/* Cache `index` of CPU 0 as sysfs gives it: its size in bytes (0: none),
+ * its level (*level) and how many CPUs share it (*sharing; 0: unknown). */
+static long sysfs_cache(int index, int *level, int *sharing) {
+  char path[80], unit = 0, list[256];
+  *level = 0, *sharing = 0;
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+  FILE *f = fopen(path, "r");
+  long k = 0;
+  int got = f ? fscanf(f, "%ld%c", &k, &unit) : 0;
+  if (f) fclose(f);
+  if (got < 1 || k <= 0) return 0;
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", index);
+  if ((f = fopen(path, "r"))) {
+    if (fscanf(f, "%d", level) != 1) *level = 0;
+    fclose(f);
+  }
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", index);
+  if ((f = fopen(path, "r"))) {
+    if (fgets(list, sizeof list, f)) *sharing = mpu__cpulist_count(list);
+    fclose(f);
+  }
+  if (k > LONG_MAX >> 20) return 0;
+  return unit == 'M' ? k << 20 : unit == 'K' ? k << 10 : k;
+}
+
 /* The last-level cache one CPU sees: sysfs gives the instance this CPU
  * shares (sysconf can report the whole package's on AMD: 384 MiB where one
  * CCX has 32) and how many CPUs share it (*sharing; 0: unknown), then
  * sysconf, 0 if neither knows. */
 static long llc_bytes(int *sharing) {
-  *sharing = 0;
   for (int index = 3; index >= 2; index--) {
-    char path[80], unit = 0, list[256];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
-    FILE *f = fopen(path, "r");
-    long k = 0;
-    int got = f ? fscanf(f, "%ld%c", &k, &unit) : 0;
-    if (f) fclose(f);
-    if (got < 1 || k <= 0) continue;
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", index);
-    if ((f = fopen(path, "r"))) {
-      if (fgets(list, sizeof list, f)) *sharing = mpu__cpulist_count(list);
-      fclose(f);
-    }
-    return unit == 'M' ? k << 20 : unit == 'K' ? k << 10 : k;
+    int level;
+    long v = sysfs_cache(index, &level, sharing);
+    if (v > 0) return v;
   }
+  *sharing = 0;
   long v = 0;
 #ifdef _SC_LEVEL3_CACHE_SIZE
   v = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (v <= 0) v = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
   return v > 0 ? v : 0;
+}
+
+/* The level-2 cache one core has to itself: sysfs's level-2 cache over the
+ * CPUs that share it, else sysconf's; 0 if neither knows. */
+static size_t l2_bytes(void) {
+  for (int index = 0; index < 8; index++) {
+    int level, sharing;
+    long v = sysfs_cache(index, &level, &sharing);
+    if (v > 0 && level == 2) return (size_t)v / (size_t)(sharing > 0 ? sharing : 1);
+  }
+  long v = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  return v > 0 ? (size_t)v : 0;
 }
 
 /* More last-level cache per CPU than any processor has (AMD's 3D V-cache
@@ -94,11 +124,23 @@ static void stream_init(void) {
   int sharing;
   long llc = llc_bytes(&sharing);
   stream_min = mpu__stream_threshold(llc > 0 ? (size_t)llc : 0, sharing);
+  stream_l2 = l2_bytes();
 }
 
 size_t mpu__stream_min_bytes(void) {
   pthread_once(&stream_once, stream_init);
   return stream_min;
+}
+
+int mpu__stream_rule(size_t footprint, size_t reads, size_t writes, size_t threshold, size_t l2) {
+  if (footprint >= threshold) return 1;
+  /* saturating: reads + writes past the address space only has to be big */
+  return l2 && reads <= l2 && (writes > l2 - reads);
+}
+
+int mpu__streams_task(size_t footprint, size_t reads, size_t writes) {
+  pthread_once(&stream_once, stream_init);
+  return mpu__stream_rule(footprint, reads, writes, stream_min, stream_l2);
 }
 
 /* Small enough to stay in L1/L2 between the copies of one slice. */

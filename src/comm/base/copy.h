@@ -26,6 +26,21 @@ int mpu__cpulist_count(const char *list);
 /* Whether work touching `footprint` bytes (read + written) should stream. */
 static inline int mpu__streams(size_t footprint) { return footprint >= mpu__stream_min_bytes(); }
 
+/* Whether a task that reads `reads` bytes and writes `writes` bytes on one
+ * core, the same inputs call after call, in a call touching `footprint`
+ * bytes in all, streams its writes: when the call does (threshold), or when
+ * its reads fit the core's level-2 cache of l2 bytes (0: unknown) and its
+ * reads and writes together do not. Its cached writes would then evict the
+ * inputs it reads again, while writes of more than the cache cannot stay
+ * there for their reader either (an all_to_all of 2 MiB on 2 ranks of a Xeon
+ * with 2 MiB of L2: 117-119 us a call streamed, 140 cached; 1 and 4 MiB
+ * are faster cached: docs/bench.md). */
+int mpu__stream_rule(size_t footprint, size_t reads, size_t writes, size_t threshold, size_t l2);
+
+/* mpu__stream_rule with this machine's threshold and level-2 cache per core
+ * (MPU_STREAM_MIN_BYTES, where set, is the whole rule). */
+int mpu__streams_task(size_t footprint, size_t reads, size_t writes);
+
 /* memcpy, with streaming stores when `stream` is set and the CPU has them.
  * After streaming copies, call mpu__copy_fence() before telling another
  * thread the data is there. */

@@ -233,11 +233,22 @@ static void task_reduce(tcomm *tc, const mpu__call *calls, int t, int part, int 
                  streams(bytes, (size_t)n + 1, 0, 0) && calls[root].recv != calls[root].send);
 }
 
+/* Whether an all_to_all whose members each send `total` bytes streams: each
+ * of the W workers reads and writes `total` bytes per task it runs, the same
+ * blocks call after call (n inputs and n outputs in all). */
+static int all_to_all_streams(const tcomm *tc, size_t total) {
+  size_t n = (size_t)tc->g->n, w = (size_t)workers(tc), per, core, all;
+  per = (n + w - 1) / w; /* tasks per worker */
+  if (__builtin_mul_overflow(total, per, &core) || __builtin_mul_overflow(total, 2 * n, &all))
+    return 1;
+  return mpu__streams_task(all, core, core);
+}
+
 static void task_all_to_all(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   int n = tc->g->n;
   size_t count = (size_t)calls[0].sig.count, es = mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
   size_t bytes = count * es, total = bytes * (size_t)n, lo = 0, hi = count;
-  int stream = streams(total, (size_t)n, total, (size_t)n); /* n inputs, n outputs */
+  int stream = all_to_all_streams(tc, total);
   narrow(&lo, &hi, part, parts);
   /* task t: fill rank t's output, block k from rank k's input */
   for (int k = 0; k < n; k++)
