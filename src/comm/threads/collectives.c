@@ -20,7 +20,9 @@
  * ranks. Every chunk is reduced by one rank in rank order, so all ranks get
  * the same bits. Calls whose buffers (everything read and written) do not
  * fit in the last-level cache write with streaming stores (copy.h): their
- * outputs would be evicted before anyone read them.
+ * outputs would be evicted before anyone read them. An all_to_all streams
+ * too where a core's reads fit its level-2 cache and its reads and writes
+ * together do not (mpu__stream_rule).
  *
  * That work comes in n tasks, task k by default done by rank k. When ranks
  * outnumber the cores, only as many ranks as there are cores work, rank w
