@@ -138,6 +138,11 @@ int mpu__stream_rule(size_t footprint, size_t reads, size_t writes, size_t thres
   return l2 && reads <= l2 && (writes > l2 - reads);
 }
 
+size_t mpu__stream_l2_bytes(void) {
+  pthread_once(&stream_once, stream_init);
+  return stream_l2;
+}
+
 int mpu__streams_task(size_t footprint, size_t reads, size_t writes) {
   pthread_once(&stream_once, stream_init);
   return mpu__stream_rule(footprint, reads, writes, stream_min, stream_l2);

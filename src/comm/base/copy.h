@@ -37,6 +37,10 @@ static inline int mpu__streams(size_t footprint) { return footprint >= mpu__stre
  * are faster cached: docs/bench.md). */
 int mpu__stream_rule(size_t footprint, size_t reads, size_t writes, size_t threshold, size_t l2);
 
+/* The level-2 cache per core that mpu__streams_task uses: 0 where unknown
+ * or MPU_STREAM_MIN_BYTES is set. */
+size_t mpu__stream_l2_bytes(void);
+
 /* mpu__stream_rule with this machine's threshold and level-2 cache per core
  * (MPU_STREAM_MIN_BYTES, where set, is the whole rule). */
 int mpu__streams_task(size_t footprint, size_t reads, size_t writes);

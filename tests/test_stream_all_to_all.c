@@ -1,0 +1,102 @@
+/*
+ * test_stream_all_to_all.c - the threads backend's all_to_all streams its
+ * writes where a core's reads fit its level-2 cache and its reads and
+ * writes together do not (mpu__stream_rule, comm/base/copy.c): on 2 ranks
+ * with a CPU each, a rank that sends as many bytes as one core's L2 reads
+ * and writes that much per call. Cached copies go through memcpy, streaming
+ * ones only for their few unaligned head and tail bytes, so the test counts
+ * the process's large memcpy calls out of the ranks' send buffers by
+ * defining memcpy here (the objects it links call this one). And the
+ * results stay what they are.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mpu.h"
+
+size_t mpu__stream_l2_bytes(void); /* copy.c (the test links the objects) */
+
+static const char *input_lo[2], *input_hi[2]; /* [rank]: its send buffer */
+static _Atomic int watching, cached_copies;
+
+/* Every memcpy of the process comes here (memmove does the copy). */
+void *memcpy(void *dst, const void *src, size_t n) {
+  if (n >= 4096 && atomic_load_explicit(&watching, memory_order_acquire))
+    for (int k = 0; k < 2; k++)
+      if ((const char *)src >= input_lo[k] && (const char *)src < input_hi[k])
+        atomic_fetch_add(&cached_copies, 1);
+  return memmove(dst, src, n);
+}
+
+static size_t block_count; /* floats a rank sends to each rank */
+
+static mpu_result_t exchange(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me = -1;
+  mpu_comm_rank(world, &me);
+  size_t count = block_count;
+  float *send = malloc(2 * count * sizeof *send), *recv = malloc(2 * count * sizeof *recv);
+  if (!send || !recv) {
+    free(send), free(recv);
+    return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "buffers");
+  }
+  for (size_t i = 0; i < 2 * count; i++) send[i] = (float)(me * 2 + (int)(i / count));
+  input_lo[me] = (const char *)send, input_hi[me] = (const char *)(send + 2 * count);
+  mpu_result_t r = mpu_comm_barrier(world);
+  if (!r && me == 0) atomic_store_explicit(&watching, 1, memory_order_release);
+  if (!r) r = mpu_comm_barrier(world);
+  if (!r) r = mpu_comm_all_to_all(world, send, recv, count, MPU_FLOAT32);
+  /* block k of recv is block me of rank k's send */
+  for (size_t i = 0; !r && i < 2 * count; i++)
+    if (recv[i] != (float)((int)(i / count) * 2 + me))
+      r = mpu_fail(MPU_ERR_INTERNAL, "recv[%zu] = %g", i, recv[i]);
+  mpu_result_t b = mpu_comm_barrier(world); /* both done before the buffers go */
+  if (me == 0) atomic_store_explicit(&watching, 0, memory_order_release);
+  free(send), free(recv);
+  return r ? r : b;
+}
+
+static void test_l2_sized_all_to_all_streams(void **state) {
+  (void)state;
+#if !defined(__x86_64__)
+  skip(); /* no streaming stores: every copy is memcpy */
+#endif
+  const char *forced = getenv("MPU_STREAM_MIN_BYTES");
+  size_t l2 = mpu__stream_l2_bytes();
+  if ((forced && *forced) || !l2 || sysconf(_SC_NPROCESSORS_ONLN) < 2) skip();
+  block_count = l2 / 2 / sizeof(float); /* a rank sends l2 bytes, half to each */
+  atomic_store(&cached_copies, 0);
+  assert_int_equal(mpu_launch(2, exchange, NULL, NULL, NULL), MPU_SUCCESS);
+  if (atomic_load(&cached_copies))
+    fail_msg("%d cached copies of %zu KiB a rank's core reads: they would evict its inputs",
+             atomic_load(&cached_copies), l2 >> 10);
+}
+
+/* Half that fits the L2 with its writes: cached, as before. */
+static void test_smaller_all_to_all_stays_cached(void **state) {
+  (void)state;
+  const char *forced = getenv("MPU_STREAM_MIN_BYTES");
+  size_t l2 = mpu__stream_l2_bytes();
+  if ((forced && *forced) || !l2 || l2 < ((size_t)128 << 10)) skip();
+  block_count = l2 / 4 / sizeof(float);
+  atomic_store(&cached_copies, 0);
+  assert_int_equal(mpu_launch(2, exchange, NULL, NULL, NULL), MPU_SUCCESS);
+  assert_true(atomic_load(&cached_copies) > 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_l2_sized_all_to_all_streams),
+      cmocka_unit_test(test_smaller_all_to_all_stays_cached),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
