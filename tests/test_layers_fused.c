@@ -53,6 +53,7 @@ static void test_bias_gelu_is_the_layers_bias(void **state) {
   fill(plain.bias, OUT, 11);
   memcpy(skip.bias, plain.bias, sizeof(float) * OUT);
   float *x = floats(N * IN), *dg = floats(N * OUT), *h[2], *g[2], *t[2], *dh[2], *dx[2];
+  float *h_before = floats(N * OUT);
   for (int k = 0; k < 2; k++)
     h[k] = floats(N * OUT), g[k] = floats(N * OUT), t[k] = floats(N * OUT),
     dh[k] = floats(N * OUT), dx[k] = floats(N * IN);
@@ -62,12 +63,16 @@ static void test_bias_gelu_is_the_layers_bias(void **state) {
     assert_int_equal(mpu_column_linear_forward(&plain, x, N, h[0]), 0);
     mpu_gelu_forward_keep(h[0], g[0], t[0], N * OUT);
     assert_int_equal(mpu_column_linear_forward(&skip, x, N, h[1]), 0);
+    memcpy(h_before, h[1], sizeof(float) * N * OUT);
     mpu_bias_gelu_forward_keep(h[1], skip.bias, N, OUT, g[1], t[1]);
     mpu_gelu_backward_kept(h[0], t[0], dg, dh[0], N * OUT);
     assert_int_equal(mpu_column_linear_backward(&plain, dh[0], dx[0]), 0);
-    mpu_bias_gelu_backward_kept(h[1], t[1], dg, dh[1], N, OUT, skip.dbias);
+    mpu_bias_gelu_backward_kept(h[1], skip.bias, t[1], dg, dh[1], N, OUT, skip.dbias);
     assert_int_equal(mpu_column_linear_backward(&skip, dh[1], dx[1]), 0);
-    assert_memory_equal(h[0], h[1], sizeof(float) * N * OUT); /* x + b kept for the backward */
+    /* x only read (the backward adds the bias again), and x + b is the layer's x b^T + b */
+    assert_memory_equal(h[1], h_before, sizeof(float) * N * OUT);
+    for (size_t i = 0; i < (size_t)N * OUT; i++) h_before[i] += skip.bias[i % OUT];
+    assert_memory_equal(h[0], h_before, sizeof(float) * N * OUT);
     assert_memory_equal(g[0], g[1], sizeof(float) * N * OUT);
     assert_memory_equal(t[0], t[1], sizeof(float) * N * OUT);
     assert_memory_equal(dh[0], dh[1], sizeof(float) * N * OUT);
@@ -85,11 +90,20 @@ static void test_bias_gelu_is_the_layers_bias(void **state) {
   assert_memory_equal(h[0], h[1], sizeof(float) * N * OUT);
   assert_memory_equal(g[0], g[1], sizeof(float) * N * OUT);
   /* and no bias gradient to sum into (NULL): the plain GeLU's dx */
-  mpu_bias_gelu_backward_kept(h[1], t[1], dg, dh[1], N, OUT, NULL);
+  mpu_bias_gelu_backward_kept(h[1], NULL, t[1], dg, dh[1], N, OUT, NULL);
   mpu_gelu_backward_kept(h[0], t[0], dg, dh[0], N * OUT);
   assert_memory_equal(dh[0], dh[1], sizeof(float) * N * OUT);
+  /* a bias and no gradient for it: gelu'(x + b) dy, as the plain GeLU gives on x + b */
+  memcpy(h_before, h[0], sizeof(float) * N * OUT);
+  for (size_t i = 0; i < (size_t)N * OUT; i++) h_before[i] += skip.bias[i % OUT];
+  mpu_bias_gelu_forward_keep(h[0], skip.bias, N, OUT, g[1], t[1]);
+  mpu_bias_gelu_backward_kept(h[0], skip.bias, t[1], dg, dh[1], N, OUT, NULL);
+  mpu_gelu_forward_keep(h_before, g[0], t[0], N * OUT);
+  mpu_gelu_backward_kept(h_before, t[0], dg, dh[0], N * OUT);
+  assert_memory_equal(g[0], g[1], sizeof(float) * N * OUT);
+  assert_memory_equal(dh[0], dh[1], sizeof(float) * N * OUT);
   for (int k = 0; k < 2; k++) free(h[k]), free(g[k]), free(t[k]), free(dh[k]), free(dx[k]);
-  free(x), free(dg);
+  free(x), free(dg), free(h_before);
   mpu_column_linear_free(&plain), mpu_column_linear_free(&skip);
   mpu_comm_destroy(c);
 }

@@ -231,15 +231,19 @@ MPU_API void mpu_gelu_forward_keep(const float *x, float *y, float *t, size_t n)
 MPU_API void mpu_gelu_backward_kept(const float *x, const float *t, const float *dy, float *dx,
                                     size_t n);
 /* Megatron's bias_gelu with the tanh kept, for a column layer made with
- * skip_bias_add: x (rows, cols) += bias row by row (bias NULL: none), kept in
- * x for the backward, y = gelu(x), t its tanh. The backward gives dx =
- * gelu'(x) dy and adds dx's column sums, row by row, to dbias (NULL: none):
- * the sums the layer's backward would have made, in the same order, in the
- * same pass. The arrays do not overlap (dx may not be dy). */
-MPU_API void mpu_bias_gelu_forward_keep(float *x, const float *bias, size_t rows, size_t cols,
-                                        float *y, float *t);
-MPU_API void mpu_bias_gelu_backward_kept(const float *x, const float *t, const float *dy,
-                                         float *dx, size_t rows, size_t cols, float *dbias);
+ * skip_bias_add: y = gelu(x + bias), the bias added row by row (bias NULL:
+ * none), t its tanh; x (rows, cols) is only read, and the backward takes it
+ * and the bias again and adds them as the forward did (Megatron's
+ * bias_gelu_back(g, bias, y) recomputes bias + y the same way), so the
+ * forward stores y and t alone. The backward gives dx = gelu'(x + bias) dy
+ * and adds dx's column sums, row by row, to dbias (NULL: none): the sums the
+ * layer's backward would have made, in the same order, in the same pass.
+ * The arrays do not overlap (dx may not be dy). */
+MPU_API void mpu_bias_gelu_forward_keep(const float *x, const float *bias, size_t rows,
+                                        size_t cols, float *y, float *t);
+MPU_API void mpu_bias_gelu_backward_kept(const float *x, const float *bias, const float *t,
+                                         const float *dy, float *dx, size_t rows, size_t cols,
+                                         float *dbias);
 /* y = tanh(x) element-wise, branch-free and vectorised (the GeLU's tanh):
  * within 1.5 ulp of the exact value for every float (glibc's tanhf: 2.2). */
 MPU_API void mpu_tanh(const float *x, float *y, size_t n);

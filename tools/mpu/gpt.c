@@ -503,7 +503,8 @@ static mpu_result_t block_backward(const gpt_ctx *ctx, gpt_block *b, const float
     TRY(block_forward(ctx, b, b->mb, b->x, b->d2));
   TRY(mpu_row_linear_backward(&b->fc2, through_dropout(dout, kept_mask(ctx, b->m2), b->d1, th),
                               b->dg));
-  mpu_bias_gelu_backward_kept(b->h, b->gt, b->dg, b->dh, (size_t)T, (size_t)Fl, b->fc1.dbias);
+  mpu_bias_gelu_backward_kept(b->h, b->fc1.bias, b->gt, b->dg, b->dh, (size_t)T, (size_t)Fl,
+                              b->fc1.dbias);
   TRY(mpu_column_linear_backward(&b->fc1, b->dh, b->d2));
   TRY(mpu_layer_norm_backward(&b->ln2, b->d2, b->d1));
   for (size_t i = 0; i < th; i++) b->d_mid[i] = dout[i] + b->d1[i]; /* the residual's and ln2's */
