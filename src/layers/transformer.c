@@ -201,21 +201,58 @@ static int row_span(int n, int m) {
 
 /* softmax of the first n of a row's m computed scores (scaled by scale
  * first), in place; columns n..span-1 become 0. The max is subtracted so exp
- * never overflows, and clamped below at -87. Static: GCC exports a
- * target_clones function's resolver whatever its visibility. */
+ * never overflows, and clamped below at -87. Every pass runs over whole
+ * vectors of 16 (the columns past n masked: the max is the same whatever the
+ * order, and the sum's lanes are row_sum's, added in the exp's pass), and
+ * only a row cut short at m has a scalar tail: a row is tens of columns, and
+ * loops over n or span left the compiler's scalar epilogues most of the
+ * work. Static: GCC exports a target_clones function's resolver whatever its
+ * visibility. */
 MPU_SIMD_CLONES static void softmax_row(float *p, int n, int m, float scale) {
-  int span = row_span(n, m);
-  float mx = p[0] * scale;
-#pragma omp simd reduction(max : mx)
-  for (int j = 1; j < n; j++) mx = p[j] * scale > mx ? p[j] * scale : mx;
-  for (int j = 0; j < span; j++) {
-    float s = j < n ? p[j] * scale - mx : -87.0f;
-    s = s > -87.0f ? s : -87.0f;
-    float e = mpu__expf(s);
-    p[j] = j < n ? e : 0.0f;
+  int span = row_span(n, m), whole = span & ~(LANES - 1), j;
+  float first = p[0] * scale, lmax[LANES];
+  for (int k = 0; k < LANES; k++) lmax[k] = first;
+  for (j = 0; j < whole; j += LANES)
+#pragma omp simd
+    for (int k = 0; k < LANES; k++) {
+      float s = j + k < n ? p[j + k] * scale : first;
+      lmax[k] = s > lmax[k] ? s : lmax[k];
+    }
+  /* the lanes folded as a tree (a max is the same in any order) */
+#define MAX_HALF(w) \
+  for (int k = 0; k < (w); k++) lmax[k] = lmax[k + (w)] > lmax[k] ? lmax[k + (w)] : lmax[k]
+  MAX_HALF(8);
+  MAX_HALF(4);
+  MAX_HALF(2);
+  MAX_HALF(1);
+#undef MAX_HALF
+  float mx = lmax[0];
+  for (; j < n; j++) mx = p[j] * scale > mx ? p[j] * scale : mx;
+  lanes_f acc = {0}, x;
+  for (j = 0; j < whole; j += LANES) {
+    float e[LANES];
+#pragma omp simd
+    for (int k = 0; k < LANES; k++) {
+      float s = j + k < n ? p[j + k] * scale - mx : -87.0f;
+      s = s > -87.0f ? s : -87.0f;
+      float v = mpu__expf(s);
+      e[k] = j + k < n ? v : 0.0f;
+      p[j + k] = e[k];
+    }
+    memcpy(&x, e, sizeof x);
+    acc += x;
   }
-  float inv = 1.0f / row_sum(p, span);
-  for (int j = 0; j < span; j++) p[j] *= inv;
+  float sum = LANES_FOLD(acc);
+  for (; j < span; j++) { /* a row cut short at m: span is m, not a multiple of 16 */
+    float s = p[j] * scale - mx;
+    p[j] = j < n ? mpu__expf(s > -87.0f ? s : -87.0f) : 0.0f;
+    sum += p[j];
+  }
+  float inv = 1.0f / sum;
+  for (j = 0; j < whole; j += LANES)
+#pragma omp simd
+    for (int k = 0; k < LANES; k++) p[j + k] *= inv;
+  for (; j < span; j++) p[j] *= inv;
 }
 
 /* x (rows, cols; leading dimension ld) transposed into t (cols, rows) */
