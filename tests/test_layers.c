@@ -609,6 +609,8 @@ static void attention_check(int T, int heads, int d, int with_mask) {
         if (fabs(got - o) > 1e-5 * (1 + fabs(o))) fail_msg("attention out[%d][%d] %g vs %g", i, h * d + c, got, o);
       }
     }
+  /* dqkv poisoned: every element is the backward's (dq written whole, dk and dv cleared first) */
+  for (int i = 0; i < T * w3; i++) dq[i] = NAN;
   assert_int_equal(mpu_attention_backward(&a, g, dq), MPU_SUCCESS);
   for (int i = 0; i < T * w3; i++) {
     float keep = qkv[i], e = 1e-2f;
@@ -667,6 +669,32 @@ static void test_layer_norm_rows(void **state) {
     free(x), free(y);
     mpu_layer_norm_free(&ln);
   }
+}
+
+/* mpu_layer_norm_backward_add: the residual's gradient plus the LayerNorm's, the bits of the
+ * backward and a separate add, the weight's and bias's gradients the same */
+static void test_layer_norm_backward_add(void **state) {
+  (void)state;
+  enum { ROWS = 5, H = 37 };
+  mpu_layer_norm ln[2];
+  float x[ROWS * H], dy[ROWS * H], y[ROWS * H], d[ROWS * H], res[ROWS * H], got[ROWS * H];
+  fill(x, ROWS * H, 3), fill(dy, ROWS * H, 4), fill(res, ROWS * H, 5);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(mpu_layer_norm_init(&ln[k], H, 1e-5f, NULL, NULL, NULL, NULL), MPU_SUCCESS);
+    for (int j = 0; j < H; j++) ln[k].weight[j] = 1.0f + 0.01f * (float)j, ln[k].bias[j] = 0.1f;
+    assert_int_equal(mpu_layer_norm_forward(&ln[k], x, ROWS, y), MPU_SUCCESS);
+  }
+  assert_int_equal(mpu_layer_norm_backward(&ln[0], dy, d), MPU_SUCCESS);
+  memcpy(got, res, sizeof got);
+  assert_int_equal(mpu_layer_norm_backward_add(&ln[1], dy, got), MPU_SUCCESS);
+  for (int i = 0; i < ROWS * H; i++) {
+    float want = res[i] + d[i];
+    assert_memory_equal(&got[i], &want, sizeof want);
+  }
+  assert_memory_equal(ln[0].dweight, ln[1].dweight, sizeof(float) * H);
+  assert_memory_equal(ln[0].dbias, ln[1].dbias, sizeof(float) * H);
+  assert_int_equal(mpu_layer_norm_backward_add(NULL, dy, got), MPU_ERR_INVALID_ARGUMENT);
+  for (int k = 0; k < 2; k++) mpu_layer_norm_free(&ln[k]);
 }
 
 static double ulps(float got, double want) {
@@ -752,6 +780,7 @@ int main(void) {
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_norm_and_attention_finite_differences),
       cmocka_unit_test(test_layer_norm_rows),
+      cmocka_unit_test(test_layer_norm_backward_add),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

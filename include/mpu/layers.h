@@ -270,6 +270,12 @@ MPU_API mpu_result_t mpu_layer_norm_forward(mpu_layer_norm *ln, const float *x, 
  * sees its rows only: all-reduce dweight and dbias over the tensor-parallel
  * group before the optimizer (Megatron's sequence-parallel grad all-reduce). */
 MPU_API mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float *dx);
+/* The same, adding the input's gradient to dx instead of writing it: the
+ * gradient of a pre-LayerNorm block's residual x + f(LayerNorm(x)), where dx
+ * holds the residual's (the block's output gradient) and gets both, in the
+ * LayerNorm's own pass: dx[i] + d[i], the bits of adding them apart. dy and
+ * dx must not overlap. */
+MPU_API mpu_result_t mpu_layer_norm_backward_add(mpu_layer_norm *ln, const float *dy, float *dx);
 
 /* ---- causal self-attention on this rank's heads -------------------------------------- */
 

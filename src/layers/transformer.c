@@ -135,11 +135,12 @@ mpu_result_t mpu_layer_norm_forward(mpu_layer_norm *ln, const float *x, int n, f
 }
 
 /* one row of the backward, fused: the weight and bias gradients and both
- * sums in one pass over the row, dx in a second */
+ * sums in one pass over the row, dx in a second (added to dx's own values
+ * with add: a residual's gradient, dx + d, as a separate add would make it) */
 MPU_SIMD_CLONES static void norm_row_backward(const float *restrict g, const float *restrict xh,
                                               const float *restrict w, size_t h, float rs,
                                               float *restrict dw, float *restrict db,
-                                              float *restrict dx) {
+                                              float *restrict dx, int add) {
   float sum_g = 0, sum_gx = 0; /* of dxhat = dy * weight */
 #pragma omp simd reduction(+ : sum_g, sum_gx)
   for (size_t j = 0; j < h; j++) {
@@ -149,17 +150,29 @@ MPU_SIMD_CLONES static void norm_row_backward(const float *restrict g, const flo
     db[j] += g[j];
   }
   float mg = sum_g / (float)h, mgx = sum_gx / (float)h;
-  for (size_t j = 0; j < h; j++) dx[j] = rs * (g[j] * w[j] - mg - xh[j] * mgx);
+  if (add) /* (not 0 + d when not adding: -0.0 stays -0.0) */
+    for (size_t j = 0; j < h; j++) dx[j] = dx[j] + rs * (g[j] * w[j] - mg - xh[j] * mgx);
+  else
+    for (size_t j = 0; j < h; j++) dx[j] = rs * (g[j] * w[j] - mg - xh[j] * mgx);
 }
 
-mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float *dx) {
+static mpu_result_t norm_backward(const char *fn, mpu_layer_norm *ln, const float *dy, float *dx,
+                                  int add) {
   if (!ln || !ln->xhat || !dy || !dx)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_layer_norm_backward: no forward yet");
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no forward yet", fn);
   size_t h = (size_t)ln->hidden;
   for (size_t i = 0; i < (size_t)ln->n; i++)
     norm_row_backward(dy + i * h, ln->xhat + i * h, ln->weight, h, ln->rstd[i], ln->dweight,
-                      ln->dbias, dx + i * h);
+                      ln->dbias, dx + i * h, add);
   return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float *dx) {
+  return norm_backward("mpu_layer_norm_backward", ln, dy, dx, 0);
+}
+
+mpu_result_t mpu_layer_norm_backward_add(mpu_layer_norm *ln, const float *dy, float *dx) {
+  return norm_backward("mpu_layer_norm_backward_add", ln, dy, dx, 1);
 }
 
 /* ---- attention ----------------------------------------------------------------------------- */
