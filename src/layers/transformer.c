@@ -32,8 +32,8 @@ enum { LANES = 16 };
   ((acc) += LANES_HALF(acc, 8), (acc) += LANES_HALF(acc, 4), (acc) += LANES_HALF(acc, 2), \
    (acc) += LANES_HALF(acc, 1), (acc)[0])
 
-/* the sum of p's first span floats, and their dot product with g's: 16 lanes
- * at a time, then the tail in order */
+/* the sum of p's first span floats: 16 lanes at a time, then the tail in
+ * order (the softmax rows sum theirs the same way inside their passes) */
 static inline __attribute__((always_inline)) float row_sum(const float *p, int span) {
   lanes_f acc = {0}, x;
   int j = 0;
@@ -43,19 +43,6 @@ static inline __attribute__((always_inline)) float row_sum(const float *p, int s
   }
   float s = LANES_FOLD(acc);
   for (; j < span; j++) s += p[j];
-  return s;
-}
-
-static inline __attribute__((always_inline)) float row_dot(const float *p, const float *g,
-                                                           int span) {
-  lanes_f acc = {0}, x, y;
-  int j = 0;
-  for (; j + LANES <= span; j += LANES) {
-    memcpy(&x, p + j, sizeof x), memcpy(&y, g + j, sizeof y);
-    acc += x * y;
-  }
-  float s = LANES_FOLD(acc);
-  for (; j < span; j++) s += p[j] * g[j];
   return s;
 }
 
@@ -333,13 +320,41 @@ mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, in
 MPU_SIMD_CLONES static void softmax_row_backward(float *restrict g, const float *restrict p,
                                                  const float *restrict dropped, int n, int m,
                                                  float scale) {
-  int span = row_span(n, m);
-  if (dropped)
-    for (int j = 0; j < span; j++) g[j] = j < n && p[j] > 0 ? g[j] * (dropped[j] / p[j]) : 0.0f;
-  else
-    for (int j = 0; j < span; j++) g[j] = j < n ? g[j] : 0.0f;
-  float dot = row_dot(p, g, span);
-  for (int j = 0; j < span; j++) g[j] = p[j] * (g[j] - dot) * scale;
+  /* whole vectors of 16 as the forward's row, the dot's lanes (as row_sum's) summed in the mask's
+   * pass; a scalar tail only for a row cut short at m */
+  int span = row_span(n, m), whole = span & ~(LANES - 1), j;
+  lanes_f acc = {0}, x;
+  for (j = 0; j < whole; j += LANES) {
+    float e[LANES];
+    if (dropped) {
+#pragma omp simd
+      for (int k = 0; k < LANES; k++) {
+        int c = j + k;
+        float v = c < n && p[c] > 0 ? g[c] * (dropped[c] / p[c]) : 0.0f;
+        g[c] = v;
+        e[k] = p[c] * v;
+      }
+    } else {
+#pragma omp simd
+      for (int k = 0; k < LANES; k++) {
+        int c = j + k;
+        float v = c < n ? g[c] : 0.0f;
+        g[c] = v;
+        e[k] = p[c] * v;
+      }
+    }
+    memcpy(&x, e, sizeof x);
+    acc += x;
+  }
+  float dot = LANES_FOLD(acc);
+  for (; j < span; j++) {
+    g[j] = j < n && (!dropped || p[j] > 0) ? (dropped ? g[j] * (dropped[j] / p[j]) : g[j]) : 0.0f;
+    dot += p[j] * g[j];
+  }
+  for (j = 0; j < whole; j += LANES)
+#pragma omp simd
+    for (int k = 0; k < LANES; k++) g[j + k] = p[j + k] * (g[j + k] - dot) * scale;
+  for (; j < span; j++) g[j] = p[j] * (g[j] - dot) * scale;
 }
 
 mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *dqkv) {
