@@ -671,6 +671,33 @@ static void test_layer_norm_rows(void **state) {
   }
 }
 
+/* mpu_attention_input: q, k, v written into the attention's own buffer give the bits of a
+ * forward and backward that copy them; that buffer with another shape is refused */
+static void test_attention_input_buffer(void **state) {
+  (void)state;
+  enum { T = 40, HEADS = 2, D = 8, W = 3 * HEADS * D };
+  float qkv[T * W], out[2][T * HEADS * D], g[T * HEADS * D], dq[2][T * W];
+  fill(qkv, T * W, 21), fill(g, T * HEADS * D, 22);
+  mpu_attention a[2];
+  memset(a, 0, sizeof a);
+  assert_int_equal(mpu_attention_forward(&a[0], qkv, T, HEADS, D, NULL, out[0]), MPU_SUCCESS);
+  float *in = NULL;
+  assert_int_equal(mpu_attention_input(&a[1], T, HEADS, D, &in), MPU_SUCCESS);
+  assert_non_null(in);
+  memcpy(in, qkv, sizeof qkv);
+  assert_int_equal(mpu_attention_forward(&a[1], in, T, HEADS, D, NULL, out[1]), MPU_SUCCESS);
+  assert_ptr_equal(a[1].qkv, in); /* no copy made */
+  for (int k = 0; k < 2; k++) assert_int_equal(mpu_attention_backward(&a[k], g, dq[k]), MPU_SUCCESS);
+  assert_memory_equal(out[0], out[1], sizeof out[0]);
+  assert_memory_equal(dq[0], dq[1], sizeof dq[0]);
+  assert_int_equal(mpu_attention_forward(&a[1], in, T / 2, HEADS, D, NULL, out[1]),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_ptr_equal(a[1].qkv, in); /* and the buffer is kept */
+  assert_int_equal(mpu_attention_input(&a[1], 0, HEADS, D, &in), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(in);
+  for (int k = 0; k < 2; k++) mpu_attention_free(&a[k]);
+}
+
 /* mpu_layer_norm_backward_add: the residual's gradient plus the LayerNorm's, the bits of the
  * backward and a separate add, the weight's and bias's gradients the same */
 static void test_layer_norm_backward_add(void **state) {
@@ -781,6 +808,7 @@ int main(void) {
       cmocka_unit_test(test_norm_and_attention_finite_differences),
       cmocka_unit_test(test_layer_norm_rows),
       cmocka_unit_test(test_layer_norm_backward_add),
+      cmocka_unit_test(test_attention_input_buffer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -295,6 +295,13 @@ typedef struct mpu_attention {
 
 MPU_API mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, int heads,
                                            int head_dim, const float *dropout_mask, float *out);
+/* The buffer the attention saves its input in for the backward, sized for
+ * (T, heads, head_dim) (kept if it is): what computes qkv may write it there
+ * and pass it to mpu_attention_forward, which then copies nothing (as
+ * mpu_column_linear_input). A forward with that buffer and another shape is
+ * MPU_ERR_INVALID_ARGUMENT. *qkv NULL on error. */
+MPU_API mpu_result_t mpu_attention_input(mpu_attention *a, int T, int heads, int head_dim,
+                                         float **qkv);
 MPU_API mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *dqkv);
 MPU_API void mpu_attention_free(mpu_attention *a);
 

@@ -261,24 +261,45 @@ static void transpose(const float *x, size_t ld, int rows, int cols, float *t) {
     for (int j = 0; j < cols; j++) t[(size_t)j * rows + i] = x[(size_t)i * ld + j];
 }
 
+/* the saved input and probabilities sized for (T, heads, head_dim): kept when they are */
+static mpu_result_t attention_buffers(const char *fn, mpu_attention *a, int T, int heads,
+                                      int head_dim) {
+  if (T < 1 || heads < 1 || head_dim < 1 || T > 65536 || heads > 65536 || head_dim > 65536)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: T %d, %d heads of %d", fn, T, heads,
+                      head_dim);
+  if (a->T == T && a->heads == heads && a->head_dim == head_dim && a->qkv) return MPU_SUCCESS;
+  size_t W = 3 * (size_t)heads * head_dim, tt = (size_t)T * T;
+  mpu_attention_free(a);
+  a->qkv = malloc((size_t)T * W * sizeof(float));
+  a->probs = malloc((size_t)heads * tt * sizeof(float));
+  if (!a->qkv || !a->probs) {
+    mpu_attention_free(a);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, %d heads", fn, T, heads);
+  }
+  a->T = T, a->heads = heads, a->head_dim = head_dim;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_attention_input(mpu_attention *a, int T, int heads, int head_dim, float **qkv) {
+  static const char fn[] = "mpu_attention_input";
+  if (!a || !qkv) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  *qkv = NULL;
+  MPU_CHECK(attention_buffers(fn, a, T, heads, head_dim));
+  *qkv = a->qkv;
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, int heads,
                                    int head_dim, const float *dropout_mask, float *out) {
   static const char fn[] = "mpu_attention_forward";
-  if (!a || !qkv || !out || T < 1 || heads < 1 || head_dim < 1 || T > 65536 || heads > 65536 ||
-      head_dim > 65536)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or T %d, %d heads of %d", fn, T,
-                      heads, head_dim);
+  if (!a || !qkv || !out)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (qkv == a->qkv && (a->T != T || a->heads != heads || a->head_dim != head_dim))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: qkv is the attention's input buffer, for T %d, %d heads of %d; T %d, "
+                      "%d heads of %d given", fn, a->T, a->heads, a->head_dim, T, heads, head_dim);
+  MPU_CHECK(attention_buffers(fn, a, T, heads, head_dim));
   size_t Hl = (size_t)heads * head_dim, W = 3 * Hl, tt = (size_t)T * T;
-  if (a->T != T || a->heads != heads || a->head_dim != head_dim || !a->qkv) {
-    mpu_attention_free(a);
-    a->qkv = malloc((size_t)T * W * sizeof(float));
-    a->probs = malloc((size_t)heads * tt * sizeof(float));
-    if (!a->qkv || !a->probs) {
-      mpu_attention_free(a);
-      return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, %d heads", fn, T, heads);
-    }
-    a->T = T, a->heads = heads, a->head_dim = head_dim;
-  }
   if (dropout_mask && !a->dropped) { /* the dropped probabilities: only with a mask */
     a->dropped = malloc((size_t)heads * tt * sizeof(float));
     if (!a->dropped) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, %d heads", fn, T, heads);

@@ -481,9 +481,14 @@ static mpu_result_t block_forward(const gpt_ctx *ctx, gpt_block *b, int mb, cons
   }
   TRY(mpu_row_linear_input(&b->proj, T, &att));
   TRY(mpu_row_linear_input(&b->fc2, T, &gl));
+  /* q, k, v written where the attention saves them, unless a selective recompute runs the
+   * attention again from its own copy */
+  float *qkv_out = b->qkv_out;
+  if (b->recompute != GPT_RECOMPUTE_SELECTIVE)
+    TRY(mpu_attention_input(&b->attn, T, g->heads / tp, H / g->heads, &qkv_out));
   TRY(mpu_layer_norm_forward(&b->ln1, b->x, T_l, y1));
-  TRY(mpu_column_linear_forward(&b->qkv, y1, T_l, b->qkv_out));
-  TRY(attention_core(ctx, b, b->qkv_out, att));
+  TRY(mpu_column_linear_forward(&b->qkv, y1, T_l, qkv_out));
+  TRY(attention_core(ctx, b, qkv_out, att));
   TRY(mpu_row_linear_forward(&b->proj, att, T, b->proj_out));
   add_dropped(b->mid, b->x, b->proj_out, hidden_mask(ctx, b->layer, 2, mb, b->m1), th);
   TRY(mpu_layer_norm_forward(&b->ln2, b->mid, T_l, y2));
