@@ -10,22 +10,37 @@
 #define GELU_K 0.79788456f
 #define GELU_C 0.044715f
 
-/* the tanh of the GeLU of v */
-static inline float gelu_tanh(float v) { return mpu__tanhf(GELU_K * v * (1.0f + GELU_C * v * v)); }
+/* the argument of the GeLU's tanh, and its tanh */
+static inline float gelu_arg(float v) { return GELU_K * v * (1.0f + GELU_C * v * v); }
+static inline float gelu_tanh(float v) { return mpu__tanhf(gelu_arg(v)); }
 
 MPU_SIMD_CLONES void mpu_tanh(const float *x, float *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = mpu__tanhf(x[i]);
 }
 
 /* one row of Megatron's bias_gelu with the tanh kept: y = gelu(x + bias) (bias NULL: none); x is
- * only read, as Megatron's bias_gelu reads it, so the forward stores two arrays, not three */
-static inline void bias_gelu_row(const float *restrict x, const float *restrict bias,
-                                 float *restrict y, float *restrict t, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float v = bias ? x[i] + bias[i] : x[i];
-    float th = gelu_tanh(v);
-    t[i] = th;
-    y[i] = 0.5f * v * (1.0f + th);
+ * only read, as Megatron's bias_gelu reads it, so the forward stores two arrays, not three. By
+ * blocks: the tanh's exp over the block, then the rest (mpu__tanhf_exp, _end), two short chains
+ * where one long one left the core waiting on its latency (the same bits) */
+static inline __attribute__((always_inline)) void bias_gelu_row(const float *restrict x,
+                                                                const float *restrict bias,
+                                                                float *restrict y,
+                                                                float *restrict t, size_t n) {
+  enum { BLOCK = 64 }; /* (in L1) */
+  float u[BLOCK], e[BLOCK];
+  for (size_t i0 = 0; i0 < n; i0 += BLOCK) {
+    size_t nb = n - i0 < BLOCK ? n - i0 : BLOCK;
+    for (size_t k = 0; k < nb; k++) { /* the tanh's exp first, over the block (kernels.h) */
+      float v = bias ? x[i0 + k] + bias[i0 + k] : x[i0 + k];
+      u[k] = gelu_arg(v);
+      e[k] = mpu__tanhf_exp(u[k]);
+    }
+    for (size_t k = 0; k < nb; k++) {
+      float v = bias ? x[i0 + k] + bias[i0 + k] : x[i0 + k];
+      float th = mpu__tanhf_end(u[k], e[k]);
+      t[i0 + k] = th;
+      y[i0 + k] = 0.5f * v * (1.0f + th);
+    }
   }
 }
 
