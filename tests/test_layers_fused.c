@@ -4,6 +4,8 @@
  * against the layer's own bias and the plain GeLU (outputs, tanh, input and
  * parameter gradients, the bias's sums), and a linear's forward from its own
  * saved-input buffer against the copying forward; the buffer's refusals;
+ * the attention's input buffer and the LayerNorm's backward that adds a
+ * residual's gradient against the copying forward and an add apart;
  * the input gradient's kernel, whose panels of the weight are packed from
  * 64 rows of dy on, and the forward's, on the weight's panels transposed, against
  * the chain of fused multiply-adds they promise.
@@ -283,6 +285,59 @@ static void test_forward_bits(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* mpu_attention_input: q, k, v written into the attention's own buffer give the bits of a
+ * forward and backward that copy them; that buffer with another shape is refused */
+static void test_attention_input_buffer(void **state) {
+  (void)state;
+  enum { T = 40, HEADS = 2, D = 8, W = 3 * HEADS * D };
+  float qkv[T * W], out[2][T * HEADS * D], g[T * HEADS * D], dq[2][T * W];
+  fill(qkv, T * W, 21), fill(g, T * HEADS * D, 22);
+  mpu_attention a[2];
+  memset(a, 0, sizeof a);
+  assert_int_equal(mpu_attention_forward(&a[0], qkv, T, HEADS, D, NULL, out[0]), MPU_SUCCESS);
+  float *in = NULL;
+  assert_int_equal(mpu_attention_input(&a[1], T, HEADS, D, &in), MPU_SUCCESS);
+  assert_non_null(in);
+  memcpy(in, qkv, sizeof qkv);
+  assert_int_equal(mpu_attention_forward(&a[1], in, T, HEADS, D, NULL, out[1]), MPU_SUCCESS);
+  assert_ptr_equal(a[1].qkv, in); /* no copy made */
+  for (int k = 0; k < 2; k++) assert_int_equal(mpu_attention_backward(&a[k], g, dq[k]), MPU_SUCCESS);
+  assert_memory_equal(out[0], out[1], sizeof out[0]);
+  assert_memory_equal(dq[0], dq[1], sizeof dq[0]);
+  assert_int_equal(mpu_attention_forward(&a[1], in, T / 2, HEADS, D, NULL, out[1]),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_ptr_equal(a[1].qkv, in); /* and the buffer is kept */
+  assert_int_equal(mpu_attention_input(&a[1], 0, HEADS, D, &in), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(in);
+  for (int k = 0; k < 2; k++) mpu_attention_free(&a[k]);
+}
+
+/* mpu_layer_norm_backward_add: the residual's gradient plus the LayerNorm's, the bits of the
+ * backward and a separate add, the weight's and bias's gradients the same */
+static void test_layer_norm_backward_add(void **state) {
+  (void)state;
+  enum { ROWS = 5, H = 37 };
+  mpu_layer_norm ln[2];
+  float x[ROWS * H], dy[ROWS * H], y[ROWS * H], d[ROWS * H], res[ROWS * H], got[ROWS * H];
+  fill(x, ROWS * H, 3), fill(dy, ROWS * H, 4), fill(res, ROWS * H, 5);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(mpu_layer_norm_init(&ln[k], H, 1e-5f, NULL, NULL, NULL, NULL), MPU_SUCCESS);
+    for (int j = 0; j < H; j++) ln[k].weight[j] = 1.0f + 0.01f * (float)j, ln[k].bias[j] = 0.1f;
+    assert_int_equal(mpu_layer_norm_forward(&ln[k], x, ROWS, y), MPU_SUCCESS);
+  }
+  assert_int_equal(mpu_layer_norm_backward(&ln[0], dy, d), MPU_SUCCESS);
+  memcpy(got, res, sizeof got);
+  assert_int_equal(mpu_layer_norm_backward_add(&ln[1], dy, got), MPU_SUCCESS);
+  for (int i = 0; i < ROWS * H; i++) {
+    float want = res[i] + d[i];
+    assert_memory_equal(&got[i], &want, sizeof want);
+  }
+  assert_memory_equal(ln[0].dweight, ln[1].dweight, sizeof(float) * H);
+  assert_memory_equal(ln[0].dbias, ln[1].dbias, sizeof(float) * H);
+  assert_int_equal(mpu_layer_norm_backward_add(NULL, dy, got), MPU_ERR_INVALID_ARGUMENT);
+  for (int k = 0; k < 2; k++) mpu_layer_norm_free(&ln[k]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bias_gelu_is_the_layers_bias),
@@ -290,6 +345,8 @@ int main(void) {
       cmocka_unit_test(test_saved_input_refusals),
       cmocka_unit_test(test_input_gradient_bits),
       cmocka_unit_test(test_forward_bits),
+      cmocka_unit_test(test_attention_input_buffer),
+      cmocka_unit_test(test_layer_norm_backward_add),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
