@@ -609,6 +609,8 @@ static void attention_check(int T, int heads, int d, int with_mask) {
         if (fabs(got - o) > 1e-5 * (1 + fabs(o))) fail_msg("attention out[%d][%d] %g vs %g", i, h * d + c, got, o);
       }
     }
+  /* dqkv poisoned: every element is the backward's (dq written whole, dk and dv cleared first) */
+  for (int i = 0; i < T * w3; i++) dq[i] = NAN;
   assert_int_equal(mpu_attention_backward(&a, g, dq), MPU_SUCCESS);
   for (int i = 0; i < T * w3; i++) {
     float keep = qkv[i], e = 1e-2f;

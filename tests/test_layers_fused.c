@@ -4,6 +4,8 @@
  * against the layer's own bias and the plain GeLU (outputs, tanh, input and
  * parameter gradients, the bias's sums), and a linear's forward from its own
  * saved-input buffer against the copying forward; the buffer's refusals;
+ * the attention's input buffer and the LayerNorm's backward that adds a
+ * residual's gradient against the copying forward and an add apart;
  * the input gradient's kernel, whose panels of the weight are packed from
  * 64 rows of dy on, and the forward's, on the weight's panels transposed, against
  * the chain of fused multiply-adds they promise.
@@ -53,6 +55,7 @@ static void test_bias_gelu_is_the_layers_bias(void **state) {
   fill(plain.bias, OUT, 11);
   memcpy(skip.bias, plain.bias, sizeof(float) * OUT);
   float *x = floats(N * IN), *dg = floats(N * OUT), *h[2], *g[2], *t[2], *dh[2], *dx[2];
+  float *h_before = floats(N * OUT);
   for (int k = 0; k < 2; k++)
     h[k] = floats(N * OUT), g[k] = floats(N * OUT), t[k] = floats(N * OUT),
     dh[k] = floats(N * OUT), dx[k] = floats(N * IN);
@@ -62,12 +65,16 @@ static void test_bias_gelu_is_the_layers_bias(void **state) {
     assert_int_equal(mpu_column_linear_forward(&plain, x, N, h[0]), 0);
     mpu_gelu_forward_keep(h[0], g[0], t[0], N * OUT);
     assert_int_equal(mpu_column_linear_forward(&skip, x, N, h[1]), 0);
+    memcpy(h_before, h[1], sizeof(float) * N * OUT);
     mpu_bias_gelu_forward_keep(h[1], skip.bias, N, OUT, g[1], t[1]);
     mpu_gelu_backward_kept(h[0], t[0], dg, dh[0], N * OUT);
     assert_int_equal(mpu_column_linear_backward(&plain, dh[0], dx[0]), 0);
-    mpu_bias_gelu_backward_kept(h[1], t[1], dg, dh[1], N, OUT, skip.dbias);
+    mpu_bias_gelu_backward_kept(h[1], skip.bias, t[1], dg, dh[1], N, OUT, skip.dbias);
     assert_int_equal(mpu_column_linear_backward(&skip, dh[1], dx[1]), 0);
-    assert_memory_equal(h[0], h[1], sizeof(float) * N * OUT); /* x + b kept for the backward */
+    /* x only read (the backward adds the bias again), and x + b is the layer's x b^T + b */
+    assert_memory_equal(h[1], h_before, sizeof(float) * N * OUT);
+    for (size_t i = 0; i < (size_t)N * OUT; i++) h_before[i] += skip.bias[i % OUT];
+    assert_memory_equal(h[0], h_before, sizeof(float) * N * OUT);
     assert_memory_equal(g[0], g[1], sizeof(float) * N * OUT);
     assert_memory_equal(t[0], t[1], sizeof(float) * N * OUT);
     assert_memory_equal(dh[0], dh[1], sizeof(float) * N * OUT);
@@ -85,11 +92,20 @@ static void test_bias_gelu_is_the_layers_bias(void **state) {
   assert_memory_equal(h[0], h[1], sizeof(float) * N * OUT);
   assert_memory_equal(g[0], g[1], sizeof(float) * N * OUT);
   /* and no bias gradient to sum into (NULL): the plain GeLU's dx */
-  mpu_bias_gelu_backward_kept(h[1], t[1], dg, dh[1], N, OUT, NULL);
+  mpu_bias_gelu_backward_kept(h[1], NULL, t[1], dg, dh[1], N, OUT, NULL);
   mpu_gelu_backward_kept(h[0], t[0], dg, dh[0], N * OUT);
   assert_memory_equal(dh[0], dh[1], sizeof(float) * N * OUT);
+  /* a bias and no gradient for it: gelu'(x + b) dy, as the plain GeLU gives on x + b */
+  memcpy(h_before, h[0], sizeof(float) * N * OUT);
+  for (size_t i = 0; i < (size_t)N * OUT; i++) h_before[i] += skip.bias[i % OUT];
+  mpu_bias_gelu_forward_keep(h[0], skip.bias, N, OUT, g[1], t[1]);
+  mpu_bias_gelu_backward_kept(h[0], skip.bias, t[1], dg, dh[1], N, OUT, NULL);
+  mpu_gelu_forward_keep(h_before, g[0], t[0], N * OUT);
+  mpu_gelu_backward_kept(h_before, t[0], dg, dh[0], N * OUT);
+  assert_memory_equal(g[0], g[1], sizeof(float) * N * OUT);
+  assert_memory_equal(dh[0], dh[1], sizeof(float) * N * OUT);
   for (int k = 0; k < 2; k++) free(h[k]), free(g[k]), free(t[k]), free(dh[k]), free(dx[k]);
-  free(x), free(dg);
+  free(x), free(dg), free(h_before);
   mpu_column_linear_free(&plain), mpu_column_linear_free(&skip);
   mpu_comm_destroy(c);
 }
@@ -269,6 +285,59 @@ static void test_forward_bits(void **state) {
   mpu_comm_destroy(c);
 }
 
+/* mpu_attention_input: q, k, v written into the attention's own buffer give the bits of a
+ * forward and backward that copy them; that buffer with another shape is refused */
+static void test_attention_input_buffer(void **state) {
+  (void)state;
+  enum { T = 40, HEADS = 2, D = 8, W = 3 * HEADS * D };
+  float qkv[T * W], out[2][T * HEADS * D], g[T * HEADS * D], dq[2][T * W];
+  fill(qkv, T * W, 21), fill(g, T * HEADS * D, 22);
+  mpu_attention a[2];
+  memset(a, 0, sizeof a);
+  assert_int_equal(mpu_attention_forward(&a[0], qkv, T, HEADS, D, NULL, out[0]), MPU_SUCCESS);
+  float *in = NULL;
+  assert_int_equal(mpu_attention_input(&a[1], T, HEADS, D, &in), MPU_SUCCESS);
+  assert_non_null(in);
+  memcpy(in, qkv, sizeof qkv);
+  assert_int_equal(mpu_attention_forward(&a[1], in, T, HEADS, D, NULL, out[1]), MPU_SUCCESS);
+  assert_ptr_equal(a[1].qkv, in); /* no copy made */
+  for (int k = 0; k < 2; k++) assert_int_equal(mpu_attention_backward(&a[k], g, dq[k]), MPU_SUCCESS);
+  assert_memory_equal(out[0], out[1], sizeof out[0]);
+  assert_memory_equal(dq[0], dq[1], sizeof dq[0]);
+  assert_int_equal(mpu_attention_forward(&a[1], in, T / 2, HEADS, D, NULL, out[1]),
+                   MPU_ERR_INVALID_ARGUMENT);
+  assert_ptr_equal(a[1].qkv, in); /* and the buffer is kept */
+  assert_int_equal(mpu_attention_input(&a[1], 0, HEADS, D, &in), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(in);
+  for (int k = 0; k < 2; k++) mpu_attention_free(&a[k]);
+}
+
+/* mpu_layer_norm_backward_add: the residual's gradient plus the LayerNorm's, the bits of the
+ * backward and a separate add, the weight's and bias's gradients the same */
+static void test_layer_norm_backward_add(void **state) {
+  (void)state;
+  enum { ROWS = 5, H = 37 };
+  mpu_layer_norm ln[2];
+  float x[ROWS * H], dy[ROWS * H], y[ROWS * H], d[ROWS * H], res[ROWS * H], got[ROWS * H];
+  fill(x, ROWS * H, 3), fill(dy, ROWS * H, 4), fill(res, ROWS * H, 5);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(mpu_layer_norm_init(&ln[k], H, 1e-5f, NULL, NULL, NULL, NULL), MPU_SUCCESS);
+    for (int j = 0; j < H; j++) ln[k].weight[j] = 1.0f + 0.01f * (float)j, ln[k].bias[j] = 0.1f;
+    assert_int_equal(mpu_layer_norm_forward(&ln[k], x, ROWS, y), MPU_SUCCESS);
+  }
+  assert_int_equal(mpu_layer_norm_backward(&ln[0], dy, d), MPU_SUCCESS);
+  memcpy(got, res, sizeof got);
+  assert_int_equal(mpu_layer_norm_backward_add(&ln[1], dy, got), MPU_SUCCESS);
+  for (int i = 0; i < ROWS * H; i++) {
+    float want = res[i] + d[i];
+    assert_memory_equal(&got[i], &want, sizeof want);
+  }
+  assert_memory_equal(ln[0].dweight, ln[1].dweight, sizeof(float) * H);
+  assert_memory_equal(ln[0].dbias, ln[1].dbias, sizeof(float) * H);
+  assert_int_equal(mpu_layer_norm_backward_add(NULL, dy, got), MPU_ERR_INVALID_ARGUMENT);
+  for (int k = 0; k < 2; k++) mpu_layer_norm_free(&ln[k]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bias_gelu_is_the_layers_bias),
@@ -276,6 +345,8 @@ int main(void) {
       cmocka_unit_test(test_saved_input_refusals),
       cmocka_unit_test(test_input_gradient_bits),
       cmocka_unit_test(test_forward_bits),
+      cmocka_unit_test(test_attention_input_buffer),
+      cmocka_unit_test(test_layer_norm_backward_add),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -231,15 +231,19 @@ MPU_API void mpu_gelu_forward_keep(const float *x, float *y, float *t, size_t n)
 MPU_API void mpu_gelu_backward_kept(const float *x, const float *t, const float *dy, float *dx,
                                     size_t n);
 /* Megatron's bias_gelu with the tanh kept, for a column layer made with
- * skip_bias_add: x (rows, cols) += bias row by row (bias NULL: none), kept in
- * x for the backward, y = gelu(x), t its tanh. The backward gives dx =
- * gelu'(x) dy and adds dx's column sums, row by row, to dbias (NULL: none):
- * the sums the layer's backward would have made, in the same order, in the
- * same pass. The arrays do not overlap (dx may not be dy). */
-MPU_API void mpu_bias_gelu_forward_keep(float *x, const float *bias, size_t rows, size_t cols,
-                                        float *y, float *t);
-MPU_API void mpu_bias_gelu_backward_kept(const float *x, const float *t, const float *dy,
-                                         float *dx, size_t rows, size_t cols, float *dbias);
+ * skip_bias_add: y = gelu(x + bias), the bias added row by row (bias NULL:
+ * none), t its tanh; x (rows, cols) is only read, and the backward takes it
+ * and the bias again and adds them as the forward did (Megatron's
+ * bias_gelu_back(g, bias, y) recomputes bias + y the same way), so the
+ * forward stores y and t alone. The backward gives dx = gelu'(x + bias) dy
+ * and adds dx's column sums, row by row, to dbias (NULL: none): the sums the
+ * layer's backward would have made, in the same order, in the same pass.
+ * The arrays do not overlap (dx may not be dy). */
+MPU_API void mpu_bias_gelu_forward_keep(const float *x, const float *bias, size_t rows,
+                                        size_t cols, float *y, float *t);
+MPU_API void mpu_bias_gelu_backward_kept(const float *x, const float *bias, const float *t,
+                                         const float *dy, float *dx, size_t rows, size_t cols,
+                                         float *dbias);
 /* y = tanh(x) element-wise, branch-free and vectorised (the GeLU's tanh):
  * within 1.5 ulp of the exact value for every float (glibc's tanhf: 2.2). */
 MPU_API void mpu_tanh(const float *x, float *y, size_t n);
@@ -266,6 +270,12 @@ MPU_API mpu_result_t mpu_layer_norm_forward(mpu_layer_norm *ln, const float *x, 
  * sees its rows only: all-reduce dweight and dbias over the tensor-parallel
  * group before the optimizer (Megatron's sequence-parallel grad all-reduce). */
 MPU_API mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float *dx);
+/* The same, adding the input's gradient to dx instead of writing it: the
+ * gradient of a pre-LayerNorm block's residual x + f(LayerNorm(x)), where dx
+ * holds the residual's (the block's output gradient) and gets both, in the
+ * LayerNorm's own pass: dx[i] + d[i], the bits of adding them apart. dy and
+ * dx must not overlap. */
+MPU_API mpu_result_t mpu_layer_norm_backward_add(mpu_layer_norm *ln, const float *dy, float *dx);
 
 /* ---- causal self-attention on this rank's heads -------------------------------------- */
 
@@ -285,6 +295,13 @@ typedef struct mpu_attention {
 
 MPU_API mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, int heads,
                                            int head_dim, const float *dropout_mask, float *out);
+/* The buffer the attention saves its input in for the backward, sized for
+ * (T, heads, head_dim) (kept if it is): what computes qkv may write it there
+ * and pass it to mpu_attention_forward, which then copies nothing (as
+ * mpu_column_linear_input). A forward with that buffer and another shape is
+ * MPU_ERR_INVALID_ARGUMENT. *qkv NULL on error. */
+MPU_API mpu_result_t mpu_attention_input(mpu_attention *a, int T, int heads, int head_dim,
+                                         float **qkv);
 MPU_API mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *dqkv);
 MPU_API void mpu_attention_free(mpu_attention *a);
 

@@ -149,8 +149,9 @@ typedef struct mpu_adamw_options {
  *   plain        every rank all-reduces the gradients and updates every
  *                parameter (its moments cover the whole buffer)
  *   distributed  ZeRO-1: each bucket is reduce-scattered over dp, each rank
- *                updates its shard (float32 main weights and moments of the
- *                shard only), then the buckets are all-gathered
+ *                updates its shard (the moments of the shard only; the
+ *                parameters are the float32 main weights, updated in
+ *                place), then the buckets are all-gathered
  * Both apply the same clipping and the same AdamW to each element, so they
  * give the same parameters. Each step reads the float32 main weights from
  * the buffer's parameters, so a value the caller writes between steps (a
@@ -164,7 +165,7 @@ typedef struct mpu_optimizer {
   int dp_size, dp_rank, distributed;
   mpu_adamw_options o;
   size_t owned;          /* elements whose moments this rank keeps */
-  float *m, *v, *main;   /* (owned), indexed by mpu_optimizer_span's state */
+  float *m, *v;          /* (owned), indexed by mpu_optimizer_param_shard's `at` */
   /* public, read-write */
   int64_t step;          /* steps taken; a caller restoring a checkpoint sets it */
   /* private */
@@ -216,7 +217,7 @@ MPU_API mpu_result_t mpu_optimizer_set_grads_reduced(mpu_optimizer *opt, int red
  * shard (mpu/shard.h) of the parameter's local tensor (its shape,
  * mpu_param_buffer_set_shape, or 1-d of numel, as one box at 0): spans [lo,
  * hi) of its elements, each with `at`, the index of element lo in the
- * optimizer's state (m, v and main). The whole parameter for the plain
+ * optimizer's state (m and v). The whole parameter for the plain
  * optimizer, this rank's ZeRO-1 shard of each bucket for the distributed one
  * (mpu_param_buffer_describe gives the same spans within the global tensor).
  * MPU_ERR_INVALID_ARGUMENT, out unchanged, for no such parameter.

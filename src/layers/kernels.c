@@ -10,26 +10,41 @@
 #define GELU_K 0.79788456f
 #define GELU_C 0.044715f
 
-/* the tanh of the GeLU of v */
-static inline float gelu_tanh(float v) { return mpu__tanhf(GELU_K * v * (1.0f + GELU_C * v * v)); }
+/* the argument of the GeLU's tanh, and its tanh */
+static inline float gelu_arg(float v) { return GELU_K * v * (1.0f + GELU_C * v * v); }
+static inline float gelu_tanh(float v) { return mpu__tanhf(gelu_arg(v)); }
 
 MPU_SIMD_CLONES void mpu_tanh(const float *x, float *y, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = mpu__tanhf(x[i]);
 }
 
-/* one row of Megatron's bias_gelu with the tanh kept: x += bias (when given), y = gelu(x) */
-static inline void bias_gelu_row(float *restrict x, const float *restrict bias, float *restrict y,
-                                 float *restrict t, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float v = bias ? x[i] + bias[i] : x[i];
-    float th = gelu_tanh(v);
-    x[i] = v;
-    t[i] = th;
-    y[i] = 0.5f * v * (1.0f + th);
+/* one row of Megatron's bias_gelu with the tanh kept: y = gelu(x + bias) (bias NULL: none); x is
+ * only read, as Megatron's bias_gelu reads it, so the forward stores two arrays, not three. By
+ * blocks: the tanh's exp over the block, then the rest (mpu__tanhf_exp, _end), two short chains
+ * where one long one left the core waiting on its latency (the same bits) */
+static inline __attribute__((always_inline)) void bias_gelu_row(const float *restrict x,
+                                                                const float *restrict bias,
+                                                                float *restrict y,
+                                                                float *restrict t, size_t n) {
+  enum { BLOCK = 64 }; /* (in L1) */
+  float u[BLOCK], e[BLOCK];
+  for (size_t i0 = 0; i0 < n; i0 += BLOCK) {
+    size_t nb = n - i0 < BLOCK ? n - i0 : BLOCK;
+    for (size_t k = 0; k < nb; k++) { /* the tanh's exp first, over the block (kernels.h) */
+      float v = bias ? x[i0 + k] + bias[i0 + k] : x[i0 + k];
+      u[k] = gelu_arg(v);
+      e[k] = mpu__tanhf_exp(u[k]);
+    }
+    for (size_t k = 0; k < nb; k++) {
+      float v = bias ? x[i0 + k] + bias[i0 + k] : x[i0 + k];
+      float th = mpu__tanhf_end(u[k], e[k]);
+      t[i0 + k] = th;
+      y[i0 + k] = 0.5f * v * (1.0f + th);
+    }
   }
 }
 
-MPU_SIMD_CLONES void mpu_bias_gelu_forward_keep(float *restrict x, const float *restrict bias,
+MPU_SIMD_CLONES void mpu_bias_gelu_forward_keep(const float *restrict x, const float *restrict bias,
                                                 size_t rows, size_t cols, float *restrict y,
                                                 float *restrict t) {
   for (size_t r = 0; r < rows; r++) {
@@ -67,23 +82,29 @@ MPU_SIMD_CLONES void mpu_gelu_backward_kept(const float *restrict x, const float
   for (size_t i = 0; i < n; i++) dx[i] = gelu_slope(x[i], t[i]) * dy[i];
 }
 
-MPU_SIMD_CLONES void mpu_bias_gelu_backward_kept(const float *restrict x, const float *restrict t,
-                                                 const float *restrict dy, float *restrict dx,
-                                                 size_t rows, size_t cols,
+/* one row of bias_gelu's backward: x + bias again, as Megatron's bias_gelu_back adds them (the
+ * forward's bits), and the bias's gradient summed as the linear layer sums it, row by row (the
+ * same order, the same bits); inlined per case so each loop is branch-free */
+static inline __attribute__((always_inline)) void bias_gelu_back_row(
+    const float *restrict x, const float *restrict bias, const float *restrict t,
+    const float *restrict dy, float *restrict dx, size_t n, float *restrict dbias) {
+  for (size_t j = 0; j < n; j++) {
+    float d = gelu_slope(bias ? x[j] + bias[j] : x[j], t[j]) * dy[j];
+    dx[j] = d;
+    if (dbias) dbias[j] += d;
+  }
+}
+
+MPU_SIMD_CLONES void mpu_bias_gelu_backward_kept(const float *restrict x, const float *restrict bias,
+                                                 const float *restrict t, const float *restrict dy,
+                                                 float *restrict dx, size_t rows, size_t cols,
                                                  float *restrict dbias) {
   for (size_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols, *tr = t + r * cols, *dyr = dy + r * cols;
-    float *dxr = dx + r * cols;
-    if (!dbias) { /* no bias (the forward's NULL): dx alone */
-      mpu_gelu_backward_kept(xr, tr, dyr, dxr, cols);
-      continue;
-    }
-    /* the bias's gradient row by row, as the linear layer sums it: the same order, the same bits */
-    for (size_t j = 0; j < cols; j++) {
-      float d = gelu_slope(xr[j], tr[j]) * dyr[j];
-      dxr[j] = d;
-      dbias[j] += d;
-    }
+    size_t o = r * cols;
+    if (bias && dbias) bias_gelu_back_row(x + o, bias, t + o, dy + o, dx + o, cols, dbias);
+    else if (bias) bias_gelu_back_row(x + o, bias, t + o, dy + o, dx + o, cols, NULL);
+    else if (dbias) bias_gelu_back_row(x + o, NULL, t + o, dy + o, dx + o, cols, dbias);
+    else bias_gelu_back_row(x + o, NULL, t + o, dy + o, dx + o, cols, NULL);
   }
 }
 

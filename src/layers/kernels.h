@@ -34,17 +34,29 @@ static inline float mpu__expf(float x) {
 
 /* tanh x, branch-free: an odd polynomial below |x| 0.625 (Cephes' tanhf),
  * 1 - 2 / (e^2|x| + 1) above, |x| clamped at 10 (where tanh rounds to 1).
- * Within 1.5 ulp of the exact value over every float (libm's tanhf: 2.2). */
-static inline float mpu__tanhf(float x) {
+ * Within 1.5 ulp of the exact value over every float (libm's tanhf: 2.2).
+ * In two parts, e = mpu__tanhf_exp(x) and mpu__tanhf_end(x, e), so a loop
+ * can run the long chain of the exp over a block before the rest: each
+ * part's chain is then short enough for the core to overlap many elements
+ * (the same operations, the same bits). */
+static inline float mpu__tanhf_clamped(float x) {
   float a = x < 0 ? -x : x;
-  a = a < 10.0f ? a : 10.0f; /* a NaN becomes 10 here, and is given back at the end */
+  return a < 10.0f ? a : 10.0f; /* a NaN becomes 10 here, and is given back at the end */
+}
+
+static inline float mpu__tanhf_exp(float x) { return mpu__expf(2.0f * mpu__tanhf_clamped(x)); }
+
+static inline float mpu__tanhf_end(float x, float e) {
+  float a = mpu__tanhf_clamped(x);
   float z = x * x;
   float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
                   1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
-  float big = 1.0f - 2.0f / (mpu__expf(2.0f * a) + 1.0f);
+  float big = 1.0f - 2.0f / (e + 1.0f);
   big = x < 0 ? -big : big;
   float t = a < 0.625f ? small : big;
   return x == x ? t : x;
 }
+
+static inline float mpu__tanhf(float x) { return mpu__tanhf_end(x, mpu__tanhf_exp(x)); }
 
 #endif

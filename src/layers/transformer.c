@@ -32,8 +32,8 @@ enum { LANES = 16 };
   ((acc) += LANES_HALF(acc, 8), (acc) += LANES_HALF(acc, 4), (acc) += LANES_HALF(acc, 2), \
    (acc) += LANES_HALF(acc, 1), (acc)[0])
 
-/* the sum of p's first span floats, and their dot product with g's: 16 lanes
- * at a time, then the tail in order */
+/* the sum of p's first span floats: 16 lanes at a time, then the tail in
+ * order (the softmax rows sum theirs the same way inside their passes) */
 static inline __attribute__((always_inline)) float row_sum(const float *p, int span) {
   lanes_f acc = {0}, x;
   int j = 0;
@@ -43,19 +43,6 @@ static inline __attribute__((always_inline)) float row_sum(const float *p, int s
   }
   float s = LANES_FOLD(acc);
   for (; j < span; j++) s += p[j];
-  return s;
-}
-
-static inline __attribute__((always_inline)) float row_dot(const float *p, const float *g,
-                                                           int span) {
-  lanes_f acc = {0}, x, y;
-  int j = 0;
-  for (; j + LANES <= span; j += LANES) {
-    memcpy(&x, p + j, sizeof x), memcpy(&y, g + j, sizeof y);
-    acc += x * y;
-  }
-  float s = LANES_FOLD(acc);
-  for (; j < span; j++) s += p[j] * g[j];
   return s;
 }
 
@@ -135,11 +122,12 @@ mpu_result_t mpu_layer_norm_forward(mpu_layer_norm *ln, const float *x, int n, f
 }
 
 /* one row of the backward, fused: the weight and bias gradients and both
- * sums in one pass over the row, dx in a second */
+ * sums in one pass over the row, dx in a second (added to dx's own values
+ * with add: a residual's gradient, dx + d, as a separate add would make it) */
 MPU_SIMD_CLONES static void norm_row_backward(const float *restrict g, const float *restrict xh,
                                               const float *restrict w, size_t h, float rs,
                                               float *restrict dw, float *restrict db,
-                                              float *restrict dx) {
+                                              float *restrict dx, int add) {
   float sum_g = 0, sum_gx = 0; /* of dxhat = dy * weight */
 #pragma omp simd reduction(+ : sum_g, sum_gx)
   for (size_t j = 0; j < h; j++) {
@@ -149,17 +137,29 @@ MPU_SIMD_CLONES static void norm_row_backward(const float *restrict g, const flo
     db[j] += g[j];
   }
   float mg = sum_g / (float)h, mgx = sum_gx / (float)h;
-  for (size_t j = 0; j < h; j++) dx[j] = rs * (g[j] * w[j] - mg - xh[j] * mgx);
+  if (add) /* (not 0 + d when not adding: -0.0 stays -0.0) */
+    for (size_t j = 0; j < h; j++) dx[j] = dx[j] + rs * (g[j] * w[j] - mg - xh[j] * mgx);
+  else
+    for (size_t j = 0; j < h; j++) dx[j] = rs * (g[j] * w[j] - mg - xh[j] * mgx);
 }
 
-mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float *dx) {
+static mpu_result_t norm_backward(const char *fn, mpu_layer_norm *ln, const float *dy, float *dx,
+                                  int add) {
   if (!ln || !ln->xhat || !dy || !dx)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "mpu_layer_norm_backward: no forward yet");
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no forward yet", fn);
   size_t h = (size_t)ln->hidden;
   for (size_t i = 0; i < (size_t)ln->n; i++)
     norm_row_backward(dy + i * h, ln->xhat + i * h, ln->weight, h, ln->rstd[i], ln->dweight,
-                      ln->dbias, dx + i * h);
+                      ln->dbias, dx + i * h, add);
   return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy, float *dx) {
+  return norm_backward("mpu_layer_norm_backward", ln, dy, dx, 0);
+}
+
+mpu_result_t mpu_layer_norm_backward_add(mpu_layer_norm *ln, const float *dy, float *dx) {
+  return norm_backward("mpu_layer_norm_backward_add", ln, dy, dx, 1);
 }
 
 /* ---- attention ----------------------------------------------------------------------------- */
@@ -201,21 +201,58 @@ static int row_span(int n, int m) {
 
 /* softmax of the first n of a row's m computed scores (scaled by scale
  * first), in place; columns n..span-1 become 0. The max is subtracted so exp
- * never overflows, and clamped below at -87. Static: GCC exports a
- * target_clones function's resolver whatever its visibility. */
+ * never overflows, and clamped below at -87. Every pass runs over whole
+ * vectors of 16 (the columns past n masked: the max is the same whatever the
+ * order, and the sum's lanes are row_sum's, added in the exp's pass), and
+ * only a row cut short at m has a scalar tail: a row is tens of columns, and
+ * loops over n or span left the compiler's scalar epilogues most of the
+ * work. Static: GCC exports a target_clones function's resolver whatever its
+ * visibility. */
 MPU_SIMD_CLONES static void softmax_row(float *p, int n, int m, float scale) {
-  int span = row_span(n, m);
-  float mx = p[0] * scale;
-#pragma omp simd reduction(max : mx)
-  for (int j = 1; j < n; j++) mx = p[j] * scale > mx ? p[j] * scale : mx;
-  for (int j = 0; j < span; j++) {
-    float s = j < n ? p[j] * scale - mx : -87.0f;
-    s = s > -87.0f ? s : -87.0f;
-    float e = mpu__expf(s);
-    p[j] = j < n ? e : 0.0f;
+  int span = row_span(n, m), whole = span & ~(LANES - 1), j;
+  float first = p[0] * scale, lmax[LANES];
+  for (int k = 0; k < LANES; k++) lmax[k] = first;
+  for (j = 0; j < whole; j += LANES)
+#pragma omp simd
+    for (int k = 0; k < LANES; k++) {
+      float s = j + k < n ? p[j + k] * scale : first;
+      lmax[k] = s > lmax[k] ? s : lmax[k];
+    }
+  /* the lanes folded as a tree (a max is the same in any order) */
+#define MAX_HALF(w) \
+  for (int k = 0; k < (w); k++) lmax[k] = lmax[k + (w)] > lmax[k] ? lmax[k + (w)] : lmax[k]
+  MAX_HALF(8);
+  MAX_HALF(4);
+  MAX_HALF(2);
+  MAX_HALF(1);
+#undef MAX_HALF
+  float mx = lmax[0];
+  for (; j < n; j++) mx = p[j] * scale > mx ? p[j] * scale : mx;
+  lanes_f acc = {0}, x;
+  for (j = 0; j < whole; j += LANES) {
+    float e[LANES];
+#pragma omp simd
+    for (int k = 0; k < LANES; k++) {
+      float s = j + k < n ? p[j + k] * scale - mx : -87.0f;
+      s = s > -87.0f ? s : -87.0f;
+      float v = mpu__expf(s);
+      e[k] = j + k < n ? v : 0.0f;
+      p[j + k] = e[k];
+    }
+    memcpy(&x, e, sizeof x);
+    acc += x;
   }
-  float inv = 1.0f / row_sum(p, span);
-  for (int j = 0; j < span; j++) p[j] *= inv;
+  float sum = LANES_FOLD(acc);
+  for (; j < span; j++) { /* a row cut short at m: span is m, not a multiple of 16 */
+    float s = p[j] * scale - mx;
+    p[j] = j < n ? mpu__expf(s > -87.0f ? s : -87.0f) : 0.0f;
+    sum += p[j];
+  }
+  float inv = 1.0f / sum;
+  for (j = 0; j < whole; j += LANES)
+#pragma omp simd
+    for (int k = 0; k < LANES; k++) p[j + k] *= inv;
+  for (; j < span; j++) p[j] *= inv;
 }
 
 /* x (rows, cols; leading dimension ld) transposed into t (cols, rows) */
@@ -224,24 +261,45 @@ static void transpose(const float *x, size_t ld, int rows, int cols, float *t) {
     for (int j = 0; j < cols; j++) t[(size_t)j * rows + i] = x[(size_t)i * ld + j];
 }
 
+/* the saved input and probabilities sized for (T, heads, head_dim): kept when they are */
+static mpu_result_t attention_buffers(const char *fn, mpu_attention *a, int T, int heads,
+                                      int head_dim) {
+  if (T < 1 || heads < 1 || head_dim < 1 || T > 65536 || heads > 65536 || head_dim > 65536)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: T %d, %d heads of %d", fn, T, heads,
+                      head_dim);
+  if (a->T == T && a->heads == heads && a->head_dim == head_dim && a->qkv) return MPU_SUCCESS;
+  size_t W = 3 * (size_t)heads * head_dim, tt = (size_t)T * T;
+  mpu_attention_free(a);
+  a->qkv = malloc((size_t)T * W * sizeof(float));
+  a->probs = malloc((size_t)heads * tt * sizeof(float));
+  if (!a->qkv || !a->probs) {
+    mpu_attention_free(a);
+    return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, %d heads", fn, T, heads);
+  }
+  a->T = T, a->heads = heads, a->head_dim = head_dim;
+  return MPU_SUCCESS;
+}
+
+mpu_result_t mpu_attention_input(mpu_attention *a, int T, int heads, int head_dim, float **qkv) {
+  static const char fn[] = "mpu_attention_input";
+  if (!a || !qkv) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  *qkv = NULL;
+  MPU_CHECK(attention_buffers(fn, a, T, heads, head_dim));
+  *qkv = a->qkv;
+  return MPU_SUCCESS;
+}
+
 mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, int heads,
                                    int head_dim, const float *dropout_mask, float *out) {
   static const char fn[] = "mpu_attention_forward";
-  if (!a || !qkv || !out || T < 1 || heads < 1 || head_dim < 1 || T > 65536 || heads > 65536 ||
-      head_dim > 65536)
-    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument or T %d, %d heads of %d", fn, T,
-                      heads, head_dim);
+  if (!a || !qkv || !out)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+  if (qkv == a->qkv && (a->T != T || a->heads != heads || a->head_dim != head_dim))
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT,
+                      "%s: qkv is the attention's input buffer, for T %d, %d heads of %d; T %d, "
+                      "%d heads of %d given", fn, a->T, a->heads, a->head_dim, T, heads, head_dim);
+  MPU_CHECK(attention_buffers(fn, a, T, heads, head_dim));
   size_t Hl = (size_t)heads * head_dim, W = 3 * Hl, tt = (size_t)T * T;
-  if (a->T != T || a->heads != heads || a->head_dim != head_dim || !a->qkv) {
-    mpu_attention_free(a);
-    a->qkv = malloc((size_t)T * W * sizeof(float));
-    a->probs = malloc((size_t)heads * tt * sizeof(float));
-    if (!a->qkv || !a->probs) {
-      mpu_attention_free(a);
-      return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, %d heads", fn, T, heads);
-    }
-    a->T = T, a->heads = heads, a->head_dim = head_dim;
-  }
   if (dropout_mask && !a->dropped) { /* the dropped probabilities: only with a mask */
     a->dropped = malloc((size_t)heads * tt * sizeof(float));
     if (!a->dropped) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, %d heads", fn, T, heads);
@@ -283,13 +341,41 @@ mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, in
 MPU_SIMD_CLONES static void softmax_row_backward(float *restrict g, const float *restrict p,
                                                  const float *restrict dropped, int n, int m,
                                                  float scale) {
-  int span = row_span(n, m);
-  if (dropped)
-    for (int j = 0; j < span; j++) g[j] = j < n && p[j] > 0 ? g[j] * (dropped[j] / p[j]) : 0.0f;
-  else
-    for (int j = 0; j < span; j++) g[j] = j < n ? g[j] : 0.0f;
-  float dot = row_dot(p, g, span);
-  for (int j = 0; j < span; j++) g[j] = p[j] * (g[j] - dot) * scale;
+  /* whole vectors of 16 as the forward's row, the dot's lanes (as row_sum's) summed in the mask's
+   * pass; a scalar tail only for a row cut short at m */
+  int span = row_span(n, m), whole = span & ~(LANES - 1), j;
+  lanes_f acc = {0}, x;
+  for (j = 0; j < whole; j += LANES) {
+    float e[LANES];
+    if (dropped) {
+#pragma omp simd
+      for (int k = 0; k < LANES; k++) {
+        int c = j + k;
+        float v = c < n && p[c] > 0 ? g[c] * (dropped[c] / p[c]) : 0.0f;
+        g[c] = v;
+        e[k] = p[c] * v;
+      }
+    } else {
+#pragma omp simd
+      for (int k = 0; k < LANES; k++) {
+        int c = j + k;
+        float v = c < n ? g[c] : 0.0f;
+        g[c] = v;
+        e[k] = p[c] * v;
+      }
+    }
+    memcpy(&x, e, sizeof x);
+    acc += x;
+  }
+  float dot = LANES_FOLD(acc);
+  for (; j < span; j++) {
+    g[j] = j < n && (!dropped || p[j] > 0) ? (dropped ? g[j] * (dropped[j] / p[j]) : g[j]) : 0.0f;
+    dot += p[j] * g[j];
+  }
+  for (j = 0; j < whole; j += LANES)
+#pragma omp simd
+    for (int k = 0; k < LANES; k++) g[j + k] = p[j + k] * (g[j + k] - dot) * scale;
+  for (; j < span; j++) g[j] = p[j] * (g[j] - dot) * scale;
 }
 
 mpu_result_t mpu_attention_backward(mpu_attention *a, const float *dout, float *dqkv) {

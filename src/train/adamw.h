@@ -72,13 +72,20 @@ mpu_result_t mpu__describe(const char *fn, mpu_shard_list *out, const char *name
                            const char *suffix, mpu_shard_kind kind, const mpu_shard *keep,
                            float *data, const mpu_shard *save);
 
-/* torch's AdamW on one element: decoupled decay, then the bias-corrected step */
+/* torch's AdamW on one element: decoupled decay, then the bias-corrected step
+ * in the order of torch/optim/adamw.py's single-tensor step (2.x): step_size =
+ * lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps, p -= step_size * (m / denom).
+ * step_size and sqrt(bc2) are the same for every element (hoisted out of the
+ * callers' loops), so an element costs one square root and two divisions,
+ * where lr (m / bc1) / (sqrt(v / bc2) + eps) cost three: the divider bounds
+ * the optimizer's loop. */
 static inline void mpu__adamw_element(float *p, float g, float *m, float *v, float decay,
                                       const mpu_adamw_options *o, float bc1, float bc2) {
+  float step_size = o->lr / bc1, bc2_sqrt = sqrtf(bc2);
   *p -= o->lr * o->weight_decay * decay * *p;
   *m = o->beta1 * *m + (1 - o->beta1) * g;
   *v = o->beta2 * *v + (1 - o->beta2) * g * g;
-  *p -= o->lr * (*m / bc1) / (sqrtf(*v / bc2) + o->eps);
+  *p -= step_size * (*m / (sqrtf(*v) / bc2_sqrt + o->eps));
 }
 
 /* clip_grad_by_total_norm_fp32: the factor every gradient is multiplied by */

@@ -405,9 +405,8 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
   size_t cells = opt->owned ? opt->owned : 1;
   opt->m = mpu__zalloc_large(cells, sizeof(float));
   opt->v = mpu__zalloc_large(cells, sizeof(float));
-  opt->main = mpu__zalloc_large(cells, sizeof(float));
   opt->scratch = opt->distributed ? calloc(opt->bucket, sizeof(float)) : NULL;
-  if (!opt->m || !opt->v || !opt->main || (opt->distributed && !opt->scratch)) {
+  if (!opt->m || !opt->v || (opt->distributed && !opt->scratch)) {
     mpu_optimizer_free(opt);
     return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: %zu elements of state", fn, opt->owned);
   }
@@ -416,7 +415,7 @@ mpu_result_t mpu_optimizer_init(mpu_optimizer *opt, mpu_param_buffer *b, mpu_com
 
 void mpu_optimizer_free(mpu_optimizer *opt) {
   if (!opt) return;
-  free(opt->m), free(opt->v), free(opt->main), free(opt->scratch);
+  free(opt->m), free(opt->v), free(opt->scratch);
   memset(opt, 0, sizeof *opt);
 }
 
@@ -424,26 +423,23 @@ typedef struct step_args {
   float clip, bc1, bc2;
 } step_args;
 
-/* one run of elements, fused: the float32 main weight read from the parameter
- * (so a value the caller wrote since the last step, a loaded checkpoint or an
- * edit, is what this step updates, as torch's AdamW updates p.data in place),
- * clip, AdamW, and the parameter written back */
-MPU_SIMD_CLONES static void update_run(float *restrict main, float *restrict m, float *restrict v,
-                                       float *restrict data, const float *restrict grad,
-                                       size_t count, float decay, const mpu_adamw_options *o,
-                                       const step_args *a) {
+/* one run of elements, fused: clip and AdamW on the float32 parameters in
+ * place (the main weights are the parameters: a value the caller wrote since
+ * the last step, a loaded checkpoint or an edit, is what this step updates,
+ * as torch's AdamW updates p.data in place; no copy of them is kept, which
+ * would be one more array written each step that nothing reads) */
+MPU_SIMD_CLONES static void update_run(float *restrict m, float *restrict v, float *restrict data,
+                                       const float *restrict grad, size_t count, float decay,
+                                       const mpu_adamw_options *o, const step_args *a) {
   mpu_adamw_options oc = *o; /* locals: no aliasing with the arrays */
   float clip = a->clip, bc1 = a->bc1, bc2 = a->bc2;
-  for (size_t i = 0; i < count; i++) {
-    main[i] = data[i];
-    mpu__adamw_element(&main[i], grad[i] * clip, &m[i], &v[i], decay, &oc, bc1, bc2);
-    data[i] = main[i];
-  }
+  for (size_t i = 0; i < count; i++)
+    mpu__adamw_element(&data[i], grad[i] * clip, &m[i], &v[i], decay, &oc, bc1, bc2);
 }
 
 static void update(mpu_optimizer *opt, size_t e, size_t j, size_t count, float decay, void *arg) {
-  update_run(opt->main + j, opt->m + j, opt->v + j, opt->b->data + e, opt->b->grad + e, count,
-             decay, &opt->o, arg);
+  update_run(opt->m + j, opt->v + j, opt->b->data + e, opt->b->grad + e, count, decay, &opt->o,
+             arg);
 }
 
 /* counts[k]: how many elements of bucket [start, end) rank k holds (shards

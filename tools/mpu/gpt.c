@@ -17,7 +17,7 @@ struct gpt_block {
   mpu_row_linear proj, fc2;
   mpu_attention attn;
   float *x, *y1, *qkv_out, *att_mask, *proj_out, *m1, *mid, *y2, *h, *fc2_out, *m2;
-  float *d_mid, *d1, *d2, *dqkv, *datt, *dh, *dg;
+  float *d1, *d2, *dqkv, *datt, *dh, *dg;
   float *gt;     /* the GeLU's tanh, kept for its backward */
   int mb;        /* the micro-batch of the last forward (its dropout keys) */
   int recompute; /* GPT_RECOMPUTE_*: what this block's backward runs again */
@@ -219,7 +219,7 @@ mpu_result_t gpt_chunk_create(const gpt_ctx *ctx, gpt_chunk *c, int vs, int nvs)
     b->x = alloc(th, &failed), b->y1 = alloc(th, &failed), b->proj_out = alloc(th, &failed);
     b->m1 = alloc(th, &failed), b->mid = alloc(th, &failed), b->y2 = alloc(th, &failed);
     b->fc2_out = alloc(th, &failed), b->m2 = alloc(th, &failed);
-    b->d_mid = alloc(th, &failed), b->d1 = alloc(th, &failed), b->d2 = alloc(th, &failed);
+    b->d1 = alloc(th, &failed), b->d2 = alloc(th, &failed);
     b->qkv_out = alloc((size_t)T * 3 * Hl, &failed), b->dqkv = alloc((size_t)T * 3 * Hl, &failed);
     b->datt = alloc((size_t)T * Hl, &failed);
     b->att_mask = alloc((size_t)hl * T * T, &failed);
@@ -251,7 +251,7 @@ void gpt_chunk_free(gpt_chunk *c) {
     mpu_row_linear_free(&b->proj), mpu_row_linear_free(&b->fc2);
     mpu_attention_free(&b->attn);
     float *bufs[] = {b->x, b->y1, b->qkv_out, b->att_mask, b->proj_out, b->m1, b->mid,
-                     b->y2, b->h, b->fc2_out, b->m2, b->d_mid, b->d1, b->d2, b->dqkv,
+                     b->y2, b->h, b->fc2_out, b->m2, b->d1, b->d2, b->dqkv,
                      b->datt, b->dh, b->dg, b->gt};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) free(bufs[k]);
   }
@@ -481,9 +481,14 @@ static mpu_result_t block_forward(const gpt_ctx *ctx, gpt_block *b, int mb, cons
   }
   TRY(mpu_row_linear_input(&b->proj, T, &att));
   TRY(mpu_row_linear_input(&b->fc2, T, &gl));
+  /* q, k, v written where the attention saves them, unless a selective recompute runs the
+   * attention again from its own copy */
+  float *qkv_out = b->qkv_out;
+  if (b->recompute != GPT_RECOMPUTE_SELECTIVE)
+    TRY(mpu_attention_input(&b->attn, T, g->heads / tp, H / g->heads, &qkv_out));
   TRY(mpu_layer_norm_forward(&b->ln1, b->x, T_l, y1));
-  TRY(mpu_column_linear_forward(&b->qkv, y1, T_l, b->qkv_out));
-  TRY(attention_core(ctx, b, b->qkv_out, att));
+  TRY(mpu_column_linear_forward(&b->qkv, y1, T_l, qkv_out));
+  TRY(attention_core(ctx, b, qkv_out, att));
   TRY(mpu_row_linear_forward(&b->proj, att, T, b->proj_out));
   add_dropped(b->mid, b->x, b->proj_out, hidden_mask(ctx, b->layer, 2, mb, b->m1), th);
   TRY(mpu_layer_norm_forward(&b->ln2, b->mid, T_l, y2));
@@ -503,18 +508,20 @@ static mpu_result_t block_backward(const gpt_ctx *ctx, gpt_block *b, const float
     TRY(block_forward(ctx, b, b->mb, b->x, b->d2));
   TRY(mpu_row_linear_backward(&b->fc2, through_dropout(dout, kept_mask(ctx, b->m2), b->d1, th),
                               b->dg));
-  mpu_bias_gelu_backward_kept(b->h, b->gt, b->dg, b->dh, (size_t)T, (size_t)Fl, b->fc1.dbias);
+  mpu_bias_gelu_backward_kept(b->h, b->fc1.bias, b->gt, b->dg, b->dh, (size_t)T, (size_t)Fl,
+                              b->fc1.dbias);
   TRY(mpu_column_linear_backward(&b->fc1, b->dh, b->d2));
-  TRY(mpu_layer_norm_backward(&b->ln2, b->d2, b->d1));
-  for (size_t i = 0; i < th; i++) b->d_mid[i] = dout[i] + b->d1[i]; /* the residual's and ln2's */
+  /* the residual's gradient and ln2's summed in ln2's backward: dx then is the gradient of
+   * mid, and ln1's is added to it the same way */
+  if (dx != dout) memcpy(dx, dout, th * sizeof(float));
+  TRY(mpu_layer_norm_backward_add(&b->ln2, b->d2, dx));
   if (b->recompute == GPT_RECOMPUTE_SELECTIVE) /* the attention core again, from q, k, v */
     TRY(attention_core(ctx, b, b->qkv_out, b->datt));
-  TRY(mpu_row_linear_backward(&b->proj, through_dropout(b->d_mid, kept_mask(ctx, b->m1), b->d1, th),
+  TRY(mpu_row_linear_backward(&b->proj, through_dropout(dx, kept_mask(ctx, b->m1), b->d1, th),
                               b->datt));
   TRY(mpu_attention_backward(&b->attn, b->datt, b->dqkv));
   TRY(mpu_column_linear_backward(&b->qkv, b->dqkv, b->d2));
-  TRY(mpu_layer_norm_backward(&b->ln1, b->d2, b->d1));
-  for (size_t i = 0; i < th; i++) dx[i] = b->d_mid[i] + b->d1[i];
+  TRY(mpu_layer_norm_backward_add(&b->ln1, b->d2, dx));
   return MPU_SUCCESS;
 }
 
