@@ -73,12 +73,14 @@ mpu_result_t mpu__describe(const char *fn, mpu_shard_list *out, const char *name
                            float *data, const mpu_shard *save);
 
 /* torch's AdamW on one element: decoupled decay, then the bias-corrected step
- * in the order of torch/optim/adamw.py's single-tensor step (2.x): step_size =
- * lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps, p -= step_size * (m / denom).
- * step_size and sqrt(bc2) are the same for every element (hoisted out of the
- * callers' loops), so an element costs one square root and two divisions,
- * where lr (m / bc1) / (sqrt(v / bc2) + eps) cost three: the divider bounds
- * the optimizer's loop. */
+ * with its division grouped as torch/optim/adam.py's single-tensor step groups
+ * it (step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps). step_size and
+ * sqrt(bc2) are the same for every element (hoisted out of the callers'
+ * loops), so an element costs one square root and two divisions, where
+ * lr (m / bc1) / (sqrt(v / bc2) + eps) cost three: the divider bounds the
+ * optimizer's loop. The values agree with torch's to rounding, not bit for
+ * bit: torch moves m by lerp, decays p by one factor (1 - lr wd) and forms
+ * its scalars in double. */
 static inline void mpu__adamw_element(float *p, float g, float *m, float *v, float decay,
                                       const mpu_adamw_options *o, float bc1, float bc2) {
   float step_size = o->lr / bc1, bc2_sqrt = sqrtf(bc2);
