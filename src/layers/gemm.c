@@ -46,9 +46,9 @@ tile(int mr, int full, int k, const float *a, size_t lda, const float *b, size_t
     const float *bl = b + (size_t)l * ldb;
     if (pf) { /* as an address, not a pointer: the next block may have fewer than k rows,
                  and a prefetch past B's end is harmless where pointer arithmetic is not */
-      uintptr_t at = (uintptr_t)pf + (uintptr_t)l * pfs;
-      _mm_prefetch((const char *)at, _MM_HINT_T0);
-      _mm_prefetch((const char *)(at + 64), _MM_HINT_T0);
+      uintptr_t pa = (uintptr_t)pf + (uintptr_t)l * pfs;
+      _mm_prefetch((const char *)pa, _MM_HINT_T0);
+      _mm_prefetch((const char *)(pa + 64), _MM_HINT_T0);
     }
     __m512 b0 = full ? _mm512_loadu_ps(bl) : _mm512_maskz_loadu_ps(m0, bl);
     __m512 b1 = full ? _mm512_loadu_ps(bl + 16) : _mm512_maskz_loadu_ps(m1, bl + 16);
@@ -102,13 +102,17 @@ static AVX512 void one_tile(int mr, int nr, int k, const float *a, size_t lda, c
 #undef ROWS
     }
   }
-  for (int r = 0; r < mr && end != KEEP; r++) {
-    __m512 c0 = end == ADD ? _mm512_maskz_loadu_ps(m0, c + (size_t)r * ldc) : _mm512_setzero_ps();
-    __m512 c1 = end == ADD ? _mm512_maskz_loadu_ps(m1, c + (size_t)r * ldc + 16) : _mm512_setzero_ps();
-    acc[r][0] = _mm512_add_ps(c0, acc[r][0]);
-    acc[r][1] = _mm512_add_ps(c1, acc[r][1]);
-  }
-  for (int r = 0; r < mr; r++) {
+  /* unrolled, as the loads above, so that acc stays in registers */
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    if (r >= mr) break;
+    if (end != KEEP) {
+      __m512 c0 = end == ADD ? _mm512_maskz_loadu_ps(m0, c + (size_t)r * ldc) : _mm512_setzero_ps();
+      __m512 c1 =
+          end == ADD ? _mm512_maskz_loadu_ps(m1, c + (size_t)r * ldc + 16) : _mm512_setzero_ps();
+      acc[r][0] = _mm512_add_ps(c0, acc[r][0]);
+      acc[r][1] = _mm512_add_ps(c1, acc[r][1]);
+    }
     _mm512_mask_storeu_ps(c + (size_t)r * ldc, m0, acc[r][0]);
     _mm512_mask_storeu_ps(c + (size_t)r * ldc + 16, m1, acc[r][1]);
   }
