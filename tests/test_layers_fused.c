@@ -293,12 +293,12 @@ static int openblas_skylakex(void) {
  * inputs (one panel), the edges of the blocks (448, 449, 895, 896, 897),
  * blocks longer than the kernel's 256-row panels, 24, 33 and 40 columns, 130
  * and 136 rows (past the 128 rows whose chains wait between pieces of a
- * block). */
+ * block), and 200 rows of a single block (one pass over them). */
 static void test_forward_blocks_bits(void **state) {
   (void)state;
   static const int shapes[][3] = {{128, 1024, 256}, {128, 512, 256}, {128, 256, 256}, {128, 257, 40}, {64, 448, 40},
                                   {64, 449, 40}, {130, 895, 40}, {64, 896, 24}, {136, 897, 40},
-                                  {64, 1400, 33}};
+                                  {64, 1400, 33}, {200, 200, 40}};
   int exact = openblas_skylakex();
   int threads = openblas_get_num_threads();
   openblas_set_num_threads(1);

@@ -237,9 +237,11 @@ static AVX512 void kernel_packed(int m, int n, int k, const float *a, size_t lda
                              : j0 + NR < n ? (const char *)(b + j0 + NR)
                                            : NULL;
           for (int i0 = g0; i0 < g1; i0 += MR) {
-            /* where the chain waits between pieces: in C where the block's sums are C's */
-            float *ci = c + (size_t)i0 * ldc + j0, *wait = end == KEEP ? ci : part + (i0 - g0) * NR;
-            size_t ldw = end == KEEP ? ldc : NR;
+            /* where the chain waits between pieces: in C where the block's sums are C's, in
+             * part (rows = MB) where C holds the blocks before; a block of one piece waits not */
+            int in_c = end == KEEP || (first && last);
+            float *ci = c + (size_t)i0 * ldc + j0, *wait = in_c ? ci : part + (size_t)(i0 - g0) * NR;
+            size_t ldw = in_c ? ldc : NR;
             one_tile(g1 - i0 < MR ? g1 - i0 : MR, nr, kc, a + (size_t)i0 * lda + k0, lda, pb, NR,
                      i0 == g0 ? next : NULL, ldb * sizeof(float), 1, first ? NULL : wait, ldw,
                      last ? end : KEEP, last ? ci : wait, last ? ldc : ldw);
