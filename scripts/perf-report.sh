@@ -301,8 +301,8 @@ if wanted profile; then
 import collections, json, re, sys
 tmp = sys.argv[1]
 kinds = [  # (row, symbol pattern), first match wins
-    ("OpenBLAS's sgemm kernel (the linears' weight gradient, and fc2's forward)", r"^sgemm_kernel"),
-    ("mpu's kernel (`src/layers/gemm.c`): the linears' input gradient dx = dy W and forward x W^T (but fc2's), and the attention's q k^T, P v, dout v^T, dS k", r"^(one_tile|kernel|kernel_packed)\b"),
+    ("OpenBLAS's sgemm kernel (the linears' weight gradient)", r"^sgemm_kernel"),
+    ("mpu's kernel (`src/layers/gemm.c`): the linears' input gradient dx = dy W and forward x W^T, and the attention's q k^T, P v, dout v^T, dS k", r"^(one_tile|kernel|kernel_packed)\b"),
     ("OpenBLAS packing operands and scaling C (`sgemm_*copy`, `sgemm_beta`)", r"^sgemm_(i|o)[nt]copy|^sgemm_beta"),
     ("the attention's dv and dk (OpenBLAS's small-matrix kernels)", r"^sgemm_small"),
     ("memory copies and clears", r"^__mem(move|cpy|set)"),

@@ -8,7 +8,8 @@
  * residual's gradient against the copying forward and an add apart;
  * the input gradient's kernel, whose panels of the weight are packed from
  * 64 rows of dy on, and the forward's, on the weight's panels transposed, against
- * the chain of fused multiply-adds they promise.
+ * the chain of fused multiply-adds they promise, and past 256 inputs, in
+ * OpenBLAS's blocks, against cblas_sgemm itself.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -17,7 +18,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include <cblas.h>
 #include <cmocka.h>
 
 #include "mpu.h"
@@ -237,7 +240,8 @@ static void test_input_gradient_bits(void **state) {
  * to 256 inputs, each element is fmaf over the inputs in order from 0, then
  * the bias added (OpenBLAS's sums there, the same bits): panels of the
  * weight transposed 16 x 16 at a time, with edges of 8 and 4 columns and 8
- * and 13 inputs. Elsewhere, and for longer rows (BLAS's own blocks), 1e-5. */
+ * and 13 inputs. Elsewhere, and for longer rows (OpenBLAS's blocks, checked
+ * against cblas_sgemm below), 1e-5. */
 static void test_forward_bits(void **state) {
   (void)state;
   static const int shapes[][3] = {{72, 40, 100}, {128, 256, 256}, {64, 29, 36}, {63, 33, 17}, {64, 300, 8}};
@@ -338,6 +342,80 @@ static void test_layer_norm_backward_add(void **state) {
   for (int k = 0; k < 2; k++) mpu_layer_norm_free(&ln[k]);
 }
 
+/* Whether this OpenBLAS runs the SkylakeX kernel whose sums mpu's forward
+ * reproduces (OpenBLAS 0.3.21's level-3 driver, GEMM_Q 448). */
+static int openblas_skylakex(void) {
+  const char *core = openblas_get_corename();
+  __builtin_cpu_init();
+  return core && strcasecmp(core, "skylakex") == 0 && __builtin_cpu_supports("avx512f");
+}
+
+/* y = x W^T (+ b) past 256 inputs (fc2's 1024 at tp 1, 512 at tp 2) is
+ * OpenBLAS's own sum: blocks of 448 while 896 inputs are left, then half the
+ * rest rounded up to 16, each block a chain from 0 added to y (to 0 on the
+ * first without a bias, so a row of products that underflow gives +0, not
+ * the chain's -0). Against cblas_sgemm itself, bit for bit where it runs the
+ * SkylakeX kernel on one thread, as a rank of the demo runs it (its
+ * threaded driver halves the rest without rounding it), at shapes of more
+ * than 100^3 multiply-adds (smaller ones OpenBLAS gives its small-matrix
+ * kernel, which sums otherwise): 256
+ * inputs (one panel), the edges of the blocks (448, 449, 895, 896, 897),
+ * blocks longer than the kernel's 256-row panels, 24, 33 and 40 columns, 130
+ * and 136 rows (past the 128 rows whose chains wait between pieces of a
+ * block), and 200 rows of a single block (one pass over them). */
+static void test_forward_blocks_bits(void **state) {
+  (void)state;
+  static const int shapes[][3] = {{128, 1024, 256}, {128, 512, 256}, {128, 256, 256}, {128, 257, 40}, {64, 448, 40},
+                                  {64, 449, 40}, {130, 895, 40}, {64, 896, 24}, {136, 897, 40},
+                                  {64, 1400, 33}, {200, 200, 40}};
+  int exact = openblas_skylakex();
+  int threads = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  mpu_comm *c = alone();
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+    float *x = floats((size_t)n * in), *y = floats((size_t)n * out), *want = floats((size_t)n * out);
+    fill(x, (size_t)n * in, 5);
+    for (int l = 0; l < in; l++) x[l] = -0x1p-149f; /* row 0: each product underflows to -0 */
+    for (int kind = 0; kind < 2; kind++) {
+      mpu_column_linear col;
+      mpu_row_linear row;
+      float *w;
+      if (kind == 0) {
+        assert_int_equal(mpu_column_linear_init(&col, c, in, out, 1, 0, 0, 15, 0.5f), 0);
+        fill(col.bias, (size_t)out, 6);
+        w = col.weight;
+      } else {
+        assert_int_equal(mpu_row_linear_init(&row, c, in, out, 0, 1, 0, 16, 0.5f), 0);
+        w = row.weight;
+      }
+      for (size_t i = 0; i < (size_t)out * in; i++) w[i] = fminf(fabsf(w[i]), 0.49f);
+      if (kind == 0) {
+        assert_int_equal(mpu_column_linear_forward(&col, x, n, y), 0);
+        for (int i = 0; i < n; i++) memcpy(want + (size_t)i * out, col.bias, (size_t)out * sizeof(float));
+      } else {
+        assert_int_equal(mpu_row_linear_forward(&row, x, n, y), 0);
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in,
+                  kind == 0 ? 1.0f : 0.0f, want, out);
+      for (size_t i = 0; i < (size_t)n * out; i++) {
+        size_t r = i / (size_t)out;
+        float size = 0.0f; /* the sum of the terms' magnitudes */
+        for (int l = 0; l < in && !exact; l++) size += fabsf(x[r * in + l] * w[(i % out) * in + l]);
+        if (exact ? memcmp(&y[i], &want[i], sizeof y[i]) != 0
+                  : fabsf(y[i] - want[i]) > 1e-5f * (1.0f + size))
+          fail_msg("%s %d x %d x %d: y[%zu][%zu] = %.9g, cblas_sgemm %.9g", kind ? "row" : "column",
+                   n, in, out, r, i % out, y[i], want[i]);
+      }
+      if (kind == 0) mpu_column_linear_free(&col);
+      else mpu_row_linear_free(&row);
+    }
+    free(x), free(y), free(want);
+  }
+  openblas_set_num_threads(threads);
+  mpu_comm_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bias_gelu_is_the_layers_bias),
@@ -347,6 +425,7 @@ int main(void) {
       cmocka_unit_test(test_forward_bits),
       cmocka_unit_test(test_attention_input_buffer),
       cmocka_unit_test(test_layer_norm_backward_add),
+      cmocka_unit_test(test_forward_blocks_bits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

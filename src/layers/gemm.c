@@ -1,5 +1,5 @@
 /*
- * gemm.c - dx = dy W without packing W (gemm.h says why).
+ * gemm.c - the linears' products without BLAS's packing (gemm.h says why).
  *
  * The kernel keeps a tile of C, 8 rows by 32 columns, in 16 AVX-512
  * registers and walks k: two loads of B's row k (32 floats, in place) and
@@ -10,6 +10,9 @@
  * of A on (the linears' 128 tokens) the panel is first copied, 256 of B's
  * rows at a time, into 32 KiB of its own (kernel_packed): in place its rows
  * are the weight's row length apart and evict one another from the caches.
+ * The forward's sums are cut in OpenBLAS's blocks of k (blas_block): the
+ * partial chains of a block longer than a packed piece wait in a buffer of
+ * 128 rows while C holds the blocks before.
  */
 #include "layers/gemm.h"
 
@@ -43,9 +46,9 @@ tile(int mr, int full, int k, const float *a, size_t lda, const float *b, size_t
     const float *bl = b + (size_t)l * ldb;
     if (pf) { /* as an address, not a pointer: the next block may have fewer than k rows,
                  and a prefetch past B's end is harmless where pointer arithmetic is not */
-      uintptr_t at = (uintptr_t)pf + (uintptr_t)l * pfs;
-      _mm_prefetch((const char *)at, _MM_HINT_T0);
-      _mm_prefetch((const char *)(at + 64), _MM_HINT_T0);
+      uintptr_t pa = (uintptr_t)pf + (uintptr_t)l * pfs;
+      _mm_prefetch((const char *)pa, _MM_HINT_T0);
+      _mm_prefetch((const char *)(pa + 64), _MM_HINT_T0);
     }
     __m512 b0 = full ? _mm512_loadu_ps(bl) : _mm512_maskz_loadu_ps(m0, bl);
     __m512 b1 = full ? _mm512_loadu_ps(bl + 16) : _mm512_maskz_loadu_ps(m1, bl + 16);
@@ -65,24 +68,27 @@ static inline __attribute__((always_inline)) void col_masks(int nr, __mmask16 *m
   *m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
 }
 
-/* what one_tile does with C: C = the sums; C's sums go on (the sums of the
- * k before these: the same chain of fused multiply-adds, cut where C stores
- * it exactly); C += the sums (BLAS's beta 1) */
-enum { SET, MORE, ADD };
+/* how one_tile ends a chain: C = the sums (or, with from, the chain so far
+ * and these terms: the same chain of fused multiply-adds, cut where memory
+ * holds it exactly); C += the sums (BLAS's beta 1, and each of OpenBLAS's
+ * blocks of k after the first); C = 0 + the sums (OpenBLAS's first block on
+ * the C it zeroed for beta 0: an underflowed -0 comes out +0) */
+enum { KEEP, ADD, FRESH };
 
-/* one tile of C: mr rows (1..8) by nr columns (1..32), mode as above. B's
+/* one tile of C: mr rows (1..8) by nr columns (1..32); the chain starts
+ * from 0 or, with from (ldf apart), from the sums there; end as above. B's
  * rows are whole (full) where B is a packed panel, its columns past nr zero. */
 static AVX512 void one_tile(int mr, int nr, int k, const float *a, size_t lda, const float *b,
-                            size_t ldb, const char *pf, size_t pfs, int mode, int full, float *c,
-                            size_t ldc) {
+                            size_t ldb, const char *pf, size_t pfs, int full, const float *from,
+                            size_t ldf, int end, float *c, size_t ldc) {
   __m512 acc[MR][2];
   __mmask16 m0, m1;
   col_masks(nr, &m0, &m1);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++)
-    if (mode == MORE && r < mr) {
-      acc[r][0] = _mm512_maskz_loadu_ps(m0, c + (size_t)r * ldc);
-      acc[r][1] = _mm512_maskz_loadu_ps(m1, c + (size_t)r * ldc + 16);
+    if (from && r < mr) {
+      acc[r][0] = _mm512_maskz_loadu_ps(m0, from + (size_t)r * ldf);
+      acc[r][1] = _mm512_maskz_loadu_ps(m1, from + (size_t)r * ldf + 16);
     } else {
       acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     }
@@ -96,11 +102,17 @@ static AVX512 void one_tile(int mr, int nr, int k, const float *a, size_t lda, c
 #undef ROWS
     }
   }
-  for (int r = 0; r < mr && mode == ADD; r++) {
-    acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c + (size_t)r * ldc), acc[r][0]);
-    acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + (size_t)r * ldc + 16), acc[r][1]);
-  }
-  for (int r = 0; r < mr; r++) {
+  /* unrolled, as the loads above, so that acc stays in registers */
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    if (r >= mr) break;
+    if (end != KEEP) {
+      __m512 c0 = end == ADD ? _mm512_maskz_loadu_ps(m0, c + (size_t)r * ldc) : _mm512_setzero_ps();
+      __m512 c1 =
+          end == ADD ? _mm512_maskz_loadu_ps(m1, c + (size_t)r * ldc + 16) : _mm512_setzero_ps();
+      acc[r][0] = _mm512_add_ps(c0, acc[r][0]);
+      acc[r][1] = _mm512_add_ps(c1, acc[r][1]);
+    }
     _mm512_mask_storeu_ps(c + (size_t)r * ldc, m0, acc[r][0]);
     _mm512_mask_storeu_ps(c + (size_t)r * ldc + 16, m1, acc[r][1]);
   }
@@ -112,7 +124,7 @@ static AVX512 void kernel(int m, int n, int k, const float *a, size_t lda, const
     const char *next = j0 + NR < n ? (const char *)(b + j0 + NR) : NULL;
     for (int i0 = 0; i0 < m; i0 += MR)
       one_tile(m - i0 < MR ? m - i0 : MR, n - j0 < NR ? n - j0 : NR, k, a + (size_t)i0 * lda,
-               lda, b + j0, ldb, i0 == 0 ? next : NULL, ldb * sizeof(float), SET, 0,
+               lda, b + j0, ldb, i0 == 0 ? next : NULL, ldb * sizeof(float), 0, NULL, 0, KEEP,
                c + (size_t)i0 * ldc + j0, ldc);
   }
 }
@@ -166,41 +178,76 @@ static AVX512 void pack_transposed(float *pb, const float *b, size_t ldb, int j0
   }
 }
 
-/* The same products with B's panels copied, KC rows at a time, into a
- * buffer of their own first. B's rows in place are ldb apart, 1 or 4 KiB at
- * the linears' shapes: a panel's rows then fall in a few sets of the caches
- * and evict one another, so each tile of A's rows read the panel from
- * further out. Worth its copy where many tiles of A pass each panel. bt: B
- * is given transposed (pack_transposed); add: C += the products, for k <=
- * KC (one block: the sums are added to C whole). */
+/* OpenBLAS 0.3.21's blocks of k (driver/level3/level3.c, with GEMM_Q 448 and
+ * GEMM_UNROLL_M 16 of param.h's SKYLAKEX): of the k left, 448 while 896 or
+ * more are left, then past 448 half of them rounded up to 16, then the
+ * rest. Its kernel sums each block as one chain from 0 and adds it to C. */
+enum { BLAS_Q = 448, BLAS_UNROLL_M = 16 };
+
+static int blas_block(int left) {
+  if (left >= 2 * BLAS_Q) return BLAS_Q;
+  if (left > BLAS_Q) return (left / 2 + BLAS_UNROLL_M - 1) / BLAS_UNROLL_M * BLAS_UNROLL_M;
+  return left;
+}
+
+/* rows of C whose chains wait in part (16 KiB) while a block of k longer
+ * than KC is packed piece by piece: C itself holds the blocks before */
+enum { MB = 128 };
+
+/* The same products with B's panels copied, at most KC rows at a time, into
+ * a buffer of their own first. B's rows in place are ldb apart, 1 or 4 KiB
+ * at the linears' shapes: a panel's rows then fall in a few sets of the
+ * caches and evict one another, so each tile of A's rows read the panel from
+ * further out. Worth its copy where many tiles of A pass each panel.
+ * Without bt each element is one chain over all of k, cut where C holds it.
+ * bt: B is given transposed (pack_transposed), and the sums are OpenBLAS's
+ * (blas_block): each block's chain added to C (add: BLAS's beta 1) or, the
+ * first without add, to 0. */
 static AVX512 void kernel_packed(int m, int n, int k, const float *a, size_t lda,
                                  const float *b, size_t ldb, int bt, int add, float *c,
                                  size_t ldc) {
   float pb[KC * NR] __attribute__((aligned(64)));
+  float part[MB * NR] __attribute__((aligned(64)));
+  int rows = bt && k > KC ? MB : m; /* rows of A per pass over a panel's blocks */
   for (int j0 = 0; j0 < n; j0 += NR) {
     int nr = n - j0 < NR ? n - j0 : NR;
     __mmask16 m0, m1;
     col_masks(nr, &m0, &m1);
-    for (int k0 = 0; k0 < k; k0 += KC) {
-      int kc = k - k0 < KC ? k - k0 : KC;
-      if (bt) pack_transposed(pb, b, ldb, j0, nr, k0, kc);
-      else
-        for (int l = 0; l < kc; l++) {
-          const float *bl = b + (size_t)(k0 + l) * ldb + j0;
-          _mm512_store_ps(pb + l * NR, _mm512_maskz_loadu_ps(m0, bl));
-          _mm512_store_ps(pb + l * NR + 16, _mm512_maskz_loadu_ps(m1, bl + 16));
+    for (int g0 = 0, g1; g0 < m; g0 = g1) {
+      g1 = m - g0 < rows ? m : g0 + rows;
+      for (int b0 = 0, len; b0 < k; b0 += len) {
+        len = bt ? blas_block(k - b0) : k;
+        int end = !bt ? KEEP : add || b0 > 0 ? ADD : FRESH;
+        int pieces = len / KC + (len % KC != 0); /* even pieces, whole vectors of the transpose */
+        int piece = (len / pieces + (len % pieces != 0) + 15) / 16 * 16;
+        for (int k0 = b0, kc; k0 < b0 + len; k0 += kc) {
+          kc = b0 + len - k0 < piece ? b0 + len - k0 : piece;
+          int first = k0 == b0, last = k0 + kc == b0 + len;
+          if (bt) pack_transposed(pb, b, ldb, j0, nr, k0, kc);
+          else
+            for (int l = 0; l < kc; l++) {
+              const float *bl = b + (size_t)(k0 + l) * ldb + j0;
+              _mm512_store_ps(pb + l * NR, _mm512_maskz_loadu_ps(m0, bl));
+              _mm512_store_ps(pb + l * NR + 16, _mm512_maskz_loadu_ps(m1, bl + 16));
+            }
+          /* the first tile fetches the rows that are packed next (at most kc of them), from
+           * pages the caches' own prefetchers do not cross; B^T's rows are whole lines */
+          const char *next = bt ? NULL
+                             : k0 + kc < k ? (const char *)(b + (size_t)(k0 + kc) * ldb + j0)
+                             : j0 + NR < n ? (const char *)(b + j0 + NR)
+                                           : NULL;
+          for (int i0 = g0; i0 < g1; i0 += MR) {
+            /* where the chain waits between pieces: in C where the block's sums are C's, in
+             * part (rows = MB) where C holds the blocks before; a block of one piece waits not */
+            int in_c = end == KEEP || (first && last);
+            float *ci = c + (size_t)i0 * ldc + j0, *wait = in_c ? ci : part + (size_t)(i0 - g0) * NR;
+            size_t ldw = in_c ? ldc : NR;
+            one_tile(g1 - i0 < MR ? g1 - i0 : MR, nr, kc, a + (size_t)i0 * lda + k0, lda, pb, NR,
+                     i0 == g0 ? next : NULL, ldb * sizeof(float), 1, first ? NULL : wait, ldw,
+                     last ? end : KEEP, last ? ci : wait, last ? ldc : ldw);
+          }
         }
-      /* the first tile fetches the rows that are packed next (at most kc of them), from
-       * pages the caches' own prefetchers do not cross; B^T's rows are whole lines */
-      const char *next = bt ? NULL
-                         : k0 + KC < k ? (const char *)(b + (size_t)(k0 + KC) * ldb + j0)
-                         : j0 + NR < n ? (const char *)(b + j0 + NR)
-                                       : NULL;
-      for (int i0 = 0; i0 < m; i0 += MR)
-        one_tile(m - i0 < MR ? m - i0 : MR, nr, kc, a + (size_t)i0 * lda + k0, lda, pb, NR,
-                 i0 == 0 ? next : NULL, ldb * sizeof(float),
-                 add ? ADD : k0 > 0 ? MORE : SET, 1,
-                 c + (size_t)i0 * ldc + j0, ldc);
+      }
     }
   }
 }
@@ -238,7 +285,7 @@ void mpu__gemm_nn(int m, int n, int k, const float *a, int lda, const float *b, 
 void mpu__gemm_nt(int m, int n, int k, const float *a, int lda, const float *b, int ldb, int add,
                   float *c, int ldc) {
 #ifdef GEMM_AVX512
-  if (m >= PACK_ROWS && n > 0 && k > 0 && k <= KC && use_kernel()) {
+  if (m >= PACK_ROWS && n > 0 && k > 0 && use_kernel()) {
     kernel_packed(m, n, k, a, (size_t)lda, b, (size_t)ldb, 1, add, c, (size_t)ldc);
     return;
   }

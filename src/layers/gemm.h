@@ -10,8 +10,9 @@
  * small (four of the attention's six per-head products, transformer.c), or
  * copied into 32 KiB of its own where many rows of A pass it: the input
  * gradient dx = dy W (the weight's rows as they are) and the forward x W^T
- * (the weight's rows transposed into the panel, 16 x 16 at a time). The
- * weight gradient dy^T x stays with cblas_sgemm, which ran faster there.
+ * (the weight's rows transposed into the panel, 16 x 16 at a time, its sums
+ * cut where OpenBLAS cuts them). The weight gradient dy^T x stays with
+ * cblas_sgemm, which ran faster there.
  */
 #ifndef MPU_LAYERS_GEMM_H
 #define MPU_LAYERS_GEMM_H
@@ -25,13 +26,15 @@ void mpu__gemm_nn(int m, int n, int k, const float *a, int lda, const float *b, 
 
 /* c (m, n) = a (m, k) b^T, b (n, k) row-major, or (add) c += that
  * (cblas_sgemm's NoTrans, Trans, alpha 1, beta 0 or 1): the linears'
- * forward, x W^T. On a CPU with AVX-512, from 64 rows on and for k up to 256,
- * each element is one chain of fused multiply-adds over k, k ascending, from
- * 0 (added to c with add). That is how OpenBLAS 0.3's SkylakeX kernel
- * sums at these shapes (the demo's losses are the same to the last digit
- * with either); another BLAS, or another OpenBLAS kernel, may round
- * differently. Longer k (fc2's 1024) stays with cblas_sgemm, which cuts its
- * sums in blocks of its own. */
+ * forward, x W^T. On a CPU with AVX-512, from 64 rows on, the sums are
+ * OpenBLAS 0.3.21's on one thread with its SkylakeX kernel, where its
+ * level-3 driver runs (more than 100^3 multiply-adds): k cut in its blocks
+ * (448 while 896 are left, then past 448 half the rest rounded up to 16,
+ * then the rest), each block one chain of fused multiply-adds, k ascending,
+ * from 0, added to c (to 0 for the first block without add). The demo's
+ * losses are the same to the last digit with either; another BLAS, another
+ * OpenBLAS kernel, its threaded driver (which halves without rounding) or
+ * its small-matrix kernel may round differently. */
 void mpu__gemm_nt(int m, int n, int k, const float *a, int lda, const float *b, int ldb, int add,
                   float *c, int ldc);
 

@@ -165,16 +165,17 @@ mpu_result_t mpu_layer_norm_backward_add(mpu_layer_norm *ln, const float *dy, fl
 /* ---- attention ----------------------------------------------------------------------------- */
 
 /*
- * Per head, the products work on the heads' columns of qkv in place (leading
- * dimension 3 heads d, so no copy): S = q k^T, out = P v, and in the
+ * Per head, the products work on the heads' columns of qkv (leading
+ * dimension 3 heads d): S = q k^T, out = P v, and in the
  * backward dD = dout v^T, dv = D^T dout, dq = dS k, dk = dS^T q. The causal
  * mask is used in blocks of rows: rows i0..i1-1 see keys 0..i1-1 only, so
  * the products skip most of the masked triangle (10/16 of the full square at
  * 4 blocks), and the softmax runs on each row's visible part. The products
  * whose right operand is a head's k^T, v^T or its own v, k (S, out, dD, dq)
  * run on the kernel of gemm.h, k^T and v^T transposed once per head (d x T,
- * in L1 for the head's blocks): at these shapes (32 rows, d 32) BLAS spends
- * more of each call on its set-up and packing than on the product. dv and dk,
+ * in L1 for the head's blocks) and the forward's v copied (rows d apart, see
+ * gather_rows): at these shapes (32 rows, d 32) BLAS spends more of each
+ * call on its set-up and packing than on the product. dv and dk,
  * whose left operand is transposed, stay with cblas_sgemm (transposing a
  * block's D or dS for the kernel cost more than it gained).
  */
@@ -255,6 +256,15 @@ MPU_SIMD_CLONES static void softmax_row(float *p, int n, int m, float scale) {
   for (; j < span; j++) p[j] *= inv;
 }
 
+/* x (rows, cols; leading dimension ld) into y (rows, cols), rows cols apart:
+ * a head's v as the right operand of out = D v, whose rows in qkv are 3
+ * heads d apart (3 KiB at 8 heads of 32) and fall in a few sets of L1, so
+ * each tile of D's rows read them from L2 */
+static void gather_rows(const float *x, size_t ld, int rows, int cols, float *y) {
+  for (int i = 0; i < rows; i++)
+    memcpy(y + (size_t)i * cols, x + (size_t)i * ld, (size_t)cols * sizeof(float));
+}
+
 /* x (rows, cols; leading dimension ld) transposed into t (cols, rows) */
 static void transpose(const float *x, size_t ld, int rows, int cols, float *t) {
   for (int i = 0; i < rows; i++)
@@ -308,13 +318,16 @@ mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, in
   if (a->qkv != qkv) memcpy(a->qkv, qkv, (size_t)T * W * sizeof(float));
   float scale = 1.0f / sqrtf((float)head_dim);
   int d = head_dim;
-  float *kt = malloc((size_t)d * T * sizeof(float)); /* a head's k^T */
+  /* a head's k^T and its v, rows d apart */
+  float *kt = malloc(2 * (size_t)d * T * sizeof(float));
   if (!kt) return mpu__error(MPU_ERR_OUT_OF_MEMORY, "%s: T %d, head_dim %d", fn, T, d);
+  float *vh = kt + (size_t)d * T;
   for (int h = 0; h < heads; h++) {
     const float *q = qkv + (size_t)h * d, *k = q + Hl, *v = q + 2 * Hl;
     float *P = a->probs + (size_t)h * tt;
     float *D = dropout_mask ? a->dropped + (size_t)h * tt : P;
     transpose(k, W, T, d, kt);
+    gather_rows(v, W, T, d, vh);
     for (int i0 = 0; i0 < T; i0 += ROWS) {
       int nb = T - i0 < ROWS ? T - i0 : ROWS, i1 = i0 + nb;
       float *S = P + (size_t)i0 * T;
@@ -327,7 +340,7 @@ mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, in
         if (dropout_mask)
           drop_row(row, dropout_mask + (size_t)h * tt + (size_t)i * T, D + (size_t)i * T, T);
       }
-      mpu__gemm_nn(nb, d, i1, D + (size_t)i0 * T, T, v, (int)W, out + (size_t)i0 * Hl + (size_t)h * d,
+      mpu__gemm_nn(nb, d, i1, D + (size_t)i0 * T, T, vh, d, out + (size_t)i0 * Hl + (size_t)h * d,
                    (int)Hl);
     }
   }
