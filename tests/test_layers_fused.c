@@ -313,6 +313,9 @@ static void test_attention_input_buffer(void **state) {
   assert_ptr_equal(a[1].qkv, in); /* and the buffer is kept */
   assert_int_equal(mpu_attention_input(&a[1], 0, HEADS, D, &in), MPU_ERR_INVALID_ARGUMENT);
   assert_null(in);
+  in = qkv; /* no attention: still NULL on the error */
+  assert_int_equal(mpu_attention_input(NULL, T, HEADS, D, &in), MPU_ERR_INVALID_ARGUMENT);
+  assert_null(in);
   for (int k = 0; k < 2; k++) mpu_attention_free(&a[k]);
 }
 
@@ -339,15 +342,23 @@ static void test_layer_norm_backward_add(void **state) {
   assert_memory_equal(ln[0].dweight, ln[1].dweight, sizeof(float) * H);
   assert_memory_equal(ln[0].dbias, ln[1].dbias, sizeof(float) * H);
   assert_int_equal(mpu_layer_norm_backward_add(NULL, dy, got), MPU_ERR_INVALID_ARGUMENT);
+  /* overlapping dy and dx (the kernel's restrict) are refused, dx and the gradients untouched */
+  memcpy(got, res, sizeof got);
+  assert_int_equal(mpu_layer_norm_backward_add(&ln[1], got + H, got), MPU_ERR_INVALID_ARGUMENT);
+  assert_int_equal(mpu_layer_norm_backward_add(&ln[1], got, got), MPU_ERR_INVALID_ARGUMENT);
+  assert_memory_equal(got, res, sizeof got);
+  assert_memory_equal(ln[0].dweight, ln[1].dweight, sizeof(float) * H);
   for (int k = 0; k < 2; k++) mpu_layer_norm_free(&ln[k]);
 }
 
 /* Whether this OpenBLAS runs the SkylakeX kernel whose sums mpu's forward
  * reproduces (OpenBLAS 0.3.21's level-3 driver, GEMM_Q 448). */
 static int openblas_skylakex(void) {
-  const char *core = openblas_get_corename();
+  const char *core = openblas_get_corename(), *config = openblas_get_config();
   __builtin_cpu_init();
-  return core && strcasecmp(core, "skylakex") == 0 && __builtin_cpu_supports("avx512f");
+  /* GEMM_Q and the driver's split are 0.3.21's: another release may cut k otherwise */
+  return core && strcasecmp(core, "skylakex") == 0 && config &&
+         strstr(config, "OpenBLAS 0.3.21") && __builtin_cpu_supports("avx512f");
 }
 
 /* y = x W^T (+ b) past 256 inputs (fc2's 1024 at tp 1, 512 at tp 2) is

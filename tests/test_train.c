@@ -141,7 +141,7 @@ static void expected(float out[TP][128], float norms[STEPS]) {
           p[t][e] -= 0.05f * 0.1f * decay * p[t][e];
           m[t][e] = 0.9f * m[t][e] + 0.1f * gg;
           v[t][e] = 0.999f * v[t][e] + 0.001f * gg * gg;
-          p[t][e] -= 0.05f / bc1 * (m[t][e] / (sqrtf(v[t][e]) / sqrtf(bc2) + 1e-8f));
+          p[t][e] -= 0.05f / bc1 * m[t][e] / (sqrtf(v[t][e]) / sqrtf(bc2) + 1e-8f);
         }
   }
   memcpy(out, p, sizeof p);

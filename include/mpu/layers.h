@@ -274,7 +274,7 @@ MPU_API mpu_result_t mpu_layer_norm_backward(mpu_layer_norm *ln, const float *dy
  * gradient of a pre-LayerNorm block's residual x + f(LayerNorm(x)), where dx
  * holds the residual's (the block's output gradient) and gets both, in the
  * LayerNorm's own pass: dx[i] + d[i], the bits of adding them apart. dy and
- * dx must not overlap. */
+ * dx must not overlap (MPU_ERR_INVALID_ARGUMENT where they do). */
 MPU_API mpu_result_t mpu_layer_norm_backward_add(mpu_layer_norm *ln, const float *dy, float *dx);
 
 /* ---- causal self-attention on this rank's heads -------------------------------------- */

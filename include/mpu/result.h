@@ -54,7 +54,7 @@ MPU_API const char *mpu_result_string(mpu_result_t r);
  * Thread-local: one thread's failures never overwrite another's message. */
 MPU_API const char *mpu_last_error(void);
 
-/* The loaded library's version ("0.2.0") and MPU_VERSION_NUMBER; a program
+/* The loaded library's version ("0.3.0") and MPU_VERSION_NUMBER; a program
  * compiled against other headers can compare them with MPU_VERSION_STRING. */
 MPU_API const char *mpu_version(void);
 MPU_API int mpu_version_number(void);

@@ -8,9 +8,9 @@
 #define MPU_VERSION_H
 
 #define MPU_VERSION_MAJOR 0
-#define MPU_VERSION_MINOR 2
+#define MPU_VERSION_MINOR 3
 #define MPU_VERSION_PATCH 0
-#define MPU_VERSION_STRING "0.2.0"
+#define MPU_VERSION_STRING "0.3.0"
 
 /* major * 10000 + minor * 100 + patch, for #if checks */
 #define MPU_VERSION_NUMBER (MPU_VERSION_MAJOR * 10000 + MPU_VERSION_MINOR * 100 + MPU_VERSION_PATCH)

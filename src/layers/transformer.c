@@ -147,7 +147,11 @@ static mpu_result_t norm_backward(const char *fn, mpu_layer_norm *ln, const floa
                                   int add) {
   if (!ln || !ln->xhat || !dy || !dx)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no forward yet", fn);
-  size_t h = (size_t)ln->hidden;
+  size_t h = (size_t)ln->hidden, bytes = (size_t)ln->n * h * sizeof(float);
+  uintptr_t y0 = (uintptr_t)dy, x0 = (uintptr_t)dx;
+  /* the row kernel reads dy and dx through restrict pointers: overlap is undefined */
+  if (add && y0 < x0 + bytes && x0 < y0 + bytes)
+    return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: dy and dx overlap", fn);
   for (size_t i = 0; i < (size_t)ln->n; i++)
     norm_row_backward(dy + i * h, ln->xhat + i * h, ln->weight, h, ln->rstd[i], ln->dweight,
                       ln->dbias, dx + i * h, add);
@@ -292,8 +296,8 @@ static mpu_result_t attention_buffers(const char *fn, mpu_attention *a, int T, i
 
 mpu_result_t mpu_attention_input(mpu_attention *a, int T, int heads, int head_dim, float **qkv) {
   static const char fn[] = "mpu_attention_input";
+  if (qkv) *qkv = NULL;
   if (!a || !qkv) return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  *qkv = NULL;
   MPU_CHECK(attention_buffers(fn, a, T, heads, head_dim));
   *qkv = a->qkv;
   return MPU_SUCCESS;

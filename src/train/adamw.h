@@ -73,8 +73,9 @@ mpu_result_t mpu__describe(const char *fn, mpu_shard_list *out, const char *name
                            float *data, const mpu_shard *save);
 
 /* torch's AdamW on one element: decoupled decay, then the bias-corrected step
- * with its division grouped as torch/optim/adam.py's single-tensor step groups
- * it (step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps). step_size and
+ * grouped as torch/optim/adam.py's single-tensor step groups it (step_size =
+ * lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps, p + (-step_size m) / denom as
+ * its addcdiv computes self + value * t1 / t2). step_size and
  * sqrt(bc2) are the same for every element (hoisted out of the callers'
  * loops), so an element costs one square root and two divisions, where
  * lr (m / bc1) / (sqrt(v / bc2) + eps) cost three: the divider bounds the
@@ -87,7 +88,7 @@ static inline void mpu__adamw_element(float *p, float g, float *m, float *v, flo
   *p -= o->lr * o->weight_decay * decay * *p;
   *m = o->beta1 * *m + (1 - o->beta1) * g;
   *v = o->beta2 * *v + (1 - o->beta2) * g * g;
-  *p -= step_size * (*m / (sqrtf(*v) / bc2_sqrt + o->eps));
+  *p -= step_size * *m / (sqrtf(*v) / bc2_sqrt + o->eps); /* addcdiv: value * t1 / t2 */
 }
 
 /* clip_grad_by_total_norm_fp32: the factor every gradient is multiplied by */

@@ -220,13 +220,15 @@ mpu_result_t gpt_chunk_create(const gpt_ctx *ctx, gpt_chunk *c, int vs, int nvs)
     b->m1 = alloc(th, &failed), b->mid = alloc(th, &failed), b->y2 = alloc(th, &failed);
     b->fc2_out = alloc(th, &failed), b->m2 = alloc(th, &failed);
     b->d1 = alloc(th, &failed), b->d2 = alloc(th, &failed);
-    b->qkv_out = alloc((size_t)T * 3 * Hl, &failed), b->dqkv = alloc((size_t)T * 3 * Hl, &failed);
+    b->recompute = gpt_block_recompute(g, i, c->nlayers);
+    /* q, k, v go where the attention keeps them, but for the selective recompute's own copy */
+    if (b->recompute == GPT_RECOMPUTE_SELECTIVE) b->qkv_out = alloc((size_t)T * 3 * Hl, &failed);
+    b->dqkv = alloc((size_t)T * 3 * Hl, &failed);
     b->datt = alloc((size_t)T * Hl, &failed);
     b->att_mask = alloc((size_t)hl * T * T, &failed);
     b->h = alloc((size_t)T * Fl, &failed);
     b->dh = alloc((size_t)T * Fl, &failed), b->dg = alloc((size_t)T * Fl, &failed);
     b->gt = alloc((size_t)T * Fl, &failed);
-    b->recompute = gpt_block_recompute(g, i, c->nlayers);
   }
   if (c->last && !r) {
     r = mpu_layer_norm_init(&c->lnf, H, 1e-5f, data(c, lnf_w), data(c, lnf_b), grad(c, lnf_w),
