@@ -54,13 +54,10 @@ MPU_SIMD_CLONES void mpu_bias_gelu_forward_keep(const float *restrict x, const f
   }
 }
 
+/* the bias_gelu row without a bias: the same operations, the same bits */
 MPU_SIMD_CLONES void mpu_gelu_forward_keep(const float *restrict x, float *restrict y,
                                            float *restrict t, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float v = x[i], th = gelu_tanh(v);
-    t[i] = th;
-    y[i] = 0.5f * v * (1.0f + th);
-  }
+  bias_gelu_row(x, NULL, y, t, n);
 }
 
 MPU_SIMD_CLONES void mpu_gelu_forward(const float *restrict x, float *restrict y, size_t n) {
@@ -76,12 +73,6 @@ static inline float gelu_slope(float v, float th) {
          0.5f * (1.0f + th);
 }
 
-MPU_SIMD_CLONES void mpu_gelu_backward_kept(const float *restrict x, const float *restrict t,
-                                            const float *restrict dy, float *restrict dx,
-                                            size_t n) {
-  for (size_t i = 0; i < n; i++) dx[i] = gelu_slope(x[i], t[i]) * dy[i];
-}
-
 /* one row of bias_gelu's backward: x + bias again, as Megatron's bias_gelu_back adds them (the
  * forward's bits), and the bias's gradient summed as the linear layer sums it, row by row (the
  * same order, the same bits); inlined per case so each loop is branch-free */
@@ -93,6 +84,12 @@ static inline __attribute__((always_inline)) void bias_gelu_back_row(
     dx[j] = d;
     if (dbias) dbias[j] += d;
   }
+}
+
+MPU_SIMD_CLONES void mpu_gelu_backward_kept(const float *restrict x, const float *restrict t,
+                                            const float *restrict dy, float *restrict dx,
+                                            size_t n) {
+  bias_gelu_back_row(x, NULL, t, dy, dx, n, NULL);
 }
 
 MPU_SIMD_CLONES void mpu_bias_gelu_backward_kept(const float *restrict x, const float *restrict bias,

@@ -352,6 +352,16 @@ mpu_result_t mpu_attention_forward(mpu_attention *a, const float *qkv, int T, in
   return MPU_SUCCESS;
 }
 
+/* the gradient reaching a row's column c of the softmax: 0 past its n visible
+ * columns, and through the dropout where there is one (p 0: not kept) */
+static inline __attribute__((always_inline)) float grad_in(const float *restrict g,
+                                                            const float *restrict p,
+                                                            const float *restrict dropped, int c,
+                                                            int n) {
+  if (dropped) return c < n && p[c] > 0 ? g[c] * (dropped[c] / p[c]) : 0.0f;
+  return c < n ? g[c] : 0.0f;
+}
+
 /* row i of dS from dD (in place), over the first n of the row's m computed
  * columns (n..span-1 become 0): dP = dD * keep, keep = D / P (the mask's
  * 1/(1-p) or 0); dS = P (dP - sum_j P dP) scale */
@@ -364,21 +374,19 @@ MPU_SIMD_CLONES static void softmax_row_backward(float *restrict g, const float 
   lanes_f acc = {0}, x;
   for (j = 0; j < whole; j += LANES) {
     float e[LANES];
-    if (dropped) {
+    if (dropped) { /* a loop per case: each branch-free */
 #pragma omp simd
       for (int k = 0; k < LANES; k++) {
-        int c = j + k;
-        float v = c < n && p[c] > 0 ? g[c] * (dropped[c] / p[c]) : 0.0f;
-        g[c] = v;
-        e[k] = p[c] * v;
+        float v = grad_in(g, p, dropped, j + k, n);
+        g[j + k] = v;
+        e[k] = p[j + k] * v;
       }
     } else {
 #pragma omp simd
       for (int k = 0; k < LANES; k++) {
-        int c = j + k;
-        float v = c < n ? g[c] : 0.0f;
-        g[c] = v;
-        e[k] = p[c] * v;
+        float v = grad_in(g, p, NULL, j + k, n);
+        g[j + k] = v;
+        e[k] = p[j + k] * v;
       }
     }
     memcpy(&x, e, sizeof x);
@@ -386,7 +394,7 @@ MPU_SIMD_CLONES static void softmax_row_backward(float *restrict g, const float 
   }
   float dot = LANES_FOLD(acc);
   for (; j < span; j++) {
-    g[j] = j < n && (!dropped || p[j] > 0) ? (dropped ? g[j] * (dropped[j] / p[j]) : g[j]) : 0.0f;
+    g[j] = grad_in(g, p, dropped, j, n);
     dot += p[j] * g[j];
   }
   for (j = 0; j < whole; j += LANES)
