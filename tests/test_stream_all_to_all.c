@@ -1,13 +1,13 @@
 /*
- * test_stream_all_to_all.c - the threads backend's all_to_all streams its
- * writes where a core's reads fit its level-2 cache and its reads and
- * writes together do not (mpu__stream_rule, comm/base/copy.c): on 2 ranks
- * with a CPU each, a rank that sends as many bytes as one core's L2 reads
- * and writes that much per call. Cached copies go through memcpy, streaming
- * ones only for their few unaligned head and tail bytes, so the test counts
- * the process's large memcpy calls out of the ranks' send buffers by
- * defining memcpy here (the objects it links call this one). And the
- * results stay what they are.
+ * test_stream_all_to_all.c - the threads backend's all_to_all, and its
+ * in-place all_gather, stream their writes where a core's reads fit its
+ * level-2 cache and its reads and writes together do not (mpu__stream_rule,
+ * comm/base/copy.c): on 2 ranks with a CPU each, a rank that sends as many
+ * bytes as one core's L2 reads and writes that much per call. Cached copies
+ * go through memcpy, streaming ones only for their few unaligned head and
+ * tail bytes, so the test counts the process's large memcpy calls out of
+ * the ranks' inputs by defining memcpy here (the objects it links call this
+ * one). And the results stay what they are.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -115,10 +115,84 @@ static void test_smaller_all_to_all_stays_cached(void **state) {
   assert_true(atomic_load(&cached_copies) > 0);
 }
 
+/* An all_gather of block_count floats a rank, in place (`in_place`: each
+ * rank's input is its block of its output) or not; the inputs watched. */
+static int gather_in_place;
+
+static mpu_result_t gather(mpu_comm *world, void *arg) {
+  (void)arg;
+  int me = -1;
+  mpu_comm_rank(world, &me);
+  size_t count = block_count;
+  float *recv = malloc(2 * count * sizeof *recv);
+  float *own = gather_in_place ? NULL : malloc(count * sizeof *own);
+  if (!recv || (!gather_in_place && !own)) {
+    free(recv), free(own);
+    return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "buffers");
+  }
+  float *send = gather_in_place ? recv + (size_t)me * count : own;
+  for (size_t i = 0; i < count; i++) send[i] = (float)(me + 1);
+  input_lo[me] = (const char *)send, input_hi[me] = (const char *)(send + count);
+  mpu_result_t r = mpu_comm_barrier(world);
+  if (!r && me == 0) atomic_store_explicit(&watching, 1, memory_order_release);
+  if (!r) r = mpu_comm_barrier(world);
+  if (!r) r = mpu_comm_all_gather(world, send, recv, count, MPU_FLOAT32);
+  for (size_t i = 0; !r && i < 2 * count; i++) /* block k is rank k's input */
+    if (recv[i] != (float)((int)(i / count) + 1))
+      r = mpu_fail(MPU_ERR_INTERNAL, "recv[%zu] = %g", i, recv[i]);
+  mpu_result_t b = mpu_comm_barrier(world);
+  if (me == 0) atomic_store_explicit(&watching, 0, memory_order_release);
+  free(recv), free(own);
+  return r ? r : b;
+}
+
+static int gather_cached_copies(size_t bytes, int in_place) {
+  block_count = bytes / sizeof(float);
+  gather_in_place = in_place;
+  atomic_store(&cached_copies, 0);
+  assert_int_equal(mpu_launch(2, gather, NULL, NULL, NULL), MPU_SUCCESS);
+  return atomic_load(&cached_copies);
+}
+
+/* In place, a rank reads its own block (one L2) and writes it to the other
+ * rank's output: streamed, as the all_to_all of one L2. */
+static void test_l2_sized_in_place_all_gather_streams(void **state) {
+  (void)state;
+#if !defined(__x86_64__)
+  skip();
+#endif
+  size_t l2 = usable_l2();
+  if (!l2) skip();
+  int cached = gather_cached_copies(l2, 1);
+  if (cached) fail_msg("%d cached copies of a rank's %zu KiB block in place", cached, l2 >> 10);
+}
+
+/* Out of place the same call writes twice what it reads, and cached
+ * stores to its own output are faster there: cached, as before. */
+static void test_l2_sized_all_gather_stays_cached(void **state) {
+  (void)state;
+  size_t l2 = usable_l2();
+  if (!l2) skip();
+  assert_true(gather_cached_copies(l2, 0) > 0);
+}
+
+/* In place, blocks past the L2 whose outputs (4 of them in all) stay under
+ * the last-level threshold are cached: the inputs live in the outputs, so
+ * they are not counted twice (out of place, 6 blocks would stream). */
+static void test_large_in_place_all_gather_stays_cached(void **state) {
+  (void)state;
+  size_t l2 = usable_l2(), threshold = mpu__stream_min_bytes();
+  if (!l2 || threshold / 5 <= l2) skip();
+  assert_true(gather_cached_copies(threshold / 5 / 4096 * 4096, 1) > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_l2_sized_all_to_all_streams),
       cmocka_unit_test(test_smaller_all_to_all_stays_cached),
+      cmocka_unit_test(test_l2_sized_in_place_all_gather_streams),
+      cmocka_unit_test(test_l2_sized_all_gather_stays_cached),
+      cmocka_unit_test(test_large_in_place_all_gather_stays_cached),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,9 +20,9 @@
  * ranks. Every chunk is reduced by one rank in rank order, so all ranks get
  * the same bits. Calls whose buffers (everything read and written) do not
  * fit in the last-level cache write with streaming stores (copy.h): their
- * outputs would be evicted before anyone read them. An all_to_all streams
- * too where a core's reads fit its level-2 cache and its reads and writes
- * together do not (mpu__stream_rule).
+ * outputs would be evicted before anyone read them. An all_to_all, and an
+ * all_gather in place, stream too where a core's reads fit its level-2 cache
+ * and its reads and writes together do not (mpu__stream_rule).
  *
  * That work comes in n tasks, task k by default done by rank k. When ranks
  * outnumber the cores, only as many ranks as there are cores work, rank w
@@ -170,6 +170,27 @@ static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t, int part, 
   mpu__reduce_to(tc->dsts, n, tc->ptrs, n, hi - lo, dt, (mpu_op)k->sig.op, n, stream);
 }
 
+/* Whether an all_gather whose members each contribute `bytes` streams. Out
+ * of place it touches n inputs and n outputs, and streams past the
+ * last-level threshold alone: its writes to its own output cached are
+ * faster below it (on 2 ranks of this Xeon, cached pushes of 1 and 2 MiB a
+ * rank took 80 and 174 us a call where streaming ones took 89 and 181). In
+ * place the inputs lie in the n outputs, and a worker's tasks read its
+ * blocks and write them to the n - 1 others: as an all_to_all's, where the
+ * reads fit the core's L2 and the reads and writes together do not, cached
+ * stores would evict the blocks it reads again call after call
+ * (mpu__stream_rule; 2 MiB a rank on 2 ranks: 101 us a call streamed, 110
+ * cached, docs/bench.md). */
+static int all_gather_streams(const tcomm *tc, const mpu__call *calls, size_t bytes) {
+  size_t n = (size_t)tc->g->n, w = (size_t)workers(tc), nn, outs, reads, writes;
+  if (!any_in_place(calls, (int)n, bytes)) return streams(bytes, n, bytes * n, n);
+  if (__builtin_mul_overflow(n, n, &nn) || __builtin_mul_overflow(bytes, nn, &outs) ||
+      __builtin_mul_overflow(bytes, (n + w - 1) / w, &reads) || /* its tasks' blocks */
+      __builtin_mul_overflow(reads, n - 1, &writes))
+    return 1;
+  return mpu__streams_task(outs, reads, writes);
+}
+
 static void task_all_gather(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
   int n = tc->g->n;
   size_t count = (size_t)calls[0].sig.count, es = mpu_dtype_size((mpu_dtype)calls[0].sig.dtype);
@@ -188,7 +209,7 @@ static void task_all_gather(tcomm *tc, const mpu__call *calls, int t, int part, 
     tc->dsts[k] = dst == calls[t].send ? NULL : dst + lo * es; /* in place: already there */
   }
   mpu__copy_to(tc->dsts, n, (const char *)calls[t].send + lo * es, (hi - lo) * es,
-               streams(bytes, (size_t)n, bytes * (size_t)n, (size_t)n)); /* n inputs, n outputs */
+               all_gather_streams(tc, calls, bytes));
 }
 
 static void task_reduce_scatter(tcomm *tc, const mpu__call *calls, int t, int part, int parts) {
