@@ -79,7 +79,9 @@ static void test_rule_edges(void **state) {
   assert_true(mpu__stream_rule(4 * MIB, 2 * MIB - 1, 2, min, l2));       /* one byte past it */
   assert_false(mpu__stream_rule(8 * MIB, 2 * MIB, 2 * MIB, min, 0));    /* L2 unknown: threshold */
   assert_true(mpu__stream_rule(min, 0, 0, min, l2));                     /* at the threshold */
-  assert_true(mpu__stream_rule(8 * MIB, 1, SIZE_MAX, min, l2)); /* no overflow of the sum */
+  assert_false(mpu__stream_rule(8 * MIB, 1, SIZE_MAX, min, l2)); /* writes past the reads */
+  assert_true(mpu__stream_rule(8 * MIB, 2 * MIB, 2 * MIB, min, l2)); /* as many as the reads */
+  assert_false(mpu__stream_rule(8 * MIB, 1 * MIB, 7 * MIB, min, l2)); /* 7 times: cached */
   assert_false(mpu__stream_rule(8 * MIB, SIZE_MAX, SIZE_MAX, min, l2));
 }
 

@@ -134,8 +134,10 @@ size_t mpu__stream_min_bytes(void) {
 
 int mpu__stream_rule(size_t footprint, size_t reads, size_t writes, size_t threshold, size_t l2) {
   if (footprint >= threshold) return 1;
-  /* saturating: reads + writes past the address space only has to be big */
-  return l2 && reads <= l2 && (writes > l2 - reads);
+  /* what streaming saves is the reads' trip back from the last-level cache;
+   * what it costs is every write going to memory: it pays for writes no
+   * larger than the reads */
+  return l2 && reads <= l2 && writes > l2 - reads && writes <= reads;
 }
 
 size_t mpu__stream_l2_bytes(void) {

@@ -29,13 +29,16 @@ static inline int mpu__streams(size_t footprint) { return footprint >= mpu__stre
 /* Whether a task that reads `reads` bytes and writes `writes` bytes on one
  * core, the same inputs call after call, in a call touching `footprint`
  * bytes in all, streams its writes: when the call does (threshold), or when
- * its reads fit the core's level-2 cache of l2 bytes (0: unknown) and its
- * reads and writes together do not: its cached writes would then evict the
- * inputs it reads again. Measured on one machine (an all_to_all of 2 MiB on
- * 2 ranks of a Xeon with 2 MiB of L2: 118-119 us a call streamed, 141
- * cached; 1 and 4 MiB are faster cached: docs/bench.md); a reader of the
- * outputs right after the call would find streamed ones in memory, cached
- * ones partly in the last-level cache. */
+ * its reads fit the core's level-2 cache of l2 bytes (0: unknown), its
+ * reads and writes together do not, and it writes no more than it reads:
+ * its cached writes would then evict the inputs it reads again, and
+ * streaming them costs no more memory traffic than it saves. Measured on
+ * one machine (an all_to_all of 2 MiB on 2 ranks of a Xeon with 2 MiB of
+ * L2: 118-119 us a call streamed, 141 cached; 1 and 4 MiB are faster
+ * cached; an in-place all_gather of 2 MiB on 8 ranks, which writes 7 times
+ * what it reads, is faster cached: docs/bench.md); a reader of the outputs
+ * right after the call would find streamed ones in memory, cached ones
+ * partly in the last-level cache. */
 int mpu__stream_rule(size_t footprint, size_t reads, size_t writes, size_t threshold, size_t l2);
 
 /* The level-2 cache per core that mpu__streams_task uses: 0 where unknown

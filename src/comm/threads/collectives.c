@@ -21,8 +21,9 @@
  * the same bits. Calls whose buffers (everything read and written) do not
  * fit in the last-level cache write with streaming stores (copy.h): their
  * outputs would be evicted before anyone read them. An all_to_all, and an
- * all_gather in place, stream too where a core's reads fit its level-2 cache
- * and its reads and writes together do not (mpu__stream_rule).
+ * all_gather in place, stream too where a core's reads fit its level-2 cache,
+ * its reads and writes together do not, and it writes no more than it reads
+ * (mpu__stream_rule).
  *
  * That work comes in n tasks, task k by default done by rank k. When ranks
  * outnumber the cores, only as many ranks as there are cores work, rank w
@@ -176,11 +177,10 @@ static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t, int part, 
  * faster below it (on 2 ranks of this Xeon, cached pushes of 1 and 2 MiB a
  * rank took 80 and 174 us a call where streaming ones took 89 and 181). In
  * place the inputs lie in the n outputs, and a worker's tasks read its
- * blocks and write them to the n - 1 others: as an all_to_all's, where the
- * reads fit the core's L2 and the reads and writes together do not, cached
- * stores would evict the blocks it reads again call after call
- * (mpu__stream_rule; 2 MiB a rank on 2 ranks: 101 us a call streamed, 110
- * cached, docs/bench.md). */
+ * blocks and write them to the n - 1 others: mpu__stream_rule weighs that
+ * as an all_to_all's task (on 2 ranks, 2 MiB a rank: 101 us a call
+ * streamed, 110 cached; on 8, whose tasks write 7 times what they read,
+ * cached is faster: docs/bench.md). */
 static int all_gather_streams(const tcomm *tc, const mpu__call *calls, size_t bytes) {
   size_t n = (size_t)tc->g->n, w = (size_t)workers(tc), nn, outs, reads, writes;
   if (!any_in_place(calls, (int)n, bytes)) return streams(bytes, n, bytes * n, n);
