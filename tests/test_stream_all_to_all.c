@@ -1,8 +1,8 @@
 /*
  * test_stream_all_to_all.c - the threads backend's all_to_all, and its
  * in-place all_gather, stream their writes where a core's reads fit its
- * level-2 cache and its reads and writes together do not (mpu__stream_rule,
- * comm/base/copy.c): on 2 ranks with a CPU each, a rank that sends as many
+ * level-2 cache, its reads and writes together do not and it writes no
+ * more than it reads (mpu__stream_rule, comm/base/copy.c): on 2 ranks with a CPU each, a rank that sends as many
  * bytes as one core's L2 reads and writes that much per call. Cached copies
  * go through memcpy, streaming ones only for their few unaligned head and
  * tail bytes, so the test counts the process's large memcpy calls out of
@@ -116,18 +116,27 @@ static void test_smaller_all_to_all_stays_cached(void **state) {
 }
 
 /* An all_gather of block_count floats a rank, in place (`in_place`: each
- * rank's input is its block of its output) or not; the inputs watched. */
-static int gather_in_place;
+ * rank's input is its block of its output) or not (`adjacent`: its output
+ * right after its input in one allocation, as an arena hands them out);
+ * the inputs watched. */
+static int gather_in_place, gather_adjacent;
 
 static mpu_result_t gather(mpu_comm *world, void *arg) {
   (void)arg;
   int me = -1;
   mpu_comm_rank(world, &me);
   size_t count = block_count;
-  float *recv = malloc(2 * count * sizeof *recv);
-  float *own = gather_in_place ? NULL : malloc(count * sizeof *own);
+  float *own = NULL, *recv;
+  if (gather_adjacent) {
+    own = malloc(3 * count * sizeof *own);
+    recv = own ? own + count : NULL;
+  } else {
+    recv = malloc(2 * count * sizeof *recv);
+    own = gather_in_place ? NULL : malloc(count * sizeof *own);
+  }
   if (!recv || (!gather_in_place && !own)) {
-    free(recv), free(own);
+    if (!gather_adjacent) free(recv);
+    free(own);
     return mpu_fail(MPU_ERR_OUT_OF_MEMORY, "buffers");
   }
   float *send = gather_in_place ? recv + (size_t)me * count : own;
@@ -142,20 +151,22 @@ static mpu_result_t gather(mpu_comm *world, void *arg) {
       r = mpu_fail(MPU_ERR_INTERNAL, "recv[%zu] = %g", i, recv[i]);
   mpu_result_t b = mpu_comm_barrier(world);
   if (me == 0) atomic_store_explicit(&watching, 0, memory_order_release);
-  free(recv), free(own);
+  if (!gather_adjacent) free(recv);
+  free(own);
   return r ? r : b;
 }
 
-static int gather_cached_copies(size_t bytes, int in_place) {
+static int gather_cached_copies(size_t bytes, int in_place, int adjacent) {
   block_count = bytes / sizeof(float);
-  gather_in_place = in_place;
+  gather_in_place = in_place, gather_adjacent = adjacent;
   atomic_store(&cached_copies, 0);
   assert_int_equal(mpu_launch(2, gather, NULL, NULL, NULL), MPU_SUCCESS);
   return atomic_load(&cached_copies);
 }
 
 /* In place, a rank reads its own block (one L2) and writes it to the other
- * rank's output: streamed, as the all_to_all of one L2. */
+ * rank's output: streamed, as the all_to_all of one L2. (Where 6 L2s reach
+ * the last-level threshold, an out-of-place footprint would stream too.) */
 static void test_l2_sized_in_place_all_gather_streams(void **state) {
   (void)state;
 #if !defined(__x86_64__)
@@ -163,7 +174,7 @@ static void test_l2_sized_in_place_all_gather_streams(void **state) {
 #endif
   size_t l2 = usable_l2();
   if (!l2) skip();
-  int cached = gather_cached_copies(l2, 1);
+  int cached = gather_cached_copies(l2, 1, 0);
   if (cached) fail_msg("%d cached copies of a rank's %zu KiB block in place", cached, l2 >> 10);
 }
 
@@ -173,7 +184,18 @@ static void test_l2_sized_all_gather_stays_cached(void **state) {
   (void)state;
   size_t l2 = usable_l2();
   if (!l2) skip();
-  assert_true(gather_cached_copies(l2, 0) > 0);
+  assert_true(gather_cached_copies(l2, 0, 0) > 0);
+}
+
+/* Out of place with each output right after its input: rank 1's output
+ * starts one block past its input, which is a reduce_scatter's in-place
+ * form, not an all_gather's (its input at its block of its output), so the
+ * call is out of place and stays cached. */
+static void test_adjacent_all_gather_is_not_in_place(void **state) {
+  (void)state;
+  size_t l2 = usable_l2();
+  if (!l2) skip();
+  assert_true(gather_cached_copies(l2, 0, 1) > 0);
 }
 
 /* In place, blocks past the L2 whose outputs (4 of them in all) stay under
@@ -183,7 +205,7 @@ static void test_large_in_place_all_gather_stays_cached(void **state) {
   (void)state;
   size_t l2 = usable_l2(), threshold = mpu__stream_min_bytes();
   if (!l2 || threshold / 5 <= l2 || threshold / 5 > ((size_t)64 << 20)) skip(); /* memory */
-  assert_true(gather_cached_copies(threshold / 5 / 4096 * 4096, 1) > 0);
+  assert_true(gather_cached_copies(threshold / 5 / 4096 * 4096, 1, 0) > 0);
 }
 
 int main(void) {
@@ -192,6 +214,7 @@ int main(void) {
       cmocka_unit_test(test_smaller_all_to_all_stays_cached),
       cmocka_unit_test(test_l2_sized_in_place_all_gather_streams),
       cmocka_unit_test(test_l2_sized_all_gather_stays_cached),
+      cmocka_unit_test(test_adjacent_all_gather_is_not_in_place),
       cmocka_unit_test(test_large_in_place_all_gather_stays_cached),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

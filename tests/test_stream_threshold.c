@@ -4,8 +4,9 @@
  * counted at most 24 MiB per CPU that shares it, so a virtual machine that
  * reports its host's whole cache as its own still streams the calls that
  * outgrow what it really holds; the sysfs cpu lists that count those CPUs;
- * and the rule of a task whose reads fit the core's level-2 cache and whose
- * reads and writes together do not (it streams, so its inputs stay there).
+ * and the rule of a task whose reads fit the core's level-2 cache, whose
+ * reads and writes together do not and whose writes are no larger than its
+ * reads (it streams, so its inputs stay there).
  */
 #include <setjmp.h>
 #include <stdarg.h>

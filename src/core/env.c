@@ -24,11 +24,12 @@ static const knob knobs[] = {
     {"MPU_CHECK_CALLS", "1", "1: every collective first checks that all ranks made the same call (0: off)"},
     {"MPU_SPIN", "-1", "busy-wait iterations before a waiting rank sleeps (-1: automatic)"},
     {"MPU_DEBUG", "0", "1: log the file:line path of every error to stderr"},
-    {"MPU_STREAM_MIN_BYTES", "-1", "bytes a threads collective writes before it uses streaming "
-                                   "stores (-1: 3/4 of the last-level cache, counted at most 24 MiB "
-                                   "per CPU sharing it; an all_to_all also streams where what a core "
-                                   "reads fits its L2 and what it reads and writes does not; a value "
-                                   "set here is the whole rule)"},
+    {"MPU_STREAM_MIN_BYTES", "-1", "bytes a threads collective reads and writes before it uses "
+                                   "streaming stores (-1: 3/4 of the last-level cache, counted at "
+                                   "most 24 MiB per CPU sharing it; an all_to_all, or an in-place "
+                                   "all_gather, also streams where what a core reads fits its L2, "
+                                   "what it reads and writes does not and it writes no more than it "
+                                   "reads; a value set here is the whole rule)"},
     {"MPU_MPI_P2P_CHECK_RANKS", "16", "the largest MPI communicator whose call checking exchanges "
                                       "point to point (larger: MPI_Iallgather; at most 64)"},
     {"MPU_NCCL_ONE_RANK", "0", "1: an NCCL communicator of one rank calls NCCL (its kernels run on "

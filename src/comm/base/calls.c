@@ -118,11 +118,7 @@ static mpu_result_t check_in_place(const char *fn, const mpu__coll *row, const m
                                    const char *send, size_t sbytes, const char *recv,
                                    size_t rbytes, size_t block) {
   if (!overlap(send, sbytes, recv, rbytes)) return MPU_SUCCESS;
-  size_t mine = (size_t)c->rank * block;
-  int ok = (row->in_place == MPU__IN_PLACE_SAME && send == recv) ||
-           (row->in_place == MPU__IN_PLACE_SEND_IN_RECV && send == recv + mine) ||
-           (row->in_place == MPU__IN_PLACE_RECV_IN_SEND && recv == send + mine);
-  if (ok) return MPU_SUCCESS;
+  if (mpu__coll_in_place(row, send, recv, c->rank, block)) return MPU_SUCCESS;
   if (row->in_place == MPU__IN_PLACE_NONE)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                       "%s: send and recv buffers overlap (%s has no in-place form)", fn,

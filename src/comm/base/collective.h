@@ -76,6 +76,21 @@ typedef struct mpu__coll {
 /* The row of `kind` (0 .. MPU__CALL_KINDS - 1); NULL for any other value. */
 MPU_SIBLING_API const mpu__coll *mpu__coll_of(int kind);
 
+/* Whether send and recv of rank `rank`'s call are the row's in-place form
+ * (block: one block's bytes): recv == send, send at the rank's block of recv,
+ * or recv at the rank's block of send. 0 for a row without one. */
+static inline int mpu__coll_in_place(const mpu__coll *row, const void *send, const void *recv,
+                                     int rank, size_t block) {
+  const char *s = send, *r = recv;
+  size_t mine = (size_t)rank * block;
+  switch (row->in_place) {
+  case MPU__IN_PLACE_SAME: return s == r;
+  case MPU__IN_PLACE_SEND_IN_RECV: return r && s == r + mine;
+  case MPU__IN_PLACE_RECV_IN_SEND: return s && r == s + mine;
+  default: return 0;
+  }
+}
+
 /* A buffer's blocks (MPU__BLOCKS_*) on a communicator of n ranks: 0, 1 or n. */
 static inline size_t mpu__coll_blocks(unsigned blocks, int n) {
   return blocks == MPU__BLOCKS_PER_RANK ? (size_t)n : (size_t)blocks;

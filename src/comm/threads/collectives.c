@@ -119,16 +119,12 @@ static int streams(size_t a, size_t b, size_t c, size_t d) {
 }
 
 
-/* Whether any member's output is its input (the in-place form): its task
- * then writes lines it has just read, which are in the cache, and a
- * streaming store would only evict them (in place, 16 MiB on 8 ranks, cached
- * stores took 4.0 ms where streaming ones took 13.7: mpu_bench_roof). */
+/* Whether any member's call is its kind's in-place form (block: one
+ * block's bytes; mpu__coll_in_place). */
 static int any_in_place(const mpu__call *calls, int n, size_t block) {
+  const mpu__coll *row = mpu__coll_of(calls[0].sig.kind);
   for (int m = 0; m < n; m++)
-    if (calls[m].recv && (calls[m].recv == calls[m].send ||
-                          (block && (const char *)calls[m].recv ==
-                                        (const char *)calls[m].send + (size_t)m * block)))
-      return 1;
+    if (mpu__coll_in_place(row, calls[m].send, calls[m].recv, m, block)) return 1;
   return 0;
 }
 
@@ -159,8 +155,10 @@ static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t, int part, 
   int n = tc->g->n;
   mpu_dtype dt = (mpu_dtype)k->sig.dtype;
   size_t count = (size_t)k->sig.count, es = mpu_dtype_size(dt), bytes = count * es;
-  int stream = streams(bytes, (size_t)n, bytes, (size_t)n) && /* n inputs, n outputs */
-               !any_in_place(calls, n, 0);
+  /* n inputs, n outputs; in place a task writes the lines it has just read,
+   * which are in the cache, and streaming stores would only evict them (16
+   * MiB on 8 ranks: 4.0 ms cached, 13.7 streamed, mpu_bench_roof) */
+  int stream = streams(bytes, (size_t)n, bytes, (size_t)n) && !any_in_place(calls, n, 0);
   /* task t: reduce chunk t of every input into chunk t of every output */
   size_t lo = mpu__chunk_lo(count, n, t), hi = mpu__chunk_lo(count, n, t + 1);
   narrow(&lo, &hi, part, parts);
@@ -180,7 +178,9 @@ static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t, int part, 
  * blocks and write them to the n - 1 others: mpu__stream_rule weighs that
  * as an all_to_all's task (on 2 ranks, 2 MiB a rank: 101 us a call
  * streamed, 110 cached; on 8, whose tasks write 7 times what they read,
- * cached is faster: docs/bench.md). */
+ * cached is faster: docs/bench.md). Its tasks write n - 1 times what they
+ * read, so the L2 rule, which streams no writes larger than the reads, can
+ * apply on 2 ranks only. */
 static int all_gather_streams(const tcomm *tc, const mpu__call *calls, size_t bytes) {
   size_t n = (size_t)tc->g->n, w = (size_t)workers(tc), nn, outs, reads, writes;
   if (!any_in_place(calls, (int)n, bytes)) return streams(bytes, n, bytes * n, n);
