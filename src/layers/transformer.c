@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/span.h"
 #include "layers/gemm.h"
 #include "layers/kernels.h"
 #include "layers/layers_internal.h"
@@ -148,9 +149,8 @@ static mpu_result_t norm_backward(const char *fn, mpu_layer_norm *ln, const floa
   if (!ln || !ln->xhat || !dy || !dx)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: no forward yet", fn);
   size_t h = (size_t)ln->hidden, bytes = (size_t)ln->n * h * sizeof(float);
-  uintptr_t y0 = (uintptr_t)dy, x0 = (uintptr_t)dx;
   /* the row kernel reads dy and dx through restrict pointers: overlap is undefined */
-  if (add && y0 < x0 + bytes && x0 < y0 + bytes)
+  if (add && mpu__spans_overlap(dy, bytes, dx, bytes))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: dy and dx overlap", fn);
   for (size_t i = 0; i < (size_t)ln->n; i++)
     norm_row_backward(dy + i * h, ln->xhat + i * h, ln->weight, h, ln->rstd[i], ln->dweight,

@@ -18,6 +18,7 @@
 #include "comm/comm_internal.h"
 #include "comm/services.h"
 #include "core/error.h"
+#include "core/span.h"
 
 /* ---- argument checks ----------------------------------------------------- */
 
@@ -68,15 +69,10 @@ static mpu_result_t check_buf(const char *fn, const mpu_comm *c, const char *wha
   return MPU_SUCCESS;
 }
 
-static int overlap(const void *a, size_t an, const void *b, size_t bn) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return an && bn && x < y + bn && y < x + an;
-}
-
 /* send and recv may overlap only as the exact in-place form (send at in_place). */
 static mpu_result_t check_overlap(const char *fn, const void *send, size_t sbytes,
                                   const void *recv, size_t rbytes, const void *in_place) {
-  if (!overlap(send, sbytes, recv, rbytes) || send == in_place) return MPU_SUCCESS;
+  if (!mpu__spans_overlap(send, sbytes, recv, rbytes) || send == in_place) return MPU_SUCCESS;
   return mpu__error(MPU_ERR_INVALID_ARGUMENT,
                     "%s: send and recv buffers overlap but are not the in-place form", fn);
 }
@@ -117,7 +113,7 @@ mpu__call mpu__call_describe(int kind, size_t count, mpu_dtype dtype, mpu_op op,
 static mpu_result_t check_in_place(const char *fn, const mpu__coll *row, const mpu_comm *c,
                                    const char *send, size_t sbytes, const char *recv,
                                    size_t rbytes, size_t block) {
-  if (!overlap(send, sbytes, recv, rbytes)) return MPU_SUCCESS;
+  if (!mpu__spans_overlap(send, sbytes, recv, rbytes)) return MPU_SUCCESS;
   if (mpu__coll_in_place(row, send, recv, c->rank, block)) return MPU_SUCCESS;
   if (row->in_place == MPU__IN_PLACE_NONE)
     return mpu__error(MPU_ERR_INVALID_ARGUMENT,
@@ -268,7 +264,7 @@ mpu_result_t mpu_comm_reduce_scatter_v(mpu_comm *comm, const void *send, void *r
   size_t bytes = counts[comm->rank] * mpu_dtype_size(dtype);
   MPU_CHECK(check_buf(fn, comm, "send", send, extent, dtype));
   MPU_CHECK(check_buf(fn, comm, "recv", recv, bytes, dtype));
-  if (overlap(send, extent, recv, bytes))
+  if (mpu__spans_overlap(send, extent, recv, bytes))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
   mpu__call call = mpu__call_describe(MPU_COLL_REDUCE_SCATTER_V, total, dtype, op, -1, send, recv);
   call.sig.digest = digest(counts, comm->size);
@@ -289,7 +285,7 @@ mpu_result_t mpu_comm_all_to_all_v(mpu_comm *comm, const void *send, const size_
   if (!r) r = check_blocks(fn, "recv", n, recv_counts, recv_displs, at + n, dtype, &rext, &rtotal);
   if (!r) r = check_buf(fn, comm, "send", send, sext, dtype);
   if (!r) r = check_buf(fn, comm, "recv", recv, rext, dtype);
-  if (!r && overlap(send, sext, recv, rext))
+  if (!r && mpu__spans_overlap(send, sext, recv, rext))
     r = mpu__error(MPU_ERR_INVALID_ARGUMENT,
                    "%s: send and recv buffers overlap (all_to_all_v has no in-place form)", fn);
   if (!r && n == 1 && send_counts[0] != recv_counts[0])
@@ -435,7 +431,7 @@ mpu_result_t mpu_comm_sendrecv(mpu_comm *comm, const void *sendbuf, size_t sendc
   MPU_CHECK(check_call(fn, comm, &s));
   MPU_CHECK(check_call(fn, comm, &r));
   size_t es = mpu_dtype_size(dtype);
-  if (overlap(sendbuf, sendcount * es, recvbuf, recvcount * es))
+  if (mpu__spans_overlap(sendbuf, sendcount * es, recvbuf, recvcount * es))
     return mpu__error(MPU_ERR_INVALID_ARGUMENT, "%s: send and recv buffers overlap", fn);
   if (mpu__group_open()) {
     MPU_CHECK(mpu__group_call(fn, comm, &s));
