@@ -37,9 +37,8 @@ static inline int mpu__streams(size_t footprint) { return footprint >= mpu__stre
  * L2: 118-119 us a call streamed, 141 cached; 1 and 4 MiB are faster
  * cached; an in-place all_gather of 2 MiB in all, 256 KiB a rank, on 8
  * ranks, which writes 7 times what it reads, is faster cached:
- * docs/bench.md); a reader of the outputs
- * right after the call would find streamed ones in memory, cached ones
- * partly in the last-level cache. */
+ * docs/bench.md); a reader of the outputs right after the call would find
+ * streamed ones in memory, cached ones partly in the last-level cache. */
 int mpu__stream_rule(size_t footprint, size_t reads, size_t writes, size_t threshold, size_t l2);
 
 /* The level-2 cache per core that mpu__streams_task uses: 0 where unknown

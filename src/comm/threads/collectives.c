@@ -134,6 +134,12 @@ static int workers(const tcomm *tc) {
   return tc->g->world->cpus < tc->g->n ? tc->g->world->cpus : tc->g->n;
 }
 
+/* The most tasks one worker runs in a large call. */
+static size_t worker_tasks(const tcomm *tc) {
+  size_t n = (size_t)tc->g->n, w = (size_t)workers(tc);
+  return (n + w - 1) / w;
+}
+
 /* Elements [*lo, *hi) narrowed to part `part` of `parts` of them. */
 static void narrow(size_t *lo, size_t *hi, int part, int parts) {
   size_t len = *hi - *lo, base = *lo;
@@ -182,10 +188,10 @@ static void task_all_reduce(tcomm *tc, const mpu__call *calls, int t, int part, 
  * read, so the L2 rule, which streams no writes larger than the reads, can
  * apply on 2 ranks only. */
 static int all_gather_streams(const tcomm *tc, const mpu__call *calls, size_t bytes) {
-  size_t n = (size_t)tc->g->n, w = (size_t)workers(tc), nn, outs, reads, writes;
+  size_t n = (size_t)tc->g->n, nn, outs, reads, writes;
   if (!any_in_place(calls, (int)n, bytes)) return streams(bytes, n, bytes * n, n);
   if (__builtin_mul_overflow(n, n, &nn) || __builtin_mul_overflow(bytes, nn, &outs) ||
-      __builtin_mul_overflow(bytes, (n + w - 1) / w, &reads) || /* its tasks' blocks */
+      __builtin_mul_overflow(bytes, worker_tasks(tc), &reads) || /* its tasks' blocks */
       __builtin_mul_overflow(reads, n - 1, &writes))
     return 1;
   return mpu__streams_task(outs, reads, writes);
@@ -260,9 +266,9 @@ static void task_reduce(tcomm *tc, const mpu__call *calls, int t, int part, int 
  * of the W workers reads and writes `total` bytes per task it runs, the same
  * blocks call after call (n inputs and n outputs in all). */
 static int all_to_all_streams(const tcomm *tc, size_t total) {
-  size_t n = (size_t)tc->g->n, w = (size_t)workers(tc), per, core, all;
-  per = (n + w - 1) / w; /* tasks per worker */
-  if (__builtin_mul_overflow(total, per, &core) || __builtin_mul_overflow(total, 2 * n, &all))
+  size_t n = (size_t)tc->g->n, core, all;
+  if (__builtin_mul_overflow(total, worker_tasks(tc), &core) ||
+      __builtin_mul_overflow(total, 2 * n, &all))
     return 1;
   return mpu__streams_task(all, core, core);
 }
