@@ -453,11 +453,18 @@ static mpu_result_t gloo_abort(mpu_comm *c) {
 static void gloo_destroy(mpu_comm *c) {
   gloo_impl *m = gloo_of(c);
   if (!m) return;
-  /* eager sends not yet received: their peers may still take them; on a
-   * broken communicator the connections close first, which ends gloo's use
-   * of their buffers */
-  if (m->broken) mpu__gl_close(m->g);
-  mpu__gloo_reap(c, m->broken ? -1 : m->timeout_s);
+  /* eager sends not yet received: their peers may still take them. A broken
+   * communicator waits for none: a send still in flight then closes the
+   * connections first, which ends gloo's use of its buffer. With none in
+   * flight the context is freed gently, as a healthy one's: closing resets
+   * the connections (SO_LINGER 0) and loses what this rank's last sends left
+   * in the kernel, and a rank that broke on a mismatch of its own finding
+   * has sent its part of that call to peers that made it right */
+  mpu__gloo_reap(c, m->broken ? 0 : m->timeout_s);
+  if (m->broken && m->sends) {
+    mpu__gl_close(m->g);
+    mpu__gloo_reap(c, -1);
+  }
   while (m->to_self) { /* never received */
     gloo_pending *p = m->to_self;
     m->to_self = p->next;
